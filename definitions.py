@@ -1,0 +1,29 @@
+"""The single Definitions object of this keel deployment: assets, checks, jobs, resources, sensors, schedules.
+
+``dagster dev`` at the repository root loads this file through workspace.yaml.
+"""
+
+from __future__ import annotations
+
+import dagster as dg
+
+from assets.partitions import monthly_2013
+from assets.raw import raw_assets
+from assets.validated import build_validated_assets
+from resources import ParquetIOManager
+
+validated_assets = build_validated_assets()
+
+# Materializes the whole graph for one month; the set-up script backfills all twelve.
+pipeline_job = dg.define_asset_job(
+    "keel_pipeline",
+    selection=dg.AssetSelection.all(),
+    partitions_def=monthly_2013,
+    description="Raw → validated + quarantine for one month of NYC 2013 flights and weather.",
+)
+
+defs = dg.Definitions(
+    assets=[*raw_assets, *validated_assets],
+    jobs=[pipeline_job],
+    resources={"io_manager": ParquetIOManager()},
+)

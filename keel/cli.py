@@ -1,0 +1,102 @@
+"""The ``keel`` command line.
+
+Exit codes, the same for every command: 0 ok, 1 the check found a problem, 2 bad input or usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from keel import __version__
+from keel.errors import KeelError
+
+EXIT_OK, EXIT_PROBLEM, EXIT_BAD_INPUT = 0, 1, 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse exits 2 on usage errors, which matches our convention
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_BAD_INPUT, f"keel: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="keel", description="keel: an AI-engineering platform on Dagster assets.")
+    parser.add_argument("--version", action="version", version=f"keel {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    contracts = sub.add_parser("contracts", help="data contracts: lint a contract, validate a data file")
+    csub = contracts.add_subparsers(dest="action", required=True, parser_class=_Parser)
+    validate = csub.add_parser("validate", help="validate a CSV or Parquet file against a contract")
+    validate.add_argument("--contract", required=True, type=Path, help="contract YAML file")
+    validate.add_argument("--data", required=True, type=Path, help="data file (.csv or .parquet)")
+    validate.add_argument("--out", required=True, type=Path, help="directory for valid.parquet, quarantine.parquet, report.json")
+    validate.add_argument("--dry-run", action="store_true", help="report everything, change and write no rows")
+    validate.add_argument("--partition", help="partition key recorded with quarantined rows (e.g. 2013-01)")
+    validate.set_defaults(func=_contracts_validate)
+    lint = csub.add_parser("lint", help="check a contract file without data")
+    lint.add_argument("file", type=Path)
+    lint.set_defaults(func=_contracts_lint)
+    return parser
+
+
+def _contracts_lint(args: argparse.Namespace) -> int:
+    from keel.contracts.spec import load_contract
+
+    spec = load_contract(args.file)
+    print(f"{args.file}: ok — contract '{spec.name}' v{spec.version}, {len(spec.columns)} columns, {len(spec.rules)} rules, sha256 {spec.content_hash[:12]}")
+    return EXIT_OK
+
+
+def _contracts_validate(args: argparse.Namespace) -> int:
+    from keel.contracts.engine import CompiledContract, PartitionWindow
+    from keel.contracts.io import read_data_file
+    from keel.storage import write_json_atomic, write_parquet_atomic
+
+    from keel.contracts.spec import load_contract
+
+    spec = load_contract(args.contract)
+    df = read_data_file(args.data)
+    partition = PartitionWindow(args.partition) if args.partition else None
+    result = CompiledContract(spec).validate(df, partition, dry_run=True if args.dry_run else None)
+    rep = result.report
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    if not rep.dry_run:
+        write_parquet_atomic(result.valid, out / "valid.parquet")
+        write_parquet_atomic(result.quarantine, out / "quarantine.parquet")
+        write_parquet_atomic(result.rejected, out / "rejected.parquet")
+    report = rep.to_dict() | {"contract_file": str(args.contract), "data_file": str(args.data)}
+    write_json_atomic(report, out / "report.json")  # written last: its presence means the outputs are complete
+    mode = "dry run: " if rep.dry_run else ""
+    planned = rep.planned
+    print(
+        f"{mode}{rep.rows_in:,} rows in → {planned['valid']:,} valid ({planned['enriched']:,} enriched), "
+        f"{planned['quarantined']:,} quarantined, {planned['rejected']:,} rejected"
+    )
+    for r in rep.rules:
+        if r.failed:
+            print(f"  {r.id:<36} {r.severity:<8} {r.action:<10} {r.failed:>10,} rows  {r.reason}")
+    if rep.missing_columns:
+        print(f"  missing columns: {', '.join(rep.missing_columns)}")
+    if rep.unexpected_columns:
+        print(f"  unexpected columns ({spec.unexpected_columns}): {', '.join(rep.unexpected_columns)}")
+    verdict = "EXCEEDED" if rep.budget_exceeded else "ok"
+    print(f"critical failures: {rep.critical_failed_rows:,} rows ({rep.critical_failed_fraction:.3%}), budget {rep.critical_budget_fraction:.3%}: {verdict}")
+    print(f"wrote {out / 'report.json'}")
+    return EXIT_PROBLEM if rep.budget_exceeded else EXIT_OK
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except KeelError as exc:
+        print(f"keel: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,228 @@
+"""Turn a contract file into Dagster assets and checks.
+
+For a contract named ``<name>`` reading the raw asset ``raw_<name>``, ``contract_assets`` builds one multi-asset:
+
+- ``validated_<name>``: rows that passed (typed, enriched where a rule enriches), the input of everything
+  downstream;
+- ``<name>_quarantine``: rows kept out, with contract version, rule id, reason, partition, source row number and
+  replay status;
+
+and its checks, evaluated in the same step on the same counts:
+
+- ``conservation`` (blocking): rows in = valid + quarantined + rejected, exactly;
+- ``critical_budget`` (blocking): rows breaking a critical rule stay within the contract's budget — when it fails,
+  nothing downstream of ``validated_<name>`` runs;
+- ``schema_conformance`` and one ``rule_<id>`` check per rule: the rule's pass rate against its allowed failure
+  fraction (ERROR for critical rules, WARN for warnings; info rules report and always pass).
+
+The contract's sha256 is the code_version of both assets, so editing the contract marks them, and everything
+downstream, stale in the UI.
+"""
+
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import polars as pl
+
+from keel.contracts.engine import CompiledContract, PartitionWindow, ValidationReport
+from keel.contracts.spec import ContractSpec, load_contract
+from keel.factories.markdown import frame_to_markdown
+
+CONSERVATION_CHECK = "conservation"
+BUDGET_CHECK = "critical_budget"
+SCHEMA_CHECK = "schema_conformance"
+QUARANTINE_SAMPLE_COLUMNS = ("_rule_id", "_reason", "_source_row")
+
+
+def validated_key(name: str) -> dg.AssetKey:
+    return dg.AssetKey(f"validated_{name}")
+
+
+def quarantine_key(name: str) -> dg.AssetKey:
+    return dg.AssetKey(f"{name}_quarantine")
+
+
+def rule_check_name(rule_id: str) -> str:
+    return f"rule_{rule_id}"
+
+
+def contract_check_specs(spec: ContractSpec) -> list[dg.AssetCheckSpec]:
+    key = validated_key(spec.name)
+    specs = [
+        dg.AssetCheckSpec(CONSERVATION_CHECK, asset=key, blocking=True, description="rows in = valid + quarantined + rejected, exactly"),
+        dg.AssetCheckSpec(
+            BUDGET_CHECK,
+            asset=key,
+            blocking=True,
+            description=f"rows breaking a critical rule ≤ {spec.critical_budget_fraction:.2%} of the partition; blocks downstream",
+        ),
+        dg.AssetCheckSpec(SCHEMA_CHECK, asset=key, description="columns present, values of the declared types, non-nullable columns filled"),
+    ]
+    for rule in spec.rules:
+        specs.append(
+            dg.AssetCheckSpec(
+                rule_check_name(rule.id),
+                asset=key,
+                description=f"[{rule.severity}/{rule.action}] {rule.description or rule.type}"
+                + (f" — allowed failure fraction {rule.max_failure_fraction:g}" if rule.max_failure_fraction else ""),
+            )
+        )
+    return specs
+
+
+def _window(context: dg.AssetExecutionContext) -> PartitionWindow | None:
+    if not context.has_partition_key:
+        return None
+    key = context.partition_key
+    try:
+        tw = context.partition_time_window
+    except Exception:  # not a time-window partitions definition
+        return PartitionWindow(key)
+    return PartitionWindow(key, tw.start, tw.end)
+
+
+def _check_results(spec: ContractSpec, report: ValidationReport) -> Iterator[dg.AssetCheckResult]:
+    key = validated_key(spec.name)
+    yield dg.AssetCheckResult(
+        asset_key=key,
+        check_name=CONSERVATION_CHECK,
+        passed=report.conserved,
+        severity=dg.AssetCheckSeverity.ERROR,
+        metadata={
+            "rows_in": report.rows_in,
+            "valid": report.valid,
+            "quarantined": report.quarantined,
+            "rejected": report.rejected,
+        },
+    )
+    yield dg.AssetCheckResult(
+        asset_key=key,
+        check_name=BUDGET_CHECK,
+        passed=not report.budget_exceeded,
+        severity=dg.AssetCheckSeverity.ERROR,
+        metadata={
+            "critical_failed_rows": report.critical_failed_rows,
+            "critical_failed_fraction": dg.MetadataValue.float(report.critical_failed_fraction),
+            "budget_fraction": dg.MetadataValue.float(report.critical_budget_fraction),
+            "failing_critical_rules": ", ".join(r.id for r in report.rules if r.severity == "critical" and r.failed) or "none",
+        },
+    )
+    schema_rules = [r for r in report.rules if r.type == "schema"]
+    schema_failed = {r.id: r.failed for r in schema_rules if r.failed}
+    yield dg.AssetCheckResult(
+        asset_key=key,
+        check_name=SCHEMA_CHECK,
+        passed=not schema_failed,
+        severity=dg.AssetCheckSeverity.ERROR if spec.schema_severity == "critical" else dg.AssetCheckSeverity.WARN,
+        metadata={
+            "missing_columns": ", ".join(report.missing_columns) or "none",
+            "unexpected_columns": ", ".join(report.unexpected_columns) or "none",
+            "failing_schema_rules": dg.MetadataValue.json(schema_failed),
+        },
+    )
+    for rule in report.rules:
+        if rule.type == "schema":
+            continue
+        passed = True if rule.severity == "info" else rule.within_threshold
+        yield dg.AssetCheckResult(
+            asset_key=key,
+            check_name=rule_check_name(rule.id),
+            passed=passed,
+            severity=dg.AssetCheckSeverity.ERROR if rule.severity == "critical" else dg.AssetCheckSeverity.WARN,
+            metadata={
+                "failed_rows": rule.failed,
+                "pass_rate": dg.MetadataValue.float(rule.pass_rate),
+                "allowed_failure_fraction": dg.MetadataValue.float(rule.max_failure_fraction),
+                "action": rule.action,
+                "severity": rule.severity,
+            },
+        )
+
+
+def contract_assets(
+    contract_path: str | Path,
+    *,
+    raw_key: dg.AssetKey | str,
+    partitions_def: dg.PartitionsDefinition | None = None,
+    group_name: str = "contracts",
+    io_manager_key: str = "io_manager",
+) -> dg.AssetsDefinition:
+    """Build ``validated_<name>`` and ``<name>_quarantine`` (and their checks) from a contract file."""
+    spec = load_contract(contract_path)
+    compiled = CompiledContract(spec)
+    raw_key = dg.AssetKey(raw_key) if isinstance(raw_key, str) else raw_key
+    name = spec.name
+    tags = {"keel/contract": name}
+    common: dict[str, Any] = dict(group_name=group_name, code_version=spec.content_hash, io_manager_key=io_manager_key, tags=tags)
+
+    @dg.multi_asset(
+        name=f"validate_{name}",
+        outs={
+            "valid": dg.AssetOut(
+                key=validated_key(name),
+                description=f"{spec.description.strip()}\n\nRows of `{raw_key.to_user_string()}` that pass contract "
+                f"'{name}' v{spec.version} ({len(spec.rules)} rules), typed as the contract declares.",
+                kinds={"polars", "parquet"},
+                **common,
+            ),
+            "quarantine": dg.AssetOut(
+                key=quarantine_key(name),
+                description=f"Rows of `{raw_key.to_user_string()}` kept out by contract '{name}': original values as text plus "
+                "contract version/hash, rule id, reason, partition, source row number and replay status.",
+                kinds={"polars", "parquet"},
+                **common,
+            ),
+        },
+        ins={"raw": dg.AssetIn(key=raw_key)},
+        partitions_def=partitions_def,
+        check_specs=contract_check_specs(spec),
+        description=f"Apply data contract '{name}' ({Path(contract_path).name})",
+    )
+    def _validate(context: dg.AssetExecutionContext, raw: pl.DataFrame) -> Iterator[Any]:
+        result = compiled.validate(raw, _window(context))
+        rep = result.report
+        context.log.info(
+            f"contract {name} v{spec.version} on {rep.partition or 'all rows'}: {rep.rows_in:,} in → {rep.valid:,} valid "
+            f"({rep.enriched:,} enriched), {rep.quarantined:,} quarantined, {rep.rejected:,} rejected"
+        )
+        for r in rep.rules:
+            if r.failed and r.action == "reject":
+                context.log.warning(f"rejected {r.failed:,} rows: rule {r.id}: {r.reason}")
+        per_rule = dg.MetadataValue.md(rep.rules_markdown())
+        yield dg.Output(
+            result.valid,
+            output_name="valid",
+            metadata={
+                "rows_in": rep.rows_in,
+                "valid": rep.valid,
+                "quarantined": rep.quarantined,
+                "rejected": rep.rejected,
+                "enriched": rep.enriched,
+                "flagged": rep.flagged,
+                "critical_failed_fraction": dg.MetadataValue.float(rep.critical_failed_fraction),
+                "contract_version": spec.version,
+                "contract_hash": spec.content_hash,
+                "per_rule": per_rule,
+                "dagster/row_count": rep.valid,
+            },
+        )
+        sample_cols = [c for c in QUARANTINE_SAMPLE_COLUMNS if c in result.quarantine.columns] + list(spec.column_names)
+        yield dg.Output(
+            result.quarantine,
+            output_name="quarantine",
+            metadata={
+                "quarantined": rep.quarantined,
+                "by_rule": dg.MetadataValue.json(
+                    dict(result.quarantine.group_by("_rule_id").len().sort("len", descending=True).iter_rows()) if rep.quarantined else {}
+                ),
+                "sample": dg.MetadataValue.md(frame_to_markdown(result.quarantine.select(sample_cols), max_rows=10, max_width=24)),
+                "contract_version": spec.version,
+                "dagster/row_count": rep.quarantined,
+            },
+        )
+        yield from _check_results(spec, rep)
+
+    return _validate

@@ -1,0 +1,44 @@
+"""Atomic file writes: a reader sees the old file or the new one, never half of one.
+
+Each write goes to a temporary file in the target's directory, is flushed and fsynced, then renamed over the
+target (``os.replace`` is atomic on POSIX), and the directory is fsynced so the rename survives a crash.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import polars as pl
+
+
+def _atomic(path: Path, write: Callable[[BinaryIO], None]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            write(fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def write_parquet_atomic(df: pl.DataFrame, path: str | Path) -> None:
+    _atomic(Path(path), lambda fh: df.write_parquet(fh, compression="zstd", statistics=True))
+
+
+def write_json_atomic(obj: Any, path: str | Path) -> None:
+    data = json.dumps(obj, indent=2, sort_keys=False, default=str).encode() + b"\n"
+    _atomic(Path(path), lambda fh: fh.write(data))

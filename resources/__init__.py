@@ -1,0 +1,5 @@
+"""Dagster resources of this deployment: storage now; online store, registry, policy store and Triton later."""
+
+from resources.parquet_io import ParquetIOManager, keel_home
+
+__all__ = ["ParquetIOManager", "keel_home"]

@@ -1,0 +1,62 @@
+"""Parquet storage for every asset: one file per asset (per partition), written atomically, never pickled.
+
+Layout: ``<base_dir>/<asset key path>/<partition>.parquet`` for partitioned assets and
+``<base_dir>/<asset key path>.parquet`` otherwise. Asset key parts and partition keys become path components, so
+they are validated as names first; nothing is written outside ``base_dir``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import dagster as dg
+import polars as pl
+
+from keel.names import validate_name
+from keel.storage import write_parquet_atomic
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def keel_home() -> Path:
+    """Where keel keeps its state: ``$KEEL_HOME``, else ``.keel`` in the repository. Read at call time."""
+    return Path(os.environ.get("KEEL_HOME") or REPO_ROOT / ".keel").resolve()
+
+
+class ParquetIOManager(dg.ConfigurableIOManager):
+    """Stores polars DataFrames as Parquet files (zstd), atomically (temp file + fsync + rename)."""
+
+    base_dir: str | None = None  # default: $KEEL_HOME/storage
+
+    def _root(self) -> Path:
+        return Path(self.base_dir).resolve() if self.base_dir else keel_home() / "storage"
+
+    def path_for(self, key: dg.AssetKey, partition: str | None) -> Path:
+        parts = [validate_name(p, what="asset key part") for p in key.path]
+        root = self._root()
+        if partition is None:
+            return root.joinpath(*parts[:-1], f"{parts[-1]}.parquet")
+        return root.joinpath(*parts, f"{validate_name(partition, what='partition key')}.parquet")
+
+    def handle_output(self, context: dg.OutputContext, obj: pl.DataFrame) -> None:
+        if obj is None:
+            return
+        if not isinstance(obj, pl.DataFrame):
+            raise TypeError(f"ParquetIOManager stores polars DataFrames, got {type(obj).__name__} for {context.asset_key}")
+        partition = context.asset_partition_key if context.has_asset_partitions else None
+        path = self.path_for(context.asset_key, partition)
+        write_parquet_atomic(obj, path)
+        context.add_output_metadata({"path": dg.MetadataValue.path(str(path)), "dagster/row_count": obj.height})
+
+    def load_input(self, context: dg.InputContext) -> pl.DataFrame:
+        key = context.asset_key
+        if context.has_asset_partitions:
+            paths = [self.path_for(key, pk) for pk in context.asset_partition_keys]
+        else:
+            paths = [self.path_for(key, None)]
+        missing = [str(p) for p in paths if not p.exists()]
+        if missing:
+            raise FileNotFoundError(f"{key.to_user_string()}: not materialized yet, no file at {', '.join(missing[:3])}")
+        frames = [pl.read_parquet(p) for p in paths]
+        return frames[0] if len(frames) == 1 else pl.concat(frames, how="diagonal_relaxed")
