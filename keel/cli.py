@@ -34,12 +34,35 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_argument("--data", required=True, type=Path, help="data file (.csv or .parquet)")
     validate.add_argument("--out", required=True, type=Path, help="directory for valid.parquet, quarantine.parquet, report.json")
     validate.add_argument("--dry-run", action="store_true", help="report everything, change and write no rows")
-    validate.add_argument("--partition", help="partition key recorded with quarantined rows (e.g. 2013-01)")
+    validate.add_argument(
+        "--partition",
+        help="partition key recorded with quarantined rows; YYYY-MM or YYYY-MM-DD also sets the window that freshness "
+        "rules measure against (default: the newest event time in the file)",
+    )
     validate.set_defaults(func=_contracts_validate)
     lint = csub.add_parser("lint", help="check a contract file without data")
     lint.add_argument("file", type=Path)
     lint.set_defaults(func=_contracts_lint)
     return parser
+
+
+def partition_window(key: str):
+    """``2013-01`` → that month, ``2013-01-05`` → that day (UTC); any other key is recorded without a window."""
+    from datetime import UTC, datetime, timedelta
+
+    from keel.contracts.engine import PartitionWindow
+
+    for fmt in ("%Y-%m", "%Y-%m-%d"):
+        try:
+            start = datetime.strptime(key, fmt).replace(tzinfo=UTC)
+        except ValueError:
+            continue
+        if fmt == "%Y-%m":
+            end = start.replace(year=start.year + 1, month=1) if start.month == 12 else start.replace(month=start.month + 1)
+        else:
+            end = start + timedelta(days=1)
+        return PartitionWindow(key, start, end)
+    return PartitionWindow(key)
 
 
 def _contracts_lint(args: argparse.Namespace) -> int:
@@ -59,7 +82,7 @@ def _contracts_validate(args: argparse.Namespace) -> int:
 
     spec = load_contract(args.contract)
     df = read_data_file(args.data)
-    partition = PartitionWindow(args.partition) if args.partition else None
+    partition = partition_window(args.partition) if args.partition else None
     result = CompiledContract(spec).validate(df, partition, dry_run=True if args.dry_run else None)
     rep = result.report
     out: Path = args.out

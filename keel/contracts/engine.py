@@ -565,10 +565,14 @@ def _to_text(expr: pl.Expr, dtype: pl.DataType) -> pl.Expr:
 
 
 def _literal_for(value: Any, dtype: str) -> pl.Expr:
+    from datetime import date
+
     if dtype == "datetime" and isinstance(value, str):
-        return pl.lit(value).str.strptime(pl.Datetime("us"), "%Y-%m-%dT%H:%M:%S", strict=True).dt.replace_time_zone("UTC")
+        dt = datetime.fromisoformat(value)
+        dt = dt.replace(tzinfo=UTC) if dt.tzinfo is None else dt.astimezone(UTC)
+        return pl.lit(dt).cast(pl.Datetime("us", "UTC"))
     if dtype == "date" and isinstance(value, str):
-        return pl.lit(value).str.strptime(pl.Date, "%Y-%m-%d", strict=True)
+        return pl.lit(date.fromisoformat(value))
     return pl.lit(value)
 
 
@@ -591,7 +595,7 @@ def _default_reason(r: RuleSpec) -> str:
     if r.type == "decimal":
         return f"{p['column']} does not fit decimal({p['precision']},{p['scale']})"
     if r.type == "freshness":
-        return f"{p['column']} older than {p['max_age']} before the {p['relative_to'].replace('_', ' ')}"
+        return f"{p['column']} older than {p['max_age_text']} before the {p['relative_to'].replace('_', ' ')}"
     if r.type == "unique":
         return f"duplicate key ({', '.join(p['columns'])})"
     if r.type == "condition":

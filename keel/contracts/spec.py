@@ -361,7 +361,8 @@ class _ContractReader:
                 raise self.fail(path + ("precision",), "need 1 <= precision <= 38 and 0 <= scale <= precision")
         elif rtype == "freshness":
             try:
-                params["max_age"] = parse_duration(self.get(m, "max_age", path, (str,), required=True))
+                params["max_age_text"] = self.get(m, "max_age", path, (str,), required=True)
+                params["max_age"] = parse_duration(params["max_age_text"])
             except ValueError as exc:
                 raise self.fail(path + ("max_age",), str(exc)) from None
             params["relative_to"] = self.choice(m, "relative_to", path, ("partition_end", "now"), "partition_end")
@@ -391,6 +392,15 @@ class _ContractReader:
                 raise self.fail(path + ("column",), f"a freshness rule needs a date or datetime column; '{col}' is {cspec.dtype}")
             if rtype == "range" and cspec.dtype in ("string", "bool"):
                 raise self.fail(path + ("column",), f"a range rule needs a numeric or temporal column; '{col}' is {cspec.dtype}")
+            if rtype == "range":
+                for bound in ("min", "max"):
+                    value = params[bound]
+                    if value is None:
+                        continue
+                    if cspec.dtype in NUMERIC and not isinstance(value, (int, float)):
+                        raise self.fail(path + (bound,), f"{bound} must be a number for {cspec.dtype} column '{col}', got {value!r}")
+                    if cspec.dtype in ("date", "datetime") and not _is_iso(value, cspec.dtype):
+                        raise self.fail(path + (bound,), f"{bound} must be an ISO {cspec.dtype} string for column '{col}', got {value!r}")
 
         enrich = None
         if action == "enrich":
@@ -436,6 +446,18 @@ class _ContractReader:
             prefix=self.get(e, "prefix", epath, (str,), default=""),
             md5_of=tuple(md5_of),
         )
+
+
+def _is_iso(value: Any, dtype: str) -> bool:
+    from datetime import date, datetime
+
+    if not isinstance(value, str):
+        return False
+    try:
+        (date.fromisoformat if dtype == "date" else datetime.fromisoformat)(value)
+    except ValueError:
+        return False
+    return True
 
 
 def regex_error(pattern: str) -> str | None:
