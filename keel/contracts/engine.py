@@ -545,6 +545,9 @@ def _cast_expr(src: pl.Expr, src_dtype: pl.DataType, target: str, fmt: str | Non
         return text.cast(tdtype, strict=False)
     if target == "string":
         return src.cast(pl.String, strict=False)
+    if target in ("date", "datetime") and not src_dtype.is_temporal():
+        # A bare number is not a timestamp: epoch units are ambiguous and out-of-range values cannot be represented.
+        return pl.lit(None, dtype=tdtype)
     if target.startswith("int") and src_dtype.is_float():
         # 1.5 must not silently become 1: only whole, finite numbers are valid integers.
         return pl.when(src.is_finite() & (src == src.round(0))).then(src).otherwise(None).cast(tdtype, strict=False)
