@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from keel import __version__
-from keel.errors import KeelError
+from keel.errors import DataReadError, KeelError
 
 EXIT_OK, EXIT_PROBLEM, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -34,6 +34,13 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_argument("--data", required=True, type=Path, help="data file (.csv or .parquet)")
     validate.add_argument("--out", required=True, type=Path, help="directory for valid.parquet, quarantine.parquet, report.json")
     validate.add_argument("--dry-run", action="store_true", help="report everything, change and write no rows")
+    validate.add_argument(
+        "--reference",
+        action="append",
+        default=[],
+        metavar="DATASET.COLUMN=FILE",
+        help="values for an in_set rule's reference, read from FILE's column (repeatable)",
+    )
     validate.add_argument(
         "--partition",
         help="partition key recorded with quarantined rows; YYYY-MM or YYYY-MM-DD also sets the window that freshness "
@@ -83,7 +90,17 @@ def _contracts_validate(args: argparse.Namespace) -> int:
     spec = load_contract(args.contract)
     df = read_data_file(args.data)
     partition = partition_window(args.partition) if args.partition else None
-    result = CompiledContract(spec).validate(df, partition, dry_run=True if args.dry_run else None)
+    references = {}
+    for item in args.reference:
+        name, sep, file = item.partition("=")
+        if not sep or "." not in name:
+            raise DataReadError(f"--reference {item!r}: expected DATASET.COLUMN=FILE")
+        column = name.split(".", 1)[1]
+        frame = read_data_file(file)
+        if column not in frame.columns:
+            raise DataReadError(f"{file}: no column '{column}' for reference {name}")
+        references[name] = frame[column]
+    result = CompiledContract(spec).validate(df, partition, dry_run=True if args.dry_run else None, references=references)
     rep = result.report
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)

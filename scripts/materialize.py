@@ -40,7 +40,13 @@ def main() -> int:
     for i, key in enumerate(keys, 1):
         t = time.perf_counter()
         result = dg.materialize(
-            partitioned, instance=instance, resources=resources, partition_key=key, raise_on_error=False, tags={"keel/source": "scripts/up"}
+            all_assets,
+            selection=dg.AssetSelection.assets(*partitioned),
+            instance=instance,
+            resources=resources,
+            partition_key=key,
+            raise_on_error=False,
+            tags={"keel/source": "scripts/up"},
         )
         line = []
         for ev in result.get_asset_materialization_events():

@@ -24,12 +24,14 @@ from __future__ import annotations
 import hashlib
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
+from collections.abc import Mapping
 from typing import Any
 
 import polars as pl
 
 from keel.contracts.dsl import parse_condition
 from keel.contracts.spec import ContractSpec, RuleSpec
+from keel.errors import ContractError
 
 SOURCE_ROW = "_source_row"
 ENRICHED = "_enriched"
@@ -244,7 +246,7 @@ class CompiledContract:
             bad = bad | typed.str.contains(_REPLACEMENT_CHAR, literal=True).fill_null(False)
         return typed, bad
 
-    def _rule_violation(self, rule: CompiledRule, ref_time: pl.Expr) -> pl.Expr:
+    def _rule_violation(self, rule: CompiledRule, ref_time: pl.Expr, references: Mapping[str, pl.Series]) -> pl.Expr:
         r = rule.spec
         assert r is not None
         p = r.params
@@ -266,7 +268,8 @@ class CompiledContract:
             return bad
         if r.type == "in_set":
             dtype = self.spec.column(p["column"]).polars_dtype
-            values = pl.Series(p["values"]).cast(dtype, strict=False).drop_nulls()
+            raw_values = references[p["reference"]] if "reference" in p else pl.Series(p["values"])
+            values = raw_values.cast(dtype, strict=False).drop_nulls().unique()
             return c.is_not_null() & ~c.is_in(values.implode())
         if r.type == "regex":
             return c.is_not_null() & ~c.str.contains(p["pattern"])
@@ -300,9 +303,18 @@ class CompiledContract:
         return col.cast(pl.Datetime("us", "UTC")).max()
 
     # -- the batch path
-    def plan(self, df: pl.DataFrame, partition: PartitionWindow | None) -> tuple[pl.LazyFrame, list[str], list[str]]:
+    def plan(
+        self, df: pl.DataFrame, partition: PartitionWindow | None, references: Mapping[str, pl.Series] | None = None
+    ) -> tuple[pl.LazyFrame, list[str], list[str]]:
         """A lazy frame with typed contract columns, raw originals where they differ, and one mask per rule."""
         spec = self.spec
+        references = dict(references or {})
+        absent = [r for r in spec.references if r not in references]
+        if absent:
+            raise ContractError(
+                f"contract '{spec.name}' checks values against {', '.join(absent)}: pass them as references",
+                source=spec.source,
+            )
         present = set(df.columns)
         missing = [c for c in spec.column_names if c not in present]
         unexpected = [c for c in df.columns if c not in spec.column_names and c != SOURCE_ROW]
@@ -342,14 +354,22 @@ class CompiledContract:
                     rule_masks.append(pl.col(col).is_null().alias(_MASK + rule.id))
                 continue
             ref = self._freshness_reference(rule, partition) if rule.type == "freshness" else pl.lit(None)
-            rule_masks.append(self._rule_violation(rule, ref).fill_null(False).alias(_MASK + rule.id))
+            rule_masks.append(self._rule_violation(rule, ref, references).fill_null(False).alias(_MASK + rule.id))
         lf = lf.with_columns(rule_masks)
         return lf, missing, unexpected
 
-    def validate(self, df: pl.DataFrame, partition: PartitionWindow | None = None, *, dry_run: bool | None = None) -> ValidationResult:
+    def validate(
+        self,
+        df: pl.DataFrame,
+        partition: PartitionWindow | None = None,
+        *,
+        dry_run: bool | None = None,
+        references: Mapping[str, pl.Series] | None = None,
+    ) -> ValidationResult:
+        """Split ``df`` into valid / quarantine / rejected. ``references`` maps ``<dataset>.<column>`` to its values."""
         spec = self.spec
         dry = spec.dry_run if dry_run is None else dry_run
-        lf, missing, unexpected = self.plan(df, partition)
+        lf, missing, unexpected = self.plan(df, partition, references)
 
         def any_of(action: str) -> pl.Expr:
             cols = [pl.col(_MASK + r.id) for r in self.rules if r.action == action]
@@ -497,9 +517,12 @@ class CompiledContract:
         return frame
 
     # -- the single-record path
-    def validate_record(self, record: dict[str, Any], partition: PartitionWindow | None = None) -> RecordVerdict:
+    def validate_record(
+        self, record: dict[str, Any], partition: PartitionWindow | None = None, references: Mapping[str, pl.Series] | None = None
+    ) -> RecordVerdict:
         """Validate one record with the batch semantics (``unique`` cannot fail on a single record)."""
-        result = self.validate(pl.DataFrame([record]) if record else pl.DataFrame({SOURCE_ROW: [0]}), partition, dry_run=False)
+        frame = pl.DataFrame([record]) if record else pl.DataFrame({SOURCE_ROW: [0]})
+        result = self.validate(frame, partition, dry_run=False, references=references)
         failed = tuple(r.id for r in result.report.rules if r.failed)
         if result.quarantine.height:
             return RecordVerdict("quarantine", failed, result.quarantine.row(0, named=True), False)
@@ -511,9 +534,16 @@ class CompiledContract:
         return RecordVerdict("valid", failed, row, enriched)
 
 
-def validate_frame(spec: ContractSpec, df: pl.DataFrame, partition: PartitionWindow | None = None, *, dry_run: bool | None = None) -> ValidationResult:
+def validate_frame(
+    spec: ContractSpec,
+    df: pl.DataFrame,
+    partition: PartitionWindow | None = None,
+    *,
+    dry_run: bool | None = None,
+    references: Mapping[str, pl.Series] | None = None,
+) -> ValidationResult:
     """Validate one frame against a contract (compiles it; reuse ``CompiledContract`` for many frames)."""
-    return CompiledContract(spec).validate(df, partition, dry_run=dry_run)
+    return CompiledContract(spec).validate(df, partition, dry_run=dry_run, references=references)
 
 
 # -- helpers ---------------------------------------------------------------------------------------------------
@@ -590,7 +620,7 @@ def _default_reason(r: RuleSpec) -> str:
         hi = ("inf" if p["max"] is None else str(p["max"])) + ("]" if p["max_inclusive"] else ")")
         return f"{p['column']} outside {lo}, {hi}"
     if r.type == "in_set":
-        return f"{p['column']} not in the allowed set"
+        return f"{p['column']} not in {p['reference']}" if "reference" in p else f"{p['column']} not in the allowed set"
     if r.type == "regex":
         return f"{p['column']} does not match {p['pattern']}"
     if r.type == "max_length":

@@ -127,6 +127,11 @@ class ContractSpec:
     def column_names(self) -> tuple[str, ...]:
         return tuple(c.name for c in self.columns)
 
+    @property
+    def references(self) -> tuple[str, ...]:
+        """``<dataset>.<column>`` value sets that in_set rules read from other datasets."""
+        return tuple(sorted({r.params["reference"] for r in self.rules if "reference" in r.params}))
+
     def column(self, name: str) -> ColumnSpec:
         for c in self.columns:
             if c.name == name:
@@ -304,7 +309,7 @@ class _ContractReader:
             "not_null": {"column"},
             "parseable": {"column", "as", "format"},
             "range": {"column", "min", "max", "min_inclusive", "max_inclusive"},
-            "in_set": {"column", "values"},
+            "in_set": {"column", "values", "reference"},
             "regex": {"column", "pattern"},
             "max_length": {"column", "max"},
             "decimal": {"column", "precision", "scale"},
@@ -337,13 +342,26 @@ class _ContractReader:
                 max_inclusive=self.get(m, "max_inclusive", path, (bool,), default=True),
             )
         elif rtype == "in_set":
-            values = self.get(m, "values", path, (list,), required=True)
-            if not values:
-                raise self.fail(path + ("values",), "an in_set rule needs at least one value")
-            for j, v in enumerate(values):
-                if not isinstance(v, (str, int, float, bool)):
-                    raise self.fail(path + ("values", j), f"values must be scalars, got {_kind(v)}")
-            params["values"] = list(values)
+            if ("values" in m) == ("reference" in m):
+                raise self.fail(path, "an in_set rule needs either 'values' (a list) or 'reference' (<dataset>.<column>)")
+            if "reference" in m:
+                ref = self.get(m, "reference", path, (str,))
+                dataset, _, column = ref.partition(".")
+                try:
+                    validate_name(dataset, what="reference dataset")
+                except InvalidNameError as exc:
+                    raise self.fail(path + ("reference",), str(exc)) from None
+                if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,127}", column):
+                    raise self.fail(path + ("reference",), f"expected <dataset>.<column>, got {ref!r}")
+                params["reference"] = ref
+            else:
+                values = self.get(m, "values", path, (list,))
+                if not values:
+                    raise self.fail(path + ("values",), "an in_set rule needs at least one value")
+                for j, v in enumerate(values):
+                    if not isinstance(v, (str, int, float, bool)):
+                        raise self.fail(path + ("values", j), f"values must be scalars, got {_kind(v)}")
+                params["values"] = list(values)
         elif rtype == "regex":
             pattern = self.get(m, "pattern", path, (str,), required=True)
             error = regex_error(pattern)

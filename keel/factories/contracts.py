@@ -149,14 +149,23 @@ def contract_assets(
     partitions_def: dg.PartitionsDefinition | None = None,
     group_name: str = "contracts",
     io_manager_key: str = "io_manager",
+    reference_keys: dict[str, dg.AssetKey] | None = None,
 ) -> dg.AssetsDefinition:
-    """Build ``validated_<name>`` and ``<name>_quarantine`` (and their checks) from a contract file."""
+    """Build ``validated_<name>`` and ``<name>_quarantine`` (and their checks) from a contract file.
+
+    ``reference_keys`` maps a dataset named in an ``in_set`` rule's ``reference`` to the asset holding it
+    (default: ``raw_<dataset>``); it becomes an input, so the dependency shows in the lineage.
+    """
     spec = load_contract(contract_path)
     compiled = CompiledContract(spec)
     raw_key = dg.AssetKey(raw_key) if isinstance(raw_key, str) else raw_key
     name = spec.name
     tags = {"keel/contract": name}
     common: dict[str, Any] = dict(group_name=group_name, code_version=spec.content_hash, io_manager_key=io_manager_key, tags=tags)
+
+    ref_datasets = sorted({ref.split(".", 1)[0] for ref in spec.references})
+    ref_keys = {ds: (reference_keys or {}).get(ds, dg.AssetKey(f"raw_{ds}")) for ds in ref_datasets}
+    ins = {"raw": dg.AssetIn(key=raw_key)} | {f"ref_{ds}": dg.AssetIn(key=key) for ds, key in ref_keys.items()}
 
     @dg.multi_asset(
         name=f"validate_{name}",
@@ -176,13 +185,20 @@ def contract_assets(
                 **common,
             ),
         },
-        ins={"raw": dg.AssetIn(key=raw_key)},
+        ins=ins,
         partitions_def=partitions_def,
         check_specs=contract_check_specs(spec),
         description=f"Apply data contract '{name}' ({Path(contract_path).name})",
     )
-    def _validate(context: dg.AssetExecutionContext, raw: pl.DataFrame) -> Iterator[Any]:
-        result = compiled.validate(raw, _window(context))
+    def _validate(context: dg.AssetExecutionContext, raw: pl.DataFrame, **refs: pl.DataFrame) -> Iterator[Any]:
+        references = {}
+        for ref in spec.references:
+            dataset, column = ref.split(".", 1)
+            frame = refs[f"ref_{dataset}"]
+            if column not in frame.columns:
+                raise KeyError(f"contract '{name}' references {ref}, but {ref_keys[dataset].to_user_string()} has no column '{column}'")
+            references[ref] = frame[column]
+        result = compiled.validate(raw, _window(context), references=references)
         rep = result.report
         context.log.info(
             f"contract {name} v{spec.version} on {rep.partition or 'all rows'}: {rep.rows_in:,} in → {rep.valid:,} valid "
