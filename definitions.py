@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dagster as dg
 
-from assets.partitions import monthly_2013
 from assets.raw import raw_assets
 from assets.validated import build_validated_assets
 from resources import ParquetIOManager
@@ -18,7 +17,6 @@ validated_assets = build_validated_assets()
 pipeline_job = dg.define_asset_job(
     "keel_pipeline",
     selection=dg.AssetSelection.all(),
-    partitions_def=monthly_2013,
     description="Raw → validated + quarantine for one month of NYC 2013 flights and weather.",
 )
 

@@ -1,0 +1,141 @@
+"""The contract factory in Dagster: materialize() with partition keys, blocking checks, staleness on edit."""
+
+
+from pathlib import Path
+
+import dagster as dg
+import polars as pl
+import pytest
+from dagster._core.definitions.data_version import StaleStatus
+from dagster._utils.test.data_versions import get_stale_status_resolver
+
+from keel.factories.contracts import BUDGET_CHECK, CONSERVATION_CHECK, contract_assets
+
+PARTS = dg.StaticPartitionsDefinition(["good", "bad"])
+TOY_CONTRACT = """\
+contract: toy
+version: 1
+critical_budget: {max_fraction: 0.2}
+schema:
+  columns:
+    id: {type: int64, nullable: false}
+    speed: {type: float64}
+rules:
+  - {id: speed_physical, type: range, column: speed, min: 0, max: 250}
+"""
+
+
+@dg.asset(partitions_def=PARTS)
+def raw_toy(context: dg.AssetExecutionContext) -> pl.DataFrame:
+    if context.partition_key == "good":
+        return pl.DataFrame({"id": ["1", "2", "3", "4", "5", "6"], "speed": ["10", "12.5", "1048.36", "7", "x", "9"]})
+    return pl.DataFrame({"id": ["1", "2", "3"], "speed": ["-1", "999", "5"]})  # 2 of 3 critical: over budget
+
+
+@dg.asset(partitions_def=PARTS, deps=["validated_toy"])
+def toy_features() -> None:
+    """Stands for everything downstream of validated data."""
+
+
+def toy_assets(contract_path: Path) -> list:
+    return [raw_toy, contract_assets(contract_path, raw_key="raw_toy", partitions_def=PARTS), toy_features]
+
+
+@pytest.fixture
+def contract_file(tmp_path) -> Path:
+    path = tmp_path / "toy.yaml"
+    path.write_text(TOY_CONTRACT)
+    return path
+
+
+@pytest.fixture
+def io(tmp_path):
+    from resources import ParquetIOManager
+
+    return {"io_manager": ParquetIOManager(base_dir=str(tmp_path / "storage"))}
+
+
+def checks_of(result) -> dict[str, bool]:
+    return {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
+
+
+def test_partition_is_split_and_stored(contract_file, io, tmp_path):
+    instance = dg.DagsterInstance.ephemeral()
+    result = dg.materialize(toy_assets(contract_file), partition_key="good", resources=io, instance=instance, raise_on_error=False)
+    valid = pl.read_parquet(tmp_path / "storage" / "validated_toy" / "good.parquet")
+    quarantine = pl.read_parquet(tmp_path / "storage" / "toy_quarantine" / "good.parquet")
+    assert sorted(valid["id"].to_list()) == [1, 2, 4, 6]
+    assert sorted(quarantine["_rule_id"].to_list()) == ["schema_type_speed", "speed_physical"]
+    assert set(quarantine["_partition"]) == {"good"}
+    checks = checks_of(result)
+    assert checks[CONSERVATION_CHECK] and checks[BUDGET_CHECK] is False  # 2/6 critical > 20 %
+    # the blocking budget check failed: the downstream asset did not run
+    materialized = {e.asset_key.to_user_string() for e in result.get_asset_materialization_events()}
+    assert "toy_features" not in materialized and "validated_toy" in materialized
+
+
+def test_within_budget_lets_downstream_run(contract_file, io):
+    contract_file.write_text(TOY_CONTRACT.replace("max_fraction: 0.2", "max_fraction: 0.5"))
+    result = dg.materialize(toy_assets(contract_file), partition_key="good", resources=io, instance=dg.DagsterInstance.ephemeral())
+    materialized = {e.asset_key.to_user_string() for e in result.get_asset_materialization_events()}
+    assert {"validated_toy", "toy_quarantine", "toy_features"} <= materialized
+    assert checks_of(result)["rule_speed_physical"] is False  # the rule failed on one row: visible, not blocking
+
+
+def test_materialization_metadata_tells_the_story(contract_file, io):
+    contract_file.write_text(TOY_CONTRACT.replace("max_fraction: 0.2", "max_fraction: 0.5"))
+    result = dg.materialize(toy_assets(contract_file), partition_key="good", resources=io, instance=dg.DagsterInstance.ephemeral())
+    by_key = {e.asset_key.to_user_string(): e.materialization.metadata for e in result.get_asset_materialization_events()}
+    md = by_key["validated_toy"]
+    assert md["rows_in"].value == 6 and md["valid"].value == 4 and md["quarantined"].value == 2
+    assert "| speed_physical | range | critical | quarantine | 1 |" in md["per_rule"].value
+    assert "1048.36" in by_key["toy_quarantine"]["sample"].value
+
+
+def test_editing_the_contract_marks_validated_and_downstream_stale(contract_file, io):
+    instance = dg.DagsterInstance.ephemeral()
+    contract_file.write_text(TOY_CONTRACT.replace("max_fraction: 0.2", "max_fraction: 0.5"))
+    assets_v1 = toy_assets(contract_file)
+    assert dg.materialize(assets_v1, partition_key="good", resources=io, instance=instance).success
+    resolver = get_stale_status_resolver(instance, assets_v1)
+    assert resolver.get_status(dg.AssetKey("validated_toy"), "good") == StaleStatus.FRESH
+    assert resolver.get_status(dg.AssetKey("toy_features"), "good") == StaleStatus.FRESH
+
+    contract_file.write_text(TOY_CONTRACT.replace("max: 250", "max: 200").replace("max_fraction: 0.2", "max_fraction: 0.5"))
+    assets_v2 = toy_assets(contract_file)
+    resolver = get_stale_status_resolver(instance, assets_v2)
+    for key in ("validated_toy", "toy_quarantine"):
+        assert resolver.get_status(dg.AssetKey(key), "good") == StaleStatus.STALE
+        [cause] = resolver.get_stale_causes(dg.AssetKey(key), "good")
+        assert cause.category.name == "CODE" and "code version" in cause.reason
+
+    # Dagster 1.13 marks a downstream asset stale once its input has a new data version: re-validate, and
+    # everything downstream of validated_toy shows stale, caused by the contract's new data.
+    validate_only = dg.AssetSelection.assets("validated_toy", "toy_quarantine")
+    assert dg.materialize(assets_v2, selection=validate_only, partition_key="good", resources=io, instance=instance).success
+    resolver = get_stale_status_resolver(instance, assets_v2)
+    assert resolver.get_status(dg.AssetKey("validated_toy"), "good") == StaleStatus.FRESH
+    assert resolver.get_status(dg.AssetKey("toy_features"), "good") == StaleStatus.STALE
+    causes = resolver.get_stale_causes(dg.AssetKey("toy_features"), "good")
+    assert any(c.dependency and c.dependency.asset_key == dg.AssetKey("validated_toy") for c in causes)
+
+
+def test_reference_pipeline_partition(io):
+    """One real month through the reference definitions: raw → validated + quarantine with every check."""
+    import definitions
+
+    all_assets = list(definitions.defs.assets)
+    instance = dg.DagsterInstance.ephemeral()
+    unpartitioned = [a for a in all_assets if a.partitions_def is None]
+    assert dg.materialize(unpartitioned, resources=io, instance=instance).success
+    partitioned = [a for a in all_assets if a.partitions_def is not None]
+    result = dg.materialize(
+        all_assets, selection=dg.AssetSelection.assets(*partitioned), partition_key="2013-02", resources=io, instance=instance
+    )
+    assert result.success
+    md = {e.asset_key.to_user_string(): e.materialization.metadata for e in result.get_asset_materialization_events()}
+    assert md["validated_weather"]["quarantined"].value == 1  # the 1,048 mph reading
+    assert md["validated_flights"]["rows_in"].value == md["raw_flights"]["dagster/row_count"].value == 24_951
+    checks = {(e.asset_key.to_user_string(), e.check_name): e.passed for e in result.get_asset_check_evaluations()}
+    assert checks[("validated_flights", CONSERVATION_CHECK)] and checks[("validated_weather", CONSERVATION_CHECK)]
+    assert checks[("validated_flights", BUDGET_CHECK)] and checks[("validated_weather", BUDGET_CHECK)]
