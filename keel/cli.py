@@ -6,7 +6,6 @@ Exit codes, the same for every command: 0 ok, 1 the check found a problem, 2 bad
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -32,7 +31,9 @@ def build_parser() -> argparse.ArgumentParser:
     validate = csub.add_parser("validate", help="validate a CSV or Parquet file against a contract")
     validate.add_argument("--contract", required=True, type=Path, help="contract YAML file")
     validate.add_argument("--data", required=True, type=Path, help="data file (.csv or .parquet)")
-    validate.add_argument("--out", required=True, type=Path, help="directory for valid.parquet, quarantine.parquet, report.json")
+    validate.add_argument(
+        "--out", required=True, type=Path, help="directory for valid.parquet, quarantine.parquet, report.json"
+    )
     validate.add_argument("--dry-run", action="store_true", help="report everything, change and write no rows")
     validate.add_argument(
         "--reference",
@@ -65,7 +66,11 @@ def partition_window(key: str):
         except ValueError:
             continue
         if fmt == "%Y-%m":
-            end = start.replace(year=start.year + 1, month=1) if start.month == 12 else start.replace(month=start.month + 1)
+            end = (
+                start.replace(year=start.year + 1, month=1)
+                if start.month == 12
+                else start.replace(month=start.month + 1)
+            )
         else:
             end = start + timedelta(days=1)
         return PartitionWindow(key, start, end)
@@ -76,16 +81,17 @@ def _contracts_lint(args: argparse.Namespace) -> int:
     from keel.contracts.spec import load_contract
 
     spec = load_contract(args.file)
-    print(f"{args.file}: ok — contract '{spec.name}' v{spec.version}, {len(spec.columns)} columns, {len(spec.rules)} rules, sha256 {spec.content_hash[:12]}")
+    print(
+        f"{args.file}: ok — contract '{spec.name}' v{spec.version}, {len(spec.columns)} columns, {len(spec.rules)} rules, sha256 {spec.content_hash[:12]}"
+    )
     return EXIT_OK
 
 
 def _contracts_validate(args: argparse.Namespace) -> int:
-    from keel.contracts.engine import CompiledContract, PartitionWindow
+    from keel.contracts.engine import CompiledContract
     from keel.contracts.io import read_data_file
-    from keel.storage import write_json_atomic, write_parquet_atomic
-
     from keel.contracts.spec import load_contract
+    from keel.storage import write_json_atomic, write_parquet_atomic
 
     spec = load_contract(args.contract)
     df = read_data_file(args.data)
@@ -100,7 +106,9 @@ def _contracts_validate(args: argparse.Namespace) -> int:
         if column not in frame.columns:
             raise DataReadError(f"{file}: no column '{column}' for reference {name}")
         references[name] = frame[column]
-    result = CompiledContract(spec).validate(df, partition, dry_run=True if args.dry_run else None, references=references)
+    result = CompiledContract(spec).validate(
+        df, partition, dry_run=True if args.dry_run else None, references=references
+    )
     rep = result.report
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
@@ -124,7 +132,9 @@ def _contracts_validate(args: argparse.Namespace) -> int:
     if rep.unexpected_columns:
         print(f"  unexpected columns ({spec.unexpected_columns}): {', '.join(rep.unexpected_columns)}")
     verdict = "EXCEEDED" if rep.budget_exceeded else "ok"
-    print(f"critical failures: {rep.critical_failed_rows:,} rows ({rep.critical_failed_fraction:.3%}), budget {rep.critical_budget_fraction:.3%}: {verdict}")
+    print(
+        f"critical failures: {rep.critical_failed_rows:,} rows ({rep.critical_failed_fraction:.3%}), budget {rep.critical_budget_fraction:.3%}: {verdict}"
+    )
     print(f"wrote {out / 'report.json'}")
     return EXIT_PROBLEM if rep.budget_exceeded else EXIT_OK
 

@@ -43,7 +43,9 @@ class ParquetIOManager(dg.ConfigurableIOManager):
         if obj is None:
             return
         if not isinstance(obj, pl.DataFrame):
-            raise TypeError(f"ParquetIOManager stores polars DataFrames, got {type(obj).__name__} for {context.asset_key}")
+            raise TypeError(
+                f"ParquetIOManager stores polars DataFrames, got {type(obj).__name__} for {context.asset_key}"
+            )
         partition = context.asset_partition_key if context.has_asset_partitions else None
         path = self.path_for(context.asset_key, partition)
         write_parquet_atomic(obj, path)
@@ -57,6 +59,8 @@ class ParquetIOManager(dg.ConfigurableIOManager):
             paths = [self.path_for(key, None)]
         missing = [str(p) for p in paths if not p.exists()]
         if missing:
-            raise FileNotFoundError(f"{key.to_user_string()}: not materialized yet, no file at {', '.join(missing[:3])}")
+            raise FileNotFoundError(
+                f"{key.to_user_string()}: not materialized yet, no file at {', '.join(missing[:3])}"
+            )
         frames = [pl.read_parquet(p) for p in paths]
         return frames[0] if len(frames) == 1 else pl.concat(frames, how="diagonal_relaxed")

@@ -31,7 +31,9 @@ def main() -> int:
     resources = dict(defs.resources)
     instance = dg.DagsterInstance.get()
     t0 = time.perf_counter()
-    print(f"keel: materializing {len(unpartitioned)} reference assets, then {len(keys)} monthly partitions", flush=True)
+    print(
+        f"keel: materializing {len(unpartitioned)} reference assets, then {len(keys)} monthly partitions", flush=True
+    )
     result = dg.materialize(unpartitioned, instance=instance, resources=resources, tags={"keel/source": "scripts/up"})
     if not result.success:
         print("keel: reference assets failed; see the run in the Dagster UI", file=sys.stderr)
@@ -57,11 +59,15 @@ def main() -> int:
                     f"{md['quarantined'].value:,} quarantined"
                 )
         failed_checks = [
-            f"{e.asset_key.to_user_string()}:{e.check_name}" for e in result.get_asset_check_evaluations() if not e.passed
+            f"{e.asset_key.to_user_string()}:{e.check_name}"
+            for e in result.get_asset_check_evaluations()
+            if not e.passed
         ]
         status = "ok" if result.success else "FAILED"
         failures += not result.success
-        print(f"[{i:>2}/{len(keys)}] {key} {status} in {time.perf_counter() - t:4.1f}s  " + "; ".join(line), flush=True)
+        print(
+            f"[{i:>2}/{len(keys)}] {key} {status} in {time.perf_counter() - t:4.1f}s  " + "; ".join(line), flush=True
+        )
         if failed_checks:
             print(f"        failed checks: {', '.join(failed_checks)}", flush=True)
     print(f"keel: done in {time.perf_counter() - t0:.0f}s, {failures} failed partition(s)", flush=True)

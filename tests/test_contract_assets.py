@@ -1,6 +1,5 @@
 """The contract factory in Dagster: materialize() with partition keys, blocking checks, staleness on edit."""
 
-
 from pathlib import Path
 
 import dagster as dg
@@ -61,7 +60,9 @@ def checks_of(result) -> dict[str, bool]:
 
 def test_partition_is_split_and_stored(contract_file, io, tmp_path):
     instance = dg.DagsterInstance.ephemeral()
-    result = dg.materialize(toy_assets(contract_file), partition_key="good", resources=io, instance=instance, raise_on_error=False)
+    result = dg.materialize(
+        toy_assets(contract_file), partition_key="good", resources=io, instance=instance, raise_on_error=False
+    )
     valid = pl.read_parquet(tmp_path / "storage" / "validated_toy" / "good.parquet")
     quarantine = pl.read_parquet(tmp_path / "storage" / "toy_quarantine" / "good.parquet")
     assert sorted(valid["id"].to_list()) == [1, 2, 4, 6]
@@ -76,7 +77,9 @@ def test_partition_is_split_and_stored(contract_file, io, tmp_path):
 
 def test_within_budget_lets_downstream_run(contract_file, io):
     contract_file.write_text(TOY_CONTRACT.replace("max_fraction: 0.2", "max_fraction: 0.5"))
-    result = dg.materialize(toy_assets(contract_file), partition_key="good", resources=io, instance=dg.DagsterInstance.ephemeral())
+    result = dg.materialize(
+        toy_assets(contract_file), partition_key="good", resources=io, instance=dg.DagsterInstance.ephemeral()
+    )
     materialized = {e.asset_key.to_user_string() for e in result.get_asset_materialization_events()}
     assert {"validated_toy", "toy_quarantine", "toy_features"} <= materialized
     assert checks_of(result)["rule_speed_physical"] is False  # the rule failed on one row: visible, not blocking
@@ -84,8 +87,12 @@ def test_within_budget_lets_downstream_run(contract_file, io):
 
 def test_materialization_metadata_tells_the_story(contract_file, io):
     contract_file.write_text(TOY_CONTRACT.replace("max_fraction: 0.2", "max_fraction: 0.5"))
-    result = dg.materialize(toy_assets(contract_file), partition_key="good", resources=io, instance=dg.DagsterInstance.ephemeral())
-    by_key = {e.asset_key.to_user_string(): e.materialization.metadata for e in result.get_asset_materialization_events()}
+    result = dg.materialize(
+        toy_assets(contract_file), partition_key="good", resources=io, instance=dg.DagsterInstance.ephemeral()
+    )
+    by_key = {
+        e.asset_key.to_user_string(): e.materialization.metadata for e in result.get_asset_materialization_events()
+    }
     md = by_key["validated_toy"]
     assert md["rows_in"].value == 6 and md["valid"].value == 4 and md["quarantined"].value == 2
     assert "| speed_physical | range | critical | quarantine | 1 |" in md["per_rule"].value
@@ -101,7 +108,9 @@ def test_editing_the_contract_marks_validated_and_downstream_stale(contract_file
     assert resolver.get_status(dg.AssetKey("validated_toy"), "good") == StaleStatus.FRESH
     assert resolver.get_status(dg.AssetKey("toy_features"), "good") == StaleStatus.FRESH
 
-    contract_file.write_text(TOY_CONTRACT.replace("max: 250", "max: 200").replace("max_fraction: 0.2", "max_fraction: 0.5"))
+    contract_file.write_text(
+        TOY_CONTRACT.replace("max: 250", "max: 200").replace("max_fraction: 0.2", "max_fraction: 0.5")
+    )
     assets_v2 = toy_assets(contract_file)
     resolver = get_stale_status_resolver(instance, assets_v2)
     for key in ("validated_toy", "toy_quarantine"):
@@ -112,7 +121,9 @@ def test_editing_the_contract_marks_validated_and_downstream_stale(contract_file
     # Dagster 1.13 marks a downstream asset stale once its input has a new data version: re-validate, and
     # everything downstream of validated_toy shows stale, caused by the contract's new data.
     validate_only = dg.AssetSelection.assets("validated_toy", "toy_quarantine")
-    assert dg.materialize(assets_v2, selection=validate_only, partition_key="good", resources=io, instance=instance).success
+    assert dg.materialize(
+        assets_v2, selection=validate_only, partition_key="good", resources=io, instance=instance
+    ).success
     resolver = get_stale_status_resolver(instance, assets_v2)
     assert resolver.get_status(dg.AssetKey("validated_toy"), "good") == StaleStatus.FRESH
     assert resolver.get_status(dg.AssetKey("toy_features"), "good") == StaleStatus.STALE
@@ -130,7 +141,11 @@ def test_reference_pipeline_partition(io):
     assert dg.materialize(unpartitioned, resources=io, instance=instance).success
     partitioned = [a for a in all_assets if a.partitions_def is not None]
     result = dg.materialize(
-        all_assets, selection=dg.AssetSelection.assets(*partitioned), partition_key="2013-02", resources=io, instance=instance
+        all_assets,
+        selection=dg.AssetSelection.assets(*partitioned),
+        partition_key="2013-02",
+        resources=io,
+        instance=instance,
     )
     assert result.success
     md = {e.asset_key.to_user_string(): e.materialization.metadata for e in result.get_asset_materialization_events()}

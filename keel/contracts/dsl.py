@@ -209,7 +209,12 @@ class _Parser:
             self.expect("kw", "null", "'null' after 'is'")
             return left.is_not_null() if negated else left.is_null()
         negated_in = False
-        if tok.kind == "kw" and tok.value == "not" and self.tokens[self.i + 1].kind == "kw" and self.tokens[self.i + 1].value == "in":
+        if (
+            tok.kind == "kw"
+            and tok.value == "not"
+            and self.tokens[self.i + 1].kind == "kw"
+            and self.tokens[self.i + 1].value == "in"
+        ):
             self.take()
             negated_in = True
         if self.accept("kw", "in"):

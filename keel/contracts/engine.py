@@ -22,9 +22,9 @@ with ``unexpected_columns: quarantine``, quarantine every row.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
-from collections.abc import Mapping
 from typing import Any
 
 import polars as pl
@@ -176,7 +176,9 @@ class CompiledContract:
     def __init__(self, spec: ContractSpec):
         self.spec = spec
         self.rules: list[CompiledRule] = self._schema_rules() + [self._user_rule(r) for r in spec.rules]
-        self._conditions = {r.id: parse_condition(r.params["expr"]).violation for r in spec.rules if r.type == "condition"}
+        self._conditions = {
+            r.id: parse_condition(r.params["expr"]).violation for r in spec.rules if r.type == "condition"
+        }
 
     @property
     def rule_ids(self) -> list[str]:
@@ -228,7 +230,16 @@ class CompiledContract:
 
     @staticmethod
     def _user_rule(r: RuleSpec) -> CompiledRule:
-        return CompiledRule(r.id, r.type, r.severity, r.action, r.description or _default_reason(r), r.columns, r.max_failure_fraction, r)
+        return CompiledRule(
+            r.id,
+            r.type,
+            r.severity,
+            r.action,
+            r.description or _default_reason(r),
+            r.columns,
+            r.max_failure_fraction,
+            r,
+        )
 
     # -- expressions
     def _typed_column(self, name: str, dtype: pl.DataType) -> tuple[pl.Expr, pl.Expr]:
@@ -383,7 +394,9 @@ class CompiledContract:
             any_of("flag").alias("__flag"),
         ).with_columns((pl.col("__r") & ~pl.col("__q")).alias("__r"))
         enrich_rules = [r for r in self.rules if r.action == "enrich"]
-        enrich_any = pl.any_horizontal([pl.col(_MASK + r.id) for r in enrich_rules]) if enrich_rules else pl.lit(False)
+        enrich_any = (
+            pl.any_horizontal([pl.col(_MASK + r.id) for r in enrich_rules]) if enrich_rules else pl.lit(False)
+        )
         lf = lf.with_columns((enrich_any & ~pl.col("__q") & ~pl.col("__r")).alias("__e"))
         frame = lf.collect()
 
@@ -447,7 +460,9 @@ class CompiledContract:
         return ValidationResult(valid=valid, quarantine=quarantine, rejected=rejected, report=report)
 
     def _first_failing(self, rules: list[CompiledRule], attr: str) -> pl.Expr:
-        return pl.coalesce([pl.when(pl.col(_MASK + r.id)).then(pl.lit(getattr(r, attr))) for r in rules] + [pl.lit(None, pl.String)])
+        return pl.coalesce(
+            [pl.when(pl.col(_MASK + r.id)).then(pl.lit(getattr(r, attr))) for r in rules] + [pl.lit(None, pl.String)]
+        )
 
     def _failed_list(self) -> pl.Expr:
         return pl.concat_str(
@@ -505,20 +520,28 @@ class CompiledContract:
             if e.md5_of:
                 idx = mask.arg_true()
                 keys = frame[idx].select(
-                    pl.concat_str([pl.col(c).cast(pl.String).fill_null("") for c in e.md5_of], separator="|").alias("k")
+                    pl.concat_str([pl.col(c).cast(pl.String).fill_null("") for c in e.md5_of], separator="|").alias(
+                        "k"
+                    )
                 )["k"]
                 filled = [e.prefix + hashlib.md5(k.encode("utf-8")).hexdigest() for k in keys]  # noqa: S324 - an id, not security
                 new = frame[e.column].cast(pl.String).scatter(idx, filled)
                 frame = frame.with_columns(new.alias(e.column))
             else:
                 frame = frame.with_columns(
-                    pl.when(pl.col(_MASK + rule.id)).then(pl.lit(e.value).cast(target)).otherwise(pl.col(e.column)).alias(e.column)
+                    pl.when(pl.col(_MASK + rule.id))
+                    .then(pl.lit(e.value).cast(target))
+                    .otherwise(pl.col(e.column))
+                    .alias(e.column)
                 )
         return frame
 
     # -- the single-record path
     def validate_record(
-        self, record: dict[str, Any], partition: PartitionWindow | None = None, references: Mapping[str, pl.Series] | None = None
+        self,
+        record: dict[str, Any],
+        partition: PartitionWindow | None = None,
+        references: Mapping[str, pl.Series] | None = None,
     ) -> RecordVerdict:
         """Validate one record with the batch semantics (``unique`` cannot fail on a single record)."""
         frame = pl.DataFrame([record]) if record else pl.DataFrame({SOURCE_ROW: [0]})
@@ -561,7 +584,13 @@ def _cast_expr(src: pl.Expr, src_dtype: pl.DataType, target: str, fmt: str | Non
         text = src.cast(pl.String).str.strip_chars()
         if target == "bool":
             lowered = text.str.to_lowercase()
-            return pl.when(lowered.is_in(["true", "t", "yes", "1"])).then(True).when(lowered.is_in(["false", "f", "no", "0"])).then(False).otherwise(None)
+            return (
+                pl.when(lowered.is_in(["true", "t", "yes", "1"]))
+                .then(True)
+                .when(lowered.is_in(["false", "f", "no", "0"]))
+                .then(False)
+                .otherwise(None)
+            )
         if target == "datetime":
             if fmt and "%z" in fmt:
                 return text.str.strptime(pl.Datetime("us"), fmt, strict=False).dt.convert_time_zone("UTC")
@@ -620,7 +649,9 @@ def _default_reason(r: RuleSpec) -> str:
         hi = ("inf" if p["max"] is None else str(p["max"])) + ("]" if p["max_inclusive"] else ")")
         return f"{p['column']} outside {lo}, {hi}"
     if r.type == "in_set":
-        return f"{p['column']} not in {p['reference']}" if "reference" in p else f"{p['column']} not in the allowed set"
+        return (
+            f"{p['column']} not in {p['reference']}" if "reference" in p else f"{p['column']} not in the allowed set"
+        )
     if r.type == "regex":
         return f"{p['column']} does not match {p['pattern']}"
     if r.type == "max_length":

@@ -18,9 +18,8 @@ import polars as pl
 
 from keel.contracts.dsl import DslError, parse_condition
 from keel.contracts.yamlpos import Path, PositionedYaml, load_positioned
-from keel.errors import ContractError
+from keel.errors import ContractError, InvalidNameError
 from keel.names import validate_name
-from keel.errors import InvalidNameError
 
 DTYPES: dict[str, pl.DataType] = {
     "int8": pl.Int8(),
@@ -180,7 +179,16 @@ class _ContractReader:
             raise self.fail(path, f"expected a mapping, got {_kind(value)}")
         return value
 
-    def get(self, m: dict[str, Any], key: str, path: Path, types: tuple[type, ...], *, required: bool = False, default: Any = None) -> Any:
+    def get(
+        self,
+        m: dict[str, Any],
+        key: str,
+        path: Path,
+        types: tuple[type, ...],
+        *,
+        required: bool = False,
+        default: Any = None,
+    ) -> Any:
         if key not in m:
             if required:
                 raise self.fail(path, f"missing required field '{key}'")
@@ -201,7 +209,9 @@ class _ContractReader:
     # -- the document
     def read(self) -> ContractSpec:
         top = self.mapping(self.doc.data, ())
-        self.no_unknown(top, {"contract", "version", "description", "owner", "schema", "rules", "critical_budget", "dry_run"}, ())
+        self.no_unknown(
+            top, {"contract", "version", "description", "owner", "schema", "rules", "critical_budget", "dry_run"}, ()
+        )
         name = self.get(top, "contract", (), (str,), required=True)
         try:
             validate_name(name, what="contract name")
@@ -213,7 +223,9 @@ class _ContractReader:
         description = self.get(top, "description", (), (str,), default="")
         owner = self.get(top, "owner", (), (str,), default="")
         dry_run = self.get(top, "dry_run", (), (bool,), default=False)
-        budget = self.mapping(self.get(top, "critical_budget", (), (dict,), default={"max_fraction": 0.0}), ("critical_budget",))
+        budget = self.mapping(
+            self.get(top, "critical_budget", (), (dict,), default={"max_fraction": 0.0}), ("critical_budget",)
+        )
         self.no_unknown(budget, {"max_fraction"}, ("critical_budget",))
         max_fraction = float(self.get(budget, "max_fraction", ("critical_budget",), (int, float), default=0.0))
         if not 0.0 <= max_fraction <= 1.0:
@@ -221,10 +233,14 @@ class _ContractReader:
 
         schema = self.mapping(self.get(top, "schema", (), (dict,), required=True), ("schema",))
         self.no_unknown(schema, {"columns", "on_violation", "unexpected_columns"}, ("schema",))
-        on_violation = self.mapping(self.get(schema, "on_violation", ("schema",), (dict,), default={}), ("schema", "on_violation"))
+        on_violation = self.mapping(
+            self.get(schema, "on_violation", ("schema",), (dict,), default={}), ("schema", "on_violation")
+        )
         self.no_unknown(on_violation, {"severity", "action"}, ("schema", "on_violation"))
         schema_severity = self.choice(on_violation, "severity", ("schema", "on_violation"), SEVERITIES, "critical")
-        schema_action = self.choice(on_violation, "action", ("schema", "on_violation"), ("quarantine", "reject"), "quarantine")
+        schema_action = self.choice(
+            on_violation, "action", ("schema", "on_violation"), ("quarantine", "reject"), "quarantine"
+        )
         unexpected = self.choice(schema, "unexpected_columns", ("schema",), ("drop", "quarantine"), "drop")
         columns = self.read_columns(self.get(schema, "columns", ("schema",), (dict,), required=True))
 
@@ -239,7 +255,9 @@ class _ContractReader:
             seen.add(rule.id)
             for col in rule.columns:
                 if col not in colnames:
-                    raise self.fail(("rules", i), f"rule '{rule.id}' reads column '{col}', which is not in the schema")
+                    raise self.fail(
+                        ("rules", i), f"rule '{rule.id}' reads column '{col}', which is not in the schema"
+                    )
             rules.append(rule)
         return ContractSpec(
             name=name,
@@ -343,7 +361,9 @@ class _ContractReader:
             )
         elif rtype == "in_set":
             if ("values" in m) == ("reference" in m):
-                raise self.fail(path, "an in_set rule needs either 'values' (a list) or 'reference' (<dataset>.<column>)")
+                raise self.fail(
+                    path, "an in_set rule needs either 'values' (a list) or 'reference' (<dataset>.<column>)"
+                )
             if "reference" in m:
                 ref = self.get(m, "reference", path, (str,))
                 dataset, _, column = ref.partition(".")
@@ -405,20 +425,32 @@ class _ContractReader:
             if rtype in ("regex", "max_length") and cspec.dtype != "string":
                 raise self.fail(path + ("column",), f"a {rtype} rule needs a string column; '{col}' is {cspec.dtype}")
             if rtype == "decimal" and cspec.dtype not in NUMERIC:
-                raise self.fail(path + ("column",), f"a decimal rule needs a numeric column; '{col}' is {cspec.dtype}")
+                raise self.fail(
+                    path + ("column",), f"a decimal rule needs a numeric column; '{col}' is {cspec.dtype}"
+                )
             if rtype == "freshness" and cspec.dtype not in ("date", "datetime"):
-                raise self.fail(path + ("column",), f"a freshness rule needs a date or datetime column; '{col}' is {cspec.dtype}")
+                raise self.fail(
+                    path + ("column",), f"a freshness rule needs a date or datetime column; '{col}' is {cspec.dtype}"
+                )
             if rtype == "range" and cspec.dtype in ("string", "bool"):
-                raise self.fail(path + ("column",), f"a range rule needs a numeric or temporal column; '{col}' is {cspec.dtype}")
+                raise self.fail(
+                    path + ("column",), f"a range rule needs a numeric or temporal column; '{col}' is {cspec.dtype}"
+                )
             if rtype == "range":
                 for bound in ("min", "max"):
                     value = params[bound]
                     if value is None:
                         continue
                     if cspec.dtype in NUMERIC and not isinstance(value, (int, float)):
-                        raise self.fail(path + (bound,), f"{bound} must be a number for {cspec.dtype} column '{col}', got {value!r}")
+                        raise self.fail(
+                            path + (bound,),
+                            f"{bound} must be a number for {cspec.dtype} column '{col}', got {value!r}",
+                        )
                     if cspec.dtype in ("date", "datetime") and not _is_iso(value, cspec.dtype):
-                        raise self.fail(path + (bound,), f"{bound} must be an ISO {cspec.dtype} string for column '{col}', got {value!r}")
+                        raise self.fail(
+                            path + (bound,),
+                            f"{bound} must be an ISO {cspec.dtype} string for column '{col}', got {value!r}",
+                        )
 
         enrich = None
         if action == "enrich":
@@ -493,11 +525,23 @@ def regex_error(pattern: str) -> str | None:
 def _kind(value: Any) -> str:
     if value is None:
         return "nothing (null)"
-    return {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean", int: "an integer", float: "a number"}.get(
-        type(value), type(value).__name__
-    )
+    return {
+        dict: "a mapping",
+        list: "a list",
+        str: "a string",
+        bool: "a boolean",
+        int: "an integer",
+        float: "a number",
+    }.get(type(value), type(value).__name__)
 
 
 def _names(types: tuple[type, ...]) -> str:
-    names = {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean", int: "an integer", float: "a number"}
+    names = {
+        dict: "a mapping",
+        list: "a list",
+        str: "a string",
+        bool: "a boolean",
+        int: "an integer",
+        float: "a number",
+    }
     return " or ".join(names.get(t, t.__name__) for t in types)

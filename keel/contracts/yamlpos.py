@@ -75,7 +75,10 @@ def load_positioned(text: str, source: str = "<string>") -> PositionedYaml:
                     )
                 if key in out:
                     raise ContractError(
-                        f"duplicate key '{key}'", source=source, line=key_node.start_mark.line + 1, field=dotted(path + (key,))
+                        f"duplicate key '{key}'",
+                        source=source,
+                        line=key_node.start_mark.line + 1,
+                        field=dotted(path + (key,)),
                     )
                 out[key] = convert(value_node, path + (key,))
                 lines[path + (key,)] = key_node.start_mark.line + 1
@@ -85,6 +88,8 @@ def load_positioned(text: str, source: str = "<string>") -> PositionedYaml:
         try:
             return constructor.construct_object(n, deep=True)
         except yaml.YAMLError as exc:
-            raise ContractError(f"cannot read value: {exc}", source=source, line=n.start_mark.line + 1, field=dotted(path)) from None
+            raise ContractError(
+                f"cannot read value: {exc}", source=source, line=n.start_mark.line + 1, field=dotted(path)
+            ) from None
 
     return PositionedYaml(convert(node, ()), lines, source)

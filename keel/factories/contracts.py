@@ -19,7 +19,6 @@ The contract's sha256 is the code_version of both assets, so editing the contrac
 downstream, stale in the UI.
 """
 
-
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -52,14 +51,23 @@ def rule_check_name(rule_id: str) -> str:
 def contract_check_specs(spec: ContractSpec) -> list[dg.AssetCheckSpec]:
     key = validated_key(spec.name)
     specs = [
-        dg.AssetCheckSpec(CONSERVATION_CHECK, asset=key, blocking=True, description="rows in = valid + quarantined + rejected, exactly"),
+        dg.AssetCheckSpec(
+            CONSERVATION_CHECK,
+            asset=key,
+            blocking=True,
+            description="rows in = valid + quarantined + rejected, exactly",
+        ),
         dg.AssetCheckSpec(
             BUDGET_CHECK,
             asset=key,
             blocking=True,
             description=f"rows breaking a critical rule ≤ {spec.critical_budget_fraction:.2%} of the partition; blocks downstream",
         ),
-        dg.AssetCheckSpec(SCHEMA_CHECK, asset=key, description="columns present, values of the declared types, non-nullable columns filled"),
+        dg.AssetCheckSpec(
+            SCHEMA_CHECK,
+            asset=key,
+            description="columns present, values of the declared types, non-nullable columns filled",
+        ),
     ]
     for rule in spec.rules:
         specs.append(
@@ -107,7 +115,8 @@ def _check_results(spec: ContractSpec, report: ValidationReport) -> Iterator[dg.
             "critical_failed_rows": report.critical_failed_rows,
             "critical_failed_fraction": dg.MetadataValue.float(report.critical_failed_fraction),
             "budget_fraction": dg.MetadataValue.float(report.critical_budget_fraction),
-            "failing_critical_rules": ", ".join(r.id for r in report.rules if r.severity == "critical" and r.failed) or "none",
+            "failing_critical_rules": ", ".join(r.id for r in report.rules if r.severity == "critical" and r.failed)
+            or "none",
         },
     )
     schema_rules = [r for r in report.rules if r.type == "schema"]
@@ -161,7 +170,9 @@ def contract_assets(
     raw_key = dg.AssetKey(raw_key) if isinstance(raw_key, str) else raw_key
     name = spec.name
     tags = {"keel/contract": name}
-    common: dict[str, Any] = dict(group_name=group_name, code_version=spec.content_hash, io_manager_key=io_manager_key, tags=tags)
+    common: dict[str, Any] = dict(
+        group_name=group_name, code_version=spec.content_hash, io_manager_key=io_manager_key, tags=tags
+    )
 
     ref_datasets = sorted({ref.split(".", 1)[0] for ref in spec.references})
     ref_keys = {ds: (reference_keys or {}).get(ds, dg.AssetKey(f"raw_{ds}")) for ds in ref_datasets}
@@ -196,7 +207,9 @@ def contract_assets(
             dataset, column = ref.split(".", 1)
             frame = refs[f"ref_{dataset}"]
             if column not in frame.columns:
-                raise KeyError(f"contract '{name}' references {ref}, but {ref_keys[dataset].to_user_string()} has no column '{column}'")
+                raise KeyError(
+                    f"contract '{name}' references {ref}, but {ref_keys[dataset].to_user_string()} has no column '{column}'"
+                )
             references[ref] = frame[column]
         result = compiled.validate(raw, _window(context), references=references)
         rep = result.report
@@ -225,16 +238,22 @@ def contract_assets(
                 "dagster/row_count": rep.valid,
             },
         )
-        sample_cols = [c for c in QUARANTINE_SAMPLE_COLUMNS if c in result.quarantine.columns] + list(spec.column_names)
+        sample_cols = [c for c in QUARANTINE_SAMPLE_COLUMNS if c in result.quarantine.columns] + list(
+            spec.column_names
+        )
         yield dg.Output(
             result.quarantine,
             output_name="quarantine",
             metadata={
                 "quarantined": rep.quarantined,
                 "by_rule": dg.MetadataValue.json(
-                    dict(result.quarantine.group_by("_rule_id").len().sort("len", descending=True).iter_rows()) if rep.quarantined else {}
+                    dict(result.quarantine.group_by("_rule_id").len().sort("len", descending=True).iter_rows())
+                    if rep.quarantined
+                    else {}
                 ),
-                "sample": dg.MetadataValue.md(frame_to_markdown(result.quarantine.select(sample_cols), max_rows=10, max_width=24)),
+                "sample": dg.MetadataValue.md(
+                    frame_to_markdown(result.quarantine.select(sample_cols), max_rows=10, max_width=24)
+                ),
                 "contract_version": spec.version,
                 "dagster/row_count": rep.quarantined,
             },

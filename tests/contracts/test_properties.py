@@ -35,10 +35,20 @@ WINDOW = PartitionWindow("2013-01", datetime(2013, 1, 1, tzinfo=UTC), datetime(2
 
 ints = st.one_of(st.none(), st.integers(-(2**63), 2**63 - 1))
 floats = st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True))
-texts = st.one_of(st.none(), st.text(max_size=30), st.sampled_from(["1", "1.5", "nan", "-inf", "abc", "true", "2013-01-05T10:00:00", ""]))
+texts = st.one_of(
+    st.none(),
+    st.text(max_size=30),
+    st.sampled_from(["1", "1.5", "nan", "-inf", "abc", "true", "2013-01-05T10:00:00", ""]),
+)
 bools = st.one_of(st.none(), st.booleans())
 lists = st.one_of(st.none(), st.lists(st.integers(0, 5), max_size=3))
-COLUMN_KINDS = {"int": (ints, pl.Int64), "float": (floats, pl.Float64), "text": (texts, pl.String), "bool": (bools, pl.Boolean), "list": (lists, pl.List(pl.Int64))}
+COLUMN_KINDS = {
+    "int": (ints, pl.Int64),
+    "float": (floats, pl.Float64),
+    "text": (texts, pl.String),
+    "bool": (bools, pl.Boolean),
+    "list": (lists, pl.List(pl.Int64)),
+}
 
 
 @st.composite
@@ -77,7 +87,9 @@ def test_single_record_gets_the_batch_verdict(df):
     for name, frame in (("valid", batch.valid), ("quarantine", batch.quarantine), ("rejected", batch.rejected)):
         for row in frame[SOURCE_ROW].to_list():
             sink_of[row] = name
-    unique_failures = set(batch.quarantine.filter(pl.col("_failed_rules").str.contains("k_unique"))[SOURCE_ROW].to_list())
+    unique_failures = set(
+        batch.quarantine.filter(pl.col("_failed_rules").str.contains("k_unique"))[SOURCE_ROW].to_list()
+    )
     for i, record in enumerate(df.iter_rows(named=True)):
         if i in unique_failures:
             continue

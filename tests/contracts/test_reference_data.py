@@ -25,7 +25,9 @@ def year_results():
     for table in ("flights", "weather"):
         compiled = CompiledContract(load_contract(CONTRACTS / f"{table}.yaml"))
         refs = {"planes.tailnum": read_raw("planes")["tailnum"]}
-        out[table] = [compiled.validate(read_raw_month(table, key), month_window(key), references=refs) for key in MONTHS]
+        out[table] = [
+            compiled.validate(read_raw_month(table, key), month_window(key), references=refs) for key in MONTHS
+        ]
     return out
 
 
@@ -45,7 +47,14 @@ def test_no_row_lost_over_the_year(year_results):
         assert all(r.report.conserved for r in results)
         placed = sum(r.valid.height + r.quarantine.height + r.rejected.height for r in results)
         assert placed == expected
-        rows = pl.concat([pl.concat([r.valid.select(SOURCE_ROW), r.quarantine.select(SOURCE_ROW), r.rejected.select(SOURCE_ROW)]) for r in results])
+        rows = pl.concat(
+            [
+                pl.concat(
+                    [r.valid.select(SOURCE_ROW), r.quarantine.select(SOURCE_ROW), r.rejected.select(SOURCE_ROW)]
+                )
+                for r in results
+            ]
+        )
         assert rows[SOURCE_ROW].n_unique() == expected
 
 

@@ -35,7 +35,14 @@ def test_not_null_quarantines_with_reason_and_provenance():
 
 def test_schema_type_parses_text_and_quarantines_what_does_not_fit():
     c = make_contract("i: {type: int32}\nf: {type: float64}\nb: {type: bool}\nd: {type: date}")
-    df = pl.DataFrame({"i": ["1", "1.5", "x", None], "f": ["2.5", "inf", "NaN", "1e3"], "b": ["true", "0", "maybe", "F"], "d": ["2013-01-01", "2013-02-30", "2013-03-01", None]})
+    df = pl.DataFrame(
+        {
+            "i": ["1", "1.5", "x", None],
+            "f": ["2.5", "inf", "NaN", "1e3"],
+            "b": ["true", "0", "maybe", "F"],
+            "d": ["2013-01-01", "2013-02-30", "2013-03-01", None],
+        }
+    )
     r = c.validate(df)
     assert sinks(r)["valid"] == [0, 3]
     assert failed_rows(r, "schema_type_i") == 2  # "1.5" and "x"
@@ -45,7 +52,9 @@ def test_schema_type_parses_text_and_quarantines_what_does_not_fit():
     # the quarantine keeps the original text, so nothing is lost to the failed cast
     q = r.quarantine.sort(SOURCE_ROW)
     assert q[SOURCE_ROW].to_list() == [1, 2]
-    assert q["i"].to_list() == ["1.5", "x"] and q["f"].to_list() == ["inf", "NaN"] and q["b"].to_list() == ["0", "maybe"]
+    assert (
+        q["i"].to_list() == ["1.5", "x"] and q["f"].to_list() == ["inf", "NaN"] and q["b"].to_list() == ["0", "maybe"]
+    )
 
 
 def test_float_to_int_never_truncates():
@@ -115,10 +124,16 @@ def test_decimal_precision_and_scale():
 
 
 def test_freshness_against_partition_end_and_batch():
-    c = make_contract(
-        "t: {type: datetime}", "- {id: fresh, type: freshness, column: t, max_age: 2d}"
+    c = make_contract("t: {type: datetime}", "- {id: fresh, type: freshness, column: t, max_age: 2d}")
+    df = pl.DataFrame(
+        {
+            "t": [
+                datetime(2013, 1, 31, tzinfo=UTC),
+                datetime(2013, 1, 29, 23, tzinfo=UTC),
+                datetime(2013, 1, 30, 1, tzinfo=UTC),
+            ]
+        }
     )
-    df = pl.DataFrame({"t": [datetime(2013, 1, 31, tzinfo=UTC), datetime(2013, 1, 29, 23, tzinfo=UTC), datetime(2013, 1, 30, 1, tzinfo=UTC)]})
     window = PartitionWindow("2013-01", datetime(2013, 1, 1, tzinfo=UTC), datetime(2013, 2, 1, tzinfo=UTC))
     # ages at the partition end (2013-02-01): 1 day, 2 days 1 hour, 1 day 23 hours
     assert sinks(c.validate(df, window))["quarantine"] == [1]
@@ -127,7 +142,9 @@ def test_freshness_against_partition_end_and_batch():
 
 
 def test_freshness_relative_to_now():
-    c = make_contract("t: {type: datetime}", "- {id: fresh, type: freshness, column: t, max_age: 1h, relative_to: now}")
+    c = make_contract(
+        "t: {type: datetime}", "- {id: fresh, type: freshness, column: t, max_age: 1h, relative_to: now}"
+    )
     now = datetime.now(UTC)
     r = c.validate(pl.DataFrame({"t": [now, datetime(2013, 1, 1, tzinfo=UTC)]}))
     assert sinks(r)["quarantine"] == [1]
@@ -178,7 +195,10 @@ def test_quarantine_wins_over_reject():
     )
     r = c.validate(pl.DataFrame({"a": [-10, -1, 10]}))
     assert sinks(r) == {"valid": [], "quarantine": [2], "rejected": [0, 1]}
-    c2 = make_contract("a: {type: int64}", "- {id: both, type: range, column: a, min: 0, max: 5, action: quarantine}\n- {id: neg, type: range, column: a, min: 0, action: reject}")
+    c2 = make_contract(
+        "a: {type: int64}",
+        "- {id: both, type: range, column: a, min: 0, max: 5, action: quarantine}\n- {id: neg, type: range, column: a, min: 0, action: reject}",
+    )
     r2 = c2.validate(pl.DataFrame({"a": [-1]}))
     assert sinks(r2)["quarantine"] == [0] and r2.quarantine["_failed_rules"][0] == "both,neg"
 

@@ -55,7 +55,11 @@ def test_wrong_field_type():
     e = err("- id: r1\n  type: range\n  column: a\n  min: ten\n  max: 3\n")
     assert e.field == "rules[0].min" and e.line == 11 and "must be a number for int64 column 'a'" in str(e)
     e = err("- id: r1\n  type: range\n  column: a\n  min: [1]\n")
-    assert e.field == "rules[0].min" and e.line == 11 and "expected an integer or a number or a string, got a list" in str(e)
+    assert (
+        e.field == "rules[0].min"
+        and e.line == 11
+        and "expected an integer or a number or a string, got a list" in str(e)
+    )
 
 
 def test_boolean_is_not_a_number():
@@ -66,7 +70,9 @@ def test_boolean_is_not_a_number():
 def test_yaml_syntax_error_names_line():
     with pytest.raises(ContractError) as info:
         parse_contract("contract: x\nversion: 1\nschema: {columns: [a\n", source="broken.yaml")
-    assert info.value.source == "broken.yaml" and info.value.line is not None and "YAML syntax error" in str(info.value)
+    assert (
+        info.value.source == "broken.yaml" and info.value.line is not None and "YAML syntax error" in str(info.value)
+    )
 
 
 def test_unknown_field_and_unknown_column():
