@@ -17,8 +17,9 @@ Grammar (keywords are case-insensitive)::
     unary      := '-' unary | atom
     atom       := NUMBER | STRING | 'true' | 'false' | 'null' | COLUMN | '(' expr ')'
 
-The text is tokenised and parsed into a polars expression by hand; it is never passed to eval/exec, so a rule
-can only ever read columns and compare values.
+The text is tokenised and parsed by hand into a small syntax tree; it is never passed to eval/exec, so a rule can
+only ever read columns and compare values. The tree has two backends with one meaning: a polars expression for
+batches and a Python evaluator for single records (the serving path), kept equal by property tests.
 
 Semantics follow SQL CHECK constraints: a row violates the rule only when the condition is definitely false. A
 comparison with a null operand is unknown and passes; use ``is null`` / ``is not null`` to test nulls. With
@@ -27,6 +28,7 @@ comparison with a null operand is unknown and passes; use ``is null`` / ``is not
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -117,13 +119,37 @@ def tokenize(text: str) -> list[Token]:
     return tokens
 
 
+# -- syntax tree ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Node:
+    op: str  # col, lit, neg, arith, cmp, and, or, not, isnull, notnull, in, notin
+    args: tuple[Any, ...]
+
+
 @dataclass(frozen=True)
 class ParsedCondition:
-    """A parsed condition: the polars expression that is True where a row *violates* it, and the columns read."""
+    """A parsed condition ``check [when guard]``: compile it to polars, or evaluate it on one record."""
 
-    violation: pl.Expr
+    check: Node
+    guard: Node | None
     columns: frozenset[str]
     text: str
+
+    @property
+    def violation(self) -> pl.Expr:
+        """True where a row violates the condition (never null)."""
+        check = to_polars(self.check)
+        if self.guard is None:
+            return check.not_().fill_null(False)
+        return to_polars(self.guard).fill_null(False) & check.not_().fill_null(False)
+
+    def violated_by(self, row: dict[str, Any]) -> bool:
+        """The same verdict for one record (a mapping of column -> typed value)."""
+        if self.guard is not None and evaluate(self.guard, row) is not True:
+            return False
+        return evaluate(self.check, row) is False
 
 
 class _Parser:
@@ -133,7 +159,6 @@ class _Parser:
         self.i = 0
         self.columns: set[str] = set()
 
-    # -- token helpers
     def peek(self) -> Token:
         return self.tokens[self.i]
 
@@ -155,66 +180,45 @@ class _Parser:
             raise DslError(f"expected {what}, found {_describe(got)}", got.pos)
         return tok
 
-    # -- grammar
-    def condition(self) -> pl.Expr:
+    def condition(self) -> tuple[Node, Node | None]:
         check = self.expr()
-        if self.accept("kw", "when"):
-            guard = self.expr()
-            # Violated only where the guard is definitely true and the check definitely false.
-            violation = guard.fill_null(False) & check.not_().fill_null(False)
-        else:
-            violation = check.not_().fill_null(False)
+        guard = self.expr() if self.accept("kw", "when") else None
         end = self.peek()
         if end.kind != "end":
             raise DslError(f"unexpected {_describe(end)}", end.pos)
-        return violation
+        return check, guard
 
-    def expr(self) -> pl.Expr:
+    def expr(self) -> Node:
         left = self.and_expr()
         while self.accept("kw", "or"):
-            left = left | self.and_expr()
+            left = Node("or", (left, self.and_expr()))
         return left
 
-    def and_expr(self) -> pl.Expr:
+    def and_expr(self) -> Node:
         left = self.not_expr()
         while self.accept("kw", "and"):
-            left = left & self.not_expr()
+            left = Node("and", (left, self.not_expr()))
         return left
 
-    def not_expr(self) -> pl.Expr:
+    def not_expr(self) -> Node:
         if self.accept("kw", "not"):
-            return self.not_expr().not_()
+            return Node("not", (self.not_expr(),))
         return self.predicate()
 
-    def predicate(self) -> pl.Expr:
+    def predicate(self) -> Node:
         left = self.sum()
         tok = self.peek()
         if tok.kind == "op" and tok.value in _CMP:
             self.take()
-            right = self.sum()
-            op = tok.value
-            if op in ("==", "="):
-                return left == right
-            if op in ("!=", "<>"):
-                return left != right
-            if op == "<":
-                return left < right
-            if op == "<=":
-                return left <= right
-            if op == ">":
-                return left > right
-            return left >= right
+            op = {"=": "==", "<>": "!="}.get(tok.value, tok.value)
+            return Node("cmp", (op, left, self.sum()))
         if self.accept("kw", "is"):
             negated = self.accept("kw", "not") is not None
             self.expect("kw", "null", "'null' after 'is'")
-            return left.is_not_null() if negated else left.is_null()
+            return Node("notnull" if negated else "isnull", (left,))
         negated_in = False
-        if (
-            tok.kind == "kw"
-            and tok.value == "not"
-            and self.tokens[self.i + 1].kind == "kw"
-            and self.tokens[self.i + 1].value == "in"
-        ):
+        nxt = self.tokens[self.i + 1]
+        if tok.kind == "kw" and tok.value == "not" and nxt.kind == "kw" and nxt.value == "in":
             self.take()
             negated_in = True
         if self.accept("kw", "in"):
@@ -223,12 +227,7 @@ class _Parser:
             while self.accept("op", ","):
                 values.append(self.literal())
             self.expect("op", ")", "')' closing the 'in' list")
-            member = left.is_in(pl.lit(pl.Series(values)).implode()) if values else pl.lit(False)
-            # is_in on a null operand gives null (unknown), which passes, as in SQL.
-            member = pl.when(left.is_null()).then(None).otherwise(member)
-            return member.not_() if negated_in else member
-        if negated_in:
-            raise DslError("expected 'in' after 'not'", self.peek().pos)
+            return Node("notin" if negated_in else "in", (left, tuple(values)))
         return left
 
     def literal(self) -> Any:
@@ -241,42 +240,42 @@ class _Parser:
             return tok.value == "true"
         raise DslError(f"expected a literal value, found {_describe(tok)}", tok.pos)
 
-    def sum(self) -> pl.Expr:
+    def sum(self) -> Node:
         left = self.term()
         while True:
-            if self.accept("op", "+"):
-                left = left + self.term()
-            elif self.accept("op", "-"):
-                left = left - self.term()
+            tok = self.peek()
+            if tok.kind == "op" and tok.value in "+-":
+                self.take()
+                left = Node("arith", (tok.value, left, self.term()))
             else:
                 return left
 
-    def term(self) -> pl.Expr:
+    def term(self) -> Node:
         left = self.unary()
         while True:
-            if self.accept("op", "*"):
-                left = left * self.unary()
-            elif self.accept("op", "/"):
-                left = left / self.unary()
+            tok = self.peek()
+            if tok.kind == "op" and tok.value in "*/":
+                self.take()
+                left = Node("arith", (tok.value, left, self.unary()))
             else:
                 return left
 
-    def unary(self) -> pl.Expr:
+    def unary(self) -> Node:
         if self.accept("op", "-"):
-            return -self.unary()
+            return Node("neg", (self.unary(),))
         return self.atom()
 
-    def atom(self) -> pl.Expr:
+    def atom(self) -> Node:
         tok = self.take()
-        if tok.kind == "num" or tok.kind == "str":
-            return pl.lit(tok.value)
+        if tok.kind in ("num", "str"):
+            return Node("lit", (tok.value,))
         if tok.kind == "kw" and tok.value in ("true", "false"):
-            return pl.lit(tok.value == "true")
+            return Node("lit", (tok.value == "true",))
         if tok.kind == "kw" and tok.value == "null":
-            return pl.lit(None)
+            return Node("lit", (None,))
         if tok.kind == "name":
             self.columns.add(tok.value)
-            return pl.col(tok.value)
+            return Node("col", (tok.value,))
         if tok.kind == "op" and tok.value == "(":
             inner = self.expr()
             self.expect("op", ")", "')'")
@@ -291,9 +290,136 @@ def _describe(tok: Token) -> str:
 
 
 def parse_condition(text: str) -> ParsedCondition:
-    """Parse a condition into the polars expression that marks violating rows."""
+    """Parse a condition; ``.violation`` is the polars expression that marks violating rows."""
     if not isinstance(text, str) or not text.strip():
         raise DslError("the condition is empty", 0)
     parser = _Parser(text)
-    violation = parser.condition()
-    return ParsedCondition(violation=violation, columns=frozenset(parser.columns), text=text)
+    check, guard = parser.condition()
+    return ParsedCondition(check=check, guard=guard, columns=frozenset(parser.columns), text=text)
+
+
+# -- backend 1: polars ------------------------------------------------------------------------------------------
+
+
+def to_polars(node: Node) -> pl.Expr:
+    op, a = node.op, node.args
+    if op == "col":
+        return pl.col(a[0])
+    if op == "lit":
+        return pl.lit(a[0])
+    if op == "neg":
+        return -to_polars(a[0])
+    if op == "arith":
+        left, right = to_polars(a[1]), to_polars(a[2])
+        return {"+": left + right, "-": left - right, "*": left * right, "/": left / right}[a[0]]
+    if op == "cmp":
+        left, right = to_polars(a[1]), to_polars(a[2])
+        return {
+            "==": left == right,
+            "!=": left != right,
+            "<": left < right,
+            "<=": left <= right,
+            ">": left > right,
+            ">=": left >= right,
+        }[a[0]]
+    if op == "and":
+        return to_polars(a[0]) & to_polars(a[1])
+    if op == "or":
+        return to_polars(a[0]) | to_polars(a[1])
+    if op == "not":
+        return to_polars(a[0]).not_()
+    if op == "isnull":
+        return to_polars(a[0]).is_null()
+    if op == "notnull":
+        return to_polars(a[0]).is_not_null()
+    if op in ("in", "notin"):
+        left = to_polars(a[0])
+        member = left.is_in(pl.lit(pl.Series(list(a[1]))).implode())
+        # is_in on a null operand is unknown (null), which passes, as in SQL
+        member = pl.when(left.is_null()).then(None).otherwise(member)
+        return member.not_() if op == "notin" else member
+    raise AssertionError(op)
+
+
+# -- backend 2: one record in Python, with polars' semantics ----------------------------------------------------
+# Nulls propagate (Kleene logic for and/or); '/' is true division and x/0 gives ±inf or NaN; NaN compares equal to
+# NaN and greater than every number, as polars orders floats.
+
+
+def _is_nan(v: Any) -> bool:
+    return isinstance(v, float) and math.isnan(v)
+
+
+def _cmp(op: str, x: Any, y: Any) -> bool:
+    if _is_nan(x) or _is_nan(y):
+        # polars: NaN == NaN, NaN is the largest float
+        kx = (1, 0.0) if _is_nan(x) else (0, x)
+        ky = (1, 0.0) if _is_nan(y) else (0, y)
+        x, y = kx, ky
+    if op == "==":
+        return x == y
+    if op == "!=":
+        return x != y
+    if op == "<":
+        return x < y
+    if op == "<=":
+        return x <= y
+    if op == ">":
+        return x > y
+    return x >= y
+
+
+def _divide(x: Any, y: Any) -> float:
+    x, y = float(x), float(y)
+    if y == 0.0:
+        if x == 0.0 or math.isnan(x):
+            return math.nan
+        return math.copysign(math.inf, x) * math.copysign(1.0, y)
+    return x / y
+
+
+def evaluate(node: Node, row: dict[str, Any]) -> Any:
+    op, a = node.op, node.args
+    if op == "col":
+        return row.get(a[0])
+    if op == "lit":
+        return a[0]
+    if op == "neg":
+        v = evaluate(a[0], row)
+        return None if v is None else -v
+    if op == "arith":
+        x, y = evaluate(a[1], row), evaluate(a[2], row)
+        if x is None or y is None:
+            return None
+        if a[0] == "/":
+            return _divide(x, y)
+        return {"+": lambda: x + y, "-": lambda: x - y, "*": lambda: x * y}[a[0]]()
+    if op == "cmp":
+        x, y = evaluate(a[1], row), evaluate(a[2], row)
+        if x is None or y is None:
+            return None
+        return _cmp(a[0], x, y)
+    if op == "and":
+        x, y = evaluate(a[0], row), evaluate(a[1], row)
+        if x is False or y is False:
+            return False
+        return None if x is None or y is None else True
+    if op == "or":
+        x, y = evaluate(a[0], row), evaluate(a[1], row)
+        if x is True or y is True:
+            return True
+        return None if x is None or y is None else False
+    if op == "not":
+        x = evaluate(a[0], row)
+        return None if x is None else not x
+    if op == "isnull":
+        return evaluate(a[0], row) is None
+    if op == "notnull":
+        return evaluate(a[0], row) is not None
+    if op in ("in", "notin"):
+        x = evaluate(a[0], row)
+        if x is None:
+            return None
+        member = any(v is not None and _cmp("==", x, v) for v in a[1])
+        return (not member) if op == "notin" else member
+    raise AssertionError(op)

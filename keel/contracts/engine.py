@@ -170,6 +170,16 @@ class RecordVerdict:
     enriched: bool
 
 
+@dataclass(frozen=True)
+class _Stages:
+    raw_keep: list[pl.Expr]
+    typed_and_type_masks: list[pl.Expr]
+    rule_masks: list[pl.Expr]
+    missing: tuple[str, ...]
+    unexpected: tuple[str, ...]
+    references: dict[str, pl.Series]  # held so the ids in the cache key stay unique while cached
+
+
 class CompiledContract:
     """A contract turned into polars expressions once, reused for every partition and every record."""
 
@@ -179,6 +189,9 @@ class CompiledContract:
         self._conditions = {
             r.id: parse_condition(r.params["expr"]).violation for r in spec.rules if r.type == "condition"
         }
+        self._uses_now = any(r.params.get("relative_to") == "now" for r in spec.rules if r.type == "freshness")
+        self._stage_cache: dict[tuple, _Stages] = {}
+        self._record_validator: Any = None
 
     @property
     def rule_ids(self) -> list[str]:
@@ -250,7 +263,8 @@ class CompiledContract:
         if dtype.is_nested() or dtype == pl.Object:
             return pl.lit(None, dtype=target), src.is_not_null()
         typed = _cast_expr(src, dtype, cspec.dtype, cspec.format)
-        bad = src.is_not_null() & typed.is_null()
+        # Same type in and out: nothing to parse, so nothing can fail to parse.
+        bad = pl.lit(False) if dtype == target else src.is_not_null() & typed.is_null()
         if cspec.dtype in ("float32", "float64") and not cspec.allow_non_finite:
             bad = bad | typed.is_nan().fill_null(False) | typed.is_infinite().fill_null(False)
         if cspec.dtype == "string":
@@ -318,31 +332,53 @@ class CompiledContract:
         self, df: pl.DataFrame, partition: PartitionWindow | None, references: Mapping[str, pl.Series] | None = None
     ) -> tuple[pl.LazyFrame, list[str], list[str]]:
         """A lazy frame with typed contract columns, raw originals where they differ, and one mask per rule."""
-        spec = self.spec
         references = dict(references or {})
-        absent = [r for r in spec.references if r not in references]
+        absent = [r for r in self.spec.references if r not in references]
         if absent:
             raise ContractError(
-                f"contract '{spec.name}' checks values against {', '.join(absent)}: pass them as references",
-                source=spec.source,
+                f"contract '{self.spec.name}' checks values against {', '.join(absent)}: pass them as references",
+                source=self.spec.source,
             )
-        present = set(df.columns)
-        missing = [c for c in spec.column_names if c not in present]
-        unexpected = [c for c in df.columns if c not in spec.column_names and c != SOURCE_ROW]
+        stages = self._stages(tuple(df.schema.items()), partition, references)
         lf = df.lazy()
-        if SOURCE_ROW not in present:
+        if SOURCE_ROW not in df.schema:
             lf = lf.with_row_index(SOURCE_ROW).with_columns(pl.col(SOURCE_ROW).cast(pl.Int64))
         else:
             lf = lf.with_columns(pl.col(SOURCE_ROW).cast(pl.Int64, strict=False))
+        if stages.raw_keep:
+            lf = lf.with_columns(stages.raw_keep)
+        lf = lf.with_columns(stages.typed_and_type_masks)
+        if stages.unexpected:
+            lf = lf.with_columns(pl.struct(stages.unexpected).struct.json_encode().alias(_RAW + "_extra")).drop(
+                stages.unexpected
+            )
+        lf = lf.with_columns(stages.rule_masks)
+        return lf, list(stages.missing), list(stages.unexpected)
 
+    def _stages(
+        self,
+        schema: tuple[tuple[str, pl.DataType], ...],
+        partition: PartitionWindow | None,
+        references: dict[str, pl.Series],
+    ) -> _Stages:
+        """The expressions for one input schema, built once and cached: the record path reuses them per call."""
+        now_bucket = datetime.now(UTC).replace(microsecond=0) if self._uses_now else None
+        key = (schema, partition, tuple((k, id(v)) for k, v in sorted(references.items())), now_bucket)
+        cached = self._stage_cache.get(key)
+        if cached is not None:
+            return cached
+        spec = self.spec
+        dtypes = dict(schema)
+        missing = tuple(c for c in spec.column_names if c not in dtypes)
+        unexpected = tuple(c for c in dtypes if c not in spec.column_names and c != SOURCE_ROW)
         typed_exprs: list[pl.Expr] = []
         masks: list[pl.Expr] = []
         raw_keep: list[pl.Expr] = []
-        schema_columns_fail = pl.lit(bool(missing) or (bool(unexpected) and spec.unexpected_columns == "quarantine"))
-        masks.append(schema_columns_fail.alias(_MASK + "schema_columns"))
+        schema_columns_fail = bool(missing) or (bool(unexpected) and spec.unexpected_columns == "quarantine")
+        masks.append(pl.lit(schema_columns_fail).alias(_MASK + "schema_columns"))
         for c in spec.columns:
-            if c.name in present:
-                dtype = df.schema[c.name]
+            if c.name in dtypes:
+                dtype = dtypes[c.name]
                 typed, bad = self._typed_column(c.name, dtype)
                 if dtype != c.polars_dtype:
                     raw_keep.append(pl.col(c.name).alias(_RAW + c.name))
@@ -351,23 +387,19 @@ class CompiledContract:
             else:
                 typed_exprs.append(pl.lit(None, dtype=c.polars_dtype).alias(c.name))
                 masks.append(pl.lit(False).alias(_MASK + f"schema_type_{c.name}".lower()))
-        if raw_keep:
-            lf = lf.with_columns(raw_keep)
-        lf = lf.with_columns(typed_exprs + masks)
-        if unexpected:
-            lf = lf.with_columns(pl.struct(unexpected).struct.json_encode().alias(_RAW + "_extra")).drop(unexpected)
-
         rule_masks = []
         for rule in self.rules:
             if rule.spec is None:
                 if rule.id.startswith("schema_not_null_"):
-                    col = rule.columns[0]
-                    rule_masks.append(pl.col(col).is_null().alias(_MASK + rule.id))
+                    rule_masks.append(pl.col(rule.columns[0]).is_null().alias(_MASK + rule.id))
                 continue
             ref = self._freshness_reference(rule, partition) if rule.type == "freshness" else pl.lit(None)
             rule_masks.append(self._rule_violation(rule, ref, references).fill_null(False).alias(_MASK + rule.id))
-        lf = lf.with_columns(rule_masks)
-        return lf, missing, unexpected
+        stages = _Stages(raw_keep, typed_exprs + masks, rule_masks, missing, unexpected, references)
+        if len(self._stage_cache) >= 32:
+            self._stage_cache.pop(next(iter(self._stage_cache)))
+        self._stage_cache[key] = stages
+        return stages
 
     def validate(
         self,
@@ -543,18 +575,12 @@ class CompiledContract:
         partition: PartitionWindow | None = None,
         references: Mapping[str, pl.Series] | None = None,
     ) -> RecordVerdict:
-        """Validate one record with the batch semantics (``unique`` cannot fail on a single record)."""
-        frame = pl.DataFrame([record]) if record else pl.DataFrame({SOURCE_ROW: [0]})
-        result = self.validate(frame, partition, dry_run=False, references=references)
-        failed = tuple(r.id for r in result.report.rules if r.failed)
-        if result.quarantine.height:
-            return RecordVerdict("quarantine", failed, result.quarantine.row(0, named=True), False)
-        if result.rejected.height:
-            return RecordVerdict("rejected", failed, dict(record), False)
-        row = result.valid.row(0, named=True)
-        enriched = bool(row.pop(ENRICHED))
-        row.pop(SOURCE_ROW, None)
-        return RecordVerdict("valid", failed, row, enriched)
+        """Validate one record with the batch semantics (see keel.contracts.record); ``unique`` cannot fail here."""
+        if self._record_validator is None:
+            from keel.contracts.record import RecordValidator
+
+            self._record_validator = RecordValidator(self)
+        return self._record_validator.validate(record, partition, references)
 
 
 def validate_frame(
@@ -626,16 +652,23 @@ def _to_text(expr: pl.Expr, dtype: pl.DataType) -> pl.Expr:
     return expr.cast(pl.String, strict=False)
 
 
-def _literal_for(value: Any, dtype: str) -> pl.Expr:
+def _literal_value(value: Any, dtype: str) -> Any:
+    """A range bound as the Python value it means for a column of ``dtype``."""
     from datetime import date
 
     if dtype == "datetime" and isinstance(value, str):
         dt = datetime.fromisoformat(value)
-        dt = dt.replace(tzinfo=UTC) if dt.tzinfo is None else dt.astimezone(UTC)
-        return pl.lit(dt).cast(pl.Datetime("us", "UTC"))
+        return dt.replace(tzinfo=UTC) if dt.tzinfo is None else dt.astimezone(UTC)
     if dtype == "date" and isinstance(value, str):
-        return pl.lit(date.fromisoformat(value))
-    return pl.lit(value)
+        return date.fromisoformat(value)
+    return value
+
+
+def _literal_for(value: Any, dtype: str) -> pl.Expr:
+    lit = _literal_value(value, dtype)
+    if dtype == "datetime":
+        return pl.lit(lit).cast(pl.Datetime("us", "UTC"))
+    return pl.lit(lit)
 
 
 def _default_reason(r: RuleSpec) -> str:

@@ -418,6 +418,18 @@ class _ContractReader:
                 raise self.fail(path + ("expr",), f"cannot parse condition {expr_text!r}: {exc}") from None
             params["expr"] = expr_text
             params["_condition_columns"] = sorted(parsed.columns)
+            unknown = sorted(parsed.columns - set(colspecs))
+            if unknown:
+                raise self.fail(
+                    path + ("expr",), f"condition reads column '{unknown[0]}', which is not in the schema"
+                )
+            # Type-check against the schema now (e.g. a string compared with a number), not at run time.
+            empty = pl.DataFrame(schema={c.name: c.polars_dtype for c in columns})
+            try:
+                empty.select(parsed.violation)
+            except Exception as exc:  # polars raises several error types for ill-typed expressions
+                first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                raise self.fail(path + ("expr",), f"condition {expr_text!r} does not type-check: {first}") from None
 
         col = params.get("column")
         if col is not None and col in colspecs:

@@ -78,7 +78,7 @@ def test_every_row_ends_in_exactly_one_sink(df, dry_run):
     assert result.valid.schema["k"] == pl.Int64 and result.valid.schema["t"] == pl.Datetime("us", "UTC")
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(malformed_frames())
 def test_single_record_gets_the_batch_verdict(df):
     """Each row validated alone lands in the same sink as in the batch (unique is the one batch-only rule)."""

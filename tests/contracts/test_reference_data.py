@@ -113,3 +113,29 @@ def test_duplicate_local_hours_at_the_dst_change_are_quarantined(year_results):
 def test_no_partition_exceeds_its_critical_budget(year_results):
     for table, results in year_results.items():
         assert not any(r.report.budget_exceeded for r in results), table
+
+
+@pytest.mark.parametrize("table, month", [("weather", "2013-11"), ("flights", "2013-02")])
+def test_single_record_path_agrees_with_batch_on_real_rows(table, month):
+    compiled = CompiledContract(load_contract(CONTRACTS / f"{table}.yaml"))
+    refs = {"planes.tailnum": read_raw("planes")["tailnum"]}
+    raw = read_raw_month(table, month)
+    if table == "flights":
+        raw = raw.sample(4000, seed=7)
+    batch = compiled.validate(raw, month_window(month), references=refs)
+    sink = {row: "valid" for row in batch.valid[SOURCE_ROW]}
+    sink |= {row: "quarantine" for row in batch.quarantine[SOURCE_ROW]}
+    sink |= {row: "rejected" for row in batch.rejected[SOURCE_ROW]}
+    batch_only = set(
+        batch.quarantine.filter(pl.col("_failed_rules").str.contains("one_reading|one_departure"))[SOURCE_ROW]
+    )
+    valid_by_row = {r[SOURCE_ROW]: r for r in batch.valid.iter_rows(named=True)}
+    for record in raw.iter_rows(named=True):
+        row = record.pop(SOURCE_ROW)
+        if row in batch_only:
+            continue
+        verdict = compiled.validate_record(record, month_window(month), references=refs)
+        assert verdict.sink == sink[row], (row, verdict.failed_rules)
+        if verdict.sink == "valid":
+            expected = {k: v for k, v in valid_by_row[row].items() if not k.startswith("_")}
+            assert verdict.record == expected
