@@ -286,8 +286,10 @@ class RecordValidator:
                         bad = True
                     else:
                         scaled = f * (10 ** p["scale"])
-                        bad = abs(scaled - round(scaled)) > 1e-6 * max(1.0, abs(scaled)) or abs(f) >= 10 ** (
-                            p["precision"] - p["scale"]
+                        bad = (
+                            not math.isfinite(scaled)  # overflowed: polars gets NaN here, which fails
+                            or abs(scaled - round(scaled)) > 1e-6 * max(1.0, abs(scaled))
+                            or abs(f) >= 10 ** (p["precision"] - p["scale"])
                         )
             elif rule.type == "freshness":
                 if v is not None:
@@ -305,8 +307,9 @@ class RecordValidator:
                 bad = self._conditions[rule.id].violated_by(typed)
             elif rule.type == "parseable":
                 if v is not None:
+                    as_type, fmt = p["as"], p.get("format")
                     parsed = _polars_value(
-                        _polars_text(v), lambda c, dt: _cast_expr(c, pl.String(), p["as"], p.get("format"))
+                        _polars_text(v), lambda c, dt, t=as_type, f=fmt: _cast_expr(c, pl.String(), t, f)
                     )
                     bad = parsed is None
             fails[rule.id] = bad
