@@ -178,6 +178,7 @@ class _Stages:
     missing: tuple[str, ...]
     unexpected: tuple[str, ...]
     references: dict[str, pl.Series]  # held so the ids in the cache key stay unique while cached
+    active: frozenset[str]  # rules with a mask column; the others cannot fail on this input
 
 
 class CompiledContract:
@@ -255,8 +256,8 @@ class CompiledContract:
         )
 
     # -- expressions
-    def _typed_column(self, name: str, dtype: pl.DataType) -> tuple[pl.Expr, pl.Expr]:
-        """(typed value, type-violation mask) for one contract column present in the input with ``dtype``."""
+    def _typed_column(self, name: str, dtype: pl.DataType) -> tuple[pl.Expr, pl.Expr | None]:
+        """(typed value, type-violation mask or None where no value can fail) for one column present as ``dtype``."""
         cspec = self.spec.column(name)
         target = cspec.polars_dtype
         src = pl.col(name)
@@ -264,12 +265,14 @@ class CompiledContract:
             return pl.lit(None, dtype=target), src.is_not_null()
         typed = _cast_expr(src, dtype, cspec.dtype, cspec.format)
         # Same type in and out: nothing to parse, so nothing can fail to parse.
-        bad = pl.lit(False) if dtype == target else src.is_not_null() & typed.is_null()
+        parts = [] if dtype == target else [src.is_not_null() & typed.is_null()]
         if cspec.dtype in ("float32", "float64") and not cspec.allow_non_finite:
-            bad = bad | typed.is_nan().fill_null(False) | typed.is_infinite().fill_null(False)
+            parts.append(~typed.is_finite().fill_null(True))
         if cspec.dtype == "string":
-            bad = bad | typed.str.contains(_REPLACEMENT_CHAR, literal=True).fill_null(False)
-        return typed, bad
+            parts.append(typed.str.contains(_REPLACEMENT_CHAR, literal=True).fill_null(False))
+        if not parts:
+            return typed, None
+        return typed, pl.any_horizontal(parts) if len(parts) > 1 else parts[0]
 
     def _rule_violation(self, rule: CompiledRule, ref_time: pl.Expr, references: Mapping[str, pl.Series]) -> pl.Expr:
         r = rule.spec
@@ -330,8 +333,12 @@ class CompiledContract:
     # -- the batch path
     def plan(
         self, df: pl.DataFrame, partition: PartitionWindow | None, references: Mapping[str, pl.Series] | None = None
-    ) -> tuple[pl.LazyFrame, list[str], list[str]]:
-        """A lazy frame with typed contract columns, raw originals where they differ, and one mask per rule."""
+    ) -> tuple[pl.LazyFrame, _Stages]:
+        """A lazy frame with typed contract columns, raw originals where they differ, and a mask per rule that can fail.
+
+        Rules that cannot fail on this input (a type check on a column that already has the type) get no column:
+        ``stages.active`` names the rules that have one.
+        """
         references = dict(references or {})
         absent = [r for r in self.spec.references if r not in references]
         if absent:
@@ -353,7 +360,7 @@ class CompiledContract:
                 stages.unexpected
             )
         lf = lf.with_columns(stages.rule_masks)
-        return lf, list(stages.missing), list(stages.unexpected)
+        return lf, stages
 
     def _stages(
         self,
@@ -375,7 +382,10 @@ class CompiledContract:
         masks: list[pl.Expr] = []
         raw_keep: list[pl.Expr] = []
         schema_columns_fail = bool(missing) or (bool(unexpected) and spec.unexpected_columns == "quarantine")
-        masks.append(pl.lit(schema_columns_fail).alias(_MASK + "schema_columns"))
+        active = set()
+        if schema_columns_fail:
+            masks.append(pl.lit(True).alias(_MASK + "schema_columns"))
+            active.add("schema_columns")
         for c in spec.columns:
             if c.name in dtypes:
                 dtype = dtypes[c.name]
@@ -383,19 +393,24 @@ class CompiledContract:
                 if dtype != c.polars_dtype:
                     raw_keep.append(pl.col(c.name).alias(_RAW + c.name))
                 typed_exprs.append(typed.alias(c.name))
-                masks.append(bad.alias(_MASK + f"schema_type_{c.name}".lower()))
+                if bad is not None:
+                    masks.append(bad.alias(_MASK + f"schema_type_{c.name}".lower()))
+                    active.add(f"schema_type_{c.name}".lower())
             else:
                 typed_exprs.append(pl.lit(None, dtype=c.polars_dtype).alias(c.name))
-                masks.append(pl.lit(False).alias(_MASK + f"schema_type_{c.name}".lower()))
         rule_masks = []
         for rule in self.rules:
             if rule.spec is None:
                 if rule.id.startswith("schema_not_null_"):
                     rule_masks.append(pl.col(rule.columns[0]).is_null().alias(_MASK + rule.id))
+                    active.add(rule.id)
                 continue
             ref = self._freshness_reference(rule, partition) if rule.type == "freshness" else pl.lit(None)
             rule_masks.append(self._rule_violation(rule, ref, references).fill_null(False).alias(_MASK + rule.id))
-        stages = _Stages(raw_keep, typed_exprs + masks, rule_masks, missing, unexpected, references)
+            active.add(rule.id)
+        stages = _Stages(
+            raw_keep, typed_exprs + masks, rule_masks, missing, unexpected, references, frozenset(active)
+        )
         if len(self._stage_cache) >= 32:
             self._stage_cache.pop(next(iter(self._stage_cache)))
         self._stage_cache[key] = stages
@@ -412,28 +427,30 @@ class CompiledContract:
         """Split ``df`` into valid / quarantine / rejected. ``references`` maps ``<dataset>.<column>`` to its values."""
         spec = self.spec
         dry = spec.dry_run if dry_run is None else dry_run
-        lf, missing, unexpected = self.plan(df, partition, references)
+        lf, stages = self.plan(df, partition, references)
+        missing, unexpected = list(stages.missing), list(stages.unexpected)
+        active = [r for r in self.rules if r.id in stages.active]
 
         def any_of(action: str) -> pl.Expr:
-            cols = [pl.col(_MASK + r.id) for r in self.rules if r.action == action]
+            cols = [pl.col(_MASK + r.id) for r in active if r.action == action]
             return pl.any_horizontal(cols) if cols else pl.lit(False)
 
-        critical = [pl.col(_MASK + r.id) for r in self.rules if r.severity == "critical"]
+        critical = [pl.col(_MASK + r.id) for r in active if r.severity == "critical"]
         lf = lf.with_columns(
             any_of("quarantine").alias("__q"),
             any_of("reject").alias("__r"),
             (pl.any_horizontal(critical) if critical else pl.lit(False)).alias("__crit"),
             any_of("flag").alias("__flag"),
         ).with_columns((pl.col("__r") & ~pl.col("__q")).alias("__r"))
-        enrich_rules = [r for r in self.rules if r.action == "enrich"]
+        enrich_rules = [r for r in active if r.action == "enrich"]
         enrich_any = (
             pl.any_horizontal([pl.col(_MASK + r.id) for r in enrich_rules]) if enrich_rules else pl.lit(False)
         )
         lf = lf.with_columns((enrich_any & ~pl.col("__q") & ~pl.col("__r")).alias("__e"))
         frame = lf.collect()
 
-        counts = frame.select(
-            [pl.col(_MASK + r.id).sum().alias(r.id) for r in self.rules]
+        counts = {r.id: 0 for r in self.rules} | frame.select(
+            [pl.col(_MASK + r.id).sum().alias(r.id) for r in active]
             + [pl.col(x).sum().alias(x) for x in ("__q", "__r", "__crit", "__e", "__flag")]
         ).row(0, named=True)
         n = frame.height
@@ -464,12 +481,14 @@ class CompiledContract:
             rejected = pl.DataFrame(schema=REJECTED_SCHEMA)
         else:
             keep = ~pl.col("__q") & ~pl.col("__r")
-            valid_frame = frame.filter(keep)
+            # Project before filtering: the mask columns are not copied into the outputs.
+            valid_cols = contract_cols + [SOURCE_ROW, "__e"] + [_MASK + r.id for r in enrich_rules]
+            valid_frame = frame.lazy().filter(keep).select(valid_cols).collect()
             valid = self._apply_enrichment(valid_frame, enrich_rules).select(
                 contract_cols + [SOURCE_ROW, pl.col("__e").alias(ENRICHED)]
             )
-            quarantine = self._quarantine_rows(frame.filter(pl.col("__q")), partition_key, bool(unexpected))
-            rejected = self._rejected_rows(frame.filter(pl.col("__r")), partition_key)
+            quarantine = self._quarantine_rows(frame.filter(pl.col("__q")), partition_key, bool(unexpected), active)
+            rejected = self._rejected_rows(frame.filter(pl.col("__r")), partition_key, active)
         report = ValidationReport(
             contract=spec.name,
             contract_version=spec.version,
@@ -496,15 +515,17 @@ class CompiledContract:
             [pl.when(pl.col(_MASK + r.id)).then(pl.lit(getattr(r, attr))) for r in rules] + [pl.lit(None, pl.String)]
         )
 
-    def _failed_list(self) -> pl.Expr:
+    def _failed_list(self, active: list[CompiledRule]) -> pl.Expr:
         return pl.concat_str(
-            [pl.when(pl.col(_MASK + r.id)).then(pl.lit(r.id)) for r in self.rules], separator=",", ignore_nulls=True
+            [pl.when(pl.col(_MASK + r.id)).then(pl.lit(r.id)) for r in active], separator=",", ignore_nulls=True
         )
 
-    def _quarantine_rows(self, rows: pl.DataFrame, partition_key: str | None, has_extra: bool) -> pl.DataFrame:
+    def _quarantine_rows(
+        self, rows: pl.DataFrame, partition_key: str | None, has_extra: bool, active: list[CompiledRule]
+    ) -> pl.DataFrame:
         if rows.height == 0:
             return self._empty_quarantine()
-        q_rules = [r for r in self.rules if r.action == "quarantine"]
+        q_rules = [r for r in active if r.action == "quarantine"]
         values = []
         for c in self.spec.column_names:
             src = _RAW + c if (_RAW + c) in rows.columns else c
@@ -514,7 +535,7 @@ class CompiledContract:
             pl.lit(self.spec.version, pl.Int64).alias("_contract_version"),
             pl.lit(self.spec.content_hash).alias("_contract_hash"),
             self._first_failing(q_rules, "id").alias("_rule_id"),
-            self._failed_list().alias("_failed_rules"),
+            self._failed_list(active).alias("_failed_rules"),
             self._first_failing(q_rules, "severity").alias("_severity"),
             self._first_failing(q_rules, "reason").alias("_reason"),
             pl.lit(partition_key, pl.String).alias("_partition"),
@@ -529,14 +550,16 @@ class CompiledContract:
         schema = {c: pl.String() for c in self.spec.column_names} | QUARANTINE_META_SCHEMA
         return pl.DataFrame(schema=schema)
 
-    def _rejected_rows(self, rows: pl.DataFrame, partition_key: str | None) -> pl.DataFrame:
+    def _rejected_rows(
+        self, rows: pl.DataFrame, partition_key: str | None, active: list[CompiledRule]
+    ) -> pl.DataFrame:
         if rows.height == 0:
             return pl.DataFrame(schema=REJECTED_SCHEMA)
-        r_rules = [r for r in self.rules if r.action == "reject"]
+        r_rules = [r for r in active if r.action == "reject"]
         return rows.select(
             pl.col(SOURCE_ROW),
             self._first_failing(r_rules, "id").alias("_rule_id"),
-            self._failed_list().alias("_failed_rules"),
+            self._failed_list(active).alias("_failed_rules"),
             self._first_failing(r_rules, "reason").alias("_reason"),
             pl.lit(partition_key, pl.String).alias("_partition"),
         )

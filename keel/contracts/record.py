@@ -16,6 +16,7 @@ from datetime import UTC, date, datetime
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
+import flpc
 import polars as pl
 
 from keel.contracts.dsl import parse_condition
@@ -35,9 +36,17 @@ _INT_RANGE = {
 _ASCII_INT = frozenset("0123456789")
 
 
-@lru_cache(maxsize=65536)
+@lru_cache(maxsize=1024)
+def _compiled(pattern: str) -> Any:
+    return flpc.compile(pattern)
+
+
 def _regex_matches(pattern: str, value: str) -> bool:
-    return bool(pl.Series([value], dtype=pl.String).str.contains(pattern).item())
+    """Search semantics of polars' ``str.contains``, on the same Rust ``regex`` crate (via flpc), compiled once.
+
+    polars compiles the pattern on every call (~300 µs); flpc keeps the compiled automaton (<1 µs a match).
+    """
+    return flpc.search(_compiled(pattern), value) is not None
 
 
 def _polars_value(value: Any, expr_for: Any) -> Any:

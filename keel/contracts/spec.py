@@ -523,7 +523,17 @@ def _is_iso(value: Any, dtype: str) -> bool:
 
 
 def regex_error(pattern: str) -> str | None:
-    """Compile ``pattern`` with polars' Rust regex engine (linear time); Python's ``re`` never sees it."""
+    """Compile ``pattern`` with both linear-time engines keel runs it on: polars (batches) and flpc (single
+    records), both the Rust ``regex`` crate. Python's ``re`` never sees a user pattern."""
+    import flpc
+
+    try:
+        flpc.compile(pattern)
+    except Exception as exc:  # flpc raises ValueError with the crate's message
+        lines = [ln for ln in str(exc).splitlines() if ln.startswith("error:")]
+        return (
+            lines[0][len("error:") :].strip() if lines else (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        )
     try:
         pl.Series("p", [""], dtype=pl.String).str.contains(pattern)
     except Exception as exc:  # polars raises ComputeError with the engine's message

@@ -36,3 +36,32 @@ def test_python_re_is_never_imported_for_user_patterns():
     imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
     imported |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
     assert "re" not in imported and "regex" not in imported
+
+
+PATTERNS = [
+    r"^[A-Z0-9]{2}$",
+    r"^N[0-9A-Z]{1,5}$",
+    r"\d+",
+    r"^\w+$",
+    r"é|ß",
+    r"(?i)^ab",
+    r"^$",
+    r"[[:alpha:]]{3}",
+    r"\bA",
+]
+
+
+def test_record_and_batch_regex_engines_agree():
+    """flpc (records) and polars (batches) are both the Rust regex crate: same answers, Unicode classes included."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from keel.contracts.record import _regex_matches
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.sampled_from(PATTERNS), st.text(max_size=12))
+    def check(pattern, text):
+        batch = pl.Series([text], dtype=pl.String).str.contains(pattern).item()
+        assert _regex_matches(pattern, text) == batch
+
+    check()
