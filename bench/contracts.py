@@ -235,13 +235,13 @@ def main() -> int:
     for rows in (int(x) for x in args.rows.split(",")):
         print(f"\n== {rows:,} rows, 12 rules (2 regex, 2 conditions) ==", flush=True)
         df = flights_like(rows)
-        t_keel, keel_out = timed(lambda: run_keel(compiled, df), args.repeats)
-        t_floor, floor_out = timed(lambda: run_floor(df), args.repeats)
+        t_keel, keel_out = timed(lambda df=df: run_keel(compiled, df), args.repeats)
+        t_floor, floor_out = timed(lambda df=df: run_floor(df), args.repeats)
         mismatch = {k: (keel_out[k], v) for k, v in floor_out.items() if keel_out.get(k) != v}
         if mismatch:
             print(f"keel and the floor disagree: {mismatch}", file=sys.stderr)
             return 1
-        t_pandera, pandera_out = timed(lambda: run_pandera(schema, df), max(1, args.repeats // 2))
+        t_pandera, pandera_out = timed(lambda df=df: run_pandera(schema, df), max(1, args.repeats // 2))
         row = {
             "rows": rows,
             "keel_s": t_keel,
@@ -252,7 +252,7 @@ def main() -> int:
         row["pandera_flagged"] = pandera_out["quarantined"]
         if rows <= args.ge_max_rows:
             pdf = df.to_pandas()
-            t_ge, ge_out = timed(lambda: run_ge(validation, pdf), 1)
+            t_ge, ge_out = timed(lambda pdf=pdf: run_ge(validation, pdf), 1)
             row["ge_s"] = t_ge
             del pdf
         for name in ("keel", "floor", "pandera", "ge"):
