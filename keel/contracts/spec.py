@@ -544,26 +544,14 @@ def regex_error(pattern: str) -> str | None:
     return None
 
 
+_TYPE_NAMES = {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean", int: "an integer", float: "a number"}
+
+
 def _kind(value: Any) -> str:
     if value is None:
         return "nothing (null)"
-    return {
-        dict: "a mapping",
-        list: "a list",
-        str: "a string",
-        bool: "a boolean",
-        int: "an integer",
-        float: "a number",
-    }.get(type(value), type(value).__name__)
+    return _TYPE_NAMES.get(type(value), type(value).__name__)
 
 
 def _names(types: tuple[type, ...]) -> str:
-    names = {
-        dict: "a mapping",
-        list: "a list",
-        str: "a string",
-        bool: "a boolean",
-        int: "an integer",
-        float: "a number",
-    }
-    return " or ".join(names.get(t, t.__name__) for t in types)
+    return " or ".join(_TYPE_NAMES.get(t, t.__name__) for t in types)
