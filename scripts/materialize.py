@@ -19,6 +19,10 @@ import definitions  # noqa: E402
 from assets.partitions import monthly_2013  # noqa: E402
 
 
+# Step-by-step events go to the instance (the UI shows them); the terminal gets one progress line per month.
+QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--partitions", help="comma-separated month keys (default: all of 2013)")
@@ -34,7 +38,9 @@ def main() -> int:
     print(
         f"keel: materializing {len(unpartitioned)} reference assets, then {len(keys)} monthly partitions", flush=True
     )
-    result = dg.materialize(unpartitioned, instance=instance, resources=resources, tags={"keel/source": "scripts/up"})
+    result = dg.materialize(
+        unpartitioned, instance=instance, resources=resources, run_config=QUIET, tags={"keel/source": "scripts/up"}
+    )
     if not result.success:
         print("keel: reference assets failed; see the run in the Dagster UI", file=sys.stderr)
         return 1
@@ -48,6 +54,7 @@ def main() -> int:
             resources=resources,
             partition_key=key,
             raise_on_error=False,
+            run_config=QUIET,
             tags={"keel/source": "scripts/up"},
         )
         line = []
