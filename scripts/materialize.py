@@ -18,7 +18,6 @@ import dagster as dg  # noqa: E402
 import definitions  # noqa: E402
 from assets.partitions import monthly_2013  # noqa: E402
 
-
 # Step-by-step events go to the instance (the UI shows them); the terminal gets one progress line per month.
 QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 

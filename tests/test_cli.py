@@ -147,3 +147,29 @@ def test_real_weather_file_with_partition_window(tmp_path):
     report = json.loads((out / "report.json").read_text())
     assert report["rows_in"] == 26_115 and report["conserved"]
     assert {r["id"]: r["failed"] for r in report["rules"]}["wind_speed_physical"] == 1
+
+
+def test_drift_cli_exit_codes(tmp_path):
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    ref = tmp_path / "ref.parquet"
+    pl.DataFrame({"x": rng.normal(0, 1, 5000), "c": rng.choice(["a", "b"], 5000)}).write_parquet(ref)
+    same = tmp_path / "same.csv"
+    pl.DataFrame({"x": rng.normal(0, 1, 4000), "c": rng.choice(["a", "b"], 4000)}).write_csv(same)
+    moved = tmp_path / "moved.parquet"
+    pl.DataFrame({"x": rng.normal(1, 1, 4000), "c": rng.choice(["a", "b"], 4000)}).write_parquet(moved)
+    out = tmp_path / "report.json"
+    ok = keel("drift", "--reference", str(ref), "--current", str(same), "--out", str(out))
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert json.loads(out.read_text())["verdict"] == "no_drift"
+    drifted = keel("drift", "--reference", str(ref), "--current", str(moved), "--features", "x", "--out", str(out))
+    assert drifted.returncode == 1
+    report = json.loads(out.read_text())
+    assert report["drifted_features"] == ["x"] and [f["feature"] for f in report["features"]] == ["x"]
+    assert (
+        keel("drift", "--reference", str(ref), "--current", str(tmp_path / "nope.csv"), "--out", str(out)).returncode
+        == 2
+    )
+    bad = keel("drift", "--reference", str(ref), "--current", str(moved), "--features", "zzz", "--out", str(out))
+    assert bad.returncode == 2 and "zzz" in bad.stderr

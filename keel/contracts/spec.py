@@ -544,7 +544,14 @@ def regex_error(pattern: str) -> str | None:
     return None
 
 
-_TYPE_NAMES = {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean", int: "an integer", float: "a number"}
+_TYPE_NAMES = {
+    dict: "a mapping",
+    list: "a list",
+    str: "a string",
+    bool: "a boolean",
+    int: "an integer",
+    float: "a number",
+}
 
 
 def _kind(value: Any) -> str:
