@@ -1,0 +1,155 @@
+"""The flight-delay feature set, declared once.
+
+Every feature has a name, a type, a declared range (feature health checks values against it) and a reference
+default (what a frozen feature serves when it has no last good value). They come in four groups, each with one
+definition that both paths use:
+
+- **request**: computed from the flight being scored (calendar, distance) — ``request_expressions``;
+- **weather**: the hourly observation at the origin at the scheduled hour (UTC ``time_hour``) — keyed by
+  ``(origin, time_hour)``;
+- **plane**: age and seats of the aircraft — keyed by ``tailnum``;
+- **history**: smoothed share of flights arriving more than 15 minutes late, per carrier, route and origin × hour,
+  from flights on *earlier days only* (their outcomes were known before the flight was scheduled) — keyed by the
+  group's columns, as of a day.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import polars as pl
+
+LATE_MINUTES = 15
+PRIOR_RATE = 0.2  # smoothing prior for delay rates: the long-run share of late arrivals at NYC airports
+PRIOR_WEIGHT = 20.0  # pseudo-flights of the prior: a group with few flights stays near it
+
+
+@dataclass(frozen=True)
+class Feature:
+    name: str
+    group: str  # request | weather | plane | history
+    dtype: type[pl.DataType]
+    lo: float
+    hi: float
+    default: float
+    description: str
+
+
+FEATURES: tuple[Feature, ...] = (
+    Feature("month", "request", pl.Int32, 1, 12, 6, "month of the scheduled departure"),
+    Feature("day_of_week", "request", pl.Int32, 1, 7, 4, "ISO day of week, 1 = Monday"),
+    Feature("sched_hour", "request", pl.Int32, 0, 23, 13, "scheduled departure hour, local"),
+    Feature("is_weekend", "request", pl.Int32, 0, 1, 0, "1 on Saturday and Sunday"),
+    Feature("distance", "request", pl.Float64, 0, 5000, 1000, "route distance, miles"),
+    Feature("temp", "weather", pl.Float64, -40, 130, 55, "temperature at the origin, °F"),
+    Feature("wind_speed", "weather", pl.Float64, 0, 250, 10, "wind speed at the origin, mph"),
+    Feature("precip", "weather", pl.Float64, 0, 10, 0, "precipitation in the hour, inches"),
+    Feature("visib", "weather", pl.Float64, 0, 10, 10, "visibility, miles"),
+    Feature("humid", "weather", pl.Float64, 0, 100, 60, "relative humidity, %"),
+    Feature("plane_age", "plane", pl.Float64, 0, 80, 12, "years since the aircraft was built"),
+    Feature("seats", "plane", pl.Float64, 1, 600, 150, "seats on the aircraft"),
+    Feature("carrier_delay_rate", "history", pl.Float64, 0, 1, PRIOR_RATE, "carrier's late share, earlier days"),
+    Feature("route_delay_rate", "history", pl.Float64, 0, 1, PRIOR_RATE, "origin→dest late share, earlier days"),
+    Feature(
+        "origin_hour_delay_rate", "history", pl.Float64, 0, 1, PRIOR_RATE, "origin × hour late share, earlier days"
+    ),
+)
+FEATURE_NAMES = tuple(f.name for f in FEATURES)
+BY_NAME = {f.name: f for f in FEATURES}
+
+ENTITY_COLUMNS = (
+    "flight_id",
+    "carrier",
+    "flight",
+    "origin",
+    "dest",
+    "tailnum",
+    "sched_date",
+    "sched_dep_time",
+    "hour",
+    "time_hour",
+    "distance",
+)
+WEATHER_COLUMNS = tuple(f.name for f in FEATURES if f.group == "weather")
+
+
+@dataclass(frozen=True)
+class HistoryView:
+    """A delay rate per group of flights, from earlier days only."""
+
+    feature: str
+    keys: tuple[str, ...]
+
+
+HISTORY_VIEWS = (
+    HistoryView("carrier_delay_rate", ("carrier",)),
+    HistoryView("route_delay_rate", ("origin", "dest")),
+    HistoryView("origin_hour_delay_rate", ("origin", "hour")),
+)
+
+
+def flight_id_expr() -> pl.Expr:
+    """The entity key of a flight: date, carrier, number, origin and scheduled time (unique per the contract)."""
+    return pl.concat_str(
+        [
+            pl.col("sched_date").cast(pl.String),
+            pl.col("carrier"),
+            pl.col("flight").cast(pl.String),
+            pl.col("origin"),
+            pl.col("sched_dep_time").cast(pl.String),
+        ],
+        separator="-",
+    )
+
+
+def entity_frame(flights: pl.DataFrame) -> pl.DataFrame:
+    """Validated flights → the entity rows both paths start from (what is known when the flight is scheduled)."""
+    return flights.with_columns(
+        pl.date(pl.col("year"), pl.col("month"), pl.col("day")).alias("sched_date")
+    ).with_columns(flight_id_expr().alias("flight_id"))
+
+
+def request_expressions() -> list[pl.Expr]:
+    """Features computed from the entity row itself; the online path runs these same expressions."""
+    return [
+        pl.col("sched_date").dt.month().cast(pl.Int32).alias("month"),
+        pl.col("sched_date").dt.weekday().cast(pl.Int32).alias("day_of_week"),
+        pl.col("hour").cast(pl.Int32).alias("sched_hour"),
+        (pl.col("sched_date").dt.weekday() >= 6).cast(pl.Int32).alias("is_weekend"),
+        pl.col("distance").cast(pl.Float64).alias("distance"),
+    ]
+
+
+def plane_table(planes_raw: pl.DataFrame) -> pl.DataFrame:
+    """tailnum → year built and seats (raw planes are text)."""
+    return planes_raw.select(
+        pl.col("tailnum"),
+        pl.col("year").cast(pl.Float64, strict=False).alias("plane_year"),
+        pl.col("seats").cast(pl.Float64, strict=False).alias("seats"),
+    ).unique("tailnum", keep="first")
+
+
+def plane_features_expr() -> list[pl.Expr]:
+    """From the joined plane columns: age at the flight's year."""
+    return [
+        (pl.col("sched_date").dt.year().cast(pl.Float64) - pl.col("plane_year")).alias("plane_age"),
+        pl.col("seats"),
+    ]
+
+
+def daily_outcomes(history: pl.DataFrame, view: HistoryView) -> pl.DataFrame:
+    """Per group and day: flights with a known outcome and how many of them arrived late."""
+    return (
+        history.filter(pl.col("arr_delay").is_not_null())
+        .group_by([*view.keys, "sched_date"])
+        .agg(pl.len().alias("n"), (pl.col("arr_delay") > LATE_MINUTES).sum().alias("late"))
+        .sort("sched_date")
+        .with_columns(
+            pl.col("n").cum_sum().over(list(view.keys)).alias("n_cum"),
+            pl.col("late").cum_sum().over(list(view.keys)).alias("late_cum"),
+        )
+    )
+
+
+def smoothed_rate(late: pl.Expr, n: pl.Expr) -> pl.Expr:
+    return (late.fill_null(0) + PRIOR_RATE * PRIOR_WEIGHT) / (n.fill_null(0) + PRIOR_WEIGHT)

@@ -1,0 +1,158 @@
+"""Offline == online for the same inputs, point-in-time correctness, and frozen features."""
+
+from __future__ import annotations
+
+from datetime import date, timedelta
+
+import polars as pl
+import pytest
+
+from keel.features.definitions import FEATURE_NAMES, FEATURES
+from keel.features.offline import offline_features
+from keel.features.online import SQLiteOnlineStore, build_views, get_online_features
+
+DAY = date(2013, 2, 15)
+
+
+def day_flights(validated, day=DAY) -> pl.DataFrame:
+    f = validated["flights"]
+    return f.filter((pl.col("month") == day.month) & (pl.col("day") == day.day))
+
+
+def request_rows(offline: pl.DataFrame, flights: pl.DataFrame) -> list[dict]:
+    keyed = offline.select(
+        "flight_id", "carrier", "origin", "dest", "tailnum", "sched_date", "hour", "time_hour"
+    ).join(
+        flights.select(
+            pl.concat_str(
+                [
+                    pl.date("year", "month", "day").cast(pl.String),
+                    "carrier",
+                    pl.col("flight").cast(pl.String),
+                    "origin",
+                    pl.col("sched_dep_time").cast(pl.String),
+                ],
+                separator="-",
+            ).alias("flight_id"),
+            "distance",
+        ),
+        on="flight_id",
+    )
+    return keyed.sort("flight_id").to_dicts()
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory, validated):
+    s = SQLiteOnlineStore(tmp_path_factory.mktemp("online") / "features.sqlite")
+    s.write_snapshot(
+        build_views(validated["weather"], validated["planes"], validated["flights"], as_of=DAY),
+        as_of=DAY,
+        partition="2013-02",
+    )
+    yield s
+    s.close()
+
+
+def test_offline_equals_online_field_by_field(validated, store):
+    flights = day_flights(validated)
+    offline = offline_features(flights, validated["weather"], validated["planes"], validated["flights"])
+    rows = request_rows(offline, flights)
+    online = get_online_features(store, rows)
+    assert len(online) == offline.height > 800
+    for want, got in zip(offline.sort("flight_id").select(FEATURE_NAMES).iter_rows(named=True), online, strict=True):
+        for f in FEATURES:
+            a, b = want[f.name], got[f.name]
+            if a is None or b is None:
+                assert a is None and b is None, f.name
+            elif f.dtype == pl.Int32:
+                assert a == b, f.name
+            else:
+                assert abs(a - b) <= 1e-12 * max(1.0, abs(a)), (f.name, a, b)
+        assert got["degraded"] == []
+
+
+def test_rates_use_only_earlier_days(validated):
+    """A planted leak — a flight later the same day and one the next day, both very late — changes nothing."""
+    flights = day_flights(validated)
+    base = offline_features(flights, validated["weather"], validated["planes"], validated["flights"])
+    template = flights.filter(pl.col("carrier") == "UA").head(1)
+    leaks = pl.concat(
+        [
+            template.with_columns(
+                pl.lit(23, pl.Int32).alias("hour"),
+                pl.lit(2359, pl.Int32).alias("sched_dep_time"),
+                pl.lit(900.0).alias("arr_delay"),
+            ),
+            template.with_columns(pl.lit(16, pl.Int32).alias("day"), pl.lit(900.0).alias("arr_delay")),
+        ]
+        * 500
+    )
+    leaked_history = pl.concat([validated["flights"], leaks])
+    after = offline_features(flights, validated["weather"], validated["planes"], leaked_history)
+    assert after.select(FEATURE_NAMES).equals(base.select(FEATURE_NAMES))
+    # ...while the same rows on an *earlier* day do move the rate: the test can fail
+    early = leaks.with_columns(pl.lit(14, pl.Int32).alias("day"))
+    moved = offline_features(
+        flights, validated["weather"], validated["planes"], pl.concat([validated["flights"], early])
+    )
+    ua = pl.col("carrier") == "UA"
+    assert moved.filter(ua)["carrier_delay_rate"].mean() > base.filter(ua)["carrier_delay_rate"].mean() + 0.01
+
+
+def test_weather_is_the_scheduled_hour_not_a_later_one(validated):
+    flights = day_flights(validated)
+    base = offline_features(flights, validated["weather"], validated["planes"], validated["flights"])
+    w = validated["weather"]
+    later = w.with_columns(pl.col("time_hour") + timedelta(hours=1))  # every observation shifted one hour later
+    shifted = offline_features(
+        flights,
+        pl.concat([w, later]).unique(["origin", "time_hour"], keep="first"),
+        validated["planes"],
+        validated["flights"],
+    )
+    assert shifted.select("temp").equals(base.select("temp"))
+
+
+def test_frozen_feature_changes_what_online_serves(validated, tmp_path):
+    s = SQLiteOnlineStore(tmp_path / "f.sqlite")
+    s.write_snapshot(
+        build_views(validated["weather"], validated["planes"], validated["flights"], as_of=DAY),
+        as_of=DAY,
+        partition="2013-02",
+    )
+    flights = day_flights(validated).head(20)
+    rows = request_rows(
+        offline_features(flights, validated["weather"], validated["planes"], validated["flights"]), flights
+    )
+    before = get_online_features(s, rows)
+    s.freeze("temp", reason="drift: temp normalised W1 0.9 > 0.15 in 2013-07", value=41.5)
+    after = get_online_features(s, rows)
+    assert {r["temp"] for r in after} == {41.5} and {r["temp"] for r in before} != {41.5}
+    assert all(r["degraded"] == ["temp"] for r in after)
+    assert [r["wind_speed"] for r in after] == [r["wind_speed"] for r in before]
+    s.unfreeze("temp", reason="drift resolved")
+    assert get_online_features(s, rows) == before
+    log = s.freeze_log()
+    assert [(e.feature, e.action) for e in log] == [("temp", "freeze"), ("temp", "unfreeze")] and "2013-07" in log[
+        0
+    ].reason
+
+
+def test_unknown_entities_are_missing_not_zero(store):
+    [row] = get_online_features(
+        store,
+        [
+            {
+                "carrier": "ZZ",
+                "origin": "EWR",
+                "dest": "XXX",
+                "tailnum": "N0NE",
+                "sched_date": "2013-02-15",
+                "hour": 9,
+                "time_hour": "2030-01-01T14:00:00Z",
+                "distance": 100.0,
+            }
+        ],
+    )
+    assert row["temp"] is None and "temp" in row["missing"] and row["plane_age"] is None
+    assert row["carrier_delay_rate"] == pytest.approx(0.2)  # an unseen carrier gets the prior, by definition
