@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import dagster as dg
 
+from assets.drift import drift_assets
+from assets.features import feature_assets
 from assets.raw import raw_assets
 from assets.validated import build_validated_assets
-from resources import ParquetIOManager
+from resources import OnlineStoreResource, ParquetIOManager
+from sensors.drift import drift_sensor
 
 validated_assets = build_validated_assets()
 
@@ -17,11 +20,12 @@ validated_assets = build_validated_assets()
 pipeline_job = dg.define_asset_job(
     "keel_pipeline",
     selection=dg.AssetSelection.all(),
-    description="Raw → validated + quarantine for one month of NYC 2013 flights and weather.",
+    description="Raw → validated + quarantine → features → drift report for one month of NYC 2013 flights.",
 )
 
 defs = dg.Definitions(
-    assets=[*raw_assets, *validated_assets],
+    assets=[*raw_assets, *validated_assets, *feature_assets, *drift_assets],
     jobs=[pipeline_job],
-    resources={"io_manager": ParquetIOManager()},
+    sensors=[drift_sensor],
+    resources={"io_manager": ParquetIOManager(), "online_store": OnlineStoreResource()},
 )

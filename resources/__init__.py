@@ -1,5 +1,6 @@
 """Dagster resources of this deployment: storage now; online store, registry, policy store and Triton later."""
 
+from resources.online_store import OnlineStoreResource
 from resources.parquet_io import ParquetIOManager, keel_home
 
-__all__ = ["ParquetIOManager", "keel_home"]
+__all__ = ["OnlineStoreResource", "ParquetIOManager", "keel_home"]

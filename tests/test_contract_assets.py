@@ -49,9 +49,12 @@ def contract_file(tmp_path) -> Path:
 
 @pytest.fixture
 def io(tmp_path):
-    from resources import ParquetIOManager
+    from resources import OnlineStoreResource, ParquetIOManager
 
-    return {"io_manager": ParquetIOManager(base_dir=str(tmp_path / "storage"))}
+    return {
+        "io_manager": ParquetIOManager(base_dir=str(tmp_path / "storage")),
+        "online_store": OnlineStoreResource(path=str(tmp_path / "online.sqlite")),
+    }
 
 
 def checks_of(result) -> dict[str, bool]:
@@ -137,16 +140,17 @@ def test_reference_pipeline_partition(io):
 
     all_assets = list(definitions.defs.assets)
     instance = dg.DagsterInstance.ephemeral()
-    unpartitioned = [a for a in all_assets if a.partitions_def is None]
-    assert dg.materialize(unpartitioned, resources=io, instance=instance).success
-    partitioned = [a for a in all_assets if a.partitions_def is not None]
-    result = dg.materialize(
-        all_assets,
-        selection=dg.AssetSelection.assets(*partitioned),
-        partition_key="2013-02",
-        resources=io,
-        instance=instance,
+    reference_tables = dg.AssetSelection.assets("raw_planes", "raw_airlines", "raw_airports")
+    assert dg.materialize(all_assets, selection=reference_tables, resources=io, instance=instance).success
+    contracts = dg.AssetSelection.assets(
+        "raw_flights",
+        "raw_weather",
+        "validated_flights",
+        "flights_quarantine",
+        "validated_weather",
+        "weather_quarantine",
     )
+    result = dg.materialize(all_assets, selection=contracts, partition_key="2013-02", resources=io, instance=instance)
     assert result.success
     md = {e.asset_key.to_user_string(): e.materialization.metadata for e in result.get_asset_materialization_events()}
     assert md["validated_weather"]["quarantined"].value == 1  # the 1,048 mph reading

@@ -136,7 +136,7 @@ def test_asset_graph_and_checks(dagster_dev):
     for key, node in nodes.items():
         assert node["description"], f"{key} has no description"
         assert node["kinds"], f"{key} has no kinds"
-        assert node["groupName"] in {"raw", "contracts"}
+        assert node["groupName"] in {"raw", "contracts", "features", "drift"}
     checks = {c["name"]: c["blocking"] for c in nodes["validated_weather"]["assetChecksOrError"]["checks"]}
     assert checks["conservation"] is True and checks["critical_budget"] is True
     assert checks["rule_wind_speed_physical"] is False and "schema_conformance" in checks

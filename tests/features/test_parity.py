@@ -9,7 +9,7 @@ import pytest
 
 from keel.features.definitions import FEATURE_NAMES, FEATURES
 from keel.features.offline import offline_features
-from keel.features.online import SQLiteOnlineStore, build_views, get_online_features
+from keel.features.online import REQUEST_COLUMNS, SQLiteOnlineStore, build_views, get_online_features
 
 DAY = date(2013, 2, 15)
 
@@ -19,26 +19,9 @@ def day_flights(validated, day=DAY) -> pl.DataFrame:
     return f.filter((pl.col("month") == day.month) & (pl.col("day") == day.day))
 
 
-def request_rows(offline: pl.DataFrame, flights: pl.DataFrame) -> list[dict]:
-    keyed = offline.select(
-        "flight_id", "carrier", "origin", "dest", "tailnum", "sched_date", "hour", "time_hour"
-    ).join(
-        flights.select(
-            pl.concat_str(
-                [
-                    pl.date("year", "month", "day").cast(pl.String),
-                    "carrier",
-                    pl.col("flight").cast(pl.String),
-                    "origin",
-                    pl.col("sched_dep_time").cast(pl.String),
-                ],
-                separator="-",
-            ).alias("flight_id"),
-            "distance",
-        ),
-        on="flight_id",
-    )
-    return keyed.sort("flight_id").to_dicts()
+def request_rows(offline: pl.DataFrame, flights: pl.DataFrame | None = None) -> list[dict]:
+    """What a caller sends for each flight: the request columns, which the offline table carries too."""
+    return offline.sort("flight_id").select(REQUEST_COLUMNS).to_dicts()
 
 
 @pytest.fixture(scope="module")

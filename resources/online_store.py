@@ -1,0 +1,22 @@
+"""The online feature store as a Dagster resource (embedded SQLite by default, under $KEEL_HOME/online)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dagster as dg
+
+from keel.features.online import SQLiteOnlineStore
+from resources.parquet_io import keel_home
+
+
+class OnlineStoreResource(dg.ConfigurableResource):
+    """Opens the SQLite online store. ``path`` defaults to ``$KEEL_HOME/online/features.sqlite``."""
+
+    path: str | None = None
+
+    def store_path(self) -> Path:
+        return Path(self.path) if self.path else keel_home() / "online" / "features.sqlite"
+
+    def open(self) -> SQLiteOnlineStore:
+        return SQLiteOnlineStore(self.store_path())

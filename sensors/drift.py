@@ -1,0 +1,78 @@
+"""The drift sensor: new drift reports → freeze drifted features and/or ask for retraining, by policy.
+
+Each tick reads drift_report materializations after its cursor (an event-log storage id; it only moves forward),
+computes a ``DriftDecision`` (keel.drift.policy) per report, then acts: freezes and unfreezes in the online store
+(recorded with what, why and when in its freeze log) and a run request for the models downstream of the flight
+features, found through the asset graph. Run keys are derived from the report's event id, so a restarted daemon or
+a replayed cursor never launches the same retraining twice, and a freeze that is already in place is not repeated.
+"""
+
+import json
+
+import dagster as dg
+
+from assets.drift import DRIFT_REPORT
+from assets.features import FLIGHT_FEATURES
+from keel.drift.policy import DriftPolicy, decide
+from resources.online_store import OnlineStoreResource
+
+DRIFT_POLICY = DriftPolicy()
+MODEL_KIND = "model"  # assets with this kind, downstream of the features, are retrained on drift
+
+
+def models_downstream(asset_graph, key: dg.AssetKey) -> list[dg.AssetKey]:
+    """Every asset of kind 'model' reachable downstream of ``key`` in the asset graph."""
+    seen, stack, models = set(), [key], []
+    while stack:
+        for child in asset_graph.get(stack.pop()).child_keys:
+            if child in seen:
+                continue
+            seen.add(child)
+            stack.append(child)
+            if MODEL_KIND in asset_graph.get(child).kinds:
+                models.append(child)
+    return sorted(models, key=lambda k: k.to_user_string())
+
+
+@dg.sensor(
+    name="drift_sensor",
+    minimum_interval_seconds=60,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description="Freezes drifted features and requests retraining of downstream models when a drift report drifts.",
+)
+def drift_sensor(context: dg.SensorEvaluationContext, online_store: OnlineStoreResource):
+    after = int(context.cursor) if context.cursor else 0
+    records = context.instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=DRIFT_REPORT, after_storage_id=after), limit=50, ascending=True
+    ).records
+    if not records:
+        return dg.SkipReason(f"no drift report after event {after}")
+    models = models_downstream(context.repository_def.asset_graph, FLIGHT_FEATURES)
+    store = online_store.open()
+    requests = []
+    try:
+        for record in records:
+            mat = record.asset_materialization
+            features = json.loads(json.dumps(mat.metadata["features"].value))
+            window = mat.partition or "unpartitioned"
+            decision = decide(window, features, DRIFT_POLICY, set(store.frozen()))
+            context.log.info(f"drift decision for {window}: {decision}")
+            for f in decision.freeze:
+                store.freeze(f.feature, f.reason, f.value)
+            for name in decision.unfreeze:
+                store.unfreeze(name, f"no drift in {window}")
+            if decision.retrain and models:
+                requests.append(
+                    dg.RunRequest(
+                        run_key=f"retrain:{window}:{record.storage_id}",
+                        asset_selection=models,
+                        tags={
+                            "keel/trigger": "drift",
+                            "keel/drift_window": window,
+                            "keel/reason": decision.retrain_reason[:200],
+                        },
+                    )
+                )
+    finally:
+        store.close()
+    return dg.SensorResult(run_requests=requests, cursor=str(max(after, records[-1].storage_id)))
