@@ -1,7 +1,7 @@
 """The real thing: `dagster dev` (webserver + daemon) on 127.0.0.1, asserted through its GraphQL API.
 
-This is what the README's main command serves. One month is materialized first with scripts/materialize.py into
-a throwaway DAGSTER_HOME, so the checks have results to show.
+This is what the README's main command serves. The whole pipeline (all twelve months) is materialized first with
+scripts/materialize.py into a throwaway DAGSTER_HOME, exactly as scripts/up does, so every check has results.
 """
 
 from __future__ import annotations
@@ -50,12 +50,12 @@ def dagster_dev(tmp_path_factory):
     (home / "dagster_home").mkdir()
     (home / "dagster_home" / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
     subprocess.run(
-        [sys.executable, "scripts/materialize.py", "--partitions", "2013-02"],
+        [sys.executable, "scripts/materialize.py"],
         cwd=REPO,
         env=env,
         check=True,
         capture_output=True,
-        timeout=600,
+        timeout=900,
     )
     port = free_port()
     log = open(home / "dagster_dev.log", "wb")
@@ -149,7 +149,9 @@ def test_materialized_partition_and_check_results_are_visible(dagster_dev):
         """{ assetNodes(assetKeys: [{path: ["validated_weather"]}]) {
                staleStatus(partition: "2013-02")
                assetMaterializations(partitions: ["2013-02"]) { partition metadataEntries { label ... on IntMetadataEntry { intValue } } }
-               assetChecksOrError { ... on AssetChecks { checks { name executionForLatestMaterialization { status } } } } } }""",
+               assetChecksOrError { ... on AssetChecks { checks { name executionForLatestMaterialization { status } } } } }
+             wind: assetCheckExecutions(assetKey: {path: ["validated_weather"]}, checkName: "rule_wind_speed_physical", limit: 50) {
+               status partition run { tags { key value } } } }""",
     )
     [node] = data["assetNodes"]
     assert node["staleStatus"] == "FRESH"
@@ -161,7 +163,12 @@ def test_materialized_partition_and_check_results_are_visible(dagster_dev):
         for c in node["assetChecksOrError"]["checks"]
     }
     assert status["conservation"] == "SUCCEEDED" and status["critical_budget"] == "SUCCEEDED"
-    assert status["rule_wind_speed_physical"] == "FAILED"  # the 1,048 mph reading, quarantined and visible
+    # the 1,048 mph reading: quarantined in February, and its rule check failed for that month only
+    run_partition = lambda e: e["partition"] or {t["key"]: t["value"] for t in e["run"]["tags"]}.get(
+        "dagster/partition"
+    )  # noqa: E731
+    failed = [run_partition(e) for e in data["wind"] if e["status"] == "FAILED"]
+    assert set(failed) == {"2013-02"} and len({run_partition(e) for e in data["wind"]}) == 12
 
 
 def test_daemon_is_running(dagster_dev):
@@ -178,3 +185,58 @@ def test_daemon_is_running(dagster_dev):
             pytest.fail(f"daemons not healthy: {statuses}")
         time.sleep(3)
     assert {"SENSOR", "SCHEDULER"} <= {s["daemonType"] for s in required}
+
+
+def metadata(entries: list[dict]) -> dict:
+    out = {}
+    for e in entries:
+        out[e["label"]] = e.get("intValue", e.get("text", e.get("jsonString", e.get("mdStr"))))
+    return out
+
+
+def test_feature_and_drift_lineage(dagster_dev):
+    data = graphql(dagster_dev, "{ assetNodes { assetKey { path } dependencyKeys { path } } }")
+    deps = {
+        "/".join(n["assetKey"]["path"]): {"/".join(d["path"]) for d in n["dependencyKeys"]}
+        for n in data["assetNodes"]
+    }
+    assert deps["flight_features"] == {"validated_flights", "validated_weather", "raw_planes"}
+    assert deps["online_features"] == {"validated_flights", "validated_weather", "raw_planes", "flight_features"}
+    assert deps["drift_reference"] == {"flight_features"}
+    assert deps["drift_report"] == {"flight_features", "drift_reference"}
+
+
+def test_months_that_really_shifted_are_flagged_with_their_features(dagster_dev):
+    data = graphql(
+        dagster_dev,
+        """{ assetNodes(assetKeys: [{path: ["drift_report"]}]) {
+               assetMaterializations(partitions: ["2013-02", "2013-09", "2013-12"]) {
+                 partition metadataEntries { label ... on TextMetadataEntry { text } } } } }""",
+    )
+    [node] = data["assetNodes"]
+    by_month = {m["partition"]: metadata(m["metadataEntries"]) for m in node["assetMaterializations"]}
+    assert by_month["2013-02"]["verdict"] == "no_drift"  # inside the reference quarter
+    for month in ("2013-09", "2013-12"):  # 13 % late in September, 33 % in December
+        assert "label_late15" in by_month[month]["drifted_features"], by_month[month]
+        assert "carrier_delay_rate" in by_month[month]["drifted_features"]
+
+
+def test_online_store_checks_pass_and_drift_sensor_runs(dagster_dev):
+    data = graphql(
+        dagster_dev,
+        """{ assetNodes(assetKeys: [{path: ["online_features"]}]) {
+               assetChecksOrError { ... on AssetChecks { checks { name executionForLatestMaterialization { status } } } } }
+             sensorsOrError(repositorySelector: {repositoryLocationName: "definitions.py", repositoryName: "__repository__"}) {
+               ... on Sensors { results { name sensorState { status } } } } }""",
+    )
+    checks = {
+        c["name"]: c["executionForLatestMaterialization"]["status"]
+        for c in data["assetNodes"][0]["assetChecksOrError"]["checks"]
+    }
+    assert checks == {
+        "training_serving_skew": "SUCCEEDED",
+        "online_distribution": "SUCCEEDED",
+        "feature_health": "SUCCEEDED",
+    }
+    sensors = {s["name"]: s["sensorState"]["status"] for s in data["sensorsOrError"]["results"]}
+    assert sensors["drift_sensor"] == "RUNNING"

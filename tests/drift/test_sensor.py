@@ -1,0 +1,125 @@
+"""The drift sensor with build_sensor_context: freezes, retraining requests found through the asset graph, run
+keys and a cursor that make duplicate ticks and daemon restarts harmless."""
+
+import dagster as dg
+import pytest
+
+import definitions
+from assets.drift import DRIFT_REPORT
+from resources import OnlineStoreResource
+from sensors.drift import drift_sensor, models_downstream
+
+
+@dg.asset(deps=["flight_features"], kinds={"lightgbm", "model"}, group_name="models")
+def delay_model() -> None:
+    """Stands in for the model the training issue adds: any asset of kind 'model' downstream of the features."""
+
+
+@dg.asset(deps=["delay_model"], kinds={"model"}, group_name="models")
+def calibrated_model() -> None:
+    """A second model further downstream: also found through the graph."""
+
+
+def report(instance, partition: str, features: dict) -> None:
+    instance.report_runless_asset_event(
+        dg.AssetMaterialization(
+            asset_key=DRIFT_REPORT, partition=partition, metadata={"features": dg.MetadataValue.json(features)}
+        )
+    )
+
+
+def feat(drifted, severity="none", value=0.05, mean=40.0):
+    return {
+        "drifted": drifted,
+        "severity": severity,
+        "value": value,
+        "threshold": 0.15,
+        "metric": "wasserstein_norm",
+        "reference_mean": mean,
+    }
+
+
+@pytest.fixture
+def setup(tmp_path):
+    store_resource = OnlineStoreResource(path=str(tmp_path / "online.sqlite"))
+    defs = dg.Definitions(
+        assets=[*definitions.defs.assets, delay_model, calibrated_model],
+        sensors=[drift_sensor],
+        resources=dict(definitions.defs.resources) | {"online_store": store_resource},
+    )
+    with dg.instance_for_test() as instance:
+        yield instance, defs, store_resource
+
+
+def tick(instance, defs, cursor):
+    resources = {"online_store": defs.resources["online_store"]}
+    ctx = dg.build_sensor_context(instance=instance, cursor=cursor, definitions=defs, resources=resources)
+    result = drift_sensor(ctx)
+    return result, ctx
+
+
+def test_models_are_found_through_the_asset_graph(setup):
+    _, defs, _ = setup
+    keys = models_downstream(defs.resolve_asset_graph(), dg.AssetKey("flight_features"))
+    assert keys == [dg.AssetKey("calibrated_model"), dg.AssetKey("delay_model")]
+
+
+def test_drift_freezes_and_requests_retraining_once(setup):
+    instance, defs, store_resource = setup
+    report(
+        instance,
+        "2013-12",
+        {
+            "temp": feat(True, "error", 0.9, mean=38.5),
+            "distance": feat(False),
+            "label_late15": feat(True, "warn", 0.2),
+        },
+    )
+    result, _ = tick(instance, defs, None)
+    [request] = result.run_requests
+    assert request.run_key.startswith("retrain:2013-12:")
+    assert set(request.asset_selection) == {dg.AssetKey("delay_model"), dg.AssetKey("calibrated_model")}
+    assert request.tags["keel/drift_window"] == "2013-12" and "temp" in request.tags["keel/reason"]
+    store = store_resource.open()
+    assert store.frozen() == {"temp": 38.5}  # served value: the reference default (its mean)
+    [event] = store.freeze_log()
+    assert (event.feature, event.action) == ("temp", "freeze") and "2013-12" in event.reason and event.at is not None
+    cursor = result.cursor
+
+    # a duplicate tick with the new cursor: nothing new, cursor unchanged
+    again, _ = tick(instance, defs, cursor)
+    assert isinstance(again, dg.SkipReason)
+    # a daemon restart that lost its cursor replays the event: same run key (the daemon dedups it), no second freeze
+    replay, _ = tick(instance, defs, None)
+    assert [r.run_key for r in replay.run_requests] == [request.run_key]
+    assert len(store.freeze_log()) == 1
+    assert int(replay.cursor) == int(cursor)
+
+
+def test_cursor_moves_forward_and_clear_windows_unfreeze(setup):
+    instance, defs, store_resource = setup
+    report(instance, "2013-12", {"temp": feat(True, "error", 0.9)})
+    first, _ = tick(instance, defs, None)
+    report(instance, "2014-01", {"temp": feat(False)})
+    second, _ = tick(instance, defs, first.cursor)
+    assert int(second.cursor) > int(first.cursor)
+    assert second.run_requests == []  # nothing drifted in the new window
+    store = store_resource.open()
+    assert store.frozen() == {}
+    assert [(e.feature, e.action) for e in store.freeze_log()] == [("temp", "freeze"), ("temp", "unfreeze")]
+    # an old cursor never moves the cursor backwards
+    replay, _ = tick(instance, defs, "0")
+    assert int(replay.cursor) >= int(second.cursor)
+
+
+def test_without_models_downstream_it_still_freezes(setup, tmp_path):
+    instance, _, store_resource = setup
+    defs = dg.Definitions(
+        assets=list(definitions.defs.assets),
+        sensors=[drift_sensor],
+        resources=dict(definitions.defs.resources) | {"online_store": store_resource},
+    )
+    report(instance, "2013-09", {"temp": feat(True, "error", 3.7)})
+    result, _ = tick(instance, defs, None)
+    assert result.run_requests == []
+    assert "temp" in store_resource.open().frozen()
