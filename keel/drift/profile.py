@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
-from gpu_runtime.kernels import ArrayBackend, finite_sorted, numpy_backend
+from gpu_runtime.kernels import ArrayBackend, bin_counts, finite_sorted, numpy_backend
 
 DEFAULT_MAX_SKETCH = 2_000_000
 PSI_BINS = 10
@@ -33,6 +33,13 @@ class NumericReference:
     psi_edges: np.ndarray  # inner edges of the PSI bins (reference deciles, deduplicated)
     kl_edges: np.ndarray  # inner edges of the KL bins (reference 5 % quantiles, deduplicated)
     exact: bool = True  # False when the sketch holds order statistics instead of every value
+    psi_counts: np.ndarray = field(default_factory=lambda: np.empty(0))  # reference counts per PSI bin
+    kl_counts: np.ndarray = field(default_factory=lambda: np.empty(0))  # reference counts per KL bin
+
+    def __post_init__(self) -> None:
+        if self.psi_counts.size == 0 and self.sorted_values.size:
+            self.psi_counts = _bin_counts(self.sorted_values, self.psi_edges)
+            self.kl_counts = _bin_counts(self.sorted_values, self.kl_edges)
 
     kind = "numeric"
 
@@ -136,6 +143,11 @@ class ReferenceProfile:
                     nulls=meta["nulls"],
                 )
         return profile
+
+
+def _bin_counts(sorted_values: np.ndarray, inner_edges: np.ndarray) -> np.ndarray:
+    b = numpy_backend()
+    return b.to_numpy(bin_counts(b, sorted_values, inner_edges)).astype(np.float64)
 
 
 _SCHEMA = {"feature": pl.String, "kind": pl.String, "value": pl.Float64, "category": pl.String, "count": pl.Int64}

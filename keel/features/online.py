@@ -15,7 +15,6 @@ given) and the response lists them under ``degraded``; freezes and unfreezes are
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
@@ -41,6 +40,13 @@ from keel.features.definitions import (
 )
 
 REQUEST_COLUMNS = ("carrier", "origin", "dest", "tailnum", "sched_date", "hour", "time_hour", "distance")
+# The values each view stores per key (as REAL columns v0…v4 of entity_values).
+VIEW_FIELDS: dict[str, tuple[str, ...]] = {
+    "weather": WEATHER_COLUMNS,
+    "plane": ("plane_year", "seats"),
+    **{v.feature: ("n_cum", "late_cum") for v in HISTORY_VIEWS},
+}
+MAX_FIELDS = 5
 
 
 class OnlineStoreError(KeelError):
@@ -72,6 +78,10 @@ class OnlineStore(ABC):
     @abstractmethod
     def lookup(self, view: str, keys: list[str]) -> dict[str, dict[str, Any]]: ...
 
+    def lookup_many(self, requests: Mapping[str, list[str]]) -> dict[str, dict[str, dict[str, Any]]]:
+        """Several views at once; stores override it with a single round trip."""
+        return {view: self.lookup(view, keys) for view, keys in requests.items()}
+
     @abstractmethod
     def health(self) -> StoreHealth: ...
 
@@ -82,16 +92,11 @@ class OnlineStore(ABC):
         return get_online_features(self, entity_rows)
 
 
-def _key(*parts: Any) -> str:
-    return "|".join(
-        "" if p is None else (p.isoformat() if isinstance(p, (date, datetime)) else str(p)) for p in parts
-    )
-
-
 def build_views(
     weather: pl.DataFrame, planes_raw: pl.DataFrame, history: pl.DataFrame, *, as_of: date
 ) -> dict[str, pl.DataFrame]:
-    """The entity tables of a snapshot, each as (key, values-as-JSON) rows, from the same definitions as offline."""
+    """The entity tables of a snapshot, each as a ``key`` column plus the view's fields (VIEW_FIELDS), computed with
+    the same definitions as the offline path."""
     hist = entity_frame(history) if "sched_date" not in history.columns else history
     hist = hist.filter(pl.col("sched_date") < as_of)
     views: dict[str, pl.DataFrame] = {}
@@ -103,19 +108,18 @@ def build_views(
         )
         views[view.feature] = totals.select(
             pl.concat_str([pl.col(k).cast(pl.String) for k in view.keys], separator="|").alias("key"),
-            pl.struct("n_cum", "late_cum").struct.json_encode().alias("values"),
+            pl.col("n_cum").cast(pl.Float64),
+            pl.col("late_cum").cast(pl.Float64),
         )
     w = weather.unique(["origin", "time_hour"], keep="first")
     views["weather"] = w.select(
         pl.concat_str(
             [pl.col("origin"), pl.col("time_hour").dt.strftime("%Y-%m-%dT%H:%M:%S+00:00")], separator="|"
         ).alias("key"),
-        pl.struct(list(WEATHER_COLUMNS)).struct.json_encode().alias("values"),
+        *[pl.col(c).cast(pl.Float64) for c in WEATHER_COLUMNS],
     )
     p = plane_table(planes_raw)
-    views["plane"] = p.select(
-        pl.col("tailnum").alias("key"), pl.struct("plane_year", "seats").struct.json_encode().alias("values")
-    )
+    views["plane"] = p.select(pl.col("tailnum").alias("key"), pl.col("plane_year"), pl.col("seats"))
     return views
 
 
@@ -132,7 +136,8 @@ class SQLiteOnlineStore(OnlineStore):
             self._db.execute("PRAGMA busy_timeout=5000")
             self._db.executescript(
                 """
-                CREATE TABLE IF NOT EXISTS entity_values (view TEXT NOT NULL, key TEXT NOT NULL, "values" TEXT NOT NULL,
+                CREATE TABLE IF NOT EXISTS entity_values (view TEXT NOT NULL, key TEXT NOT NULL,
+                                                          v0 REAL, v1 REAL, v2 REAL, v3 REAL, v4 REAL,
                                                           PRIMARY KEY (view, key)) WITHOUT ROWID;
                 CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT NOT NULL);
                 CREATE TABLE IF NOT EXISTS freezes (feature TEXT PRIMARY KEY, value REAL, reason TEXT NOT NULL, frozen_at TEXT NOT NULL);
@@ -152,9 +157,11 @@ class SQLiteOnlineStore(OnlineStore):
             self._db.execute("BEGIN IMMEDIATE")
             for view, frame in views.items():
                 self._db.execute("DELETE FROM entity_values WHERE view = ?", (view,))
+                fields = VIEW_FIELDS[view]
+                pad = (None,) * (MAX_FIELDS - len(fields))
                 self._db.executemany(
-                    'INSERT INTO entity_values (view, key, "values") VALUES (?, ?, ?)',
-                    ((view, k, v) for k, v in frame.select("key", "values").iter_rows()),
+                    "INSERT INTO entity_values (view, key, v0, v1, v2, v3, v4) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    ((view, *row, *pad) for row in frame.select("key", *fields).iter_rows()),
                 )
             for k, v in (("last_write_at", now), ("as_of", as_of.isoformat()), ("partition", partition)):
                 self._db.execute(
@@ -175,9 +182,29 @@ class SQLiteOnlineStore(OnlineStore):
             chunk = unique[start : start + 500]
             marks = ",".join("?" * len(chunk))
             rows = self._db.execute(
-                f'SELECT key, "values" FROM entity_values WHERE view = ? AND key IN ({marks})', (view, *chunk)
+                f"SELECT key, v0, v1, v2, v3, v4 FROM entity_values WHERE view = ? AND key IN ({marks})",
+                (view, *chunk),
             )  # noqa: S608 - only placeholders
-            out.update((k, json.loads(v)) for k, v in rows)
+            fields = VIEW_FIELDS[view]
+            out.update((k, dict(zip(fields, values, strict=False))) for k, *values in rows)
+        return out
+
+    def lookup_many(self, requests: Mapping[str, list[str]]) -> dict[str, dict[str, dict[str, Any]]]:
+        out: dict[str, dict[str, dict[str, Any]]] = {view: {} for view in requests}
+        parts, params = [], []
+        for view, keys in requests.items():
+            unique = list(dict.fromkeys(keys))
+            if not unique:
+                continue
+            if len(params) + len(unique) > 30_000:  # SQLite's bound-parameter limit: fall back to per-view queries
+                return super().lookup_many(requests)
+            parts.append(
+                f"SELECT view, key, v0, v1, v2, v3, v4 FROM entity_values WHERE view = ? AND key IN ({','.join('?' * len(unique))})"
+            )
+            params.extend([view, *unique])
+        if parts:
+            for view, key, *values in self._db.execute(" UNION ALL ".join(parts), params):  # noqa: S608 - only placeholders
+                out[view][key] = dict(zip(VIEW_FIELDS[view], values, strict=False))
         return out
 
     def health(self) -> StoreHealth:
@@ -238,11 +265,28 @@ def _as_date(v: Any) -> date:
     return date.fromisoformat(str(v))
 
 
-def _as_hour(v: Any) -> datetime:
+def _hour_key(v: Any) -> str:
+    """The weather view's time part of a key: the UTC hour, as build_views writes it."""
     dt = v if isinstance(v, datetime) else datetime.fromisoformat(str(v).replace("Z", "+00:00"))
-    return (dt.replace(tzinfo=UTC) if dt.tzinfo is None else dt.astimezone(UTC)).replace(
-        minute=0, second=0, microsecond=0
-    )
+    if dt.tzinfo is not None and dt.utcoffset():
+        dt = dt.astimezone(UTC)
+    return f"{dt.year:04d}-{dt.month:02d}-{dt.day:02d}T{dt.hour:02d}:00:00+00:00"
+
+
+_SCHEMA_OVERRIDES = {
+    "hour": pl.Int64,
+    "distance": pl.Float64,
+    "sched_date": pl.Date,
+    "plane_year": pl.Float64,
+    "seats": pl.Float64,
+    **{n: pl.Float64 for n in WEATHER_COLUMNS},
+    **{f"{v.feature}__{s}": pl.Float64 for v in HISTORY_VIEWS for s in ("n", "late")},
+}
+_ONLINE_EXPRESSIONS = [
+    *request_expressions(),
+    *plane_features_expr(),
+    *[smoothed_rate(pl.col(f"{v.feature}__late"), pl.col(f"{v.feature}__n")).alias(v.feature) for v in HISTORY_VIEWS],
+]
 
 
 def get_online_features(store: OnlineStore, entity_rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -255,51 +299,36 @@ def get_online_features(store: OnlineStore, entity_rows: Iterable[Mapping[str, A
     absent = [c for c in REQUEST_COLUMNS if c not in rows[0]]
     if absent:
         raise ValueError(f"entity rows need {', '.join(REQUEST_COLUMNS)}; missing {', '.join(absent)}")
-    dates = [_as_date(r["sched_date"]) for r in rows]
-    hours = [_as_hour(r["time_hour"]) for r in rows]
-    weather = store.lookup("weather", [_key(r["origin"], h) for r, h in zip(rows, hours, strict=True)])
-    planes = store.lookup("plane", [str(r["tailnum"]) for r in rows])
-    rates = {v.feature: store.lookup(v.feature, [_key(*(r[k] for k in v.keys)) for r in rows]) for v in HISTORY_VIEWS}
+    keys = {
+        "weather": [f"{r['origin']}|{_hour_key(r['time_hour'])}" for r in rows],
+        "plane": [str(r["tailnum"]) for r in rows],
+        **{v.feature: ["|".join(str(r[k]) for k in v.keys) for r in rows] for v in HISTORY_VIEWS},
+    }
+    found = store.lookup_many(keys)
     columns: dict[str, list[Any]] = {
         c: [r[c] for r in rows] for c in ("carrier", "origin", "dest", "tailnum", "hour", "distance")
     }
-    columns["sched_date"] = dates
+    columns["sched_date"] = [_as_date(r["sched_date"]) for r in rows]
+    weather = [found["weather"].get(k, {}) for k in keys["weather"]]
     for name in WEATHER_COLUMNS:
-        columns[name] = [weather.get(_key(r["origin"], h), {}).get(name) for r, h in zip(rows, hours, strict=True)]
-    columns["plane_year"] = [planes.get(str(r["tailnum"]), {}).get("plane_year") for r in rows]
-    columns["seats"] = [planes.get(str(r["tailnum"]), {}).get("seats") for r in rows]
+        columns[name] = [w.get(name) for w in weather]
+    planes = [found["plane"].get(k, {}) for k in keys["plane"]]
+    columns["plane_year"] = [p.get("plane_year") for p in planes]
+    columns["seats"] = [p.get("seats") for p in planes]
     for v in HISTORY_VIEWS:
-        found = [rates[v.feature].get(_key(*(r[k] for k in v.keys)), {}) for r in rows]
-        columns[f"{v.feature}__n"] = [f.get("n_cum") for f in found]
-        columns[f"{v.feature}__late"] = [f.get("late_cum") for f in found]
-    frame = pl.DataFrame(
-        columns,
-        schema_overrides={
-            "hour": pl.Int64,
-            "distance": pl.Float64,
-            "sched_date": pl.Date,
-            "plane_year": pl.Float64,
-            "seats": pl.Float64,
-            **{n: pl.Float64 for n in WEATHER_COLUMNS},
-            **{f"{v.feature}__{s}": pl.Int64 for v in HISTORY_VIEWS for s in ("n", "late")},
-        },
-    )
-    frame = frame.with_columns(
-        *request_expressions(),
-        *plane_features_expr(),
-        *[
-            smoothed_rate(pl.col(f"{v.feature}__late"), pl.col(f"{v.feature}__n")).alias(v.feature)
-            for v in HISTORY_VIEWS
-        ],
-    )
+        counters = [found[v.feature].get(k, {}) for k in keys[v.feature]]
+        columns[f"{v.feature}__n"] = [c.get("n_cum") for c in counters]
+        columns[f"{v.feature}__late"] = [c.get("late_cum") for c in counters]
+    frame = pl.DataFrame(columns, schema_overrides=_SCHEMA_OVERRIDES).with_columns(_ONLINE_EXPRESSIONS)
     frozen = store.frozen()
+    data = frame.select(FEATURE_NAMES).to_dict(as_series=False)
+    for name, value in frozen.items():
+        data[name] = [value] * len(rows)
+    degraded = list(frozen)
     out = []
-    for values in frame.select(FEATURE_NAMES).iter_rows(named=True):
-        degraded = []
-        for feature, value in frozen.items():
-            values[feature] = value
-            degraded.append(feature)
-        values["missing"] = [n for n in FEATURE_NAMES if values[n] is None]
-        values["degraded"] = degraded
-        out.append(values)
+    for values in zip(*(data[n] for n in FEATURE_NAMES), strict=True):
+        row = dict(zip(FEATURE_NAMES, values, strict=True))
+        row["missing"] = [n for n, v in zip(FEATURE_NAMES, values, strict=True) if v is None]
+        row["degraded"] = list(degraded)
+        out.append(row)
     return out

@@ -44,7 +44,10 @@ def test_numeric_statistics_match_scipy(dist, shift, sizes):
     ks = stats.ks_2samp(ref, cur)
     assert abs(f.wasserstein - w) <= 1e-9 * max(w, 1e-12)
     assert abs(f.ks - ks.statistic) <= 1e-12
-    assert f.ks_pvalue == pytest.approx(ks.pvalue, rel=1e-6, abs=1e-12)
+    if max(sizes) <= 10_000:  # scipy's exact p-value, reproduced exactly
+        assert f.ks_pvalue == pytest.approx(ks.pvalue, rel=1e-6, abs=1e-12)
+    else:  # the limiting Kolmogorov distribution: within the bound docs/drift.md states
+        assert abs(f.ks_pvalue - ks.pvalue) <= 3e-3
     assert f.wasserstein_norm == pytest.approx(w / np.std(ref), rel=1e-9)
 
 
