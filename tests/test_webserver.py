@@ -163,10 +163,12 @@ def test_materialized_partition_and_check_results_are_visible(dagster_dev):
         for c in node["assetChecksOrError"]["checks"]
     }
     assert status["conservation"] == "SUCCEEDED" and status["critical_budget"] == "SUCCEEDED"
+
     # the 1,048 mph reading: quarantined in February, and its rule check failed for that month only
-    run_partition = lambda e: e["partition"] or {t["key"]: t["value"] for t in e["run"]["tags"]}.get(
-        "dagster/partition"
-    )  # noqa: E731
+    def run_partition(execution: dict) -> str | None:
+        tags = {t["key"]: t["value"] for t in execution["run"]["tags"]}
+        return execution["partition"] or tags.get("dagster/partition")
+
     failed = [run_partition(e) for e in data["wind"] if e["status"] == "FAILED"]
     assert set(failed) == {"2013-02"} and len({run_partition(e) for e in data["wind"]}) == 12
 
