@@ -4,19 +4,26 @@ Every feature has a name, a type, a declared range (feature health checks values
 default (what a frozen feature serves when it has no last good value). They come in four groups, each with one
 definition that both paths use:
 
-- **request**: computed from the flight being scored (calendar, distance) — ``request_expressions``;
+- **request**: computed from the flight being scored (calendar, distance) — ``request_features``;
 - **weather**: the hourly observation at the origin at the scheduled hour (UTC ``time_hour``) — keyed by
   ``(origin, time_hour)``;
 - **plane**: age and seats of the aircraft — keyed by ``tailnum``;
 - **history**: smoothed share of flights arriving more than 15 minutes late, per carrier, route and origin × hour,
   from flights on *earlier days only* (their outcomes were known before the flight was scheduled) — keyed by the
   group's columns, as of a day.
+
+The computations are written once against a handful of primitives (month, weekday, year, casts, fill-null) that
+have a polars implementation (``PolarsOps``, the offline path) and a numpy one (``NumpyOps``, the online path, where
+a per-call polars frame would cost more than the whole lookup).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
+import numpy as np
 import polars as pl
 
 LATE_MINUTES = 15
@@ -109,15 +116,90 @@ def entity_frame(flights: pl.DataFrame) -> pl.DataFrame:
     ).with_columns(flight_id_expr().alias("flight_id"))
 
 
+class PolarsOps:
+    """The primitives definitions use, on polars expressions (the offline path)."""
+
+    @staticmethod
+    def month(d: pl.Expr) -> pl.Expr:
+        return d.dt.month()
+
+    @staticmethod
+    def weekday(d: pl.Expr) -> pl.Expr:
+        return d.dt.weekday()
+
+    @staticmethod
+    def year(d: pl.Expr) -> pl.Expr:
+        return d.dt.year().cast(pl.Float64)
+
+    @staticmethod
+    def as_int(x: pl.Expr) -> pl.Expr:
+        return x.cast(pl.Int32)
+
+    @staticmethod
+    def as_float(x: pl.Expr) -> pl.Expr:
+        return x.cast(pl.Float64)
+
+    @staticmethod
+    def fill0(x: pl.Expr) -> pl.Expr:
+        return x.fill_null(0)
+
+
+class NumpyOps:
+    """The same primitives on numpy arrays (the online path): dates are datetime64[D], numbers float64 with NaN for
+    null. tests/features/test_parity.py holds the two to the same answers."""
+
+    @staticmethod
+    def month(d: np.ndarray) -> np.ndarray:
+        return (d.astype("datetime64[M]").astype(np.int64) % 12 + 1).astype(np.float64)
+
+    @staticmethod
+    def weekday(d: np.ndarray) -> np.ndarray:
+        return ((d.astype(np.int64) + 3) % 7 + 1).astype(np.float64)  # 1970-01-01 was a Thursday (ISO 4)
+
+    @staticmethod
+    def year(d: np.ndarray) -> np.ndarray:
+        return (d.astype("datetime64[Y]").astype(np.int64) + 1970).astype(np.float64)
+
+    @staticmethod
+    def as_int(x: np.ndarray) -> np.ndarray:
+        return np.asarray(x, dtype=np.float64)  # integer-valued; null stays NaN until the answer is built
+
+    @staticmethod
+    def as_float(x: np.ndarray) -> np.ndarray:
+        return np.asarray(x, dtype=np.float64)
+
+    @staticmethod
+    def fill0(x: np.ndarray) -> np.ndarray:
+        return np.where(x == x, x, 0.0)  # NaN is the only value not equal to itself
+
+
+# -- the definitions, written once against the primitives above ------------------------------------------------
+
+
+def request_features(col: Callable[[str], Any], ops: Any) -> dict[str, Any]:
+    """Features computed from the flight being scored."""
+    weekday = ops.weekday(col("sched_date"))
+    return {
+        "month": ops.as_int(ops.month(col("sched_date"))),
+        "day_of_week": ops.as_int(weekday),
+        "sched_hour": ops.as_int(col("hour")),
+        "is_weekend": ops.as_int(weekday >= 6),
+        "distance": ops.as_float(col("distance")),
+    }
+
+
+def plane_features(col: Callable[[str], Any], ops: Any) -> dict[str, Any]:
+    """From the plane's year built and seats: age at the flight's year."""
+    return {"plane_age": ops.year(col("sched_date")) - col("plane_year"), "seats": col("seats")}
+
+
+def smoothed_rate(late: Any, n: Any, ops: Any = PolarsOps) -> Any:
+    """Late share of a group, pulled towards PRIOR_RATE by PRIOR_WEIGHT pseudo-flights."""
+    return (ops.fill0(late) + PRIOR_RATE * PRIOR_WEIGHT) / (ops.fill0(n) + PRIOR_WEIGHT)
+
+
 def request_expressions() -> list[pl.Expr]:
-    """Features computed from the entity row itself; the online path runs these same expressions."""
-    return [
-        pl.col("sched_date").dt.month().cast(pl.Int32).alias("month"),
-        pl.col("sched_date").dt.weekday().cast(pl.Int32).alias("day_of_week"),
-        pl.col("hour").cast(pl.Int32).alias("sched_hour"),
-        (pl.col("sched_date").dt.weekday() >= 6).cast(pl.Int32).alias("is_weekend"),
-        pl.col("distance").cast(pl.Float64).alias("distance"),
-    ]
+    return [e.alias(name) for name, e in request_features(pl.col, PolarsOps).items()]
 
 
 def plane_table(planes_raw: pl.DataFrame) -> pl.DataFrame:
@@ -130,11 +212,7 @@ def plane_table(planes_raw: pl.DataFrame) -> pl.DataFrame:
 
 
 def plane_features_expr() -> list[pl.Expr]:
-    """From the joined plane columns: age at the flight's year."""
-    return [
-        (pl.col("sched_date").dt.year().cast(pl.Float64) - pl.col("plane_year")).alias("plane_age"),
-        pl.col("seats"),
-    ]
+    return [e.alias(name) for name, e in plane_features(pl.col, PolarsOps).items()]
 
 
 def daily_outcomes(history: pl.DataFrame, view: HistoryView) -> pl.DataFrame:
@@ -149,7 +227,3 @@ def daily_outcomes(history: pl.DataFrame, view: HistoryView) -> pl.DataFrame:
             pl.col("late").cum_sum().over(list(view.keys)).alias("late_cum"),
         )
     )
-
-
-def smoothed_rate(late: pl.Expr, n: pl.Expr) -> pl.Expr:
-    return (late.fill_null(0) + PRIOR_RATE * PRIOR_WEIGHT) / (n.fill_null(0) + PRIOR_WEIGHT)

@@ -6,7 +6,7 @@ implement the same four methods.
 
 A snapshot is written *as of* a day: delay-rate counters over flights before that day, the hourly weather
 observations and the planes. ``get_online_features`` then runs the same definitions as the offline path
-(keel.features.definitions) on the looked-up values, so the two paths agree for the same inputs — the skew check
+(keel.features.definitions, evaluated with numpy) on the looked-up values, so the two paths agree for the same inputs — the skew check
 and tests/features/test_parity.py hold them to it.
 
 Frozen features (``freeze``) are served with the value recorded at the freeze (the reference default unless
@@ -20,22 +20,26 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import polars as pl
 
 from keel.errors import KeelError
 from keel.features.definitions import (
     BY_NAME,
     FEATURE_NAMES,
+    FEATURES,
     HISTORY_VIEWS,
     WEATHER_COLUMNS,
+    NumpyOps,
     daily_outcomes,
     entity_frame,
-    plane_features_expr,
+    plane_features,
     plane_table,
-    request_expressions,
+    request_features,
     smoothed_rate,
 )
 
@@ -78,9 +82,14 @@ class OnlineStore(ABC):
     @abstractmethod
     def lookup(self, view: str, keys: list[str]) -> dict[str, dict[str, Any]]: ...
 
-    def lookup_many(self, requests: Mapping[str, list[str]]) -> dict[str, dict[str, dict[str, Any]]]:
-        """Several views at once; stores override it with a single round trip."""
-        return {view: self.lookup(view, keys) for view, keys in requests.items()}
+    def lookup_many(self, requests: Mapping[str, list[str]]) -> dict[str, dict[str, tuple]]:
+        """Several views at once, each key's values as a tuple in VIEW_FIELDS order; stores override it with a
+        single round trip."""
+        out = {}
+        for view, keys in requests.items():
+            fields = VIEW_FIELDS[view]
+            out[view] = {k: tuple(v.get(f) for f in fields) for k, v in self.lookup(view, keys).items()}
+        return out
 
     @abstractmethod
     def health(self) -> StoreHealth: ...
@@ -123,11 +132,22 @@ def build_views(
     return views
 
 
-class SQLiteOnlineStore(OnlineStore):
-    """SQLite in WAL mode; one connection per instance (make one per thread)."""
+_MISS = object()
 
-    def __init__(self, path: str | Path):
+
+class SQLiteOnlineStore(OnlineStore):
+    """SQLite in WAL mode; one connection per instance (make one per thread).
+
+    ``cache_size`` > 0 keeps values read from the current snapshot in process (a serving process reads the same
+    carriers, routes and hours over and over); the cache is keyed to the snapshot's write time, so a new snapshot
+    written by any process empties it on the next read. 0 reads every key from SQLite.
+    """
+
+    def __init__(self, path: str | Path, *, cache_size: int = 0):
         self.path = Path(path)
+        self.cache_size = cache_size
+        self._cache: dict[tuple[str, str], tuple | None] = {}
+        self._cache_snapshot: str | None = None
         self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
             self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
@@ -189,23 +209,50 @@ class SQLiteOnlineStore(OnlineStore):
             out.update((k, dict(zip(fields, values, strict=False))) for k, *values in rows)
         return out
 
-    def lookup_many(self, requests: Mapping[str, list[str]]) -> dict[str, dict[str, dict[str, Any]]]:
-        out: dict[str, dict[str, dict[str, Any]]] = {view: {} for view in requests}
+    def lookup_many(self, requests: Mapping[str, list[str]]) -> dict[str, dict[str, tuple]]:
+        """All views in one query. With a cache, keys already read from the current snapshot are not read again."""
+        out: dict[str, dict[str, tuple]] = {view: {} for view in requests}
+        cache = self._cache_for_snapshot() if self.cache_size else None
         parts, params = [], []
         for view, keys in requests.items():
             unique = list(dict.fromkeys(keys))
+            if cache is not None:
+                misses = []
+                for key in unique:
+                    hit = cache.get((view, key), _MISS)
+                    if hit is _MISS:
+                        misses.append(key)
+                    elif hit is not None:
+                        out[view][key] = hit
+                unique = misses
             if not unique:
                 continue
-            if len(params) + len(unique) > 30_000:  # SQLite's bound-parameter limit: fall back to per-view queries
+            if len(params) + len(unique) > 30_000:  # SQLite's bound-parameter limit: one view at a time
                 return super().lookup_many(requests)
             parts.append(
                 f"SELECT view, key, v0, v1, v2, v3, v4 FROM entity_values WHERE view = ? AND key IN ({','.join('?' * len(unique))})"
             )
             params.extend([view, *unique])
+            if cache is not None:
+                for key in unique:
+                    cache[(view, key)] = None  # remembered as absent unless the query finds it
         if parts:
-            for view, key, *values in self._db.execute(" UNION ALL ".join(parts), params):  # noqa: S608 - only placeholders
-                out[view][key] = dict(zip(VIEW_FIELDS[view], values, strict=False))
+            widths = {view: 2 + len(VIEW_FIELDS[view]) for view in requests}
+            for row in self._db.execute(" UNION ALL ".join(parts), params).fetchall():  # noqa: S608 - only placeholders
+                values = row[2 : widths[row[0]]]
+                out[row[0]][row[1]] = values
+                if cache is not None:
+                    cache[(row[0], row[1])] = values
         return out
+
+    def _cache_for_snapshot(self) -> dict[tuple[str, str], tuple | None]:
+        """The read cache, emptied whenever a new snapshot has been written (by any process) or it is full."""
+        row = self._db.execute("SELECT v FROM meta WHERE k = 'last_write_at'").fetchone()
+        snapshot = row[0] if row else None
+        if snapshot != self._cache_snapshot or len(self._cache) >= self.cache_size:
+            self._cache = {}
+            self._cache_snapshot = snapshot
+        return self._cache
 
     def health(self) -> StoreHealth:
         try:
@@ -265,6 +312,7 @@ def _as_date(v: Any) -> date:
     return date.fromisoformat(str(v))
 
 
+@lru_cache(maxsize=4096)
 def _hour_key(v: Any) -> str:
     """The weather view's time part of a key: the UTC hour, as build_views writes it."""
     dt = v if isinstance(v, datetime) else datetime.fromisoformat(str(v).replace("Z", "+00:00"))
@@ -273,20 +321,14 @@ def _hour_key(v: Any) -> str:
     return f"{dt.year:04d}-{dt.month:02d}-{dt.day:02d}T{dt.hour:02d}:00:00+00:00"
 
 
-_SCHEMA_OVERRIDES = {
-    "hour": pl.Int64,
-    "distance": pl.Float64,
-    "sched_date": pl.Date,
-    "plane_year": pl.Float64,
-    "seats": pl.Float64,
-    **{n: pl.Float64 for n in WEATHER_COLUMNS},
-    **{f"{v.feature}__{s}": pl.Float64 for v in HISTORY_VIEWS for s in ("n", "late")},
-}
-_ONLINE_EXPRESSIONS = [
-    *request_expressions(),
-    *plane_features_expr(),
-    *[smoothed_rate(pl.col(f"{v.feature}__late"), pl.col(f"{v.feature}__n")).alias(v.feature) for v in HISTORY_VIEWS],
-]
+_NO_COUNTS = (None, None)
+
+
+def _entity_key(row: Mapping[str, Any], keys: tuple[str, ...]) -> str:
+    return str(row[keys[0]]) if len(keys) == 1 else "|".join([str(row[k]) for k in keys])
+
+
+_INT_FEATURES = {f.name for f in FEATURES if f.dtype == pl.Int32}
 
 
 def get_online_features(store: OnlineStore, entity_rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -302,33 +344,45 @@ def get_online_features(store: OnlineStore, entity_rows: Iterable[Mapping[str, A
     keys = {
         "weather": [f"{r['origin']}|{_hour_key(r['time_hour'])}" for r in rows],
         "plane": [str(r["tailnum"]) for r in rows],
-        **{v.feature: ["|".join(str(r[k]) for k in v.keys) for r in rows] for v in HISTORY_VIEWS},
+        **{v.feature: [_entity_key(r, v.keys) for r in rows] for v in HISTORY_VIEWS},
     }
     found = store.lookup_many(keys)
-    columns: dict[str, list[Any]] = {
-        c: [r[c] for r in rows] for c in ("carrier", "origin", "dest", "tailnum", "hour", "distance")
+    n = len(rows)
+    inputs: dict[str, np.ndarray] = {
+        "sched_date": np.array([_as_date(r["sched_date"]) for r in rows], dtype="datetime64[D]"),
+        "hour": np.array([r["hour"] for r in rows], dtype=np.float64),
+        "distance": np.array([r["distance"] for r in rows], dtype=np.float64),
     }
-    columns["sched_date"] = [_as_date(r["sched_date"]) for r in rows]
-    weather = [found["weather"].get(k, {}) for k in keys["weather"]]
+    for view in ("weather", "plane"):
+        width = len(VIEW_FIELDS[view])
+        hits = np.array([found[view].get(k) or (None,) * width for k in keys[view]], dtype=np.float64).reshape(
+            n, width
+        )
+        for i, name in enumerate(VIEW_FIELDS[view]):
+            inputs[name] = hits[:, i]
+    col = inputs.__getitem__
+    values: dict[str, np.ndarray] = {**request_features(col, NumpyOps), **plane_features(col, NumpyOps)}
     for name in WEATHER_COLUMNS:
-        columns[name] = [w.get(name) for w in weather]
-    planes = [found["plane"].get(k, {}) for k in keys["plane"]]
-    columns["plane_year"] = [p.get("plane_year") for p in planes]
-    columns["seats"] = [p.get("seats") for p in planes]
+        values[name] = inputs[name]
     for v in HISTORY_VIEWS:
-        counters = [found[v.feature].get(k, {}) for k in keys[v.feature]]
-        columns[f"{v.feature}__n"] = [c.get("n_cum") for c in counters]
-        columns[f"{v.feature}__late"] = [c.get("late_cum") for c in counters]
-    frame = pl.DataFrame(columns, schema_overrides=_SCHEMA_OVERRIDES).with_columns(_ONLINE_EXPRESSIONS)
+        hits = np.array([found[v.feature].get(k) or _NO_COUNTS for k in keys[v.feature]], dtype=np.float64).reshape(
+            n, 2
+        )
+        values[v.feature] = smoothed_rate(hits[:, 1], hits[:, 0], NumpyOps)  # VIEW_FIELDS: (n_cum, late_cum)
+    columns = []
+    for name in FEATURE_NAMES:
+        arr = values[name]
+        null = np.isnan(arr).tolist()
+        as_list = np.where(arr == arr, arr, 0.0).astype(np.int64).tolist() if name in _INT_FEATURES else arr.tolist()
+        columns.append([None if m else x for x, m in zip(as_list, null, strict=True)])
     frozen = store.frozen()
-    data = frame.select(FEATURE_NAMES).to_dict(as_series=False)
     for name, value in frozen.items():
-        data[name] = [value] * len(rows)
+        columns[FEATURE_NAMES.index(name)] = [value] * n
     degraded = list(frozen)
     out = []
-    for values in zip(*(data[n] for n in FEATURE_NAMES), strict=True):
-        row = dict(zip(FEATURE_NAMES, values, strict=True))
-        row["missing"] = [n for n, v in zip(FEATURE_NAMES, values, strict=True) if v is None]
+    for row_values in zip(*columns, strict=True):
+        row = dict(zip(FEATURE_NAMES, row_values, strict=True))
+        row["missing"] = [name for name, v in zip(FEATURE_NAMES, row_values, strict=True) if v is None]
         row["degraded"] = list(degraded)
         out.append(row)
     return out

@@ -139,3 +139,25 @@ def test_unknown_entities_are_missing_not_zero(store):
     )
     assert row["temp"] is None and "temp" in row["missing"] and row["plane_age"] is None
     assert row["carrier_delay_rate"] == pytest.approx(0.2)  # an unseen carrier gets the prior, by definition
+
+
+def test_read_cache_serves_the_same_answers_and_follows_new_snapshots(validated, tmp_path):
+    path = tmp_path / "cached.sqlite"
+    writer = SQLiteOnlineStore(path)
+    cached = SQLiteOnlineStore(path, cache_size=10_000)
+    views = build_views(validated["weather"], validated["planes"], validated["flights"], as_of=DAY)
+    writer.write_snapshot(views, as_of=DAY, partition="2013-02")
+    flights = day_flights(validated)
+    rows = request_rows(offline_features(flights, validated["weather"], validated["planes"], validated["flights"]))
+    first = get_online_features(writer, rows)
+    assert get_online_features(cached, rows) == first
+    assert get_online_features(cached, rows) == first  # now from the cache
+    later = DAY + timedelta(days=5)  # another process writes a newer snapshot: five more days of history
+    writer.write_snapshot(
+        build_views(validated["weather"], validated["planes"], validated["flights"], as_of=later),
+        as_of=later,
+        partition="2013-02",
+    )
+    fresh = get_online_features(writer, rows)
+    assert fresh != first  # the new snapshot changed the delay rates...
+    assert get_online_features(cached, rows) == fresh  # ...and the cached reader follows it
