@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import sqlite3
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from functools import lru_cache
@@ -97,7 +97,7 @@ class OnlineStore(ABC):
     @abstractmethod
     def frozen(self) -> dict[str, float]: ...
 
-    def get_online_features(self, entity_rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    def get_online_features(self, entity_rows: Iterable[Mapping[str, Any]]) -> FeatureBatch:
         return get_online_features(self, entity_rows)
 
 
@@ -331,13 +331,13 @@ def _entity_key(row: Mapping[str, Any], keys: tuple[str, ...]) -> str:
 _INT_FEATURES = {f.name for f in FEATURES if f.dtype == pl.Int32}
 
 
-def get_online_features(store: OnlineStore, entity_rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def get_online_features(store: OnlineStore, entity_rows: Iterable[Mapping[str, Any]]) -> FeatureBatch:
     """Feature vectors for flights being scheduled: ``carrier, origin, dest, tailnum, sched_date, hour, time_hour,
     distance`` per row. Each result has every feature, ``degraded`` (frozen features served with their freeze value)
     and ``missing`` (features with no value in the store, served as null)."""
     rows = list(entity_rows)
     if not rows:
-        return []
+        return FeatureBatch(np.empty((len(FEATURE_NAMES), 0)), np.empty((len(FEATURE_NAMES), 0), dtype=bool), ())
     absent = [c for c in REQUEST_COLUMNS if c not in rows[0]]
     if absent:
         raise ValueError(f"entity rows need {', '.join(REQUEST_COLUMNS)}; missing {', '.join(absent)}")
@@ -369,20 +369,64 @@ def get_online_features(store: OnlineStore, entity_rows: Iterable[Mapping[str, A
             n, 2
         )
         values[v.feature] = smoothed_rate(hits[:, 1], hits[:, 0], NumpyOps)  # VIEW_FIELDS: (n_cum, late_cum)
-    columns = []
-    for name in FEATURE_NAMES:
-        arr = values[name]
-        null = np.isnan(arr).tolist()
-        as_list = np.where(arr == arr, arr, 0.0).astype(np.int64).tolist() if name in _INT_FEATURES else arr.tolist()
-        columns.append([None if m else x for x, m in zip(as_list, null, strict=True)])
     frozen = store.frozen()
+    matrix = np.vstack([values[name] for name in FEATURE_NAMES])  # features × flights
     for name, value in frozen.items():
-        columns[FEATURE_NAMES.index(name)] = [value] * n
-    degraded = list(frozen)
-    out = []
-    for row_values in zip(*columns, strict=True):
-        row = dict(zip(FEATURE_NAMES, row_values, strict=True))
-        row["missing"] = [name for name, v in zip(FEATURE_NAMES, row_values, strict=True) if v is None]
-        row["degraded"] = list(degraded)
-        out.append(row)
-    return out
+        matrix[FEATURE_NAMES.index(name)] = value  # served with its freeze value
+    return FeatureBatch(matrix, np.isnan(matrix), tuple(frozen))
+
+
+class FeatureBatch(Sequence):
+    """The answer of ``get_online_features``: columnar (what a model consumes), and a sequence of per-flight dicts
+    (built on first access) for everything else.
+
+    ``matrix`` is features × flights (float64, NaN where a value is missing), in ``FEATURE_NAMES`` order.
+    """
+
+    names = FEATURE_NAMES
+
+    def __init__(self, matrix: np.ndarray, nulls: np.ndarray, degraded: tuple[str, ...]):
+        self.matrix = matrix
+        self.nulls = nulls
+        self.degraded = degraded
+        self._rows: list[dict[str, Any]] | None = None
+
+    def column(self, name: str) -> np.ndarray:
+        return self.matrix[FEATURE_NAMES.index(name)]
+
+    def __len__(self) -> int:
+        return self.matrix.shape[1]
+
+    def __getitem__(self, index):  # type: ignore[override]
+        return self.rows()[index]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, FeatureBatch):
+            other = other.rows()
+        return isinstance(other, list) and self.rows() == other
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def rows(self) -> list[dict[str, Any]]:
+        """One dict per flight: every feature (None where missing), ``missing`` and ``degraded``."""
+        if self._rows is not None:
+            return self._rows
+        columns = []
+        for i, name in enumerate(FEATURE_NAMES):
+            row_nulls = self.nulls[i]
+            arr = (
+                np.where(row_nulls, 0.0, self.matrix[i]).astype(np.int64) if name in _INT_FEATURES else self.matrix[i]
+            )
+            as_list = arr.tolist()
+            if row_nulls.any():
+                as_list = [None if m else x for x, m in zip(as_list, row_nulls.tolist(), strict=True)]
+            columns.append(as_list)
+        has_null = self.nulls.any(axis=0).tolist()
+        out = []
+        for j, row_values in enumerate(zip(*columns, strict=True)):
+            row = dict(zip(FEATURE_NAMES, row_values, strict=True))
+            row["missing"] = [FEATURE_NAMES[i] for i in np.flatnonzero(self.nulls[:, j])] if has_null[j] else []
+            row["degraded"] = list(self.degraded)
+            out.append(row)
+        self._rows = out
+        return out
