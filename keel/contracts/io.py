@@ -1,7 +1,8 @@
-"""Reading data files for validation without losing rows to a reader's opinions about types.
+"""Reading data files without losing rows to a reader's opinions about types.
 
-CSV is read with every column as text (the contract types it) and invalid UTF-8 replaced by U+FFFD, which the
-engine reports as a type violation of that value; Parquet keeps its own types.
+For validation, CSV is read with every column as text (the contract types it) and invalid UTF-8 replaced by
+U+FFFD, which the engine reports as a type violation of that value. For statistics (``typed=True``), CSV types are
+inferred from every row, not the first 100. Parquet keeps its own types either way.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import polars as pl
 from keel.errors import DataReadError
 
 
-def read_data_file(path: str | Path) -> pl.DataFrame:
+def read_data_file(path: str | Path, *, typed: bool = False) -> pl.DataFrame:
     p = Path(path)
     if not p.is_file():
         raise DataReadError(f"{p}: no such data file")
@@ -22,13 +23,13 @@ def read_data_file(path: str | Path) -> pl.DataFrame:
         if suffix in (".parquet", ".pq"):
             return pl.read_parquet(p)
         if suffix in (".csv", ".txt", ".tsv"):
+            schema = {"infer_schema_length": None} if typed else {"infer_schema": False}
             return pl.read_csv(
                 p,
-                infer_schema=False,
                 null_values=["NA", ""],
                 encoding="utf8-lossy",
                 separator="\t" if suffix == ".tsv" else ",",
-                truncate_ragged_lines=False,
+                **schema,
             )
     except Exception as exc:  # polars/arrow raise many types; all mean "cannot read this file"
         raise DataReadError(f"{p}: cannot read as {suffix.lstrip('.')}: {str(exc).splitlines()[0]}") from None
@@ -36,22 +37,5 @@ def read_data_file(path: str | Path) -> pl.DataFrame:
 
 
 def read_typed_data_file(path: str | Path) -> pl.DataFrame:
-    """Read CSV with types inferred from every row (not the first 100), or Parquet as stored: for statistics."""
-    p = Path(path)
-    if not p.is_file():
-        raise DataReadError(f"{p}: no such data file")
-    suffix = p.suffix.lower()
-    try:
-        if suffix in (".parquet", ".pq"):
-            return pl.read_parquet(p)
-        if suffix in (".csv", ".txt", ".tsv"):
-            return pl.read_csv(
-                p,
-                infer_schema_length=None,
-                null_values=["NA", ""],
-                encoding="utf8-lossy",
-                separator="\t" if suffix == ".tsv" else ",",
-            )
-    except Exception as exc:  # polars/arrow raise many types; all mean "cannot read this file"
-        raise DataReadError(f"{p}: cannot read as {suffix.lstrip('.')}: {str(exc).splitlines()[0]}") from None
-    raise DataReadError(f"{p}: unknown data format '{suffix}' (use .csv or .parquet)")
+    """CSV with inferred types (every row looked at), or Parquet as stored: the input of statistics."""
+    return read_data_file(path, typed=True)
