@@ -9,9 +9,10 @@ import dagster as dg
 
 from assets.drift import drift_assets
 from assets.features import feature_assets
+from assets.models import model_assets
 from assets.raw import raw_assets
 from assets.validated import build_validated_assets
-from resources import OnlineStoreResource, ParquetIOManager
+from resources import ModelRegistryResource, OnlineStoreResource, ParquetIOManager
 from sensors.drift import drift_sensor
 
 validated_assets = build_validated_assets()
@@ -24,8 +25,12 @@ pipeline_job = dg.define_asset_job(
 )
 
 defs = dg.Definitions(
-    assets=[*raw_assets, *validated_assets, *feature_assets, *drift_assets],
+    assets=[*raw_assets, *validated_assets, *feature_assets, *drift_assets, *model_assets],
     jobs=[pipeline_job],
     sensors=[drift_sensor],
-    resources={"io_manager": ParquetIOManager(), "online_store": OnlineStoreResource()},
+    resources={
+        "io_manager": ParquetIOManager(),
+        "online_store": OnlineStoreResource(),
+        "registry": ModelRegistryResource(),
+    },
 )

@@ -2,5 +2,6 @@
 
 from resources.online_store import OnlineStoreResource
 from resources.parquet_io import ParquetIOManager, keel_home
+from resources.registry import ModelRegistryResource
 
-__all__ = ["OnlineStoreResource", "ParquetIOManager", "keel_home"]
+__all__ = ["ModelRegistryResource", "OnlineStoreResource", "ParquetIOManager", "keel_home"]

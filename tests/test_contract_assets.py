@@ -49,11 +49,12 @@ def contract_file(tmp_path) -> Path:
 
 @pytest.fixture
 def io(tmp_path):
-    from resources import OnlineStoreResource, ParquetIOManager
+    from resources import ModelRegistryResource, OnlineStoreResource, ParquetIOManager
 
     return {
         "io_manager": ParquetIOManager(base_dir=str(tmp_path / "storage")),
         "online_store": OnlineStoreResource(path=str(tmp_path / "online.sqlite")),
+        "registry": ModelRegistryResource(root=str(tmp_path / "registry")),
     }
 
 

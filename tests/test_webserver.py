@@ -136,7 +136,7 @@ def test_asset_graph_and_checks(dagster_dev):
     for key, node in nodes.items():
         assert node["description"], f"{key} has no description"
         assert node["kinds"], f"{key} has no kinds"
-        assert node["groupName"] in {"raw", "contracts", "features", "drift"}
+        assert node["groupName"] in {"raw", "contracts", "features", "drift", "models"}
     checks = {c["name"]: c["blocking"] for c in nodes["validated_weather"]["assetChecksOrError"]["checks"]}
     assert checks["conservation"] is True and checks["critical_budget"] is True
     assert checks["rule_wind_speed_physical"] is False and "schema_conformance" in checks
@@ -242,3 +242,18 @@ def test_online_store_checks_pass_and_drift_sensor_runs(dagster_dev):
     }
     sensors = {s["name"]: s["sensorState"]["status"] for s in data["sensorsOrError"]["results"]}
     assert sensors["drift_sensor"] == "RUNNING"
+
+
+def test_model_lineage_and_quality_gate(dagster_dev):
+    data = graphql(
+        dagster_dev,
+        """{ assetNodes(assetKeys: [{path: ["delay_model"]}, {path: ["model_evaluation"]}, {path: ["model_promotion"]}]) {
+               assetKey { path } dependencyKeys { path } kinds
+               assetChecksOrError { ... on AssetChecks { checks { name blocking executionForLatestMaterialization { status } } } } } }""",
+    )
+    nodes = {"/".join(n["assetKey"]["path"]): n for n in data["assetNodes"]}
+    assert {"/".join(d["path"]) for d in nodes["delay_model"]["dependencyKeys"]} == {"flight_features"}
+    assert "model" in nodes["delay_model"]["kinds"]
+    assert {"/".join(d["path"]) for d in nodes["model_promotion"]["dependencyKeys"]} == {"model_evaluation"}
+    [gate] = nodes["model_evaluation"]["assetChecksOrError"]["checks"]
+    assert gate["name"] == "quality_gate" and gate["blocking"] and gate["executionForLatestMaterialization"]["status"] == "SUCCEEDED"

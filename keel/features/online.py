@@ -154,6 +154,11 @@ class SQLiteOnlineStore(OnlineStore):
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
             self._db.execute("PRAGMA busy_timeout=5000")
+            columns = {row[1] for row in self._db.execute("PRAGMA table_info(entity_values)")}
+            if columns and "v0" not in columns:
+                # A store written by an older keel (values as JSON): entity values are derived data that the next
+                # snapshot rewrites, so the table is recreated; freezes and their log are kept.
+                self._db.execute("DROP TABLE entity_values")
             self._db.executescript(
                 """
                 CREATE TABLE IF NOT EXISTS entity_values (view TEXT NOT NULL, key TEXT NOT NULL,

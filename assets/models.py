@@ -1,0 +1,177 @@
+"""The delay model: trained on 2013-01…03 features, early-stopped on 2013-04, evaluated on 2013-05 against the
+champion, gated, and promoted in the registry."""
+
+import hashlib
+import json
+from pathlib import Path
+
+import dagster as dg
+import polars as pl
+
+import keel.training.model as training_module
+from assets.features import FEATURE_CODE_VERSION, FLIGHT_FEATURES
+from keel.factories.markdown import frame_to_markdown
+from keel.training.model import GatePolicy, TrainingConfig, evaluate, month_of, quality_gate, train_model
+from resources.registry import ModelRegistryResource
+
+MODELS_GROUP = "models"
+MODEL_NAME = "flight-delay"
+DELAY_MODEL = dg.AssetKey("delay_model")
+MODEL_EVALUATION = dg.AssetKey("model_evaluation")
+MODEL_PROMOTION = dg.AssetKey("model_promotion")
+GATE_CHECK = "quality_gate"
+CONFIG = TrainingConfig()
+HOLDOUT_MONTH = "2013-05"
+GATE = GatePolicy()
+TRAINING_CODE_VERSION = hashlib.sha256(
+    Path(training_module.__file__).read_bytes()
+    + json.dumps(CONFIG.params, sort_keys=True).encode()
+    + FEATURE_CODE_VERSION.encode()
+).hexdigest()[:16]
+
+
+@dg.asset(
+    key=DELAY_MODEL,
+    group_name=MODELS_GROUP,
+    kinds={"lightgbm", "model"},
+    code_version=TRAINING_CODE_VERSION,
+    ins={
+        "features": dg.AssetIn(
+            FLIGHT_FEATURES,
+            partition_mapping=dg.SpecificPartitionsPartitionMapping([*CONFIG.train_months, CONFIG.valid_month]),
+        )
+    },
+    description="LightGBM model of P(arr_delay > 15 min) at scheduling time, trained on 2013-01…03 and early-stopped "
+    "on 2013-04; deterministic (same data, config and seed → byte-identical model). Registered as challenger.",
+)
+def delay_model(
+    context: dg.AssetExecutionContext, registry: ModelRegistryResource, features: pl.DataFrame
+) -> dg.Output[pl.DataFrame]:
+    model = train_model(features, CONFIG)
+    reg = registry.open()
+    try:
+        reg.register(
+            MODEL_NAME,
+            model.text,
+            {
+                "train_months": list(CONFIG.train_months),
+                "valid_month": CONFIG.valid_month,
+                "params": CONFIG.params,
+                "best_iteration": model.best_iteration,
+                "feature_code_version": FEATURE_CODE_VERSION,
+                "training_code_version": TRAINING_CODE_VERSION,
+                "run_id": context.run_id,
+            },
+        )
+        reg.set_alias(MODEL_NAME, "challenger", model.sha256, f"trained in run {context.run_id}")
+    finally:
+        reg.close()
+    record = pl.DataFrame({"model": [MODEL_NAME], "sha256": [model.sha256], "best_iteration": [model.best_iteration]})
+    return dg.Output(
+        record,
+        metadata={"sha256": model.sha256, "best_iteration": model.best_iteration, "train_rows": features.height},
+    )
+
+
+@dg.asset(
+    key=MODEL_EVALUATION,
+    group_name=MODELS_GROUP,
+    kinds={"lightgbm"},
+    code_version=TRAINING_CODE_VERSION,
+    ins={
+        "model": dg.AssetIn(DELAY_MODEL),
+        "holdout": dg.AssetIn(
+            FLIGHT_FEATURES, partition_mapping=dg.SpecificPartitionsPartitionMapping([HOLDOUT_MONTH])
+        ),
+    },
+    check_specs=[
+        dg.AssetCheckSpec(
+            GATE_CHECK,
+            asset=MODEL_EVALUATION,
+            blocking=True,
+            description=f"AUC not worse than the champion's by more than {GATE.max_auc_drop}, ECE ≤ {GATE.max_ece}",
+        )
+    ],
+    description=f"The candidate (and the champion, when there is one) on the {HOLDOUT_MONTH} holdout: AUC, log-loss, Brier, "
+    "ECE, per carrier and origin, feature importance. Its blocking quality gate stops promotion.",
+)
+def model_evaluation(
+    context: dg.AssetExecutionContext, registry: ModelRegistryResource, model: pl.DataFrame, holdout: pl.DataFrame
+):
+    sha = model["sha256"][0]
+    holdout = month_of(holdout, HOLDOUT_MONTH)
+    reg = registry.open()
+    try:
+        candidate = evaluate(reg.load(sha), holdout)
+        champion_sha = reg.alias(MODEL_NAME, "champion")
+        champion = (
+            evaluate(reg.load(champion_sha), holdout).as_metrics() if champion_sha and champion_sha != sha else None
+        )
+    finally:
+        reg.close()
+    decision = quality_gate(candidate.as_metrics(), champion, GATE)
+    table = pl.DataFrame(
+        {
+            "model": [MODEL_NAME],
+            "sha256": [sha],
+            "gate_passed": [decision.passed],
+            **{k: [v] for k, v in candidate.as_metrics().items()},
+        }
+    )
+    importance = pl.DataFrame(
+        {"feature": list(candidate.importance), "gain_share": list(candidate.importance.values())}
+    ).sort("gain_share", descending=True)
+    segments = pl.DataFrame(
+        [{"dimension": d, "segment": s, **m} for d, segs in candidate.segments.items() for s, m in segs.items()]
+    )
+    yield dg.Output(
+        table,
+        metadata={
+            **{k: dg.MetadataValue.float(v) for k, v in candidate.as_metrics().items()},
+            "holdout_rows": candidate.rows,
+            "champion": dg.MetadataValue.json(champion or {}),
+            "importance": dg.MetadataValue.md(
+                frame_to_markdown(importance.with_columns(pl.col("gain_share").round(4)), max_rows=20)
+            ),
+            "segments": dg.MetadataValue.md(
+                frame_to_markdown(
+                    segments.with_columns(pl.col("auc").round(4), pl.col("log_loss").round(4)), max_rows=30
+                )
+            ),
+        },
+    )
+    yield dg.AssetCheckResult(
+        asset_key=MODEL_EVALUATION,
+        check_name=GATE_CHECK,
+        passed=decision.passed,
+        severity=dg.AssetCheckSeverity.ERROR,
+        metadata={
+            "reasons": "; ".join(decision.reasons),
+            "candidate_auc": candidate.auc,
+            "champion_auc": (champion or {}).get("auc", float("nan")),
+        },
+    )
+
+
+@dg.asset(
+    key=MODEL_PROMOTION,
+    group_name=MODELS_GROUP,
+    kinds={"lightgbm"},
+    ins={"evaluation": dg.AssetIn(MODEL_EVALUATION)},
+    description="Promotes the candidate to champion in the registry once its quality gate passed (the gate is "
+    "blocking: a failed gate stops this asset). The previous champion becomes archived.",
+)
+def model_promotion(
+    context: dg.AssetExecutionContext, registry: ModelRegistryResource, evaluation: pl.DataFrame
+) -> dg.MaterializeResult:
+    sha = evaluation["sha256"][0]
+    reg = registry.open()
+    try:
+        reg.promote(MODEL_NAME, sha, f"quality gate passed in run {context.run_id}")
+        events = reg.events(MODEL_NAME)
+    finally:
+        reg.close()
+    return dg.MaterializeResult(metadata={"champion": sha, "alias_events": len(events)})
+
+
+model_assets = [delay_model, model_evaluation, model_promotion]

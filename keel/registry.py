@@ -1,0 +1,152 @@
+"""The model registry: LightGBM text files addressed by sha256, metadata and aliases in SQLite.
+
+Files live at ``<root>/models/<sha256>.txt`` (written atomically; never pickles). ``registry.sqlite`` (WAL,
+synchronous=FULL) holds each model's metadata (training partitions and data versions, contract hashes, feature code
+hash, params, metrics, Dagster run id), the aliases ``champion`` / ``challenger`` / ``archived``, and an append-only
+event log of every alias change with its reason. Loading verifies the hash: a corrupt or edited file is an error.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from keel.errors import KeelError
+from keel.names import validate_name
+from keel.storage import _atomic
+
+ALIASES = ("champion", "challenger", "archived")
+
+
+class RegistryError(KeelError):
+    """A model is missing, corrupt or tampered with, or an alias operation is invalid."""
+
+
+@dataclass(frozen=True)
+class RegisteredModel:
+    name: str
+    sha256: str
+    metadata: dict[str, Any]
+    registered_at: datetime
+
+
+class ModelRegistry:
+    def __init__(self, root: str | Path):
+        self.root = Path(root)
+        (self.root / "models").mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(self.root / "registry.sqlite", isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.executescript(
+            """
+            CREATE TABLE IF NOT EXISTS models (name TEXT NOT NULL, sha256 TEXT NOT NULL, metadata TEXT NOT NULL,
+                                               registered_at TEXT NOT NULL, PRIMARY KEY (name, sha256));
+            CREATE TABLE IF NOT EXISTS aliases (name TEXT NOT NULL, alias TEXT NOT NULL, sha256 TEXT NOT NULL,
+                                                PRIMARY KEY (name, alias));
+            CREATE TABLE IF NOT EXISTS alias_events (id INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT NOT NULL,
+                                                     alias TEXT NOT NULL, sha256 TEXT, previous TEXT, reason TEXT NOT NULL,
+                                                     at TEXT NOT NULL);
+            """
+        )
+
+    def close(self) -> None:
+        self._db.close()
+
+    def path_of(self, sha256: str) -> Path:
+        if len(sha256) != 64 or any(c not in "0123456789abcdef" for c in sha256):
+            raise RegistryError(f"not a sha256: {sha256!r}")
+        return self.root / "models" / f"{sha256}.txt"
+
+    def register(self, name: str, model_text: str, metadata: dict[str, Any]) -> RegisteredModel:
+        """Store the model (idempotent: the same text is the same model) and its metadata."""
+        validate_name(name, what="model name")
+        data = model_text.encode()
+        sha = hashlib.sha256(data).hexdigest()
+        path = self.path_of(sha)
+        if not path.exists():
+            _atomic(path, lambda fh: fh.write(data))
+        now = datetime.now(UTC)
+        self._db.execute(
+            "INSERT INTO models (name, sha256, metadata, registered_at) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT(name, sha256) DO UPDATE SET metadata = excluded.metadata",
+            (name, sha, json.dumps(metadata, sort_keys=True, default=str), now.isoformat()),
+        )
+        return RegisteredModel(name, sha, metadata, now)
+
+    def load(self, sha256: str) -> str:
+        """The model text, after checking that its bytes still hash to ``sha256``."""
+        path = self.path_of(sha256)
+        if not path.exists():
+            raise RegistryError(f"model {sha256[:12]} is not in the registry at {path}")
+        data = path.read_bytes()
+        actual = hashlib.sha256(data).hexdigest()
+        if actual != sha256:
+            raise RegistryError(
+                f"model file {path} is corrupt or was modified: its sha256 is {actual[:12]}…, expected {sha256[:12]}…"
+            )
+        return data.decode()
+
+    def get(self, name: str, sha256: str) -> RegisteredModel:
+        row = self._db.execute(
+            "SELECT metadata, registered_at FROM models WHERE name = ? AND sha256 = ?", (name, sha256)
+        ).fetchone()
+        if row is None:
+            raise RegistryError(f"model {name}@{sha256[:12]} is not registered")
+        return RegisteredModel(name, sha256, json.loads(row[0]), datetime.fromisoformat(row[1]))
+
+    def alias(self, name: str, alias: str) -> str | None:
+        row = self._db.execute("SELECT sha256 FROM aliases WHERE name = ? AND alias = ?", (name, alias)).fetchone()
+        return row[0] if row else None
+
+    def set_alias(self, name: str, alias: str, sha256: str, reason: str) -> None:
+        if alias not in ALIASES:
+            raise RegistryError(f"unknown alias {alias!r} (known: {', '.join(ALIASES)})")
+        self.get(name, sha256)
+        self._db.execute("BEGIN IMMEDIATE")
+        self._set(name, alias, sha256, reason)
+        self._db.execute("COMMIT")
+
+    def _set(self, name: str, alias: str, sha256: str, reason: str) -> None:
+        previous = self.alias(name, alias)
+        self._db.execute(
+            "INSERT INTO aliases (name, alias, sha256) VALUES (?, ?, ?) ON CONFLICT(name, alias) DO UPDATE SET sha256 = excluded.sha256",
+            (name, alias, sha256),
+        )
+        self._db.execute(
+            "INSERT INTO alias_events (name, alias, sha256, previous, reason, at) VALUES (?, ?, ?, ?, ?, ?)",
+            (name, alias, sha256, previous, reason, datetime.now(UTC).isoformat()),
+        )
+
+    def promote(self, name: str, sha256: str, reason: str) -> None:
+        """Make ``sha256`` the champion; the previous champion becomes archived. One transaction."""
+        self.get(name, sha256)
+        self._db.execute("BEGIN IMMEDIATE")
+        previous = self.alias(name, "champion")
+        if previous and previous != sha256:
+            self._set(name, "archived", previous, f"replaced by {sha256[:12]}: {reason}")
+        self._set(name, "champion", sha256, reason)
+        self._db.execute("COMMIT")
+
+    def rollback(self, name: str, reason: str) -> str:
+        """Restore the previous champion (the archived one); returns its sha256."""
+        self._db.execute("BEGIN IMMEDIATE")
+        archived, current = self.alias(name, "archived"), self.alias(name, "champion")
+        if archived is None:
+            self._db.execute("ROLLBACK")
+            raise RegistryError(f"model {name} has no archived champion to roll back to")
+        self._set(name, "champion", archived, f"rollback: {reason}")
+        if current:
+            self._set(name, "archived", current, f"rolled back: {reason}")
+        self._db.execute("COMMIT")
+        return archived
+
+    def events(self, name: str) -> list[dict[str, Any]]:
+        rows = self._db.execute(
+            "SELECT alias, sha256, previous, reason, at FROM alias_events WHERE name = ? ORDER BY id", (name,)
+        )
+        return [dict(zip(("alias", "sha256", "previous", "reason", "at"), r, strict=True)) for r in rows]

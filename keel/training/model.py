@@ -1,0 +1,197 @@
+"""Train the P(arr_delay > 15 min) model deterministically; evaluate it; decide whether it may be promoted.
+
+Determinism: the same data, config and seed give a byte-identical LightGBM text model (single thread,
+``deterministic=True``, ``force_row_wise=True``, rows sorted by flight id before training). Models are only ever
+serialised as LightGBM text — never pickled.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+import lightgbm as lgb
+import numpy as np
+import polars as pl
+from scipy.stats import rankdata
+
+from keel.features.definitions import FEATURE_NAMES
+from keel.features.offline import LABEL
+
+DEFAULT_PARAMS: dict[str, Any] = {
+    "objective": "binary",
+    "learning_rate": 0.05,
+    "num_leaves": 31,
+    "min_data_in_leaf": 50,
+    "feature_fraction": 0.9,
+    "bagging_fraction": 0.8,
+    "bagging_freq": 1,
+    "seed": 2013,
+    "deterministic": True,
+    "force_row_wise": True,
+    "num_threads": 1,
+    "verbose": -1,
+}
+
+
+@dataclass(frozen=True)
+class TrainingConfig:
+    train_months: tuple[str, ...] = ("2013-01", "2013-02", "2013-03")
+    valid_month: str = "2013-04"
+    num_boost_round: int = 200
+    early_stopping_rounds: int = 20
+    params: dict[str, Any] = field(default_factory=lambda: dict(DEFAULT_PARAMS))
+
+
+@dataclass(frozen=True)
+class TrainedModel:
+    text: str
+    sha256: str
+    best_iteration: int
+    features: tuple[str, ...]
+
+
+def _xy(frame: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    labelled = frame.filter(pl.col(LABEL).is_not_null()).sort("flight_id")
+    x = labelled.select([pl.col(f).cast(pl.Float64) for f in FEATURE_NAMES]).to_numpy()
+    return x, labelled[LABEL].to_numpy().astype(np.float64)
+
+
+def month_of(frame: pl.DataFrame, month: str) -> pl.DataFrame:
+    return frame.filter(pl.col("sched_date").dt.strftime("%Y-%m") == month)
+
+
+def train_model(features: pl.DataFrame, config: TrainingConfig) -> TrainedModel:
+    """Train on ``config.train_months`` of ``features``, early-stopping on ``config.valid_month``."""
+    train = features.filter(pl.col("sched_date").dt.strftime("%Y-%m").is_in(list(config.train_months)))
+    valid = month_of(features, config.valid_month)
+    if train.height == 0 or valid.height == 0:
+        raise ValueError(
+            f"no rows for training months {config.train_months} or validation month {config.valid_month}"
+        )
+    xt, yt = _xy(train)
+    xv, yv = _xy(valid)
+    dtrain = lgb.Dataset(xt, yt, feature_name=list(FEATURE_NAMES), params={"verbose": -1}, free_raw_data=False)
+    dvalid = lgb.Dataset(xv, yv, reference=dtrain)
+    booster = lgb.train(
+        config.params,
+        dtrain,
+        num_boost_round=config.num_boost_round,
+        valid_sets=[dvalid],
+        callbacks=[lgb.early_stopping(config.early_stopping_rounds, verbose=False)],
+    )
+    text = booster.model_to_string(num_iteration=booster.best_iteration)
+    return TrainedModel(text, hashlib.sha256(text.encode()).hexdigest(), int(booster.best_iteration), FEATURE_NAMES)
+
+
+def predict(model_text: str, frame: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """(scores, labels) for the labelled rows of ``frame``, in flight-id order."""
+    booster = lgb.Booster(model_str=model_text)
+    x, y = _xy(frame)
+    return booster.predict(x), y
+
+
+def auc(scores: np.ndarray, labels: np.ndarray) -> float:
+    """ROC AUC from ranks (Mann-Whitney U); NaN when only one class is present."""
+    pos = labels == 1
+    n_pos, n_neg = int(pos.sum()), int((~pos).sum())
+    if n_pos == 0 or n_neg == 0:
+        return float("nan")
+    ranks = rankdata(scores)
+    return float((ranks[pos].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
+
+
+def log_loss(scores: np.ndarray, labels: np.ndarray, eps: float = 1e-15) -> float:
+    p = np.clip(scores, eps, 1 - eps)
+    return float(-np.mean(labels * np.log(p) + (1 - labels) * np.log(1 - p)))
+
+
+def brier(scores: np.ndarray, labels: np.ndarray) -> float:
+    return float(np.mean((scores - labels) ** 2))
+
+
+def ece(scores: np.ndarray, labels: np.ndarray, bins: int = 10) -> float:
+    """Expected calibration error over equal-width score bins."""
+    idx = np.minimum((scores * bins).astype(int), bins - 1)
+    total = 0.0
+    for b in range(bins):
+        mask = idx == b
+        if mask.any():
+            total += mask.sum() / scores.size * abs(scores[mask].mean() - labels[mask].mean())
+    return float(total)
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    rows: int
+    auc: float
+    log_loss: float
+    brier: float
+    ece: float
+    late_share: float
+    segments: dict[str, dict[str, dict[str, float]]]  # dimension -> segment -> metrics
+    importance: dict[str, float]
+
+    def as_metrics(self) -> dict[str, float]:
+        return {"auc": self.auc, "log_loss": self.log_loss, "brier": self.brier, "ece": self.ece}
+
+
+def evaluate(
+    model_text: str, holdout: pl.DataFrame, dimensions: tuple[str, ...] = ("carrier", "origin")
+) -> Evaluation:
+    labelled = holdout.filter(pl.col(LABEL).is_not_null()).sort("flight_id")
+    scores, labels = predict(model_text, labelled)
+    segments: dict[str, dict[str, dict[str, float]]] = {}
+    for dim in dimensions:
+        values = labelled[dim].to_numpy()
+        segments[dim] = {}
+        for seg in sorted(set(values.tolist())):
+            m = values == seg
+            if m.sum() >= 50:
+                segments[dim][str(seg)] = {
+                    "rows": int(m.sum()),
+                    "auc": auc(scores[m], labels[m]),
+                    "log_loss": log_loss(scores[m], labels[m]),
+                }
+    booster = lgb.Booster(model_str=model_text)
+    gains = booster.feature_importance(importance_type="gain")
+    total = float(gains.sum()) or 1.0
+    return Evaluation(
+        rows=int(labels.size),
+        auc=auc(scores, labels),
+        log_loss=log_loss(scores, labels),
+        brier=brier(scores, labels),
+        ece=ece(scores, labels),
+        late_share=float(labels.mean()) if labels.size else float("nan"),
+        segments=segments,
+        importance={name: float(g) / total for name, g in zip(booster.feature_name(), gains, strict=True)},
+    )
+
+
+@dataclass(frozen=True)
+class GatePolicy:
+    max_auc_drop: float = 0.005  # the candidate's AUC may be at most this much below the champion's
+    max_ece: float = 0.05  # calibration bound
+
+
+@dataclass(frozen=True)
+class GateDecision:
+    passed: bool
+    reasons: tuple[str, ...]
+
+
+def quality_gate(candidate: dict[str, float], champion: dict[str, float] | None, policy: GatePolicy) -> GateDecision:
+    """Compare the candidate with the champion on the same holdout: a decision with its reasons, not an action."""
+    reasons = []
+    if not np.isfinite(candidate.get("auc", float("nan"))):
+        reasons.append("candidate AUC is undefined on the holdout")
+    if candidate.get("ece", 1.0) > policy.max_ece:
+        reasons.append(f"calibration: ECE {candidate['ece']:.4f} > {policy.max_ece}")
+    if champion is not None and candidate.get("auc", 0.0) < champion["auc"] - policy.max_auc_drop:
+        reasons.append(
+            f"AUC {candidate['auc']:.4f} is more than {policy.max_auc_drop} below the champion's {champion['auc']:.4f}"
+        )
+    return GateDecision(
+        passed=not reasons, reasons=tuple(reasons) or ("within bounds" + ("" if champion else "; no champion yet"),)
+    )

@@ -1,0 +1,62 @@
+"""The registry: content-addressed text models, verified loads, recorded promotions and rollbacks."""
+
+from __future__ import annotations
+
+import pytest
+
+from keel.errors import InvalidNameError
+from keel.registry import ModelRegistry, RegistryError
+
+
+@pytest.fixture
+def registry(tmp_path):
+    r = ModelRegistry(tmp_path / "registry")
+    yield r
+    r.close()
+
+
+def test_register_is_content_addressed_and_idempotent(registry):
+    a = registry.register("flight-delay", "tree\nversion=v4\n", {"seed": 1})
+    b = registry.register("flight-delay", "tree\nversion=v4\n", {"seed": 1})
+    assert a.sha256 == b.sha256 and registry.load(a.sha256) == "tree\nversion=v4\n"
+    assert registry.path_of(a.sha256).suffix == ".txt"
+    assert registry.get("flight-delay", a.sha256).metadata == {"seed": 1}
+
+
+def test_a_tampered_or_missing_file_is_a_clear_error(registry):
+    m = registry.register("flight-delay", "tree\nA\n", {})
+    registry.path_of(m.sha256).write_text("tree\nB\n")
+    with pytest.raises(RegistryError, match="corrupt or was modified"):
+        registry.load(m.sha256)
+    registry.path_of(m.sha256).unlink()
+    with pytest.raises(RegistryError, match="not in the registry"):
+        registry.load(m.sha256)
+    with pytest.raises(RegistryError, match="not a sha256"):
+        registry.load("../../etc/passwd")
+
+
+def test_promote_and_rollback_are_recorded(registry):
+    first = registry.register("flight-delay", "model one", {}).sha256
+    second = registry.register("flight-delay", "model two", {}).sha256
+    registry.promote("flight-delay", first, "gate passed")
+    registry.promote("flight-delay", second, "gate passed")
+    assert (
+        registry.alias("flight-delay", "champion") == second and registry.alias("flight-delay", "archived") == first
+    )
+    assert registry.rollback("flight-delay", "canary breach") == first
+    assert (
+        registry.alias("flight-delay", "champion") == first and registry.alias("flight-delay", "archived") == second
+    )
+    events = registry.events("flight-delay")
+    assert [e["alias"] for e in events] == ["champion", "archived", "champion", "champion", "archived"]
+    assert events[-2]["reason"] == "rollback: canary breach"
+
+
+def test_bad_names_and_aliases(registry):
+    with pytest.raises(InvalidNameError):
+        registry.register("../models", "x", {})
+    sha = registry.register("flight-delay", "x", {}).sha256
+    with pytest.raises(RegistryError, match="unknown alias"):
+        registry.set_alias("flight-delay", "production", sha, "why")
+    with pytest.raises(RegistryError, match="no archived champion"):
+        registry.rollback("flight-delay", "nothing to go back to")
