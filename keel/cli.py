@@ -6,6 +6,7 @@ Exit codes, the same for every command: 0 ok, 1 the check found a problem, 2 bad
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -59,7 +60,65 @@ def build_parser() -> argparse.ArgumentParser:
     drift.add_argument("--threshold", type=float, default=0.15, help="normalised Wasserstein threshold (numeric)")
     drift.add_argument("--categorical-threshold", type=float, default=0.1, help="Jensen-Shannon threshold")
     drift.set_defaults(func=_drift)
+
+    ledger = sub.add_parser("ledger", help="the release ledger: what was live when, and is the log intact")
+    ledger.add_argument("--ledger", type=Path, help="ledger file (default: $KEEL_HOME/ledger.sqlite)")
+    lsub = ledger.add_subparsers(dest="action", required=True, parser_class=_Parser)
+    at = lsub.add_parser("at", help="the release live at a UTC instant (ISO 8601)")
+    at.add_argument("timestamp")
+    at.set_defaults(func=_ledger_at)
+    lsub.add_parser("log", help="every entry, oldest first").set_defaults(func=_ledger_log)
+    lsub.add_parser(
+        "verify", help="check the hash chain (exit 1 when an entry was edited, reordered or removed)"
+    ).set_defaults(func=_ledger_verify)
     return parser
+
+
+def _open_ledger(args: argparse.Namespace):
+    import os
+
+    from keel.ledger import Ledger
+
+    path = args.ledger or Path(os.environ.get("KEEL_HOME") or Path.cwd() / ".keel") / "ledger.sqlite"
+    if not Path(path).exists():
+        raise DataReadError(f"{path}: no ledger here (pass --ledger FILE or set KEEL_HOME)")
+    return Ledger(path)
+
+
+def _print_entry(entry) -> None:
+    revert = f" (revert of entry {entry.reverts})" if entry.reverts else ""
+    print(f"#{entry.seq} {entry.release_id} live from {entry.live_from.isoformat()}{revert}  hash {entry.hash[:12]}")
+    for key, value in entry.manifest.items():
+        print(f"    {key}: {json.dumps(value, default=str)}")
+
+
+def _ledger_at(args: argparse.Namespace) -> int:
+    from datetime import datetime
+
+    try:
+        when = datetime.fromisoformat(args.timestamp.replace("Z", "+00:00"))
+    except ValueError:
+        raise DataReadError(f"not an ISO 8601 timestamp: {args.timestamp!r}") from None
+    entry = _open_ledger(args).at(when)
+    if entry is None:
+        print(f"nothing was live at {args.timestamp}")
+        return EXIT_PROBLEM
+    _print_entry(entry)
+    return EXIT_OK
+
+
+def _ledger_log(args: argparse.Namespace) -> int:
+    for entry in _open_ledger(args).log():
+        _print_entry(entry)
+    return EXIT_OK
+
+
+def _ledger_verify(args: argparse.Namespace) -> int:
+    result = _open_ledger(args).verify()
+    for problem in result.problems:
+        print(f"  {problem}")
+    print(f"{result.entries} entries: {'ok' if result.ok else 'TAMPERED'}")
+    return EXIT_OK if result.ok else EXIT_PROBLEM
 
 
 def _drift(args: argparse.Namespace) -> int:

@@ -256,4 +256,8 @@ def test_model_lineage_and_quality_gate(dagster_dev):
     assert "model" in nodes["delay_model"]["kinds"]
     assert {"/".join(d["path"]) for d in nodes["model_promotion"]["dependencyKeys"]} == {"model_evaluation"}
     [gate] = nodes["model_evaluation"]["assetChecksOrError"]["checks"]
-    assert gate["name"] == "quality_gate" and gate["blocking"] and gate["executionForLatestMaterialization"]["status"] == "SUCCEEDED"
+    assert (
+        gate["name"] == "quality_gate"
+        and gate["blocking"]
+        and gate["executionForLatestMaterialization"]["status"] == "SUCCEEDED"
+    )

@@ -1,0 +1,159 @@
+"""The release ledger: an append-only, hash-chained log of which release was live from when, in SQLite.
+
+WAL mode with synchronous=FULL: an append acknowledged to the caller survives a crash. Each entry's hash covers its
+content and the previous entry's hash, so ``verify`` detects an edited, reordered or removed entry; triggers refuse
+UPDATE and DELETE through SQL. A revert is a new entry pointing back at an earlier one; nothing is rewritten.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from keel.errors import KeelError
+
+GENESIS = "0" * 64
+
+
+class LedgerError(KeelError):
+    """The ledger refused an entry (bad time, unknown release) or cannot be read."""
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    seq: int
+    release_id: str
+    live_from: datetime
+    manifest: dict[str, Any]
+    reverts: int | None
+    prev_hash: str
+    hash: str
+
+
+@dataclass(frozen=True)
+class VerifyResult:
+    ok: bool
+    entries: int
+    problems: tuple[str, ...]
+
+
+def _utc(ts: datetime | str) -> datetime:
+    dt = datetime.fromisoformat(ts.replace("Z", "+00:00")) if isinstance(ts, str) else ts
+    return dt.replace(tzinfo=UTC) if dt.tzinfo is None else dt.astimezone(UTC)
+
+
+def entry_hash(
+    prev_hash: str, seq: int, release_id: str, live_from: str, manifest_json: str, reverts: int | None
+) -> str:
+    body = json.dumps([seq, release_id, live_from, manifest_json, reverts], separators=(",", ":"))
+    return hashlib.sha256((prev_hash + body).encode()).hexdigest()
+
+
+class Ledger:
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(self.path, isolation_level=None, timeout=30)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.executescript(
+            """
+            CREATE TABLE IF NOT EXISTS entries (seq INTEGER PRIMARY KEY, release_id TEXT NOT NULL, live_from TEXT NOT NULL,
+                                                manifest TEXT NOT NULL, reverts INTEGER, prev_hash TEXT NOT NULL, hash TEXT NOT NULL);
+            CREATE TRIGGER IF NOT EXISTS entries_no_update BEFORE UPDATE ON entries
+                BEGIN SELECT RAISE(ABORT, 'the ledger is append-only: UPDATE refused'); END;
+            CREATE TRIGGER IF NOT EXISTS entries_no_delete BEFORE DELETE ON entries
+                BEGIN SELECT RAISE(ABORT, 'the ledger is append-only: DELETE refused'); END;
+            """
+        )
+
+    def close(self) -> None:
+        self._db.close()
+
+    def append(
+        self,
+        release_id: str,
+        manifest: dict[str, Any],
+        live_from: datetime | str | None = None,
+        *,
+        reverts: int | None = None,
+    ) -> LedgerEntry:
+        """Record that ``release_id`` is live from ``live_from`` (default now). Returns once durable."""
+        when = _utc(live_from) if live_from is not None else datetime.now(UTC)
+        manifest_json = json.dumps(manifest, sort_keys=True, separators=(",", ":"), default=str)
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            last = self._db.execute("SELECT seq, live_from, hash FROM entries ORDER BY seq DESC LIMIT 1").fetchone()
+            seq, prev = (last[0] + 1, last[2]) if last else (1, GENESIS)
+            if last and when < _utc(last[1]):
+                raise LedgerError(
+                    f"live_from {when.isoformat()} is before the last entry's {last[1]}: the ledger only moves forward"
+                )
+            stamp = when.isoformat()
+            digest = entry_hash(prev, seq, release_id, stamp, manifest_json, reverts)
+            self._db.execute(
+                "INSERT INTO entries (seq, release_id, live_from, manifest, reverts, prev_hash, hash) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (seq, release_id, stamp, manifest_json, reverts, prev, digest),
+            )
+            self._db.execute("COMMIT")
+        except BaseException:
+            if self._db.in_transaction:
+                self._db.execute("ROLLBACK")
+            raise
+        return LedgerEntry(seq, release_id, when, manifest, reverts, prev, digest)
+
+    def revert(self, to_seq: int, reason: str, live_from: datetime | str | None = None) -> LedgerEntry:
+        """A new entry making the release of entry ``to_seq`` live again."""
+        target = self.entry(to_seq)
+        return self.append(target.release_id, target.manifest | {"revert_reason": reason}, live_from, reverts=to_seq)
+
+    def _row(self, row: tuple) -> LedgerEntry:
+        seq, release_id, live_from, manifest, reverts, prev, digest = row
+        return LedgerEntry(seq, release_id, _utc(live_from), json.loads(manifest), reverts, prev, digest)
+
+    def entry(self, seq: int) -> LedgerEntry:
+        row = self._db.execute("SELECT * FROM entries WHERE seq = ?", (seq,)).fetchone()
+        if row is None:
+            raise LedgerError(f"no ledger entry {seq}")
+        return self._row(row)
+
+    def log(self) -> list[LedgerEntry]:
+        return [self._row(r) for r in self._db.execute("SELECT * FROM entries ORDER BY seq")]
+
+    def at(self, when: datetime | str) -> LedgerEntry | None:
+        """The release live at ``when``: the latest entry whose live_from is at or before it (boundaries inclusive)."""
+        stamp = _utc(when)
+        live = None
+        for entry in self.log():
+            if entry.live_from <= stamp:
+                live = entry
+            else:
+                break
+        return live
+
+    def verify(self) -> VerifyResult:
+        problems = []
+        integrity = self._db.execute("PRAGMA integrity_check").fetchone()[0]
+        if integrity != "ok":
+            problems.append(f"sqlite integrity_check: {integrity}")
+        prev, expected_seq, count = GENESIS, 1, 0
+        for row in self._db.execute(
+            "SELECT seq, release_id, live_from, manifest, reverts, prev_hash, hash FROM entries ORDER BY rowid"
+        ):
+            seq, release_id, live_from, manifest, reverts, prev_hash, digest = row
+            count += 1
+            if seq != expected_seq:
+                problems.append(
+                    f"entry {seq}: expected sequence number {expected_seq} (an entry was removed or reordered)"
+                )
+            if prev_hash != prev:
+                problems.append(f"entry {seq}: previous-hash does not match entry {seq - 1} (reordered or removed)")
+            if entry_hash(prev_hash, seq, release_id, live_from, manifest, reverts) != digest:
+                problems.append(f"entry {seq}: content does not match its hash (edited)")
+            prev, expected_seq = digest, seq + 1
+        return VerifyResult(not problems, count, tuple(problems))
