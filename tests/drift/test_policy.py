@@ -5,17 +5,7 @@ from __future__ import annotations
 import pytest
 
 from keel.drift.policy import DriftPolicy, decide
-
-
-def feat(drifted, severity="none", value=0.1, mean=1.0):
-    return {
-        "drifted": drifted,
-        "severity": severity,
-        "value": value,
-        "threshold": 0.15,
-        "metric": "wasserstein_norm",
-        "reference_mean": mean,
-    }
+from tests.drift.summaries import feat
 
 
 @pytest.mark.parametrize(

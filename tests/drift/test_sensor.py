@@ -9,6 +9,7 @@ from assets.drift import DRIFT_REPORT
 from assets.models import model_assets
 from resources import OnlineStoreResource
 from sensors.drift import drift_sensor, models_downstream
+from tests.drift.summaries import feat
 
 
 @dg.asset(deps=["delay_model"], kinds={"model"}, group_name="models")
@@ -22,17 +23,6 @@ def report(instance, partition: str, features: dict) -> None:
             asset_key=DRIFT_REPORT, partition=partition, metadata={"features": dg.MetadataValue.json(features)}
         )
     )
-
-
-def feat(drifted, severity="none", value=0.05, mean=40.0):
-    return {
-        "drifted": drifted,
-        "severity": severity,
-        "value": value,
-        "threshold": 0.15,
-        "metric": "wasserstein_norm",
-        "reference_mean": mean,
-    }
 
 
 @pytest.fixture
