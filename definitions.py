@@ -12,7 +12,7 @@ from assets.features import feature_assets
 from assets.models import model_assets
 from assets.raw import raw_assets
 from assets.validated import build_validated_assets
-from resources import ModelRegistryResource, OnlineStoreResource, ParquetIOManager
+from resources import LedgerResource, ModelRegistryResource, OnlineStoreResource, ParquetIOManager
 from sensors.drift import drift_sensor
 
 validated_assets = build_validated_assets()
@@ -32,5 +32,6 @@ defs = dg.Definitions(
         "io_manager": ParquetIOManager(),
         "online_store": OnlineStoreResource(),
         "registry": ModelRegistryResource(),
+        "ledger": LedgerResource(),
     },
 )

@@ -10,8 +10,12 @@ import polars as pl
 
 import keel.training.model as training_module
 from assets.features import FEATURE_CODE_VERSION, FLIGHT_FEATURES
+from assets.validated import FLIGHTS_CONTRACT, WEATHER_CONTRACT
+from keel.contracts.spec import load_contract
 from keel.factories.markdown import frame_to_markdown
+from keel.release import infra_snapshot, release_manifest
 from keel.training.model import GatePolicy, TrainingConfig, evaluate, month_of, quality_gate, train_model
+from resources.ledger import LedgerResource
 from resources.registry import ModelRegistryResource
 
 MODELS_GROUP = "models"
@@ -159,19 +163,68 @@ def model_evaluation(
     kinds={"lightgbm"},
     ins={"evaluation": dg.AssetIn(MODEL_EVALUATION)},
     description="Promotes the candidate to champion in the registry once its quality gate passed (the gate is "
-    "blocking: a failed gate stops this asset). The previous champion becomes archived.",
+    "blocking: a failed gate stops this asset; the previous champion becomes archived), builds the release manifest "
+    "(data, model, infra, policy hashes) and appends the release to the ledger.",
 )
 def model_promotion(
-    context: dg.AssetExecutionContext, registry: ModelRegistryResource, evaluation: pl.DataFrame
+    context: dg.AssetExecutionContext,
+    registry: ModelRegistryResource,
+    ledger: LedgerResource,
+    evaluation: pl.DataFrame,
 ) -> dg.MaterializeResult:
     sha = evaluation["sha256"][0]
     reg = registry.open()
     try:
         reg.promote(MODEL_NAME, sha, f"quality gate passed in run {context.run_id}")
-        events = reg.events(MODEL_NAME)
     finally:
         reg.close()
-    return dg.MaterializeResult(metadata={"champion": sha, "alias_events": len(events)})
+    manifest = release_manifest(
+        data={
+            "flight_features": _data_versions(context, [*CONFIG.train_months, CONFIG.valid_month]),
+            "contracts": _contract_hashes(),
+        },
+        model={
+            "sha256": sha,
+            "training_code": TRAINING_CODE_VERSION,
+            "feature_code": FEATURE_CODE_VERSION,
+            "params": CONFIG.params,
+        },
+        infra=infra_snapshot(),
+        policy={"routing": None, "canary": None, "circuit_breaker": None},  # the control-plane issue versions these
+    )
+    led = ledger.open()
+    try:
+        current = led.log()[-1] if led.log() else None
+        # Until the deployment asset exists, the promoted champion is the current release.
+        entry = (
+            led.append(manifest["release_id"], manifest)
+            if not current or current.release_id != manifest["release_id"]
+            else current
+        )
+    finally:
+        led.close()
+    return dg.MaterializeResult(
+        metadata={
+            "champion": sha,
+            "release_id": manifest["release_id"],
+            "ledger_seq": entry.seq,
+            "manifest": dg.MetadataValue.json(manifest),
+        }
+    )
+
+
+def _data_versions(context: dg.AssetExecutionContext, partitions: list[str]) -> dict[str, str | None]:
+    out = {}
+    for partition in partitions:
+        records = context.instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=FLIGHT_FEATURES, asset_partitions=[partition]), limit=1
+        ).records
+        out[partition] = records[0].asset_materialization.tags.get("dagster/data_version") if records else None
+    return out
+
+
+def _contract_hashes() -> dict[str, str]:
+    return {path.stem: load_contract(path).content_hash for path in (FLIGHTS_CONTRACT, WEATHER_CONTRACT)}
 
 
 model_assets = [delay_model, model_evaluation, model_promotion]

@@ -8,7 +8,7 @@ import assets.models as models
 from assets.partitions import monthly_2013
 from keel.registry import ModelRegistry
 from keel.training.model import GatePolicy
-from resources import ModelRegistryResource, ParquetIOManager
+from resources import LedgerResource, ModelRegistryResource, ParquetIOManager
 
 
 @pytest.fixture
@@ -21,6 +21,7 @@ def setup(tmp_path, feature_months):
     resources = {
         "io_manager": ParquetIOManager(base_dir=str(tmp_path / "storage")),
         "registry": ModelRegistryResource(root=str(tmp_path / "registry")),
+        "ledger": LedgerResource(path=str(tmp_path / "ledger.sqlite")),
     }
     instance = dg.DagsterInstance.ephemeral()
     for month in ("2013-01", "2013-02", "2013-03", "2013-04", "2013-05"):
@@ -63,3 +64,22 @@ def test_a_failing_gate_stops_promotion_and_says_why(setup, monkeypatch):
     materialized = {e.asset_key.to_user_string() for e in result.get_asset_materialization_events()}
     assert "model_promotion" not in materialized and "model_evaluation" in materialized
     assert ModelRegistry(setup[3]).alias("flight-delay", "champion") is None
+
+
+def test_promotion_appends_the_release_to_the_ledger(setup, monkeypatch, tmp_path):
+    from keel.ledger import Ledger
+
+    monkeypatch.setattr(models, "GATE", GatePolicy(max_ece=0.1))
+    result = run_models(setup)
+    promotion = {
+        e.asset_key.to_user_string(): e.materialization.metadata for e in result.get_asset_materialization_events()
+    }["model_promotion"]
+    manifest = promotion["manifest"].value
+    assert set(manifest) == {"release_id", "data", "model", "infra", "policy"}
+    assert manifest["model"]["parts"]["sha256"] == promotion["champion"].value
+    assert set(manifest["data"]["parts"]["flight_features"]) == {"2013-01", "2013-02", "2013-03", "2013-04"}
+    ledger = Ledger(tmp_path / "ledger.sqlite")
+    [entry] = ledger.log()
+    assert entry.release_id == manifest["release_id"] and ledger.verify().ok
+    run_models(setup)  # the same release again: not appended twice
+    assert len(ledger.log()) == 1
