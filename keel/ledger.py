@@ -65,6 +65,7 @@ class Ledger:
             """
             CREATE TABLE IF NOT EXISTS entries (seq INTEGER PRIMARY KEY, release_id TEXT NOT NULL, live_from TEXT NOT NULL,
                                                 manifest TEXT NOT NULL, reverts INTEGER, prev_hash TEXT NOT NULL, hash TEXT NOT NULL);
+            CREATE INDEX IF NOT EXISTS entries_live_from ON entries (live_from);
             CREATE TRIGGER IF NOT EXISTS entries_no_update BEFORE UPDATE ON entries
                 BEGIN SELECT RAISE(ABORT, 'the ledger is append-only: UPDATE refused'); END;
             CREATE TRIGGER IF NOT EXISTS entries_no_delete BEFORE DELETE ON entries
@@ -126,15 +127,16 @@ class Ledger:
         return [self._row(r) for r in self._db.execute("SELECT * FROM entries ORDER BY seq")]
 
     def at(self, when: datetime | str) -> LedgerEntry | None:
-        """The release live at ``when``: the latest entry whose live_from is at or before it (boundaries inclusive)."""
-        stamp = _utc(when)
-        live = None
-        for entry in self.log():
-            if entry.live_from <= stamp:
-                live = entry
-            else:
-                break
-        return live
+        """The release live at ``when``: the latest entry whose live_from is at or before it (boundaries inclusive).
+
+        live_from is stored as UTC ISO 8601 with a fixed offset, so text order is time order and one indexed query
+        answers it.
+        """
+        stamp = _utc(when).isoformat()
+        row = self._db.execute(
+            "SELECT * FROM entries WHERE live_from <= ? ORDER BY live_from DESC, seq DESC LIMIT 1", (stamp,)
+        ).fetchone()
+        return self._row(row) if row else None
 
     def verify(self) -> VerifyResult:
         problems = []

@@ -350,7 +350,8 @@ def _is_nan(v: Any) -> bool:
     return isinstance(v, float) and math.isnan(v)
 
 
-def _cmp(op: str, x: Any, y: Any) -> bool:
+def compare_values(op: str, x: Any, y: Any) -> bool:
+    """A comparison of two non-null values as polars does it (NaN equals NaN and sorts above every number)."""
     if _is_nan(x) or _is_nan(y):
         # polars: NaN == NaN, NaN is the largest float
         kx = (1, 0.0) if _is_nan(x) else (0, x)
@@ -398,7 +399,7 @@ def evaluate(node: Node, row: dict[str, Any]) -> Any:
         x, y = evaluate(a[1], row), evaluate(a[2], row)
         if x is None or y is None:
             return None
-        return _cmp(a[0], x, y)
+        return compare_values(a[0], x, y)
     if op == "and":
         x, y = evaluate(a[0], row), evaluate(a[1], row)
         if x is False or y is False:
@@ -420,6 +421,6 @@ def evaluate(node: Node, row: dict[str, Any]) -> Any:
         x = evaluate(a[0], row)
         if x is None:
             return None
-        member = any(v is not None and _cmp("==", x, v) for v in a[1])
+        member = any(v is not None and compare_values("==", x, v) for v in a[1])
         return (not member) if op == "notin" else member
     raise AssertionError(op)

@@ -1,7 +1,8 @@
 """The contract engine: one partition in, three sinks out, every row accounted for.
 
-``validate_frame`` is vectorised over a polars frame; ``validate_record`` runs the very same compiled expressions
-on a one-row frame, so a record checked at serving time gets exactly the verdict it would get in a batch.
+``validate_frame`` is vectorised over a polars frame; ``validate_record`` gives one record the verdict the batch
+would give it, evaluating the same rules in Python with polars' semantics (keel.contracts.record), held equal to
+the batch path by property tests.
 
 Every input row ends in exactly one sink:
 

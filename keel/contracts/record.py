@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import flpc
 import polars as pl
 
-from keel.contracts.dsl import parse_condition
+from keel.contracts.dsl import compare_values, parse_condition
 from keel.contracts.spec import DTYPES, ColumnSpec
 
 if TYPE_CHECKING:
@@ -194,12 +194,6 @@ def to_typed(value: Any, column: ColumnSpec) -> tuple[Any, bool]:
     raise AssertionError(t)
 
 
-def _nan_max_cmp(op: str, x: Any, y: Any) -> bool:
-    from keel.contracts.dsl import _cmp
-
-    return _cmp(op, x, y)
-
-
 class RecordValidator:
     """Evaluates a compiled contract's rules on one record. Built once per contract; cheap per call."""
 
@@ -274,9 +268,9 @@ class RecordValidator:
                 lo, hi = self._bounds[rule.id]
                 if v is not None:
                     if lo is not None:
-                        bad = _nan_max_cmp("<" if p["min_inclusive"] else "<=", v, lo)
+                        bad = compare_values("<" if p["min_inclusive"] else "<=", v, lo)
                     if hi is not None and not bad:
-                        bad = _nan_max_cmp(">" if p["max_inclusive"] else ">=", v, hi)
+                        bad = compare_values(">" if p["max_inclusive"] else ">=", v, hi)
             elif rule.type == "in_set":
                 allowed = (
                     self._reference_set(rule.id, p["reference"], references[p["reference"]])

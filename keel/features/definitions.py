@@ -64,19 +64,6 @@ FEATURES: tuple[Feature, ...] = (
 FEATURE_NAMES = tuple(f.name for f in FEATURES)
 BY_NAME = {f.name: f for f in FEATURES}
 
-ENTITY_COLUMNS = (
-    "flight_id",
-    "carrier",
-    "flight",
-    "origin",
-    "dest",
-    "tailnum",
-    "sched_date",
-    "sched_dep_time",
-    "hour",
-    "time_hour",
-    "distance",
-)
 WEATHER_COLUMNS = tuple(f.name for f in FEATURES if f.group == "weather")
 
 
