@@ -13,7 +13,7 @@ import keel.features.offline as offline_module
 from assets.partitions import monthly_2013
 from keel.factories.markdown import frame_to_markdown
 from keel.features.checks import feature_health, online_distribution, training_serving_skew
-from keel.features.definitions import FEATURE_NAMES, FEATURES
+from keel.features.definitions import BY_NAME, COLUMN_SOURCES, FEATURE_NAMES, FEATURES
 from keel.features.offline import LABEL, offline_features
 from keel.features.online import REQUEST_COLUMNS, build_views, get_online_features
 from resources.online_store import OnlineStoreResource
@@ -32,6 +32,23 @@ HEALTH_MAX_AGE = timedelta(hours=36)
 FEATURE_CODE_VERSION = hashlib.sha256(
     b"".join(Path(m.__file__).read_bytes() for m in (definitions_module, offline_module))
 ).hexdigest()[:16]
+
+# The feature table's columns besides the features themselves: keys and the label.
+KEY_COLUMN_TYPES = {
+    "flight_id": "String",
+    "carrier": "String",
+    "origin": "String",
+    "dest": "String",
+    "tailnum": "String",
+    "sched_date": "Date",
+    "hour": "Int32",
+    "time_hour": "Datetime",
+    LABEL: "Int8",
+}
+KEY_COLUMN_NOTES = {
+    "flight_id": "entity key of a flight",
+    LABEL: "1 when the flight arrived more than 15 minutes late",
+}
 
 # Delay rates need every earlier month: map each partition to itself and all months before it.
 HISTORY = dg.TimeWindowPartitionMapping(start_offset=-12, end_offset=0, allow_nonexistent_upstream_partitions=True)
@@ -57,6 +74,24 @@ def _month_end(partition_key: str) -> date:
         "history": dg.AssetIn("validated_flights", partition_mapping=HISTORY),
         "weather": dg.AssetIn("validated_weather"),
         "planes": dg.AssetIn("raw_planes"),
+    },
+    metadata={
+        "dagster/column_schema": dg.TableSchema(
+            columns=[
+                dg.TableColumn(
+                    column,
+                    BY_NAME[column].dtype.__name__ if column in BY_NAME else KEY_COLUMN_TYPES[column],
+                    description=BY_NAME[column].description if column in BY_NAME else KEY_COLUMN_NOTES.get(column),
+                )
+                for column in COLUMN_SOURCES
+            ]
+        ),
+        "dagster/column_lineage": dg.TableColumnLineage(
+            deps_by_column={
+                column: [dg.TableColumnDep(asset_key=dg.AssetKey(a), column_name=c) for a, c in sources]
+                for column, sources in COLUMN_SOURCES.items()
+            }
+        ),
     },
     description="One row per flight of the month with every feature, point-in-time correct (weather of the "
     "scheduled hour, delay rates from earlier days only) and the label arr_delay > 15 min: the training source.",

@@ -1,12 +1,17 @@
-"""The delay model: trained on 2013-01…03 features, early-stopped on 2013-04, evaluated on 2013-05 against the
-champion, gated, and promoted in the registry."""
+"""The delay model: trained on a window of feature partitions (default 2013-01…03, early-stopped on 2013-04),
+evaluated on 2013-05 against the champion, gated, and promoted in the registry.
 
+Another window is one call: ``build_model_assets(config=TrainingConfig(train_months=(...), valid_month=...))``.
+"""
+
+import dataclasses
 import hashlib
 import json
 from pathlib import Path
 
 import dagster as dg
 import polars as pl
+from dagster._core.errors import DagsterInvalidPropertyError
 
 import keel.training.model as training_module
 from assets.features import FEATURE_CODE_VERSION, FLIGHT_FEATURES
@@ -27,190 +32,247 @@ GATE_CHECK = "quality_gate"
 CONFIG = TrainingConfig()
 HOLDOUT_MONTH = "2013-05"
 GATE = GatePolicy()
-TRAINING_CODE_VERSION = hashlib.sha256(
-    Path(training_module.__file__).read_bytes()
-    + json.dumps(CONFIG.params, sort_keys=True).encode()
-    + FEATURE_CODE_VERSION.encode()
-).hexdigest()[:16]
+CONTRACTS = (FLIGHTS_CONTRACT, WEATHER_CONTRACT)
 
 
-@dg.asset(
-    key=DELAY_MODEL,
-    group_name=MODELS_GROUP,
-    kinds={"lightgbm", "model"},
-    code_version=TRAINING_CODE_VERSION,
-    ins={
-        "features": dg.AssetIn(
-            FLIGHT_FEATURES,
-            partition_mapping=dg.SpecificPartitionsPartitionMapping([*CONFIG.train_months, CONFIG.valid_month]),
+def contract_hashes(paths: tuple[Path, ...] = CONTRACTS) -> dict[str, str]:
+    """The sha256 of each contract the training data passed, by contract name."""
+    return {spec.name: spec.content_hash for spec in (load_contract(p) for p in paths)}
+
+
+def training_code_version(contracts: dict[str, str], config: TrainingConfig = CONFIG) -> str:
+    """The model's code version: training code, config (window, rounds, params), feature code and the contracts its
+    data passed — editing any of them (a contract included) marks the model stale in the UI."""
+    return hashlib.sha256(
+        Path(training_module.__file__).read_bytes()
+        + json.dumps(dataclasses.asdict(config), sort_keys=True).encode()
+        + FEATURE_CODE_VERSION.encode()
+        + json.dumps(contracts, sort_keys=True).encode()
+    ).hexdigest()[:16]
+
+
+def build_model_assets(
+    contract_paths: tuple[Path, ...] = CONTRACTS, config: TrainingConfig = CONFIG
+) -> list[dg.AssetsDefinition]:
+    """delay_model → model_evaluation (blocking quality gate) → model_promotion: trained on ``config``'s window of
+    feature partitions and versioned by it and by the contracts at ``contract_paths``."""
+    contracts = contract_hashes(contract_paths)
+    code_version = training_code_version(contracts, config)
+    window = f"{config.train_months[0]}…{config.train_months[-1]}"
+
+    @dg.asset(
+        key=DELAY_MODEL,
+        group_name=MODELS_GROUP,
+        kinds={"lightgbm", "model"},
+        code_version=code_version,
+        ins={
+            "features": dg.AssetIn(
+                FLIGHT_FEATURES,
+                partition_mapping=dg.SpecificPartitionsPartitionMapping([*config.train_months, config.valid_month]),
+            )
+        },
+        description=f"LightGBM model of P(arr_delay > 15 min) at scheduling time, trained on {window} and early-stopped "
+        f"on {config.valid_month}; deterministic (same data, config and seed → byte-identical model). Registered as challenger.",
+    )
+    def delay_model(
+        context: dg.AssetExecutionContext, registry: ModelRegistryResource, features: pl.DataFrame
+    ) -> dg.Output[pl.DataFrame]:
+        model = train_model(features, config)
+        reg = registry.open()
+        try:
+            reg.register(
+                MODEL_NAME,
+                model.text,
+                {
+                    "train_months": list(config.train_months),
+                    "valid_month": config.valid_month,
+                    "data_versions": {
+                        FLIGHT_FEATURES.to_user_string(): _data_versions(
+                            context, [*config.train_months, config.valid_month]
+                        )
+                    },
+                    "contracts": contracts,
+                    "params": config.params,
+                    "best_iteration": model.best_iteration,
+                    "feature_code_version": FEATURE_CODE_VERSION,
+                    "training_code_version": code_version,
+                    "run_id": _run_id(context),
+                },
+            )
+            reg.set_alias(MODEL_NAME, "challenger", model.sha256, f"trained in run {_run_id(context)}")
+        finally:
+            reg.close()
+        record = pl.DataFrame(
+            {"model": [MODEL_NAME], "sha256": [model.sha256], "best_iteration": [model.best_iteration]}
         )
-    },
-    description="LightGBM model of P(arr_delay > 15 min) at scheduling time, trained on 2013-01…03 and early-stopped "
-    "on 2013-04; deterministic (same data, config and seed → byte-identical model). Registered as challenger.",
-)
-def delay_model(
-    context: dg.AssetExecutionContext, registry: ModelRegistryResource, features: pl.DataFrame
-) -> dg.Output[pl.DataFrame]:
-    model = train_model(features, CONFIG)
-    reg = registry.open()
-    try:
-        reg.register(
-            MODEL_NAME,
-            model.text,
+        return dg.Output(
+            record,
+            metadata={"sha256": model.sha256, "best_iteration": model.best_iteration, "train_rows": features.height},
+        )
+
+    @dg.asset(
+        key=MODEL_EVALUATION,
+        group_name=MODELS_GROUP,
+        kinds={"lightgbm"},
+        code_version=code_version,
+        ins={
+            "model": dg.AssetIn(DELAY_MODEL),
+            "holdout": dg.AssetIn(
+                FLIGHT_FEATURES, partition_mapping=dg.SpecificPartitionsPartitionMapping([HOLDOUT_MONTH])
+            ),
+        },
+        check_specs=[
+            dg.AssetCheckSpec(
+                GATE_CHECK,
+                asset=MODEL_EVALUATION,
+                blocking=True,
+                description=f"AUC not worse than the champion's by more than {GATE.max_auc_drop}, ECE ≤ {GATE.max_ece}",
+            )
+        ],
+        description=f"The candidate (and the champion, when there is one) on the {HOLDOUT_MONTH} holdout: AUC, log-loss, Brier, "
+        "ECE, per carrier and origin, feature importance. Its blocking quality gate stops promotion.",
+    )
+    def model_evaluation(
+        context: dg.AssetExecutionContext, registry: ModelRegistryResource, model: pl.DataFrame, holdout: pl.DataFrame
+    ):
+        sha = model["sha256"][0]
+        holdout = month_of(holdout, HOLDOUT_MONTH)
+        reg = registry.open()
+        try:
+            candidate = evaluate(reg.load(sha), holdout)
+            champion_sha = reg.alias(MODEL_NAME, "champion")
+            champion = (
+                evaluate(reg.load(champion_sha), holdout).as_metrics()
+                if champion_sha and champion_sha != sha
+                else None
+            )
+        finally:
+            reg.close()
+        decision = quality_gate(candidate.as_metrics(), champion, GATE)
+        reg = registry.open()
+        try:
+            reg.annotate(
+                MODEL_NAME,
+                sha,
+                {
+                    "metrics": {"holdout_month": HOLDOUT_MONTH, **candidate.as_metrics()},
+                    "evaluation_run_id": _run_id(context),
+                    "gate": {"passed": decision.passed, "reasons": list(decision.reasons)},
+                },
+            )
+        finally:
+            reg.close()
+        table = pl.DataFrame(
             {
-                "train_months": list(CONFIG.train_months),
-                "valid_month": CONFIG.valid_month,
-                "params": CONFIG.params,
-                "best_iteration": model.best_iteration,
-                "feature_code_version": FEATURE_CODE_VERSION,
-                "training_code_version": TRAINING_CODE_VERSION,
-                "run_id": context.run_id,
+                "model": [MODEL_NAME],
+                "sha256": [sha],
+                "gate_passed": [decision.passed],
+                **{k: [v] for k, v in candidate.as_metrics().items()},
+            }
+        )
+        importance = pl.DataFrame(
+            {"feature": list(candidate.importance), "gain_share": list(candidate.importance.values())}
+        ).sort("gain_share", descending=True)
+        segments = pl.DataFrame(
+            [{"dimension": d, "segment": s, **m} for d, segs in candidate.segments.items() for s, m in segs.items()]
+        )
+        yield dg.Output(
+            table,
+            metadata={
+                **{k: dg.MetadataValue.float(v) for k, v in candidate.as_metrics().items()},
+                "holdout_rows": candidate.rows,
+                "champion": dg.MetadataValue.json(champion or {}),
+                "importance": dg.MetadataValue.md(
+                    frame_to_markdown(importance.with_columns(pl.col("gain_share").round(4)), max_rows=20)
+                ),
+                "segments": dg.MetadataValue.md(
+                    frame_to_markdown(
+                        segments.with_columns(pl.col("auc").round(4), pl.col("log_loss").round(4)), max_rows=30
+                    )
+                ),
             },
         )
-        reg.set_alias(MODEL_NAME, "challenger", model.sha256, f"trained in run {context.run_id}")
-    finally:
-        reg.close()
-    record = pl.DataFrame({"model": [MODEL_NAME], "sha256": [model.sha256], "best_iteration": [model.best_iteration]})
-    return dg.Output(
-        record,
-        metadata={"sha256": model.sha256, "best_iteration": model.best_iteration, "train_rows": features.height},
-    )
-
-
-@dg.asset(
-    key=MODEL_EVALUATION,
-    group_name=MODELS_GROUP,
-    kinds={"lightgbm"},
-    code_version=TRAINING_CODE_VERSION,
-    ins={
-        "model": dg.AssetIn(DELAY_MODEL),
-        "holdout": dg.AssetIn(
-            FLIGHT_FEATURES, partition_mapping=dg.SpecificPartitionsPartitionMapping([HOLDOUT_MONTH])
-        ),
-    },
-    check_specs=[
-        dg.AssetCheckSpec(
-            GATE_CHECK,
-            asset=MODEL_EVALUATION,
-            blocking=True,
-            description=f"AUC not worse than the champion's by more than {GATE.max_auc_drop}, ECE ≤ {GATE.max_ece}",
+        yield dg.AssetCheckResult(
+            asset_key=MODEL_EVALUATION,
+            check_name=GATE_CHECK,
+            passed=decision.passed,
+            severity=dg.AssetCheckSeverity.ERROR,
+            metadata={
+                "reasons": "; ".join(decision.reasons),
+                "candidate_auc": candidate.auc,
+                "champion_auc": (champion or {}).get("auc", float("nan")),
+            },
         )
-    ],
-    description=f"The candidate (and the champion, when there is one) on the {HOLDOUT_MONTH} holdout: AUC, log-loss, Brier, "
-    "ECE, per carrier and origin, feature importance. Its blocking quality gate stops promotion.",
-)
-def model_evaluation(
-    context: dg.AssetExecutionContext, registry: ModelRegistryResource, model: pl.DataFrame, holdout: pl.DataFrame
-):
-    sha = model["sha256"][0]
-    holdout = month_of(holdout, HOLDOUT_MONTH)
-    reg = registry.open()
-    try:
-        candidate = evaluate(reg.load(sha), holdout)
-        champion_sha = reg.alias(MODEL_NAME, "champion")
-        champion = (
-            evaluate(reg.load(champion_sha), holdout).as_metrics() if champion_sha and champion_sha != sha else None
+
+    @dg.asset(
+        key=MODEL_PROMOTION,
+        group_name=MODELS_GROUP,
+        kinds={"lightgbm"},
+        ins={"evaluation": dg.AssetIn(MODEL_EVALUATION)},
+        description="Promotes the candidate to champion in the registry once its quality gate passed (the gate is "
+        "blocking: a failed gate stops this asset; the previous champion becomes archived), builds the release manifest "
+        "(data, model, infra, policy hashes) and appends the release to the ledger.",
+    )
+    def model_promotion(
+        context: dg.AssetExecutionContext,
+        registry: ModelRegistryResource,
+        ledger: LedgerResource,
+        evaluation: pl.DataFrame,
+    ) -> dg.MaterializeResult:
+        sha = evaluation["sha256"][0]
+        reg = registry.open()
+        try:
+            reg.promote(MODEL_NAME, sha, f"quality gate passed in run {_run_id(context)}")
+        finally:
+            reg.close()
+        manifest = release_manifest(
+            data={
+                "flight_features": _data_versions(context, [*config.train_months, config.valid_month]),
+                "contracts": contracts,
+            },
+            model={
+                "sha256": sha,
+                "asset": DELAY_MODEL.to_user_string(),
+                "training_code": code_version,
+                "feature_code": FEATURE_CODE_VERSION,
+                "params": config.params,
+            },
+            infra=infra_snapshot(),
+            policy={
+                "routing": None,
+                "canary": None,
+                "circuit_breaker": None,
+            },  # the control-plane issue versions these
         )
-    finally:
-        reg.close()
-    decision = quality_gate(candidate.as_metrics(), champion, GATE)
-    table = pl.DataFrame(
-        {
-            "model": [MODEL_NAME],
-            "sha256": [sha],
-            "gate_passed": [decision.passed],
-            **{k: [v] for k, v in candidate.as_metrics().items()},
-        }
-    )
-    importance = pl.DataFrame(
-        {"feature": list(candidate.importance), "gain_share": list(candidate.importance.values())}
-    ).sort("gain_share", descending=True)
-    segments = pl.DataFrame(
-        [{"dimension": d, "segment": s, **m} for d, segs in candidate.segments.items() for s, m in segs.items()]
-    )
-    yield dg.Output(
-        table,
-        metadata={
-            **{k: dg.MetadataValue.float(v) for k, v in candidate.as_metrics().items()},
-            "holdout_rows": candidate.rows,
-            "champion": dg.MetadataValue.json(champion or {}),
-            "importance": dg.MetadataValue.md(
-                frame_to_markdown(importance.with_columns(pl.col("gain_share").round(4)), max_rows=20)
-            ),
-            "segments": dg.MetadataValue.md(
-                frame_to_markdown(
-                    segments.with_columns(pl.col("auc").round(4), pl.col("log_loss").round(4)), max_rows=30
-                )
-            ),
-        },
-    )
-    yield dg.AssetCheckResult(
-        asset_key=MODEL_EVALUATION,
-        check_name=GATE_CHECK,
-        passed=decision.passed,
-        severity=dg.AssetCheckSeverity.ERROR,
-        metadata={
-            "reasons": "; ".join(decision.reasons),
-            "candidate_auc": candidate.auc,
-            "champion_auc": (champion or {}).get("auc", float("nan")),
-        },
-    )
+        led = ledger.open()
+        try:
+            current = led.log()[-1] if led.log() else None
+            # Until the deployment asset exists, the promoted champion is the current release.
+            entry = (
+                led.append(manifest["release_id"], manifest)
+                if not current or current.release_id != manifest["release_id"]
+                else current
+            )
+        finally:
+            led.close()
+        return dg.MaterializeResult(
+            metadata={
+                "champion": sha,
+                "release_id": manifest["release_id"],
+                "ledger_seq": entry.seq,
+                "manifest": dg.MetadataValue.json(manifest),
+            }
+        )
+
+    return [delay_model, model_evaluation, model_promotion]
 
 
-@dg.asset(
-    key=MODEL_PROMOTION,
-    group_name=MODELS_GROUP,
-    kinds={"lightgbm"},
-    ins={"evaluation": dg.AssetIn(MODEL_EVALUATION)},
-    description="Promotes the candidate to champion in the registry once its quality gate passed (the gate is "
-    "blocking: a failed gate stops this asset; the previous champion becomes archived), builds the release manifest "
-    "(data, model, infra, policy hashes) and appends the release to the ledger.",
-)
-def model_promotion(
-    context: dg.AssetExecutionContext,
-    registry: ModelRegistryResource,
-    ledger: LedgerResource,
-    evaluation: pl.DataFrame,
-) -> dg.MaterializeResult:
-    sha = evaluation["sha256"][0]
-    reg = registry.open()
+def _run_id(context: dg.AssetExecutionContext) -> str:
+    """The Dagster run id; "direct-invocation" when the asset is called as a function (tests, benchmarks)."""
     try:
-        reg.promote(MODEL_NAME, sha, f"quality gate passed in run {context.run_id}")
-    finally:
-        reg.close()
-    manifest = release_manifest(
-        data={
-            "flight_features": _data_versions(context, [*CONFIG.train_months, CONFIG.valid_month]),
-            "contracts": _contract_hashes(),
-        },
-        model={
-            "sha256": sha,
-            "training_code": TRAINING_CODE_VERSION,
-            "feature_code": FEATURE_CODE_VERSION,
-            "params": CONFIG.params,
-        },
-        infra=infra_snapshot(),
-        policy={"routing": None, "canary": None, "circuit_breaker": None},  # the control-plane issue versions these
-    )
-    led = ledger.open()
-    try:
-        current = led.log()[-1] if led.log() else None
-        # Until the deployment asset exists, the promoted champion is the current release.
-        entry = (
-            led.append(manifest["release_id"], manifest)
-            if not current or current.release_id != manifest["release_id"]
-            else current
-        )
-    finally:
-        led.close()
-    return dg.MaterializeResult(
-        metadata={
-            "champion": sha,
-            "release_id": manifest["release_id"],
-            "ledger_seq": entry.seq,
-            "manifest": dg.MetadataValue.json(manifest),
-        }
-    )
+        return context.run.run_id
+    except DagsterInvalidPropertyError:
+        return "direct-invocation"
 
 
 def _data_versions(context: dg.AssetExecutionContext, partitions: list[str]) -> dict[str, str | None]:
@@ -223,8 +285,4 @@ def _data_versions(context: dg.AssetExecutionContext, partitions: list[str]) -> 
     return out
 
 
-def _contract_hashes() -> dict[str, str]:
-    return {path.stem: load_contract(path).content_hash for path in (FLIGHTS_CONTRACT, WEATHER_CONTRACT)}
-
-
-model_assets = [delay_model, model_evaluation, model_promotion]
+model_assets = build_model_assets()

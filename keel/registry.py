@@ -78,6 +78,16 @@ class ModelRegistry:
         )
         return RegisteredModel(name, sha, metadata, now)
 
+    def annotate(self, name: str, sha256: str, extra: dict[str, Any]) -> RegisteredModel:
+        """Add keys to a registered model's metadata (evaluation metrics, gate verdict); the model file is untouched."""
+        current = self.get(name, sha256)
+        metadata = {**current.metadata, **extra}
+        self._db.execute(
+            "UPDATE models SET metadata = ? WHERE name = ? AND sha256 = ?",
+            (json.dumps(metadata, sort_keys=True, default=str), name, sha256),
+        )
+        return RegisteredModel(name, sha256, metadata, current.registered_at)
+
     def load(self, sha256: str) -> str:
         """The model text, after checking that its bytes still hash to ``sha256``."""
         path = self.path_of(sha256)

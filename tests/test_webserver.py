@@ -43,20 +43,30 @@ def graphql(port: int, query: str) -> dict:
     return payload["data"]
 
 
+def home_env(home: Path) -> dict[str, str]:
+    return os.environ | {"KEEL_HOME": str(home), "DAGSTER_HOME": str(home / "dagster_home")}
+
+
 @pytest.fixture(scope="module")
-def dagster_dev(tmp_path_factory):
+def keel_home(tmp_path_factory) -> Path:
+    """A KEEL_HOME with the whole pipeline materialized by scripts/materialize.py, as scripts/up does."""
     home = tmp_path_factory.mktemp("keel_home")
-    env = os.environ | {"KEEL_HOME": str(home), "DAGSTER_HOME": str(home / "dagster_home")}
     (home / "dagster_home").mkdir()
     (home / "dagster_home" / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
     subprocess.run(
         [sys.executable, "scripts/materialize.py"],
         cwd=REPO,
-        env=env,
+        env=home_env(home),
         check=True,
         capture_output=True,
         timeout=900,
     )
+    return home
+
+
+@pytest.fixture(scope="module")
+def dagster_dev(keel_home):
+    home, env = keel_home, home_env(keel_home)
     port = free_port()
     log = open(home / "dagster_dev.log", "wb")
     proc = subprocess.Popen(
@@ -261,3 +271,39 @@ def test_model_lineage_and_quality_gate(dagster_dev):
         and gate["blocking"]
         and gate["executionForLatestMaterialization"]["status"] == "SUCCEEDED"
     )
+
+
+def test_raw_flights_lead_to_the_registered_champion(dagster_dev, keel_home):
+    """The UI's lineage from raw flights to the model, and the registry and ledger the same run filled."""
+    data = graphql(
+        dagster_dev,
+        """{ assetNodes(assetKeys: [{path: ["validated_flights"]}, {path: ["flight_features"]}]) {
+               assetKey { path } dependedByKeys { path } } }""",
+    )
+    children = {
+        "/".join(n["assetKey"]["path"]): {"/".join(d["path"]) for d in n["dependedByKeys"]}
+        for n in data["assetNodes"]
+    }
+    assert "flight_features" in children["validated_flights"] and "delay_model" in children["flight_features"]
+
+    from keel.registry import ModelRegistry
+
+    registry = ModelRegistry(keel_home / "registry")
+    champion = registry.alias("flight-delay", "champion")
+    meta = registry.get("flight-delay", champion).metadata
+    assert set(meta["data_versions"]["flight_features"]) == {"2013-01", "2013-02", "2013-03", "2013-04"}
+    assert all(meta["data_versions"]["flight_features"].values())  # real data versions, none missing
+    assert set(meta["contracts"]) == {"flights", "weather"} and meta["metrics"]["auc"] > 0.6
+    registry.load(champion)  # the file is there and hashes to its name
+
+    keel = str(Path(sys.executable).with_name("keel"))
+    now = subprocess.run(
+        [keel, "ledger", "at", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())],
+        capture_output=True,
+        text=True,
+        env=home_env(keel_home),
+        cwd=REPO,
+    )
+    assert now.returncode == 0 and champion in now.stdout
+    impact = subprocess.run([keel, "lineage", "impact", "raw_flights"], capture_output=True, text=True, cwd=REPO)
+    assert impact.returncode == 0 and "delay_model" in impact.stdout and "model_promotion" in impact.stdout

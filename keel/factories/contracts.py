@@ -151,6 +151,34 @@ def _check_results(spec: ContractSpec, report: ValidationReport) -> Iterator[dg.
         )
 
 
+def _column_metadata(spec: ContractSpec, raw_key: dg.AssetKey, ref_keys: dict[str, dg.AssetKey]) -> dict[str, Any]:
+    """The contract's columns as the asset's schema and column lineage: each typed column comes from the raw column
+    of its name, and from every reference column an ``in_set`` rule reads (a reference decides which rows pass)."""
+    references = [
+        dg.TableColumnDep(asset_key=ref_keys[ref.split(".", 1)[0]], column_name=ref.split(".", 1)[1])
+        for ref in sorted(spec.references)
+    ]
+    return {
+        "dagster/column_schema": dg.TableSchema(
+            columns=[
+                dg.TableColumn(
+                    c.name,
+                    c.dtype,
+                    description=c.description or None,
+                    constraints=dg.TableColumnConstraints(nullable=c.nullable),
+                )
+                for c in spec.columns
+            ]
+        ),
+        "dagster/column_lineage": dg.TableColumnLineage(
+            deps_by_column={
+                c.name: [dg.TableColumnDep(asset_key=raw_key, column_name=c.name), *references] for c in spec.columns
+            }
+        ),
+        "keel/contract_sha256": spec.content_hash,
+    }
+
+
 def contract_assets(
     contract_path: str | Path,
     *,
@@ -183,6 +211,7 @@ def contract_assets(
         outs={
             "valid": dg.AssetOut(
                 key=validated_key(name),
+                metadata=_column_metadata(spec, raw_key, ref_keys),
                 description=f"{spec.description.strip()}\n\nRows of `{raw_key.to_user_string()}` that pass contract "
                 f"'{name}' v{spec.version} ({len(spec.rules)} rules), typed as the contract declares.",
                 kinds={"polars", "parquet"},

@@ -67,6 +67,48 @@ BY_NAME = {f.name: f for f in FEATURES}
 WEATHER_COLUMNS = tuple(f.name for f in FEATURES if f.group == "weather")
 
 
+# Where each output column of the feature table comes from: (input dataset, column). The asset layer publishes this
+# as Dagster column lineage, and ``keel lineage impact <column>`` follows it. Join keys count as sources: a wrong
+# tailnum changes plane_age as surely as a wrong year built.
+_DATE = (("validated_flights", "year"), ("validated_flights", "month"), ("validated_flights", "day"))
+_WEATHER_KEYS = (
+    ("validated_flights", "origin"),
+    ("validated_flights", "time_hour"),
+    ("validated_weather", "origin"),
+    ("validated_weather", "time_hour"),
+)
+_PLANE_KEYS = (("validated_flights", "tailnum"), ("raw_planes", "tailnum"))
+_OUTCOME = (("validated_flights", "arr_delay"), *_DATE)
+COLUMN_SOURCES: dict[str, tuple[tuple[str, str], ...]] = {
+    "flight_id": (
+        *_DATE,
+        ("validated_flights", "carrier"),
+        ("validated_flights", "flight"),
+        ("validated_flights", "origin"),
+        ("validated_flights", "sched_dep_time"),
+    ),
+    "carrier": (("validated_flights", "carrier"),),
+    "origin": (("validated_flights", "origin"),),
+    "dest": (("validated_flights", "dest"),),
+    "tailnum": (("validated_flights", "tailnum"),),
+    "sched_date": _DATE,
+    "hour": (("validated_flights", "hour"),),
+    "time_hour": (("validated_flights", "time_hour"),),
+    "month": _DATE,
+    "day_of_week": _DATE,
+    "sched_hour": (("validated_flights", "hour"),),
+    "is_weekend": _DATE,
+    "distance": (("validated_flights", "distance"),),
+    **{name: (("validated_weather", name), *_WEATHER_KEYS) for name in WEATHER_COLUMNS},
+    "plane_age": (("raw_planes", "year"), *_PLANE_KEYS, ("validated_flights", "year")),
+    "seats": (("raw_planes", "seats"), *_PLANE_KEYS),
+    "carrier_delay_rate": (*_OUTCOME, ("validated_flights", "carrier")),
+    "route_delay_rate": (*_OUTCOME, ("validated_flights", "origin"), ("validated_flights", "dest")),
+    "origin_hour_delay_rate": (*_OUTCOME, ("validated_flights", "origin"), ("validated_flights", "hour")),
+    "label_late15": (("validated_flights", "arr_delay"),),
+}
+
+
 @dataclass(frozen=True)
 class HistoryView:
     """A delay rate per group of flights, from earlier days only."""

@@ -83,3 +83,107 @@ def test_promotion_appends_the_release_to_the_ledger(setup, monkeypatch, tmp_pat
     assert entry.release_id == manifest["release_id"] and ledger.verify().ok
     run_models(setup)  # the same release again: not appended twice
     assert len(ledger.log()) == 1
+
+
+def test_the_registry_records_data_versions_contracts_metrics_and_run(setup, monkeypatch):
+    monkeypatch.setattr(models, "GATE", GatePolicy(max_ece=0.1))
+    _, _, instance, registry_root = setup
+    result = run_models(setup)
+    sha = registry_sha(result)
+    meta = ModelRegistry(registry_root).get("flight-delay", sha).metadata
+    for month, version in meta["data_versions"]["flight_features"].items():
+        [record] = instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=dg.AssetKey("flight_features"), asset_partitions=[month]), limit=1
+        ).records
+        assert version == record.asset_materialization.tags["dagster/data_version"]
+    assert set(meta["data_versions"]["flight_features"]) == {"2013-01", "2013-02", "2013-03", "2013-04"}
+    assert meta["contracts"] == models.contract_hashes() and set(meta["contracts"]) == {"flights", "weather"}
+    assert meta["params"]["seed"] == models.CONFIG.params["seed"]
+    assert 0.6 < meta["metrics"]["auc"] < 1 and meta["metrics"]["holdout_month"] == "2013-05"
+    assert meta["run_id"] == result.run_id and meta["gate"]["passed"] is True
+
+
+def registry_sha(result) -> str:
+    return {
+        e.asset_key.to_user_string(): e.materialization.metadata for e in result.get_asset_materialization_events()
+    }["delay_model"]["sha256"].value
+
+
+def test_editing_a_contract_marks_the_model_stale(setup, tmp_path):
+    from dagster._core.definitions.data_version import StaleStatus
+    from dagster._utils.test.data_versions import get_stale_status_resolver
+
+    from tests.conftest import CONTRACTS
+
+    all_assets, resources, instance, _ = setup
+    copies = []
+    for name in ("flights.yaml", "weather.yaml"):
+        (tmp_path / name).write_text((CONTRACTS / name).read_text())
+        copies.append(tmp_path / name)
+    stand_in = all_assets[0]
+    v1 = [stand_in, *models.build_model_assets(tuple(copies))]
+    assert dg.materialize(v1, selection=[models.DELAY_MODEL], resources=resources, instance=instance).success
+    assert get_stale_status_resolver(instance, v1).get_status(models.DELAY_MODEL) == StaleStatus.FRESH
+
+    flights = copies[0].read_text()
+    copies[0].write_text(flights.replace("max_fraction: 0.02", "max_fraction: 0.03"))
+    v2 = [stand_in, *models.build_model_assets(tuple(copies))]
+    resolver = get_stale_status_resolver(instance, v2)
+    assert resolver.get_status(models.DELAY_MODEL) == StaleStatus.STALE
+    [cause] = resolver.get_stale_causes(models.DELAY_MODEL)
+    assert cause.category.name == "CODE" and "code version" in cause.reason
+
+
+def test_a_new_release_diffs_to_the_partition_and_the_model_that_changed(
+    setup, monkeypatch, tmp_path, feature_months
+):
+    """Re-materialize February with one carrier's flights gone, retrain, promote; `keel lineage diff` of the two
+    releases in the ledger names the changed partition and the new model, and what produced them."""
+    import subprocess
+    import sys
+
+    from keel.ledger import Ledger
+    from tests.conftest import REPO
+
+    monkeypatch.setattr(models, "GATE", GatePolicy(max_ece=0.1, max_auc_drop=0.05))
+    all_assets, resources, instance, _ = setup
+    assert run_models(setup).success
+
+    @dg.asset(key="flight_features", partitions_def=monthly_2013)
+    def flight_features(context: dg.AssetExecutionContext) -> pl.DataFrame:
+        month = feature_months.filter(pl.col("sched_date").dt.strftime("%Y-%m") == context.partition_key)
+        return month.filter(pl.col("carrier") != "EV")  # a feed that lost one carrier
+
+    assert dg.materialize([flight_features], partition_key="2013-02", resources=resources, instance=instance).success
+    second = dg.materialize(
+        [flight_features, *models.model_assets],
+        selection=dg.AssetSelection.assets(models.DELAY_MODEL, models.MODEL_EVALUATION, models.MODEL_PROMOTION),
+        resources=resources,
+        instance=instance,
+    )
+    assert second.success
+    first_entry, second_entry = Ledger(tmp_path / "ledger.sqlite").log()
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "keel.cli",
+            "lineage",
+            "diff",
+            first_entry.release_id,
+            second_entry.release_id,
+            "--ledger",
+            str(tmp_path / "ledger.sqlite"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert any(line.startswith("data: CHANGED") for line in lines)
+    assert any(line.strip().startswith("flight_features.2013-02:") for line in lines)
+    assert not any(line.strip().startswith("flight_features.2013-01:") for line in lines)  # January untouched
+    assert any(line.startswith("model: CHANGED") for line in lines) and "sha256:" in out.stdout
+    assert "produced by: flight_features" in out.stdout and "produced by: delay_model" in out.stdout
+    assert "infra: unchanged" in out.stdout and "policy: unchanged" in out.stdout
