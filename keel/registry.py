@@ -109,6 +109,23 @@ class ModelRegistry:
             raise RegistryError(f"model {name}@{sha256[:12]} is not registered")
         return RegisteredModel(name, sha256, json.loads(row[0]), datetime.fromisoformat(row[1]))
 
+    def version(self, name: str, sha256: str) -> int:
+        """The model's registry version: 1 for the first model registered under ``name``, 2 for the next, …
+        (Triton serves registry version N as model version N)."""
+        row = self._db.execute(
+            "SELECT COUNT(*) FROM models WHERE name = ? AND rowid <= "
+            "(SELECT rowid FROM models WHERE name = ? AND sha256 = ?)",
+            (name, name, sha256),
+        ).fetchone()
+        if (
+            not row
+            or row[0] == 0
+            or self._db.execute("SELECT 1 FROM models WHERE name = ? AND sha256 = ?", (name, sha256)).fetchone()
+            is None
+        ):
+            raise RegistryError(f"model {name}@{sha256[:12]} is not registered")
+        return int(row[0])
+
     def alias(self, name: str, alias: str) -> str | None:
         row = self._db.execute("SELECT sha256 FROM aliases WHERE name = ? AND alias = ?", (name, alias)).fetchone()
         return row[0] if row else None

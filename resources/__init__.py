@@ -1,8 +1,16 @@
-"""Dagster resources of this deployment: storage now; online store, registry, policy store and Triton later."""
+"""Dagster resources of this deployment: storage, online store, registry, ledger, Triton."""
 
 from resources.ledger import LedgerResource
 from resources.online_store import OnlineStoreResource
 from resources.parquet_io import ParquetIOManager, keel_home
 from resources.registry import ModelRegistryResource
+from resources.triton import TritonResource
 
-__all__ = ["LedgerResource", "ModelRegistryResource", "OnlineStoreResource", "ParquetIOManager", "keel_home"]
+__all__ = [
+    "LedgerResource",
+    "ModelRegistryResource",
+    "OnlineStoreResource",
+    "ParquetIOManager",
+    "TritonResource",
+    "keel_home",
+]

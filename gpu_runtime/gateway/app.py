@@ -1,0 +1,489 @@
+"""The inference gateway: an ASGI app in front of Triton.
+
+``POST /v1/predict`` with a JSON body::
+
+    {"flight": {"carrier": "UA", "flight": 1545, "origin": "EWR", "dest": "IAH", "tailnum": "N14228",
+                "year": 2013, "month": 6, "day": 1, "hour": 5, "distance": 1400, "time_hour": "2013-06-01T09:00:00Z"},
+     "tenant_id": "ops", "risk_level": 2, "unit_id": "flight-UA1545"}
+
+(``flights``: a list of such objects scores a batch; ``features``: {name: value} gives all model features directly
+instead of reading them from the online store.) What happens to a request, in order:
+
+1. the body is parsed; the tenant's token bucket admits it or the answer is 429 ``rate_limited``;
+2. it enters its risk level's lane (separate concurrency limits: level 1 never queues behind 2 or 3);
+3. each flight is validated with contract ``predict_request`` (the single-record path of keel's contract engine):
+   a missing or out-of-range field is 422 ``invalid_input`` with the rule ids, or — when the policy says
+   ``invalid_input: default`` — served with the reference defaults and flagged ``degraded``;
+4. features are read from the online store (frozen features come back flagged);
+5. routing: the ``x-experiment-id`` header picks an experiment's variant, else the weighted split — both sticky on
+   ``unit_id``; a version whose circuit breaker is open is replaced by the fallback;
+6. Triton scores it (timeout from the model's SLA tier); a failed call is retried within the retry budget, on the
+   fallback when there is one;
+7. the answer — score, confidence_score, model_version, release_id, request_id, degraded flags, header
+   ``x-model-signature`` (the model's sha256) — and one line in the append-only exposure log.
+
+``GET /metrics`` (Prometheus text), ``/healthz`` (the process is up), ``/readyz`` (routing loaded and every routed
+version ready in Triton).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gpu_runtime.deploy import Route, RoutingTable
+from gpu_runtime.gateway.control import (
+    STATE_CODES,
+    CircuitBreaker,
+    RetryBudget,
+    TokenBucket,
+    Weighted,
+    pick_weighted,
+)
+from gpu_runtime.gateway.exposure import ExposureLog
+from gpu_runtime.gateway.metrics import Metrics
+from gpu_runtime.gateway.policy import GatewayPolicy
+from keel.features.definitions import FEATURE_NAMES, FEATURES
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_CONTRACT = REPO_ROOT / "assets" / "contracts" / "predict_request.yaml"
+MAX_BODY = 1 << 20  # 1 MiB
+MAX_BATCH = 1024
+
+
+@dataclass(frozen=True)
+class GatewayConfig:
+    triton_url: str  # host:port of Triton's gRPC endpoint
+    routing_path: Path
+    exposure_dir: Path
+    online_store_path: Path | None = None
+    contract_path: Path = DEFAULT_CONTRACT
+    online_cache_size: int = 200_000
+
+
+class RequestError(Exception):
+    """An answer other than 200, with a structured error body."""
+
+    def __init__(self, status: int, code: str, message: str, **details: Any):
+        super().__init__(message)
+        self.status, self.code, self.details = status, code, details
+
+    def body(self, request_id: str) -> dict[str, Any]:
+        return {"request_id": request_id, "error": {"code": self.code, "message": str(self), **self.details}}
+
+
+class Gateway:
+    def __init__(self, config: GatewayConfig, policy: GatewayPolicy | None = None):
+        from keel.contracts.engine import CompiledContract
+        from keel.contracts.spec import load_contract
+
+        self.config = config
+        self.policy = policy or GatewayPolicy()
+        self.contract = CompiledContract(load_contract(config.contract_path))
+        self.metrics = Metrics()
+        self.exposures = ExposureLog(config.exposure_dir)
+        self.routing: RoutingTable | None = None
+        self._routing_mtime = 0.0
+        self._routing_checked = 0.0
+        self.breakers: dict[int, CircuitBreaker] = {}
+        self.buckets: dict[str, TokenBucket] = {}
+        self.retry_budget = RetryBudget(self.policy.retry)
+        self.lanes = {level: asyncio.Semaphore(n) for level, n in self.policy.lanes.items()}
+        self._store = None
+        self._client = None
+        self._ready_cache: tuple[float, bool] = (0.0, False)
+        self.defaults = np.array([f.default for f in FEATURES], dtype=np.float32)
+        self.lo = np.array([f.lo for f in FEATURES])
+        self.hi = np.array([f.hi for f in FEATURES])
+        self.reload_routing(force=True)
+
+    # -- plumbing -------------------------------------------------------------------------------------------------
+
+    @property
+    def client(self):
+        if self._client is None:
+            import tritonclient.grpc.aio as aio
+
+            self._client = aio.InferenceServerClient(self.config.triton_url)
+        return self._client
+
+    @property
+    def store(self):
+        if self._store is None and self.config.online_store_path is not None:
+            from keel.features.online import SQLiteOnlineStore
+
+            if Path(self.config.online_store_path).exists():
+                self._store = SQLiteOnlineStore(
+                    self.config.online_store_path, cache_size=self.config.online_cache_size
+                )
+        return self._store
+
+    def reload_routing(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self._routing_checked < self.policy.routing_poll_s:
+            return
+        self._routing_checked = now
+        try:
+            mtime = self.config.routing_path.stat().st_mtime_ns
+        except FileNotFoundError:
+            return
+        if force or mtime != self._routing_mtime:
+            table = RoutingTable.read(self.config.routing_path)
+            if table is not None and (self.routing is None or table.generation >= self.routing.generation):
+                self.routing = table
+                self.metrics.set_gauge("keel_gateway_routing_generation", {}, table.generation)
+            self._routing_mtime = mtime
+
+    def breaker(self, version: int) -> CircuitBreaker:
+        b = self.breakers.get(version)
+        if b is None:
+            b = self.breakers[version] = CircuitBreaker(self.policy.breaker)
+        return b
+
+    # -- ASGI -----------------------------------------------------------------------------------------------------
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            while True:
+                message = await receive()
+                if message["type"] == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+                elif message["type"] == "lifespan.shutdown":
+                    await self.close()
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+        if scope["type"] != "http":
+            return
+        path, method = scope["path"], scope["method"]
+        if path == "/v1/predict" and method == "POST":
+            body = await _read_body(receive)
+            headers = {k.decode().lower(): v.decode() for k, v in scope.get("headers", [])}
+            status, payload, extra = await self.predict(body, headers)
+            await _respond(send, status, payload, extra)
+        elif path == "/metrics" and method == "GET":
+            self._export_breakers()
+            await _respond_text(send, 200, self.metrics.render(), "text/plain; version=0.0.4")
+        elif path == "/healthz" and method == "GET":
+            await _respond(send, 200, {"status": "ok"})
+        elif path == "/readyz" and method == "GET":
+            ready, detail = await self.ready()
+            await _respond(send, 200 if ready else 503, {"ready": ready, **detail})
+        else:
+            await _respond(send, 404, {"error": {"code": "not_found", "message": f"no route {method} {path}"}})
+
+    async def close(self) -> None:
+        if self._client is not None:
+            await self._client.close()
+        self.exposures.close()
+
+    async def ready(self) -> tuple[bool, dict[str, Any]]:
+        self.reload_routing()
+        if self.routing is None:
+            return False, {"reason": f"no routing table at {self.config.routing_path}"}
+        try:
+            for v in self.routing.versions():
+                if not await self.client.is_model_ready(self.routing.model, str(v)):
+                    return False, {"reason": f"{self.routing.model} version {v} is not ready in Triton"}
+        except Exception as exc:  # noqa: BLE001 - any failure to reach Triton means not ready
+            return False, {"reason": f"Triton at {self.config.triton_url}: {exc}"}
+        return True, {"generation": self.routing.generation, "versions": self.routing.versions()}
+
+    def _export_breakers(self) -> None:
+        for version, b in self.breakers.items():
+            self.metrics.set_gauge(
+                "keel_gateway_breaker_state", {"model_version": str(version)}, STATE_CODES[b.state]
+            )
+
+    # -- predict --------------------------------------------------------------------------------------------------
+
+    async def predict(self, body: bytes, headers: dict[str, str]) -> tuple[int, dict[str, Any], dict[str, str]]:
+        started = time.perf_counter()
+        request_id = uuid.uuid4().hex
+        record: dict[str, Any] = {"request_id": request_id, "ts": time.time()}
+        try:
+            status, payload, extra = await self._predict(body, headers, request_id, record)
+        except RequestError as err:
+            status, payload, extra = err.status, err.body(request_id), {}
+            record.update(status=status, error=err.code)
+        except Exception as exc:  # noqa: BLE001 - the gateway answers 500 and logs, never drops a request silently
+            status, payload, extra = (
+                500,
+                {"request_id": request_id, "error": {"code": "internal", "message": str(exc)}},
+                {},
+            )
+            record.update(status=500, error="internal")
+        latency = time.perf_counter() - started
+        record.setdefault("status", status)
+        record["latency_ms"] = round(latency * 1000, 3)
+        self.exposures.append(record)
+        version = str(record.get("model_version", "none"))
+        self.metrics.inc("keel_gateway_requests_total", {"model_version": version, "status": str(status)})
+        self.metrics.observe("keel_gateway_request_duration_seconds", {"model_version": version}, latency)
+        if status >= 400:
+            self.metrics.inc(
+                "keel_gateway_errors_total", {"model_version": version, "code": str(record.get("error", status))}
+            )
+        return status, payload, extra
+
+    async def _predict(
+        self, body: bytes, headers: dict[str, str], request_id: str, record: dict[str, Any]
+    ) -> tuple[int, dict[str, Any], dict[str, str]]:
+        req = _parse(body)
+        tenant = str(req.get("tenant_id") or "default")
+        risk = req.get("risk_level", 3)
+        if not isinstance(risk, int) or risk not in self.lanes:
+            raise RequestError(
+                422, "invalid_risk_level", f"risk_level must be one of {sorted(self.lanes)}", value=risk
+            )
+        unit_id = str(req.get("unit_id") or request_id)
+        experiment_id = headers.get("x-experiment-id")
+        record.update(tenant_id=tenant, risk_level=risk, unit_id=unit_id, experiment_id=experiment_id)
+
+        bucket = self.buckets.get(tenant)
+        if bucket is None:
+            bucket = self.buckets[tenant] = TokenBucket(self.policy.rate_limit_of(tenant))
+        if not bucket.take():
+            self.metrics.inc("keel_gateway_rate_limited_total", {"tenant": tenant})
+            raise RequestError(429, "rate_limited", f"tenant {tenant} is over its rate limit")
+
+        self.reload_routing()
+        if self.routing is None:
+            raise RequestError(503, "not_deployed", "no model is deployed yet (no routing table)")
+        table = self.routing
+        tier = self.policy.tier_of(table.model)
+        timeout = tier.timeout_ms / 1000
+        lane = self.lanes[risk]
+        try:
+            await asyncio.wait_for(lane.acquire(), timeout)
+        except TimeoutError:
+            raise RequestError(503, "overloaded", f"risk level {risk} lane is full", risk_level=risk) from None
+        self.metrics.add_gauge("keel_gateway_lane_in_flight", {"risk_level": str(risk)}, 1)
+        try:
+            x, degraded = self._features(req)
+            route, variant, flags = self._route(table, unit_id, experiment_id)
+            degraded += flags
+            record.update(variant=variant)
+            self.retry_budget.on_request()
+            scores, route, more = await self._score(table, route, x, timeout)
+            degraded += more
+        finally:
+            lane.release()
+            self.metrics.add_gauge("keel_gateway_lane_in_flight", {"risk_level": str(risk)}, -1)
+        confidence = np.abs(2.0 * scores - 1.0)
+        record.update(
+            model=table.model,
+            model_version=route.version,
+            sha256=route.sha256,
+            release_id=route.release_id,
+            score=float(scores[0]) if len(scores) == 1 else [round(float(s), 6) for s in scores],
+            degraded=sorted(set(degraded)) or None,
+        )
+        predictions = [
+            {"score": float(s), "confidence_score": float(c)} for s, c in zip(scores, confidence, strict=True)
+        ]
+        payload = {
+            "request_id": request_id,
+            "model": table.model,
+            "model_version": route.version,
+            "release_id": route.release_id,
+            "variant": variant,
+            "degraded": sorted(set(degraded)),
+            "score": predictions[0]["score"],
+            "confidence_score": predictions[0]["confidence_score"],
+            **({"predictions": predictions} if len(predictions) > 1 else {}),
+        }
+        return 200, payload, {"x-model-signature": route.sha256, "x-request-id": request_id}
+
+    def _features(self, req: dict[str, Any]) -> tuple[np.ndarray, list[str]]:
+        """The [batch, n_features] float32 matrix for the request, and degraded flags."""
+        if "features" in req:
+            rows = req["features"] if isinstance(req["features"], list) else [req["features"]]
+            return self._direct_features(rows), []
+        flights = req.get("flights") if "flights" in req else [req.get("flight")]
+        if not isinstance(flights, list) or not flights or len(flights) > MAX_BATCH:
+            raise RequestError(422, "invalid_input", f"'flights' must be a list of 1…{MAX_BATCH} flight objects")
+        degraded: list[str] = []
+        entities, invalid = [], []
+        for i, flight in enumerate(flights):
+            if not isinstance(flight, dict):
+                raise RequestError(422, "invalid_input", "each flight must be a JSON object", index=i)
+            verdict = self.contract.validate_record(flight)
+            if verdict.sink != "valid":
+                invalid.append({"index": i, "rules": list(verdict.failed_rules)})
+                entities.append(None)
+            else:
+                r = verdict.record
+                entities.append(r | {"sched_date": date(r["year"], r["month"], r["day"])})
+        if invalid and self.policy.invalid_input == "reject":
+            raise RequestError(
+                422, "invalid_input", "the request breaks contract predict_request", violations=invalid
+            )
+        x = np.tile(self.defaults, (len(flights), 1))
+        good = [i for i, e in enumerate(entities) if e is not None]
+        if invalid:
+            degraded.append("invalid_input_defaults")
+        if good:
+            store = self.store
+            if store is None:
+                degraded.append("no_online_store")
+            else:
+                from keel.features.online import get_online_features
+
+                batch = get_online_features(store, [entities[i] for i in good])
+                m = batch.matrix.T  # flights × features
+                missing = np.isnan(m)
+                if missing.any():
+                    degraded.append("missing_features_defaulted")
+                    m = np.where(missing, self.defaults, m)
+                x[good] = m
+                degraded += [f"frozen:{name}" for name in batch.degraded]
+        return x.astype(np.float32), degraded
+
+    def _direct_features(self, rows: list[Any]) -> np.ndarray:
+        if not rows or len(rows) > MAX_BATCH:
+            raise RequestError(422, "invalid_input", f"'features' must hold 1…{MAX_BATCH} objects")
+        x = np.empty((len(rows), len(FEATURE_NAMES)), dtype=np.float64)
+        for i, row in enumerate(rows):
+            if not isinstance(row, dict):
+                raise RequestError(422, "invalid_input", "each features entry must be a JSON object", index=i)
+            absent = [n for n in FEATURE_NAMES if n not in row]
+            if absent:
+                raise RequestError(
+                    422, "missing_input", f"features missing: {', '.join(absent)}", index=i, missing=absent
+                )
+            try:
+                x[i] = [float(row[n]) for n in FEATURE_NAMES]
+            except (TypeError, ValueError):
+                raise RequestError(422, "invalid_input", "feature values must be numbers", index=i) from None
+        bad = (x < self.lo) | (x > self.hi) | ~np.isfinite(x)
+        if bad.any():
+            i, j = np.argwhere(bad)[0]
+            raise RequestError(
+                422,
+                "out_of_range",
+                f"feature {FEATURE_NAMES[j]} = {x[i, j]} is outside [{self.lo[j]:g}, {self.hi[j]:g}]",
+                index=int(i),
+                feature=FEATURE_NAMES[j],
+            )
+        return x.astype(np.float32)
+
+    def _route(self, table: RoutingTable, unit_id: str, experiment_id: str | None) -> tuple[Route, str, list[str]]:
+        flags: list[str] = []
+        if experiment_id:
+            variants = table.experiments.get(experiment_id)
+            if variants:
+                name = pick_weighted([Weighted(v.name, v.weight) for v in variants], unit_id, salt=experiment_id)
+                variant = next(v for v in variants if v.name == name)
+                return table.route(variant.route), name, flags
+            flags.append("unknown_experiment")
+        name = pick_weighted([Weighted(r.name, r.weight) for r in table.routes], unit_id, salt=table.model)
+        return table.route(name), name, flags
+
+    def _alternatives(self, table: RoutingTable, failed: Route) -> list[Route]:
+        out = [table.fallback] if table.fallback and table.fallback.version != failed.version else []
+        out += [r for r in table.routes if r.version != failed.version and r not in out]
+        return out
+
+    async def _score(
+        self, table: RoutingTable, route: Route, x: np.ndarray, timeout: float
+    ) -> tuple[np.ndarray, Route, list[str]]:
+        flags: list[str] = []
+        if not self.breaker(route.version).allow():
+            flags.append("breaker_open")
+            alt = next((r for r in self._alternatives(table, route) if self.breaker(r.version).allow()), None)
+            if alt is None:
+                raise RequestError(503, "no_healthy_model", f"every version of {table.model} has an open breaker")
+            route = alt
+            flags.append("fallback")
+        attempts = 0
+        last: Exception | None = None
+        while attempts < self.policy.retry.max_attempts:
+            attempts += 1
+            try:
+                scores = await self._infer(table.model, route.version, x, timeout)
+                self.breaker(route.version).record(True)
+                if attempts > 1:
+                    flags.append("retried")
+                return scores, route, flags
+            except Exception as exc:  # noqa: BLE001 - every Triton failure counts against the version
+                last = exc
+                self.breaker(route.version).record(False)
+                self.metrics.inc("keel_gateway_backend_errors_total", {"model_version": str(route.version)})
+                if attempts >= self.policy.retry.max_attempts or not self.retry_budget.try_retry():
+                    break
+                self.reload_routing(force=True)  # a swap may have retired the version we picked
+                fresh = self.routing or table
+                candidates = [r for r in fresh.routes if r.version == route.version] or []
+                candidates += self._alternatives(fresh, route)
+                nxt = next((r for r in candidates if self.breaker(r.version).allow()), None)
+                if nxt is None:
+                    break
+                if nxt.version != route.version:
+                    flags.append("fallback")
+                route, table = nxt, fresh
+        raise RequestError(502, "backend_error", f"Triton failed for {table.model} v{route.version}: {last}")
+
+    async def _infer(self, model: str, version: int, x: np.ndarray, timeout: float) -> np.ndarray:
+        import tritonclient.grpc.aio as aio
+
+        inp = aio.InferInput("features", list(x.shape), "FP32")
+        inp.set_data_from_numpy(x)
+        result = await self.client.infer(
+            model,
+            [inp],
+            model_version=str(version),
+            outputs=[aio.InferRequestedOutput("score")],
+            client_timeout=timeout,
+        )
+        return result.as_numpy("score")[:, 0].astype(np.float64)
+
+
+def _parse(body: bytes) -> dict[str, Any]:
+    try:
+        req = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise RequestError(400, "bad_json", f"the body is not JSON: {exc}") from None
+    if not isinstance(req, dict):
+        raise RequestError(400, "bad_json", "the body must be a JSON object")
+    return req
+
+
+async def _read_body(receive: Any) -> bytes:
+    chunks, size = [], 0
+    while True:
+        message = await receive()
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > MAX_BODY:
+            return b"\x00"  # answered as bad JSON; the rest is not read
+        chunks.append(chunk)
+        if not message.get("more_body"):
+            return b"".join(chunks)
+
+
+async def _respond(send: Any, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
+    data = json.dumps(payload, separators=(",", ":")).encode()
+    raw = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]
+    raw += [(k.encode(), v.encode()) for k, v in (headers or {}).items()]
+    await send({"type": "http.response.start", "status": status, "headers": raw})
+    await send({"type": "http.response.body", "body": data})
+
+
+async def _respond_text(send: Any, status: int, text: str, content_type: str) -> None:
+    data = text.encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", content_type.encode()), (b"content-length", str(len(data)).encode())],
+        }
+    )
+    await send({"type": "http.response.body", "body": data})

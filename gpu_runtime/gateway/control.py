@@ -1,0 +1,157 @@
+"""The gateway's decisions, as plain objects with an injectable clock: circuit breaker, token bucket, retry budget,
+sticky weighted routing. Nothing here does I/O, so each decision is tested before it becomes an action."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from gpu_runtime.gateway.policy import BreakerPolicy, RateLimit, RetryPolicy
+
+Clock = Callable[[], float]
+
+CLOSED, OPEN, HALF_OPEN = "closed", "open", "half_open"
+STATE_CODES = {CLOSED: 0, HALF_OPEN: 1, OPEN: 2}  # the /metrics gauge
+
+
+class CircuitBreaker:
+    """Per model version: closed → (error share > threshold over the window, with enough requests) → open for
+    ``open_s`` → half-open: ``half_open_probes`` requests go through; all succeed → closed, any fails → open again."""
+
+    def __init__(self, policy: BreakerPolicy, clock: Clock = time.monotonic):
+        self.policy = policy
+        self.clock = clock
+        self.state = CLOSED
+        self._events: deque[tuple[float, bool]] = deque()  # (time, failed) within the window
+        self._opened_at = 0.0
+        self._probes_sent = 0
+        self._probes_ok = 0
+        self.transitions: list[tuple[float, str]] = []
+
+    def _set(self, state: str) -> None:
+        self.state = state
+        self.transitions.append((self.clock(), state))
+
+    def allow(self) -> bool:
+        """May a request go to this version now? (In half-open, reserves one of the probes.)"""
+        if self.state == OPEN:
+            if self.clock() - self._opened_at < self.policy.open_s:
+                return False
+            self._set(HALF_OPEN)
+            self._probes_sent = self._probes_ok = 0
+        if self.state == HALF_OPEN:
+            if self._probes_sent >= self.policy.half_open_probes:
+                return False
+            self._probes_sent += 1
+        return True
+
+    def record(self, ok: bool) -> None:
+        now = self.clock()
+        if self.state == HALF_OPEN:
+            if not ok:
+                self._open(now)
+                return
+            self._probes_ok += 1
+            if self._probes_ok >= self.policy.half_open_probes:
+                self._events.clear()
+                self._set(CLOSED)
+            return
+        if self.state == OPEN:
+            return  # a late answer from before it opened
+        self._events.append((now, not ok))
+        horizon = now - self.policy.window_s
+        while self._events and self._events[0][0] < horizon:
+            self._events.popleft()
+        n = len(self._events)
+        if n >= self.policy.min_requests:
+            failed = sum(1 for _, f in self._events if f)
+            if failed / n > self.policy.error_rate:
+                self._open(now)
+
+    def _open(self, now: float) -> None:
+        self._opened_at = now
+        self._events.clear()
+        self._set(OPEN)
+
+    def error_rate(self) -> float:
+        n = len(self._events)
+        return sum(1 for _, f in self._events if f) / n if n else 0.0
+
+
+class TokenBucket:
+    def __init__(self, limit: RateLimit, clock: Clock = time.monotonic):
+        self.rate, self.capacity = limit.rps, limit.burst
+        self.clock = clock
+        self.tokens = limit.burst
+        self.updated = clock()
+
+    def take(self) -> bool:
+        now = self.clock()
+        self.tokens = min(self.capacity, self.tokens + (now - self.updated) * self.rate)
+        self.updated = now
+        if self.tokens >= 1.0:
+            self.tokens -= 1.0
+            return True
+        return False
+
+
+class RetryBudget:
+    """Retries may add at most ``budget_ratio`` of the requests seen over the last 10 s, or
+    ``budget_min_per_s`` per second — so a failing backend is not hammered by retries."""
+
+    WINDOW_S = 10.0
+
+    def __init__(self, policy: RetryPolicy, clock: Clock = time.monotonic):
+        self.policy = policy
+        self.clock = clock
+        self._requests: deque[float] = deque()
+        self._retries: deque[float] = deque()
+
+    def _trim(self, now: float) -> None:
+        for q in (self._requests, self._retries):
+            while q and q[0] < now - self.WINDOW_S:
+                q.popleft()
+
+    def on_request(self) -> None:
+        now = self.clock()
+        self._requests.append(now)
+        self._trim(now)
+
+    def try_retry(self) -> bool:
+        now = self.clock()
+        self._trim(now)
+        allowed = max(self.policy.budget_ratio * len(self._requests), self.policy.budget_min_per_s * self.WINDOW_S)
+        if len(self._retries) < allowed:
+            self._retries.append(now)
+            return True
+        return False
+
+
+def sticky_bucket(unit_id: str, salt: str = "") -> float:
+    """A unit's fixed place in [0, 1): the same unit lands in the same variant on every request."""
+    digest = hashlib.sha256(f"{salt}|{unit_id}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64
+
+
+@dataclass(frozen=True)
+class Weighted:
+    key: str
+    weight: float
+
+
+def pick_weighted(options: Sequence[Weighted], unit_id: str, salt: str = "") -> str:
+    """The option whose cumulative-weight interval holds the unit's bucket (weights need not sum to 1)."""
+    live = [o for o in options if o.weight > 0]
+    if not live:
+        raise ValueError("no option with a positive weight")
+    total = sum(o.weight for o in live)
+    point = sticky_bucket(unit_id, salt) * total
+    acc = 0.0
+    for o in live:
+        acc += o.weight
+        if point < acc:
+            return o.key
+    return live[-1].key

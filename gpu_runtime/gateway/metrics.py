@@ -1,0 +1,92 @@
+"""Prometheus text exposition for the gateway, without a client library: counters, gauges, histograms."""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+
+BUCKETS = (0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+
+HELP = {
+    "keel_gateway_requests_total": ("counter", "Prediction requests by model version and HTTP status."),
+    "keel_gateway_errors_total": (
+        "counter",
+        "Prediction requests answered with an error, by model version and code.",
+    ),
+    "keel_gateway_backend_errors_total": ("counter", "Failed Triton calls by model version (before retries)."),
+    "keel_gateway_rate_limited_total": ("counter", "Requests refused by a tenant's rate limit."),
+    "keel_gateway_request_duration_seconds": ("histogram", "Gateway latency per request, by model version."),
+    "keel_gateway_breaker_state": ("gauge", "Circuit breaker per model version: 0 closed, 1 half-open, 2 open."),
+    "keel_gateway_lane_in_flight": ("gauge", "Requests in flight per risk-level lane."),
+    "keel_gateway_routing_generation": ("gauge", "Generation of the routing table the gateway follows."),
+    "keel_gpu_pool_bytes_in_use": ("gauge", "Bytes in use in each model's memory pool."),
+    "keel_gpu_pool_limit_bytes": ("gauge", "Each model's memory pool limit (budget x headroom)."),
+}
+
+
+def _labels(labels: dict[str, str]) -> str:
+    if not labels:
+        return ""
+    inner = ",".join(
+        f'{k}="{str(v).replace(chr(92), chr(92) * 2).replace(chr(34), chr(92) + chr(34))}"'
+        for k, v in sorted(labels.items())
+    )
+    return "{" + inner + "}"
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.counters: dict[str, dict[tuple, float]] = defaultdict(dict)
+        self.gauges: dict[str, dict[tuple, float]] = defaultdict(dict)
+        self.hist: dict[str, dict[tuple, list[float]]] = defaultdict(dict)  # bucket counts + [sum, count]
+
+    def inc(self, name: str, labels: dict[str, str], by: float = 1.0) -> None:
+        key = tuple(sorted(labels.items()))
+        with self._lock:
+            self.counters[name][key] = self.counters[name].get(key, 0.0) + by
+
+    def set_gauge(self, name: str, labels: dict[str, str], value: float) -> None:
+        with self._lock:
+            self.gauges[name][tuple(sorted(labels.items()))] = float(value)
+
+    def add_gauge(self, name: str, labels: dict[str, str], by: float) -> None:
+        key = tuple(sorted(labels.items()))
+        with self._lock:
+            self.gauges[name][key] = self.gauges[name].get(key, 0.0) + by
+
+    def observe(self, name: str, labels: dict[str, str], value: float) -> None:
+        key = tuple(sorted(labels.items()))
+        with self._lock:
+            h = self.hist[name].get(key)
+            if h is None:
+                h = self.hist[name][key] = [0.0] * (len(BUCKETS) + 2)
+            for i, bound in enumerate(BUCKETS):
+                if value <= bound:
+                    h[i] += 1
+            h[-2] += value
+            h[-1] += 1
+
+    def value(self, name: str, labels: dict[str, str]) -> float:
+        key = tuple(sorted(labels.items()))
+        return self.counters.get(name, {}).get(key, self.gauges.get(name, {}).get(key, 0.0))
+
+    def render(self) -> str:
+        lines: list[str] = []
+        with self._lock:
+            names = sorted(set(self.counters) | set(self.gauges) | set(self.hist))
+            for name in names:
+                kind, text = HELP.get(name, ("untyped", name))
+                lines += [f"# HELP {name} {text}", f"# TYPE {name} {kind}"]
+                for key, v in sorted(self.counters.get(name, {}).items()):
+                    lines.append(f"{name}{_labels(dict(key))} {v:g}")
+                for key, v in sorted(self.gauges.get(name, {}).items()):
+                    lines.append(f"{name}{_labels(dict(key))} {v:g}")
+                for key, h in sorted(self.hist.get(name, {}).items()):
+                    labels = dict(key)
+                    for i, bound in enumerate(BUCKETS):
+                        lines.append(f"{name}_bucket{_labels(labels | {'le': f'{bound:g}'})} {h[i]:g}")
+                    lines.append(f"{name}_bucket{_labels(labels | {'le': '+Inf'})} {h[-1]:g}")
+                    lines.append(f"{name}_sum{_labels(labels)} {h[-2]:.6f}")
+                    lines.append(f"{name}_count{_labels(labels)} {h[-1]:g}")
+        return "\n".join(lines) + "\n"

@@ -1,0 +1,146 @@
+"""The gateway's policy: routing split, circuit breaker, rate limits, priority lanes, retries, timeouts, SLA tiers.
+
+One object for now, read from a YAML file or built in code; the control-plane work moves it into the versioned policy
+store. Every field has a default a careful operator would pick; ``GatewayPolicy.from_dict`` names the field of a
+bad value.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, is_dataclass
+from pathlib import Path
+from typing import Any
+
+from keel.errors import KeelError
+
+
+class PolicyError(KeelError):
+    """A policy value is missing, of the wrong type or out of range."""
+
+
+@dataclass(frozen=True)
+class BreakerPolicy:
+    error_rate: float = 0.05  # open when the error share over the window exceeds this …
+    window_s: float = 5.0
+    min_requests: int = 20  # … and at least this many requests were seen in the window
+    open_s: float = 30.0  # then answer with the fallback for this long
+    half_open_probes: int = 5  # then let this many requests through; all succeed → closed, one fails → open again
+
+
+@dataclass(frozen=True)
+class RateLimit:
+    rps: float = 500.0
+    burst: float = 1000.0
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    max_attempts: int = 2  # the first try and one retry
+    budget_ratio: float = 0.1  # retries may add at most 10 % to the requests …
+    budget_min_per_s: float = 5.0  # … or this many per second, whichever is larger
+
+
+@dataclass(frozen=True)
+class SlaTier:
+    p99_ms: float
+    availability: float
+    timeout_ms: float
+
+
+DEFAULT_TIERS = {
+    "L1": SlaTier(p99_ms=15.0, availability=0.999, timeout_ms=100.0),
+    "L2": SlaTier(p99_ms=50.0, availability=0.995, timeout_ms=300.0),
+    "L3": SlaTier(p99_ms=250.0, availability=0.99, timeout_ms=1000.0),
+}
+
+
+@dataclass(frozen=True)
+class GatewayPolicy:
+    version: str = "builtin-1"
+    breaker: BreakerPolicy = field(default_factory=BreakerPolicy)
+    default_rate_limit: RateLimit = field(default_factory=RateLimit)
+    tenant_rate_limits: dict[str, RateLimit] = field(default_factory=dict)
+    lanes: dict[int, int] = field(default_factory=lambda: {1: 64, 2: 32, 3: 16})  # risk level → max concurrent
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    tiers: dict[str, SlaTier] = field(default_factory=lambda: dict(DEFAULT_TIERS))
+    model_tiers: dict[str, str] = field(default_factory=dict)  # model name → tier (default L2)
+    invalid_input: str = "reject"  # reject → 422; default → serve with the reference defaults, flagged degraded
+    routing_poll_s: float = 0.1  # how often the routing file is checked for a new generation
+
+    def tier_of(self, model: str) -> SlaTier:
+        return self.tiers[self.model_tiers.get(model, "L2")]
+
+    def rate_limit_of(self, tenant: str) -> RateLimit:
+        return self.tenant_rate_limits.get(tenant, self.default_rate_limit)
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any], source: str = "policy") -> GatewayPolicy:
+        def build(kind: Any, value: Any, where: str) -> Any:
+            if not isinstance(value, dict):
+                raise PolicyError(f"{source}: {where} must be a mapping, got {value!r}")
+            known = {f.name: f for f in fields(kind)}
+            unknown = sorted(set(value) - set(known))
+            if unknown:
+                raise PolicyError(f"{source}: unknown field {where}.{unknown[0]} (known: {', '.join(known)})")
+            out = {}
+            for name, v in value.items():
+                f = known[name]
+                out[name] = _coerce(f.type, v, f"{where}.{name}", source)
+            return kind(**out)
+
+        def _coerce(type_text: str, v: Any, where: str, source: str) -> Any:
+            nested = {"BreakerPolicy": BreakerPolicy, "RetryPolicy": RetryPolicy, "RateLimit": RateLimit}
+            if type_text in nested:
+                return build(nested[type_text], v, where)
+            if type_text == "dict[str, RateLimit]":
+                return {str(k): build(RateLimit, x, f"{where}.{k}") for k, x in (v or {}).items()}
+            if type_text == "dict[str, SlaTier]":
+                return {str(k): build(SlaTier, x, f"{where}.{k}") for k, x in (v or {}).items()}
+            if type_text == "dict[int, int]":
+                try:
+                    return {int(k): int(x) for k, x in (v or {}).items()}
+                except (TypeError, ValueError):
+                    raise PolicyError(
+                        f"{source}: {where} maps risk levels to concurrency limits, got {v!r}"
+                    ) from None
+            if type_text in ("float", "int"):
+                if isinstance(v, bool) or not isinstance(v, int | float) or v < 0:
+                    raise PolicyError(f"{source}: {where} must be a non-negative number, got {v!r}")
+                return float(v) if type_text == "float" else int(v)
+            if type_text == "str":
+                if not isinstance(v, str):
+                    raise PolicyError(f"{source}: {where} must be text, got {v!r}")
+                return v
+            return v
+
+        policy = build(cls, raw, "policy")
+        if policy.invalid_input not in ("reject", "default"):
+            raise PolicyError(
+                f"{source}: policy.invalid_input must be reject or default, got {policy.invalid_input!r}"
+            )
+        missing = sorted({t for t in policy.model_tiers.values() if t not in policy.tiers})
+        if missing:
+            raise PolicyError(f"{source}: policy.model_tiers names unknown tier {missing[0]}")
+        if not 0 < policy.breaker.error_rate < 1:
+            raise PolicyError(f"{source}: policy.breaker.error_rate must be in (0, 1)")
+        return policy
+
+    @classmethod
+    def load(cls, path: str | Path) -> GatewayPolicy:
+        import yaml
+
+        try:
+            raw = yaml.safe_load(Path(path).read_text()) or {}
+        except (OSError, yaml.YAMLError) as exc:
+            raise PolicyError(f"{path}: cannot read the gateway policy: {exc}") from None
+        return cls.from_dict(raw, source=str(path))
+
+    def to_dict(self) -> dict[str, Any]:
+        def dump(v: Any) -> Any:
+            if is_dataclass(v):
+                return {f.name: dump(getattr(v, f.name)) for f in fields(v)}
+            if isinstance(v, dict):
+                return {k: dump(x) for k, x in v.items()}
+            return v
+
+        return dump(self)

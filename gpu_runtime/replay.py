@@ -1,0 +1,145 @@
+"""Replay load: held-out real flights sent to the gateway at a fixed rate, from a process of its own.
+
+    .venv/bin/python -m gpu_runtime.replay --url http://127.0.0.1:8080 --rps 200 --seconds 60 \
+        [--month 2013-06] [--out results.jsonl] [--max-in-flight 256]
+
+Open loop: request i is sent at start + i / rps whether or not earlier ones were answered (a slow server shows up
+as latency, not as a politely lower rate), bounded by ``--max-in-flight`` and ``--seconds``. The flights are the
+month's validated rows (contract ``flights``), in scheduled order, cycled; each request carries the flight's id as
+``unit_id``. One JSON line per request goes to ``--out``: status, model_version, x-model-signature, latency.
+The summary (sent, answered, failed, achieved rate, p50/p99 latency, versions seen) is printed as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+REQUEST_FIELDS = ("carrier", "flight", "origin", "dest", "tailnum", "year", "month", "day", "hour", "distance")
+
+
+def held_out_flights(month: str, limit: int = 20_000) -> list[dict]:
+    import polars as pl
+
+    from keel.contracts.engine import CompiledContract
+    from keel.contracts.spec import load_contract
+    from keel.data.nycflights import read_raw, read_raw_month
+
+    repo = Path(__file__).resolve().parent.parent
+    contract = CompiledContract(load_contract(repo / "assets" / "contracts" / "flights.yaml"))
+    valid = contract.validate(
+        read_raw_month("flights", month), references={"planes.tailnum": read_raw("planes")["tailnum"]}
+    ).valid
+    rows = (
+        valid.sort("time_hour", "carrier", "flight")
+        .head(limit)
+        .select(*REQUEST_FIELDS, pl.col("time_hour").dt.strftime("%Y-%m-%dT%H:%M:%SZ"))
+        .to_dicts()
+    )
+    return rows
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    s = sorted(values)
+    return s[min(len(s) - 1, int(round(q * (len(s) - 1))))]
+
+
+async def run(url: str, flights: list[dict], rps: float, seconds: float, max_in_flight: int, out: Path | None):
+    import httpx
+
+    limits = httpx.Limits(max_connections=max_in_flight, max_keepalive_connections=max_in_flight)
+    results: list[dict] = []
+    sem = asyncio.Semaphore(max_in_flight)
+    total = int(rps * seconds)
+    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=10.0) as client:
+
+        async def one(i: int) -> None:
+            flight = flights[i % len(flights)]
+            body = {
+                "flight": flight,
+                "tenant_id": "replay",
+                "risk_level": 2,
+                "unit_id": f"{flight['carrier']}{flight['flight']}-{flight['time_hour']}",
+            }
+            t0 = time.perf_counter()
+            try:
+                resp = await client.post("/v1/predict", json=body)
+                latency = time.perf_counter() - t0
+                payload = resp.json()
+                results.append(
+                    {
+                        "i": i,
+                        "status": resp.status_code,
+                        "model_version": payload.get("model_version"),
+                        "signature": resp.headers.get("x-model-signature"),
+                        "degraded": payload.get("degraded"),
+                        "error": (payload.get("error") or {}).get("code"),
+                        "latency_ms": latency * 1000,
+                    }
+                )
+            except Exception as exc:  # noqa: BLE001 - a transport failure is a failed request, recorded
+                results.append({"i": i, "status": 0, "error": type(exc).__name__, "latency_ms": None})
+            finally:
+                sem.release()
+
+        start = time.perf_counter()
+        tasks = []
+        for i in range(total):
+            delay = start + i / rps - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            await sem.acquire()
+            tasks.append(asyncio.create_task(one(i)))
+        await asyncio.gather(*tasks)
+        elapsed = time.perf_counter() - start
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with open(out, "w") as fh:
+            for r in sorted(results, key=lambda r: r["i"]):
+                fh.write(json.dumps(r) + "\n")
+    lat = [r["latency_ms"] for r in results if r["status"] == 200]
+    versions: dict[str, int] = {}
+    for r in results:
+        if r["status"] == 200:
+            versions[str(r["model_version"])] = versions.get(str(r["model_version"]), 0) + 1
+    return {
+        "sent": total,
+        "answered": len(results),
+        "ok": sum(1 for r in results if r["status"] == 200),
+        "failed": sum(1 for r in results if r["status"] != 200),
+        "elapsed_s": round(elapsed, 3),
+        "achieved_rps": round(len(results) / elapsed, 1),
+        "p50_ms": round(statistics.median(lat), 3) if lat else None,
+        "p99_ms": round(percentile(lat, 0.99), 3) if lat else None,
+        "versions": versions,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m gpu_runtime.replay", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--url", required=True, help="the gateway, e.g. http://127.0.0.1:8080")
+    parser.add_argument("--rps", type=float, default=200.0)
+    parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--month", default="2013-06", help="held-out month to replay (default 2013-06)")
+    parser.add_argument("--max-in-flight", type=int, default=256)
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args(argv)
+    if not args.url.startswith(("http://127.0.0.1", "http://localhost")):
+        print("replay: refusing a non-loopback target; this load generator is for local runs", file=sys.stderr)
+        return 2
+    flights = held_out_flights(args.month)
+    print(f"replay: {len(flights):,} flights of {args.month}, {args.rps:g} req/s for {args.seconds:g} s", flush=True)
+    summary = asyncio.run(run(args.url, flights, args.rps, args.seconds, args.max_in_flight, args.out))
+    print(json.dumps(summary), flush=True)
+    return 0 if summary["failed"] == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

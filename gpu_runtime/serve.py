@@ -1,0 +1,113 @@
+"""Run the model runtime: Triton (a child process) and the inference gateway (uvicorn, this process), on 127.0.0.1.
+
+    .venv/bin/python -m gpu_runtime.serve [--gateway-port 8080] [--policy gateway.yaml]
+
+State lives under ``$KEEL_HOME/serving/``: ``model_repository/`` (Triton's), ``routing.json`` (what the gateway
+routes to; written by deployments), ``exposures/`` (the exposure log), ``triton/`` (binaries, log) and
+``endpoints.json`` — where Triton and the gateway listen, written once both are up, removed on exit. Deployments
+(the Dagster ``model_deployment`` asset, ``TritonResource``) find Triton through it. The model-repository API is
+restricted to holders of ``$KEEL_TRITON_ADMIN_KEY``; when unset, one is generated and written into endpoints.json
+(mode 0600) for deployments on this machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import signal
+import sys
+from pathlib import Path
+
+from gpu_runtime.triton import ADMIN_KEY_ENV, TritonServer, free_port
+
+
+def keel_home() -> Path:
+    return Path(os.environ.get("KEEL_HOME") or Path(__file__).resolve().parent.parent / ".keel").resolve()
+
+
+def serving_dir(home: Path | None = None) -> Path:
+    return (home or keel_home()) / "serving"
+
+
+def write_endpoints(path: Path, data: dict) -> None:
+    tmp = path.with_suffix(".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        json.dump(data, fh, indent=2)
+    os.replace(tmp, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m gpu_runtime.serve", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--gateway-port", type=int, default=int(os.environ.get("KEEL_GATEWAY_PORT", "8080")))
+    parser.add_argument("--triton-grpc-port", type=int, default=0, help="default: a free port")
+    parser.add_argument("--policy", type=Path, help="gateway policy YAML (default: built-in defaults)")
+    args = parser.parse_args(argv)
+
+    import uvicorn
+
+    from gpu_runtime.gateway.app import Gateway, GatewayConfig
+    from gpu_runtime.gateway.policy import GatewayPolicy
+
+    root = serving_dir()
+    root.mkdir(parents=True, exist_ok=True)
+    admin_key = os.environ.get(ADMIN_KEY_ENV) or secrets.token_hex(16)
+    server = TritonServer(
+        root / "model_repository", root / "triton", grpc_port=args.triton_grpc_port or None, admin_key=admin_key
+    )
+    print(f"keel serve: starting Triton (log: {server.log_path})", flush=True)
+    server.start()
+    print(f"keel serve: Triton live — gRPC {server.grpc_url}, HTTP {server.http_url}", flush=True)
+    policy = GatewayPolicy.load(args.policy) if args.policy else GatewayPolicy()
+    gateway = Gateway(
+        GatewayConfig(
+            triton_url=server.grpc_url,
+            routing_path=root / "routing.json",
+            exposure_dir=root / "exposures",
+            online_store_path=(root.parent / "online" / "features.sqlite"),
+        ),
+        policy,
+    )
+    port = args.gateway_port or free_port()
+    endpoints = root / "endpoints.json"
+    config = uvicorn.Config(
+        gateway, host="127.0.0.1", port=port, log_level="warning", access_log=False, lifespan="on"
+    )
+    uv = uvicorn.Server(config)
+
+    def on_started() -> None:
+        write_endpoints(
+            endpoints,
+            {
+                "pid": os.getpid(),
+                "triton_grpc": server.grpc_url,
+                "triton_http": server.http_url,
+                "triton_metrics": f"127.0.0.1:{server.metrics_port}",
+                "gateway": f"127.0.0.1:{port}",
+                "admin_key": admin_key,
+                "triton_version": server.info.triton_version if server.info else None,
+            },
+        )
+        print(f"keel serve: gateway on http://127.0.0.1:{port} (POST /v1/predict, /metrics, /readyz)", flush=True)
+
+    original_startup = uv.startup
+
+    async def startup(sockets=None):
+        await original_startup(sockets=sockets)
+        on_started()
+
+    uv.startup = startup  # type: ignore[method-assign]
+    signal.signal(signal.SIGTERM, lambda *_: setattr(uv, "should_exit", True))
+    try:
+        uv.run()
+    finally:
+        endpoints.unlink(missing_ok=True)
+        server.stop()
+        print("keel serve: stopped", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

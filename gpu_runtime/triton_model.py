@@ -1,0 +1,73 @@
+"""The Triton Python-backend model that serves one registered LightGBM model version.
+
+Copied into ``<repository>/<model>/<version>/model.py`` by gpu_runtime.repository; it runs inside Triton's Python
+stub, in the runtime environment (.venv-runtime: numpy<2, lightgbm — see ARCHITECTURE.md), and imports nothing from
+keel. ``initialize`` reads ``model.txt`` and ``meta.json`` next to it and refuses to load when the text does not
+hash to the registered sha256: a corrupt or tampered file is a failed load, and Triton keeps serving whatever was
+loaded before.
+
+Input ``features`` FP32 [batch, n_features]; output ``score`` FP32 [batch, 1] = P(late).
+
+Fault injection (named as such; for drills and the circuit-breaker test): when the model config's parameter
+``keel_fault_file`` names a file (``{version}`` in it is replaced by this version's number) and that file exists,
+``execute`` answers every request with an error.
+"""
+
+import hashlib
+import json
+import os
+
+import lightgbm as lgb
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        version_dir = os.path.join(args["model_repository"], args["model_version"])
+        with open(os.path.join(version_dir, "meta.json")) as fh:
+            meta = json.load(fh)
+        with open(os.path.join(version_dir, "model.txt"), "rb") as fh:
+            data = fh.read()
+        actual = hashlib.sha256(data).hexdigest()
+        if actual != meta["sha256"]:
+            raise pb_utils.TritonModelException(
+                f"model {args['model_name']} version {args['model_version']}: model.txt hashes to {actual[:12]}, "
+                f"registered as {meta['sha256'][:12]} — corrupt or tampered, refusing to load"
+            )
+        self.booster = lgb.Booster(model_str=data.decode())
+        self.n_features = self.booster.num_feature()
+        config = json.loads(args["model_config"])
+        params = config.get("parameters", {})
+        fault = params.get("keel_fault_file", {}).get("string_value") or None
+        self.fault_file = fault.replace("{version}", str(args["model_version"])) if fault else None
+
+    def execute(self, requests):
+        if self.fault_file and os.path.exists(self.fault_file):
+            return [
+                pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError("injected fault"))
+                for _ in requests
+            ]
+        # Dynamic batching hands us several requests: score them in one predict call.
+        arrays = [pb_utils.get_input_tensor_by_name(r, "features").as_numpy() for r in requests]
+        sizes = [a.shape[0] for a in arrays]
+        x = np.concatenate(arrays).astype(np.float64, copy=False) if len(arrays) > 1 else arrays[0].astype(np.float64)
+        if x.ndim != 2 or x.shape[1] != self.n_features:
+            return [
+                pb_utils.InferenceResponse(
+                    output_tensors=[],
+                    error=pb_utils.TritonError(f"features must be [batch, {self.n_features}], got {list(x.shape)}"),
+                )
+                for _ in requests
+            ]
+        scores = self.booster.predict(x, num_threads=1).astype(np.float32).reshape(-1, 1)
+        out, start = [], 0
+        for n in sizes:
+            out.append(
+                pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("score", scores[start : start + n])])
+            )
+            start += n
+        return out
+
+    def finalize(self):
+        self.booster = None

@@ -1,0 +1,156 @@
+"""The model runtime under test: a real Triton (from nvidia-pytriton, in .venv-runtime) and the real gateway process,
+serving LightGBM models trained here on real January 2013 features, with a real online store snapshot."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from datetime import date
+from pathlib import Path
+
+import httpx
+import lightgbm as lgb
+import numpy as np
+import polars as pl
+import pytest
+
+from gpu_runtime.deploy import Route, Target
+from gpu_runtime.triton import TritonControl, free_port
+from keel.features.definitions import FEATURE_NAMES
+from keel.features.offline import offline_features
+from keel.features.online import SQLiteOnlineStore, build_views
+from keel.registry import ModelRegistry
+from keel.training.model import TrainingConfig, train_model
+from resources.triton import TritonResource
+from tests.conftest import REPO
+from tests.features.conftest import validated  # noqa: F401 - shared session fixture
+
+AS_OF = date(2013, 2, 15)
+MODEL = "flight-delay"
+
+
+@pytest.fixture(scope="session")
+def serving_models(validated):  # noqa: F811
+    """Three real models (different seeds and leaves) registered as versions 1, 2, 3, and February test rows."""
+    feats = offline_features(validated["flights"], validated["weather"], validated["planes"], validated["flights"])
+    texts = []
+    for seed, leaves in ((2013, 31), (7, 15), (11, 63)):
+        config = TrainingConfig(train_months=("2013-01",), valid_month="2013-02")
+        config = replace(config, params={**config.params, "seed": seed, "num_leaves": leaves})
+        texts.append(train_model(feats, config).text)
+    feb = feats.filter(pl.col("sched_date") >= AS_OF).sort("flight_id")
+    return texts, feb
+
+
+@pytest.fixture(scope="module")
+def runtime_home(tmp_path_factory, validated, serving_models):  # noqa: F811
+    home = tmp_path_factory.mktemp("keel_home")
+    store = SQLiteOnlineStore(home / "online" / "features.sqlite")
+    store.write_snapshot(
+        build_views(validated["weather"], validated["planes"], validated["flights"], as_of=AS_OF),
+        as_of=AS_OF,
+        partition="2013-02",
+    )
+    store.close()
+    registry = ModelRegistry(home / "registry")
+    for i, text in enumerate(serving_models[0]):
+        registry.register(MODEL, text, {"note": f"serving test model {i + 1}"})
+    registry.close()
+    return home
+
+
+def start_serve(home: Path, policy: dict | None = None) -> tuple[subprocess.Popen, dict]:
+    env = os.environ | {"KEEL_HOME": str(home)}
+    env.pop("KEEL_TRITON_ADMIN_KEY", None)
+    args = [sys.executable, "-m", "gpu_runtime.serve", "--gateway-port", str(free_port())]
+    if policy is not None:
+        (home / "policy.yaml").write_text(json.dumps(policy))  # JSON is YAML
+        args += ["--policy", str(home / "policy.yaml")]
+    endpoints = home / "serving" / "endpoints.json"
+    endpoints.unlink(missing_ok=True)
+    log = open(home / "serve.log", "ab")
+    proc = subprocess.Popen(args, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while not endpoints.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise RuntimeError(f"gpu_runtime.serve did not come up:\n{(home / 'serve.log').read_text()[-3000:]}")
+        time.sleep(0.1)
+    return proc, json.loads(endpoints.read_text())
+
+
+def stop_serve(proc: subprocess.Popen) -> None:
+    import signal
+
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+class Runtime:
+    """A running serve process and what a test needs to drive it."""
+
+    def __init__(self, home: Path, proc: subprocess.Popen, endpoints: dict, texts: list[str]):
+        self.home, self.proc, self.endpoints, self.texts = home, proc, endpoints, texts
+        self.url = f"http://{endpoints['gateway']}"
+        self.resource = TritonResource(serving_dir=str(home / "serving"), drain_s=0.5)
+        self.control = TritonControl(endpoints["triton_grpc"], endpoints["admin_key"])
+        registry = ModelRegistry(home / "registry")
+        self.shas = [registry.get(MODEL, s).sha256 for s in (_sha(t) for t in texts)]
+        registry.close()
+
+    def target(self, version: int, name: str = "champion", weight: float = 1.0, text: str | None = None) -> Target:
+        sha = self.shas[version - 1]
+        return Target(Route(name, version, sha, weight, release_id=f"rel-test-v{version}"), text or self.texts[version - 1])
+
+    def deployer(self, **serving_parameters: str):
+        d = self.resource.deployer(len(FEATURE_NAMES), control=self.control)
+        if serving_parameters:
+            d.serving = replace(d.serving, parameters=serving_parameters)
+        return d
+
+    def post(self, body: dict, headers: dict | None = None) -> httpx.Response:
+        return httpx.post(f"{self.url}/v1/predict", json=body, headers=headers or {}, timeout=10)
+
+    def wait_ready(self, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while httpx.get(f"{self.url}/readyz", timeout=5).status_code != 200:
+            assert time.monotonic() < deadline, httpx.get(f"{self.url}/readyz").text
+            time.sleep(0.1)
+
+
+def _sha(text: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def request_body(row: dict, **extra) -> dict:
+    flight = {k: row[k] for k in ("carrier", "origin", "dest", "tailnum", "hour")}
+    d = row["sched_date"]
+    flight |= {
+        "year": d.year,
+        "month": d.month,
+        "day": d.day,
+        "flight": int(row["flight_id"].split("-")[4]),  # flight_id = date-carrier-flight-origin-sched_dep_time
+        "distance": float(row["distance"]),
+        "time_hour": row["time_hour"].strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+    return {"flight": flight, "tenant_id": "tests", "risk_level": 2, "unit_id": row["flight_id"], **extra}
+
+
+def local_scores(text: str, feature_rows: pl.DataFrame) -> np.ndarray:
+    """What the model says in-process for the same feature values (NaN → the reference default, as the gateway)."""
+    from keel.features.definitions import FEATURES
+
+    x = feature_rows.select([pl.col(n).cast(pl.Float64) for n in FEATURE_NAMES]).to_numpy()
+    defaults = np.array([f.default for f in FEATURES])
+    x = np.where(np.isnan(x), defaults, x).astype(np.float32).astype(np.float64)
+    return lgb.Booster(model_str=text).predict(x)

@@ -1,0 +1,160 @@
+"""Triton and the gateway, for real: tritonclient against Triton, HTTP against the gateway process."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import lightgbm as lgb
+import numpy as np
+import pytest
+
+from gpu_runtime.gateway.exposure import read_exposures
+from gpu_runtime.triton import TritonError
+from keel.features.online import SQLiteOnlineStore, get_online_features
+from tests.serving.conftest import MODEL, Runtime, request_body, start_serve, stop_serve
+
+POLICY = {
+    "version": "test-1",
+    "tenant_rate_limits": {"tiny": {"rps": 0.5, "burst": 2}},
+    "breaker": {"error_rate": 0.05, "window_s": 5, "min_requests": 10, "open_s": 2, "half_open_probes": 3},
+}
+
+
+@pytest.fixture(scope="module")
+def runtime(runtime_home, serving_models):
+    proc, endpoints = start_serve(runtime_home, POLICY)
+    rt = Runtime(runtime_home, proc, endpoints, serving_models[0])
+    try:
+        report = rt.deployer().deploy(MODEL, [rt.target(1)])
+        assert report.loaded == (1,)
+        rt.wait_ready()
+        yield rt
+    finally:
+        stop_serve(proc)
+
+
+def test_triton_serves_the_registered_model_exactly(runtime, serving_models):
+    """tritonclient → Triton: the served version scores like the same LightGBM text in-process."""
+    _, feb = serving_models
+    rows = feb.head(256)
+    x = local_x(rows)
+    served = runtime.control.infer(MODEL, 1, x)
+    expected = lgb.Booster(model_str=runtime.texts[0]).predict(x.astype(np.float64))
+    np.testing.assert_allclose(served, expected, rtol=1e-5, atol=1e-6)
+    assert runtime.control.loaded_versions(MODEL) == [1]
+
+
+def local_x(rows):
+    from keel.features.definitions import FEATURE_NAMES, FEATURES
+
+    x = rows.select(FEATURE_NAMES).to_numpy().astype(np.float64)
+    return np.where(np.isnan(x), [f.default for f in FEATURES], x).astype(np.float32)
+
+
+def test_gateway_answers_with_online_features_and_says_which_model(runtime, serving_models):
+    _, feb = serving_models
+    row = feb.row(10, named=True)
+    resp = runtime.post(request_body(row))
+    assert resp.status_code == 200, resp.text
+    body = resp.json()
+    assert body["model_version"] == 1 and body["release_id"] == "rel-test-v1"
+    assert resp.headers["x-model-signature"] == runtime.shas[0]
+    assert 0 <= body["score"] <= 1 and 0 <= body["confidence_score"] <= 1
+    assert body["confidence_score"] == pytest.approx(abs(2 * body["score"] - 1))
+    # The same flight through the online store and the model in-process gives the same score.
+    store = SQLiteOnlineStore(runtime.home / "online" / "features.sqlite")
+    batch = get_online_features(store, [row])
+    store.close()
+    from keel.features.definitions import FEATURES
+
+    x = np.where(np.isnan(batch.matrix.T), [f.default for f in FEATURES], batch.matrix.T).astype(np.float32)
+    expected = lgb.Booster(model_str=runtime.texts[0]).predict(x.astype(np.float64))[0]
+    assert body["score"] == pytest.approx(expected, abs=1e-6)
+    # …and the exposure log has the request, attributed to the version that answered.
+    [line] = [e for e in read_exposures(runtime.home / "serving" / "exposures") if e["request_id"] == body["request_id"]]
+    assert line["model_version"] == 1 and line["sha256"] == runtime.shas[0] and line["status"] == 200
+    assert line["unit_id"] == row["flight_id"] and line["latency_ms"] > 0
+
+
+def test_a_batch_scores_every_flight(runtime, serving_models):
+    _, feb = serving_models
+    rows = [request_body(r)["flight"] for r in feb.head(64).iter_rows(named=True)]
+    resp = runtime.post({"flights": rows, "unit_id": "batch-1"})
+    assert resp.status_code == 200
+    assert len(resp.json()["predictions"]) == 64
+
+
+def test_direct_features_are_range_checked(runtime, serving_models):
+    _, feb = serving_models
+    feats = {k: (0.0 if v is None else float(v)) for k, v in feb.select(local_feature_names()).row(0, named=True).items()}
+    ok = runtime.post({"features": feats, "unit_id": "u1"})
+    assert ok.status_code == 200
+    x = np.array([[feats[n] for n in local_feature_names()]], dtype=np.float32).astype(np.float64)
+    expected = lgb.Booster(model_str=runtime.texts[0]).predict(x)[0]
+    assert ok.json()["score"] == pytest.approx(expected, abs=1e-6)
+    bad = runtime.post({"features": feats | {"wind_speed": 1048.0}, "unit_id": "u1"})
+    assert bad.status_code == 422 and bad.json()["error"]["code"] == "out_of_range"
+    assert bad.json()["error"]["feature"] == "wind_speed"
+    missing = runtime.post({"features": {k: v for k, v in feats.items() if k != "temp"}})
+    assert missing.status_code == 422 and missing.json()["error"]["missing"] == ["temp"]
+
+
+def local_feature_names():
+    from keel.features.definitions import FEATURE_NAMES
+
+    return list(FEATURE_NAMES)
+
+
+def test_invalid_requests_get_structured_errors(runtime, serving_models):
+    _, feb = serving_models
+    good = request_body(feb.row(0, named=True))
+    bad_origin = runtime.post(good | {"flight": good["flight"] | {"origin": "XXX", "hour": 25}})
+    assert bad_origin.status_code == 422
+    err = bad_origin.json()["error"]
+    assert err["code"] == "invalid_input" and set(err["violations"][0]["rules"]) == {"origin_airport", "hour_of_day"}
+    no_distance = runtime.post(good | {"flight": {k: v for k, v in good["flight"].items() if k != "distance"}})
+    assert no_distance.status_code == 422 and "schema_not_null_distance" in no_distance.json()["error"]["violations"][0]["rules"]
+    not_json = httpx.post(f"{runtime.url}/v1/predict", content=b"{nope", timeout=5)
+    assert not_json.status_code == 400 and not_json.json()["error"]["code"] == "bad_json"
+    bad_level = runtime.post(good | {"risk_level": 9})
+    assert bad_level.status_code == 422 and bad_level.json()["error"]["code"] == "invalid_risk_level"
+
+
+def test_tenant_rate_limit(runtime, serving_models):
+    _, feb = serving_models
+    body = request_body(feb.row(1, named=True), tenant_id="tiny")
+    codes = [runtime.post(body).status_code for _ in range(4)]
+    assert codes[:2] == [200, 200] and codes[2:] == [429, 429]
+    assert runtime.post(request_body(feb.row(1, named=True), tenant_id="other")).status_code == 200
+    metrics = httpx.get(f"{runtime.url}/metrics", timeout=5).text
+    assert 'keel_gateway_rate_limited_total{tenant="tiny"} 2' in metrics
+
+
+def test_corrupt_model_fails_to_load_and_the_old_version_keeps_serving(runtime, serving_models):
+    _, feb = serving_models
+    body = request_body(feb.row(2, named=True))
+    tampered = runtime.texts[1].replace("num_leaves", "num_leaveZ", 1)  # registered sha256 no longer matches
+    with pytest.raises(TritonError, match="corrupt or tampered"):
+        runtime.deployer().deploy(MODEL, [runtime.target(2, text=tampered)])
+    resp = runtime.post(body)
+    assert resp.status_code == 200 and resp.json()["model_version"] == 1
+    assert runtime.control.ready(MODEL, 1)
+    # The bad directory stays out of service; a later good deploy of another version works.
+    report = runtime.deployer().deploy(MODEL, [runtime.target(3)])
+    assert report.loaded == (3,) and report.unloaded == (1,) and report.cold_start_s[3] < 5
+    deadline = time.monotonic() + 5
+    while runtime.post(body).json()["model_version"] != 3:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert runtime.control.loaded_versions(MODEL) == [3]
+    runtime.deployer().deploy(MODEL, [runtime.target(1)])  # back to version 1 for the other tests
+
+
+def test_metrics_and_health(runtime):
+    assert httpx.get(f"{runtime.url}/healthz", timeout=5).json() == {"status": "ok"}
+    ready = httpx.get(f"{runtime.url}/readyz", timeout=5).json()
+    assert ready["ready"] is True and ready["versions"] == [1]
+    text = httpx.get(f"{runtime.url}/metrics", timeout=5).text
+    assert "# TYPE keel_gateway_request_duration_seconds histogram" in text
+    assert 'keel_gateway_requests_total{model_version="1",status="200"}' in text
