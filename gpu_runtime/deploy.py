@@ -3,13 +3,14 @@
 ``Deployer.deploy`` puts a set of registry versions into service:
 
 1. publish each version into the model repository (complete directories, renamed into place);
-2. load them *next to* what is serving (Triton reloads the model with both; on failure it keeps the old state,
-   so a corrupt or tampered file leaves the old version serving and the deploy raises);
+2. load each new version as its own Triton model, *next to* what is serving (nothing serving is reloaded); a
+   corrupt or tampered file fails that load — the deploy unloads whatever it loaded, raises, and the old versions
+   serve on, untouched;
 3. wait until each new version is ready, and warm it with one request — the time from the load call to that first
    response is the version's cold start;
 4. write the new routing table (a JSON file, atomically, with a higher generation): the gateway switches;
 5. wait ``drain_s`` (the gateway re-reads routing every ``routing_poll_s``, and requests in flight finish), then
-   reload with only the routed versions, which unloads the old ones.
+   unload the versions no longer routed.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from gpu_runtime.repository import ModelRepository, ServingConfig, model_config
+from gpu_runtime.repository import ModelRepository, ServingConfig, model_config, triton_name
 from gpu_runtime.triton import TritonControl, TritonError
 from keel.storage import write_json_atomic
 
@@ -105,7 +106,7 @@ class Target:
 @dataclass(frozen=True)
 class DeployReport:
     generation: int
-    loaded: tuple[int, ...]
+    loaded: tuple[int, ...]  # versions (re)loaded: new ones, and serving ones whose configuration changed
     unloaded: tuple[int, ...]
     cold_start_s: dict[int, float]  # new version → load call to first response
 
@@ -146,17 +147,30 @@ class Deployer:
         wanted = [*targets, *([fallback] if fallback else [])]
         for t in wanted:
             self.repository.publish(model, t.route.version, t.model_text, {"sha256": t.route.sha256, **t.meta})
-        new_versions = sorted({t.route.version for t in wanted} - serving_now)
-        both = sorted(serving_now | {t.route.version for t in wanted})
-        config = model_config(model, self.serving, both)
-        self.repository.write_config(config)
-        started = time.perf_counter()
-        self.control.load(model, config)  # raises TritonError, old versions untouched, when any new one fails
+        wanted_versions = {t.route.version for t in wanted}
+        reconfigured = {  # serving already, but with another configuration (batching, instances, parameters)
+            v
+            for v in wanted_versions & serving_now
+            if self.repository.loaded_config(model, v) != model_config(model, v, self.serving)
+        }
+        new_versions = sorted((wanted_versions - serving_now) | reconfigured)
         cold: dict[int, float] = {}
-        for version in new_versions:
-            self._wait_ready(model, version)
-            self.control.infer(model, version, np.zeros((1, self.serving.n_features), dtype=np.float32))
-            cold[version] = time.perf_counter() - started
+        loaded: list[int] = []
+        try:
+            for version in new_versions:
+                config = model_config(model, version, self.serving)
+                started = time.perf_counter()
+                self.control.load(config["name"], config)  # TritonError when the file is corrupt or tampered
+                self.repository.write_config(config)  # what it is loaded with, once it is
+                loaded.append(version)
+                self._wait_ready(model, version)
+                self.control.infer(config["name"], version, np.zeros((1, self.serving.n_features), dtype=np.float32))
+                cold[version] = time.perf_counter() - started
+        except Exception:
+            for version in loaded:  # leave Triton as it was: only what was serving stays loaded
+                if version not in serving_now:
+                    self.control.unload(triton_name(model, version))
+            raise
         table = RoutingTable(
             generation=(current.generation + 1) if current else 1,
             model=model,
@@ -167,18 +181,16 @@ class Deployer:
             updated_at=time.time(),
         )
         write_json_atomic(table.to_dict(), self.routing_path)
-        keep = table.versions()
-        retired = sorted(set(both) - set(keep))
+        retired = sorted(serving_now - set(table.versions()))
         if retired:
             time.sleep(self.drain_s)  # the gateway picks up the new generation; in-flight requests finish
-            final = model_config(model, self.serving, keep)
-            self.control.load(model, final)
-            self.repository.write_config(final)
+            for version in retired:
+                self.control.unload(triton_name(model, version))
         return DeployReport(table.generation, tuple(new_versions), tuple(retired), cold)
 
     def _wait_ready(self, model: str, version: int) -> None:
         deadline = time.monotonic() + self.ready_timeout_s
-        while not self.control.ready(model, version):
+        while not self.control.ready(triton_name(model, version), version):
             if time.monotonic() > deadline:
                 raise TritonError(
                     f"{model} version {version} loaded but not ready after {self.ready_timeout_s:.0f} s"

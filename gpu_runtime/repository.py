@@ -1,19 +1,24 @@
-"""The Triton model repository: each registered LightGBM model version becomes a Python-backend model version.
+"""The Triton model repository: each registered LightGBM model version becomes a Python-backend Triton model.
 
-Layout, one Triton model per registry model name, one Triton version per registry version::
+One Triton model per registry version, named ``<model>-v<version>``, whose only Triton version is the registry
+version — so registry version N of ``flight-delay`` is Triton model ``flight-delay-vN``, version N::
 
-    <root>/<model>/config.pbtxt            the model's config, for people reading the repository
-    <root>/<model>/<version>/model.py      gpu_runtime/triton_model.py
-    <root>/<model>/<version>/model.txt     the LightGBM text model, byte for byte as registered
-    <root>/<model>/<version>/meta.json     sha256, registry version, release id
+    <root>/<model>-v<N>/config.pbtxt         the model's config, for people reading the repository
+    <root>/<model>-v<N>/<N>/model.py         gpu_runtime/triton_model.py
+    <root>/<model>-v<N>/<N>/model.txt        the LightGBM text model, byte for byte as registered
+    <root>/<model>-v<N>/<N>/meta.json        sha256, registry version, release id
+
+Why one Triton model per version: Triton reloads *every* version of a model whenever the model is loaded again, so
+versions sharing one Triton model would restart each other's Python stubs on every deploy. Apart, loading a new
+version touches nothing that serves, and retiring one is a plain unload.
 
 A version directory is written completely under a temporary name and renamed into place, so Triton never sees a
-half-written version. Which versions are loaded is decided per load call (``version_policy: specific``), through
-``model_config``: the repository holds every version ever published, Triton serves the ones asked for.
+half-written version.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -40,8 +45,18 @@ class ServingConfig:
     parameters: dict[str, str] = field(default_factory=dict)  # e.g. keel_fault_file (fault injection)
 
 
-def model_config(name: str, serving: ServingConfig, versions: list[int]) -> dict[str, Any]:
-    """The Triton model configuration (as JSON) serving exactly ``versions``."""
+def triton_name(model: str, version: int) -> str:
+    """The Triton model that serves registry version ``version`` of ``model``."""
+    validate_name(model, what="model name")
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise ValueError(f"registry versions are positive integers, got {version!r}")
+    return f"{model}-v{version}"
+
+
+def model_config(model: str, version: int, serving: ServingConfig) -> dict[str, Any]:
+    """The Triton model configuration (as JSON) of one registry version."""
+    name = triton_name(model, version)
+    versions = [version]
     batching: dict[str, Any] = {"max_queue_delay_microseconds": serving.max_queue_delay_us}
     if serving.preferred_batch_sizes:
         batching["preferred_batch_size"] = list(serving.preferred_batch_sizes)
@@ -80,16 +95,14 @@ class ModelRepository:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
 
-    def version_dir(self, name: str, version: int) -> Path:
-        validate_name(name, what="model name")
-        if not isinstance(version, int) or version < 1:
-            raise ValueError(f"Triton versions are positive integers, got {version!r}")
-        return self.root / name / str(version)
+    def version_dir(self, model: str, version: int) -> Path:
+        return self.root / triton_name(model, version) / str(version)
 
     def publish(self, name: str, version: int, model_text: str, meta: dict[str, Any]) -> Path:
-        """Write one model version (idempotent: an existing complete version is left as it is)."""
+        """Write one model version. Idempotent: an intact copy of the same model is left as it is; a version
+        directory whose file no longer hashes to its sha256 (corrupt, tampered, half-copied by hand) is replaced."""
         target = self.version_dir(name, version)
-        if (target / "meta.json").exists():
+        if self._intact(target, meta.get("sha256")):
             return target
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{version}.", dir=target.parent))
@@ -100,22 +113,50 @@ class ModelRepository:
             for f in tmp.iterdir():
                 with open(f, "rb") as fh:
                     os.fsync(fh.fileno())
-            os.rename(tmp, target)
+            if target.exists():
+                aside = target.with_name(f".{version}.replaced-{os.getpid()}")
+                os.rename(target, aside)
+                os.rename(tmp, target)
+                shutil.rmtree(aside, ignore_errors=True)
+            else:
+                os.rename(tmp, target)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
         return target
 
-    def write_config(self, config: dict[str, Any]) -> None:
-        path = self.root / config["name"] / "config.pbtxt"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(_pbtxt(config))
-        os.replace(tmp, path)
+    @staticmethod
+    def _intact(target: Path, sha256: str | None) -> bool:
+        try:
+            meta = json.loads((target / "meta.json").read_text())
+            data = (target / "model.txt").read_bytes()
+        except (FileNotFoundError, json.JSONDecodeError):
+            return False
+        return meta.get("sha256") == sha256 and hashlib.sha256(data).hexdigest() == sha256
 
-    def versions(self, name: str) -> list[int]:
-        d = self.root / name
-        return sorted(int(p.name) for p in d.iterdir() if p.name.isdigit()) if d.exists() else []
+    def write_config(self, config: dict[str, Any]) -> None:
+        """config.pbtxt for people, config.json for keel: the configuration a version was last loaded with."""
+        folder = self.root / config["name"]
+        folder.mkdir(parents=True, exist_ok=True)
+        for name, text in (("config.pbtxt", _pbtxt(config)), ("config.json", json.dumps(config, sort_keys=True))):
+            tmp = folder / f".{name}.tmp"
+            tmp.write_text(text)
+            os.replace(tmp, folder / name)
+
+    def loaded_config(self, model: str, version: int) -> dict[str, Any] | None:
+        try:
+            return json.loads((self.root / triton_name(model, version) / "config.json").read_text())
+        except FileNotFoundError:
+            return None
+
+    def versions(self, model: str) -> list[int]:
+        """Registry versions published for ``model``."""
+        prefix = f"{model}-v"
+        return sorted(
+            int(p.name[len(prefix) :])
+            for p in self.root.iterdir()
+            if p.name.startswith(prefix) and p.name[len(prefix) :].isdigit() and (p / p.name[len(prefix) :]).is_dir()
+        )
 
     def meta(self, name: str, version: int) -> dict[str, Any]:
         return json.loads((self.version_dir(name, version) / "meta.json").read_text())

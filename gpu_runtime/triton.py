@@ -280,12 +280,14 @@ class TritonControl:
         except InferenceServerException:
             return False
 
-    def loaded_versions(self, name: str) -> list[int]:
+    def loaded_versions(self, model: str) -> list[int]:
+        """Registry versions of ``model`` that Triton has loaded and ready (Triton models ``<model>-v<N>``)."""
         index = self._client.get_model_repository_index(headers=self._headers, as_json=True)
+        prefix = f"{model}-v"
         return sorted(
-            int(m["version"])
+            int(m["name"][len(prefix) :])
             for m in index.get("models", [])
-            if m.get("name") == name and m.get("state") == "READY" and m.get("version")
+            if m.get("name", "").startswith(prefix) and m.get("state") == "READY"
         )
 
     def infer(self, name: str, version: int, features, timeout_s: float = 5.0):

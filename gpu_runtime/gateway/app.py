@@ -51,6 +51,7 @@ from gpu_runtime.gateway.control import (
 from gpu_runtime.gateway.exposure import ExposureLog
 from gpu_runtime.gateway.metrics import Metrics
 from gpu_runtime.gateway.policy import GatewayPolicy
+from gpu_runtime.repository import triton_name
 from keel.features.definitions import FEATURE_NAMES, FEATURES
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -190,7 +191,7 @@ class Gateway:
             return False, {"reason": f"no routing table at {self.config.routing_path}"}
         try:
             for v in self.routing.versions():
-                if not await self.client.is_model_ready(self.routing.model, str(v)):
+                if not await self.client.is_model_ready(triton_name(self.routing.model, v), str(v)):
                     return False, {"reason": f"{self.routing.model} version {v} is not ready in Triton"}
         except Exception as exc:  # noqa: BLE001 - any failure to reach Triton means not ready
             return False, {"reason": f"Triton at {self.config.triton_url}: {exc}"}
@@ -198,9 +199,10 @@ class Gateway:
 
     def _export_breakers(self) -> None:
         for version, b in self.breakers.items():
-            self.metrics.set_gauge(
-                "keel_gateway_breaker_state", {"model_version": str(version)}, STATE_CODES[b.state]
-            )
+            labels = {"model_version": str(version)}
+            self.metrics.set_gauge("keel_gateway_breaker_state", labels, STATE_CODES[b.state])
+            for state, n in b.transition_counts.items():
+                self.metrics.set_gauge("keel_gateway_breaker_transitions", labels | {"to": state}, n)
 
     # -- predict --------------------------------------------------------------------------------------------------
 
@@ -421,8 +423,10 @@ class Gateway:
                     break
                 self.reload_routing(force=True)  # a swap may have retired the version we picked
                 fresh = self.routing or table
-                candidates = [r for r in fresh.routes if r.version == route.version] or []
-                candidates += self._alternatives(fresh, route)
+                if route.version in fresh.versions():  # the version itself failed: another one first
+                    candidates = [*self._alternatives(fresh, route), route]
+                else:  # a swap retired it: what now serves its route, then the others
+                    candidates = [r for r in fresh.routes if r.name == route.name] + self._alternatives(fresh, route)
                 nxt = next((r for r in candidates if self.breaker(r.version).allow()), None)
                 if nxt is None:
                     break
@@ -437,7 +441,7 @@ class Gateway:
         inp = aio.InferInput("features", list(x.shape), "FP32")
         inp.set_data_from_numpy(x)
         result = await self.client.infer(
-            model,
+            triton_name(model, version),
             [inp],
             model_version=str(version),
             outputs=[aio.InferRequestedOutput("score")],

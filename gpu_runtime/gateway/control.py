@@ -26,14 +26,17 @@ class CircuitBreaker:
         self.clock = clock
         self.state = CLOSED
         self._events: deque[tuple[float, bool]] = deque()  # (time, failed) within the window
+        self._failed = 0  # failures among _events, kept as events come and go
         self._opened_at = 0.0
         self._probes_sent = 0
         self._probes_ok = 0
-        self.transitions: list[tuple[float, str]] = []
+        self.transitions: deque[tuple[float, str]] = deque(maxlen=100)  # the latest, for tests and debugging
+        self.transition_counts = {CLOSED: 0, OPEN: 0, HALF_OPEN: 0}
 
     def _set(self, state: str) -> None:
         self.state = state
         self.transitions.append((self.clock(), state))
+        self.transition_counts[state] += 1
 
     def allow(self) -> bool:
         """May a request go to this version now? (In half-open, reserves one of the probes.)"""
@@ -56,29 +59,32 @@ class CircuitBreaker:
                 return
             self._probes_ok += 1
             if self._probes_ok >= self.policy.half_open_probes:
-                self._events.clear()
+                self._clear()
                 self._set(CLOSED)
             return
         if self.state == OPEN:
             return  # a late answer from before it opened
         self._events.append((now, not ok))
+        self._failed += not ok
         horizon = now - self.policy.window_s
         while self._events and self._events[0][0] < horizon:
-            self._events.popleft()
+            self._failed -= self._events.popleft()[1]
         n = len(self._events)
-        if n >= self.policy.min_requests:
-            failed = sum(1 for _, f in self._events if f)
-            if failed / n > self.policy.error_rate:
-                self._open(now)
+        if n >= self.policy.min_requests and self._failed / n > self.policy.error_rate:
+            self._open(now)
 
     def _open(self, now: float) -> None:
         self._opened_at = now
-        self._events.clear()
+        self._clear()
         self._set(OPEN)
+
+    def _clear(self) -> None:
+        self._events.clear()
+        self._failed = 0
 
     def error_rate(self) -> float:
         n = len(self._events)
-        return sum(1 for _, f in self._events if f) / n if n else 0.0
+        return self._failed / n if n else 0.0
 
 
 class TokenBucket:

@@ -17,6 +17,7 @@ HELP = {
     "keel_gateway_rate_limited_total": ("counter", "Requests refused by a tenant's rate limit."),
     "keel_gateway_request_duration_seconds": ("histogram", "Gateway latency per request, by model version."),
     "keel_gateway_breaker_state": ("gauge", "Circuit breaker per model version: 0 closed, 1 half-open, 2 open."),
+    "keel_gateway_breaker_transitions": ("gauge", "Circuit breaker transitions so far per model version and state."),
     "keel_gateway_lane_in_flight": ("gauge", "Requests in flight per risk-level lane."),
     "keel_gateway_routing_generation": ("gauge", "Generation of the routing table the gateway follows."),
     "keel_gpu_pool_bytes_in_use": ("gauge", "Bytes in use in each model's memory pool."),

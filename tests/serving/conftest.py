@@ -108,7 +108,9 @@ class Runtime:
 
     def target(self, version: int, name: str = "champion", weight: float = 1.0, text: str | None = None) -> Target:
         sha = self.shas[version - 1]
-        return Target(Route(name, version, sha, weight, release_id=f"rel-test-v{version}"), text or self.texts[version - 1])
+        return Target(
+            Route(name, version, sha, weight, release_id=f"rel-test-v{version}"), text or self.texts[version - 1]
+        )
 
     def deployer(self, **serving_parameters: str):
         d = self.resource.deployer(len(FEATURE_NAMES), control=self.control)

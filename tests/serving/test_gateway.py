@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from gpu_runtime.gateway.exposure import read_exposures
+from gpu_runtime.repository import triton_name
 from gpu_runtime.triton import TritonError
 from keel.features.online import SQLiteOnlineStore, get_online_features
 from tests.serving.conftest import MODEL, Runtime, request_body, start_serve, stop_serve
@@ -39,7 +40,7 @@ def test_triton_serves_the_registered_model_exactly(runtime, serving_models):
     _, feb = serving_models
     rows = feb.head(256)
     x = local_x(rows)
-    served = runtime.control.infer(MODEL, 1, x)
+    served = runtime.control.infer(triton_name(MODEL, 1), 1, x)
     expected = lgb.Booster(model_str=runtime.texts[0]).predict(x.astype(np.float64))
     np.testing.assert_allclose(served, expected, rtol=1e-5, atol=1e-6)
     assert runtime.control.loaded_versions(MODEL) == [1]
@@ -72,7 +73,9 @@ def test_gateway_answers_with_online_features_and_says_which_model(runtime, serv
     expected = lgb.Booster(model_str=runtime.texts[0]).predict(x.astype(np.float64))[0]
     assert body["score"] == pytest.approx(expected, abs=1e-6)
     # …and the exposure log has the request, attributed to the version that answered.
-    [line] = [e for e in read_exposures(runtime.home / "serving" / "exposures") if e["request_id"] == body["request_id"]]
+    [line] = [
+        e for e in read_exposures(runtime.home / "serving" / "exposures") if e["request_id"] == body["request_id"]
+    ]
     assert line["model_version"] == 1 and line["sha256"] == runtime.shas[0] and line["status"] == 200
     assert line["unit_id"] == row["flight_id"] and line["latency_ms"] > 0
 
@@ -87,7 +90,9 @@ def test_a_batch_scores_every_flight(runtime, serving_models):
 
 def test_direct_features_are_range_checked(runtime, serving_models):
     _, feb = serving_models
-    feats = {k: (0.0 if v is None else float(v)) for k, v in feb.select(local_feature_names()).row(0, named=True).items()}
+    feats = {
+        k: (0.0 if v is None else float(v)) for k, v in feb.select(local_feature_names()).row(0, named=True).items()
+    }
     ok = runtime.post({"features": feats, "unit_id": "u1"})
     assert ok.status_code == 200
     x = np.array([[feats[n] for n in local_feature_names()]], dtype=np.float32).astype(np.float64)
@@ -114,7 +119,10 @@ def test_invalid_requests_get_structured_errors(runtime, serving_models):
     err = bad_origin.json()["error"]
     assert err["code"] == "invalid_input" and set(err["violations"][0]["rules"]) == {"origin_airport", "hour_of_day"}
     no_distance = runtime.post(good | {"flight": {k: v for k, v in good["flight"].items() if k != "distance"}})
-    assert no_distance.status_code == 422 and "schema_not_null_distance" in no_distance.json()["error"]["violations"][0]["rules"]
+    assert (
+        no_distance.status_code == 422
+        and "schema_not_null_distance" in no_distance.json()["error"]["violations"][0]["rules"]
+    )
     not_json = httpx.post(f"{runtime.url}/v1/predict", content=b"{nope", timeout=5)
     assert not_json.status_code == 400 and not_json.json()["error"]["code"] == "bad_json"
     bad_level = runtime.post(good | {"risk_level": 9})
@@ -139,7 +147,7 @@ def test_corrupt_model_fails_to_load_and_the_old_version_keeps_serving(runtime, 
         runtime.deployer().deploy(MODEL, [runtime.target(2, text=tampered)])
     resp = runtime.post(body)
     assert resp.status_code == 200 and resp.json()["model_version"] == 1
-    assert runtime.control.ready(MODEL, 1)
+    assert runtime.control.ready(triton_name(MODEL, 1), 1)
     # The bad directory stays out of service; a later good deploy of another version works.
     report = runtime.deployer().deploy(MODEL, [runtime.target(3)])
     assert report.loaded == (3,) and report.unloaded == (1,) and report.cold_start_s[3] < 5
@@ -158,3 +166,96 @@ def test_metrics_and_health(runtime):
     text = httpx.get(f"{runtime.url}/metrics", timeout=5).text
     assert "# TYPE keel_gateway_request_duration_seconds histogram" in text
     assert 'keel_gateway_requests_total{model_version="1",status="200"}' in text
+
+
+def metric(runtime, name: str, **labels) -> float:
+    text = httpx.get(f"{runtime.url}/metrics", timeout=5).text
+    want = "{" + ",".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}"
+    for line in text.splitlines():
+        if line.startswith(name + want + " "):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def test_circuit_breaker_opens_falls_back_and_recovers_through_half_open(runtime, serving_models):
+    """Version 1 starts failing for real (Triton answers errors): its breaker opens within 5 s, version 2 (the
+    fallback) answers meanwhile, and once version 1 is healthy again the breaker closes through half-open."""
+    _, feb = serving_models
+    fault = runtime.home / "fault-{version}"
+    deployer = runtime.deployer(keel_fault_file=str(fault))
+    deployer.deploy(MODEL, [runtime.target(1)], fallback=runtime.target(2, name="fallback"))
+    bodies = [request_body(r) for r in feb.head(200).iter_rows(named=True)]
+    assert runtime.post(bodies[0]).json()["model_version"] == 1
+
+    (runtime.home / "fault-1").touch()
+    failing_since = time.monotonic()
+    statuses, opened_after = [], None
+    while time.monotonic() - failing_since < 8:
+        resp = runtime.post(bodies[len(statuses) % len(bodies)])
+        statuses.append(resp.status_code)
+        if "breaker_open" in resp.json().get("degraded", []):
+            opened_after = time.monotonic() - failing_since
+            assert resp.json()["model_version"] == 2 and "fallback" in resp.json()["degraded"]
+            break
+    assert opened_after is not None and opened_after < 5, (
+        f"breaker did not open within 5 s ({len(statuses)} requests)"
+    )
+    assert set(statuses) == {200}  # every request before it opened was retried on the fallback
+    assert metric(runtime, "keel_gateway_breaker_state", model_version=1) == 2
+
+    (runtime.home / "fault-1").unlink()
+    deadline = time.monotonic() + 10
+    while True:  # open for open_s = 2 s, then half-open probes (3) go to version 1 and succeed
+        body = runtime.post(bodies[0]).json()
+        if body["model_version"] == 1 and not body["degraded"]:
+            break
+        assert time.monotonic() < deadline, body
+        time.sleep(0.1)
+    for b in bodies[:5]:
+        assert runtime.post(b).json()["model_version"] == 1
+    assert metric(runtime, "keel_gateway_breaker_state", model_version=1) == 0
+    assert metric(runtime, "keel_gateway_breaker_transitions", model_version=1, to="half_open") >= 1
+    assert metric(runtime, "keel_gateway_breaker_transitions", model_version=1, to="closed") >= 1
+    runtime.deployer().deploy(MODEL, [runtime.target(1)])
+
+
+def test_risk_level_1_never_queues_behind_lower_levels(runtime, serving_models):
+    """Lane 3 full (its one slot held by a request in flight): a level-3 request waits its timeout and is refused,
+    a level-1 request is answered at once — through the real gateway app on the real Triton."""
+    import asyncio
+
+    from gpu_runtime.gateway.app import Gateway, GatewayConfig
+    from gpu_runtime.gateway.policy import GatewayPolicy
+
+    _, feb = serving_models
+    serving = runtime.home / "serving"
+    gateway = Gateway(
+        GatewayConfig(
+            triton_url=runtime.endpoints["triton_grpc"],
+            routing_path=serving / "routing.json",
+            exposure_dir=runtime.home / "lanes-exposures",
+            online_store_path=runtime.home / "online" / "features.sqlite",
+        ),
+        GatewayPolicy(lanes={1: 1, 3: 1}),
+    )
+    body = request_body(feb.row(3, named=True))
+
+    async def scenario():
+        transport = httpx.ASGITransport(app=gateway)
+        async with httpx.AsyncClient(transport=transport, base_url="http://gateway") as client:
+            await gateway.lanes[3].acquire()  # a level-3 request holds the only level-3 slot
+            try:
+                low, high = await asyncio.gather(
+                    client.post("/v1/predict", json=body | {"risk_level": 3}),
+                    client.post("/v1/predict", json=body | {"risk_level": 1}),
+                )
+            finally:
+                gateway.lanes[3].release()
+            after = await client.post("/v1/predict", json=body | {"risk_level": 3})
+        await gateway.close()
+        return low, high, after
+
+    low, high, after = asyncio.run(scenario())
+    assert high.status_code == 200
+    assert low.status_code == 503 and low.json()["error"]["code"] == "overloaded"
+    assert after.status_code == 200

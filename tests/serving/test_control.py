@@ -1,0 +1,122 @@
+"""The gateway's decisions with a hand-driven clock: breaker, rate limit, retry budget, sticky routing, policy."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpu_runtime.gateway.control import (
+    CLOSED,
+    HALF_OPEN,
+    OPEN,
+    CircuitBreaker,
+    RetryBudget,
+    TokenBucket,
+    Weighted,
+    pick_weighted,
+    sticky_bucket,
+)
+from gpu_runtime.gateway.policy import BreakerPolicy, GatewayPolicy, PolicyError, RateLimit, RetryPolicy
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_breaker_needs_enough_requests_and_a_high_enough_error_rate():
+    clock = Clock()
+    b = CircuitBreaker(BreakerPolicy(error_rate=0.05, window_s=5, min_requests=20, open_s=30), clock)
+    for _ in range(19):
+        b.record(False)  # 19 failures, but fewer than min_requests
+    assert b.state == CLOSED
+    b.record(True)
+    assert b.state == OPEN  # 19/20 failed > 5 %
+    c = CircuitBreaker(BreakerPolicy(error_rate=0.05, window_s=5, min_requests=20), clock)
+    for i in range(100):
+        c.record(i != 0)  # 1 % errors
+    assert c.state == CLOSED
+
+
+def test_old_events_leave_the_window():
+    clock = Clock()
+    b = CircuitBreaker(BreakerPolicy(error_rate=0.05, window_s=5, min_requests=20), clock)
+    for _ in range(10):
+        b.record(False)
+    clock.t += 6  # those failures are older than the window now
+    for _ in range(20):
+        b.record(True)
+    assert b.state == CLOSED and b.error_rate() == 0.0
+
+
+def test_open_then_half_open_probes_then_closed_or_open_again():
+    clock = Clock()
+    b = CircuitBreaker(BreakerPolicy(min_requests=5, open_s=30, half_open_probes=3), clock)
+    for _ in range(5):
+        b.record(False)
+    assert b.state == OPEN and not b.allow()
+    clock.t += 29.9
+    assert not b.allow()
+    clock.t += 0.2
+    assert [b.allow() for _ in range(4)] == [True, True, True, False]  # 3 probes, no more
+    assert b.state == HALF_OPEN
+    b.record(True)
+    b.record(False)  # one probe fails: open again, for another open_s
+    assert b.state == OPEN and not b.allow()
+    clock.t += 31
+    assert b.allow() and b.allow() and b.allow()
+    for _ in range(3):
+        b.record(True)
+    assert b.state == CLOSED and b.allow()
+    assert [s for _, s in b.transitions] == [OPEN, HALF_OPEN, OPEN, HALF_OPEN, CLOSED]
+
+
+def test_token_bucket_admits_burst_then_rate():
+    clock = Clock()
+    bucket = TokenBucket(RateLimit(rps=10, burst=5), clock)
+    assert [bucket.take() for _ in range(6)] == [True] * 5 + [False]
+    clock.t += 0.1  # one token back
+    assert bucket.take() and not bucket.take()
+    clock.t += 100  # never more than the burst
+    assert sum(bucket.take() for _ in range(10)) == 5
+
+
+def test_retry_budget_caps_retries_against_requests():
+    clock = Clock()
+    budget = RetryBudget(RetryPolicy(budget_ratio=0.1, budget_min_per_s=0.1), clock)  # floor: 1 per 10 s
+    for _ in range(100):
+        budget.on_request()
+    assert sum(budget.try_retry() for _ in range(50)) == 10
+    clock.t += 11  # the window moved on: the floor only
+    assert sum(budget.try_retry() for _ in range(50)) == 1
+
+
+def test_sticky_routing_is_stable_and_follows_the_weights():
+    options = [Weighted("champion", 0.9), Weighted("challenger", 0.1)]
+    units = [f"unit-{i}" for i in range(20_000)]
+    first = [pick_weighted(options, u, "m") for u in units]
+    assert first == [pick_weighted(options, u, "m") for u in units]  # same unit, same answer
+    share = first.count("challenger") / len(units)
+    assert 0.09 < share < 0.11
+    assert pick_weighted([Weighted("a", 1), Weighted("b", 0)], "x") == "a"
+    with pytest.raises(ValueError):
+        pick_weighted([Weighted("a", 0)], "x")
+    # Different salts (experiments) place the same unit independently.
+    moved = sum((sticky_bucket(u, "exp-1") < 0.5) != (sticky_bucket(u, "exp-2") < 0.5) for u in units)
+    assert 0.45 < moved / len(units) < 0.55
+
+
+def test_policy_errors_name_the_field():
+    with pytest.raises(PolicyError, match=r"policy\.breaker\.open_s must be a non-negative number"):
+        GatewayPolicy.from_dict({"breaker": {"open_s": "soon"}})
+    with pytest.raises(PolicyError, match=r"unknown field policy\.breker"):
+        GatewayPolicy.from_dict({"breker": {}})
+    with pytest.raises(PolicyError, match="unknown tier L9"):
+        GatewayPolicy.from_dict({"model_tiers": {"flight-delay": "L9"}})
+    with pytest.raises(PolicyError, match="invalid_input must be reject or default"):
+        GatewayPolicy.from_dict({"invalid_input": "ignore"})
+    p = GatewayPolicy.from_dict({"lanes": {"1": 4, "3": 2}, "model_tiers": {"flight-delay": "L1"}})
+    assert p.lanes == {1: 4, 3: 2} and p.tier_of("flight-delay").p99_ms == 15.0
+    assert GatewayPolicy.from_dict(p.to_dict()) == p
