@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import dagster as dg
 
+from assets.deployment import deployment_assets
 from assets.drift import drift_assets
 from assets.features import feature_assets
 from assets.models import model_assets
 from assets.raw import raw_assets
 from assets.validated import build_validated_assets
-from resources import LedgerResource, ModelRegistryResource, OnlineStoreResource, ParquetIOManager
+from resources import LedgerResource, ModelRegistryResource, OnlineStoreResource, ParquetIOManager, TritonResource
 from sensors.drift import drift_sensor
 
 validated_assets = build_validated_assets()
@@ -21,11 +22,12 @@ validated_assets = build_validated_assets()
 pipeline_job = dg.define_asset_job(
     "keel_pipeline",
     selection=dg.AssetSelection.all(),
-    description="Raw → validated + quarantine → features → drift report for one month of NYC 2013 flights.",
+    description="Raw → validated + quarantine → features → drift report → model → deployment, one month of NYC "
+    "2013 flights at a time.",
 )
 
 defs = dg.Definitions(
-    assets=[*raw_assets, *validated_assets, *feature_assets, *drift_assets, *model_assets],
+    assets=[*raw_assets, *validated_assets, *feature_assets, *drift_assets, *model_assets, *deployment_assets],
     jobs=[pipeline_job],
     sensors=[drift_sensor],
     resources={
@@ -33,5 +35,6 @@ defs = dg.Definitions(
         "online_store": OnlineStoreResource(),
         "registry": ModelRegistryResource(),
         "ledger": LedgerResource(),
+        "triton": TritonResource(),
     },
 )

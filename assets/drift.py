@@ -5,6 +5,7 @@ import polars as pl
 
 from assets.features import FEATURE_CODE_VERSION, FLIGHT_FEATURES
 from assets.partitions import monthly_2013
+from gpu_runtime.pools import PoolRegistry
 from keel.drift import DriftConfig, DriftReport, ReferenceProfile, build_reference, compare
 from keel.drift.plot import drift_svg_markdown
 from keel.features.definitions import FEATURE_NAMES
@@ -24,6 +25,10 @@ MONITORED_CATEGORICAL = ["carrier", "origin"]
 SEASONAL = {name: 0.5 for name in ("temp", "humid", "visib", "wind_speed", "precip")}
 HISTORY_RATES = {name: 0.25 for name in ("carrier_delay_rate", "route_delay_rate", "origin_hour_delay_rate")}
 DRIFT_CONFIG = DriftConfig(thresholds=SEASONAL | HISTORY_RATES)
+# Per-model memory pools for the drift kernels (gpu_runtime/pools.py): a month of flight features is ~30k rows ×
+# 15 columns, a few MB; the budget leaves room for a year's worth, × 1.2 headroom.
+POOL_MODEL = "flight-delay"
+DRIFT_POOLS = PoolRegistry({POOL_MODEL: 64 << 20})
 
 
 def drift_check_name(feature: str) -> str:
@@ -92,13 +97,27 @@ def report_metadata(report: DriftReport) -> dict:
     "categories (categorical) — the month against 2013-01…03, with a verdict the drift sensor acts on.",
 )
 def drift_report(context: dg.AssetExecutionContext, features: pl.DataFrame, reference: pl.DataFrame):
+    pool = DRIFT_POOLS[POOL_MODEL]  # these features feed the delay model: its pool holds the kernels' arrays
     report = compare(
-        ReferenceProfile.from_frame(reference), features, window=context.partition_key, config=DRIFT_CONFIG
+        ReferenceProfile.from_frame(reference), features, window=context.partition_key, config=DRIFT_CONFIG, pool=pool
     )
     context.log.info(
         f"drift {context.partition_key}: {report.verdict}; drifted: {', '.join(report.drifted_features) or 'none'}"
     )
-    yield dg.Output(report.to_frame(), metadata=report_metadata(report) | {"dagster/row_count": len(report.features)})
+    pool_md = {
+        "memory_pool": dg.MetadataValue.json(
+            {
+                "model": POOL_MODEL,
+                "device": "gpu" if pool.on_gpu else "cpu",
+                "limit_bytes": pool.limit_bytes,
+                "peak_bytes": pool.peak_bytes(),
+            }
+        )
+    }
+    yield dg.Output(
+        report.to_frame(),
+        metadata=report_metadata(report) | {"dagster/row_count": len(report.features)} | pool_md,
+    )
     for f in report.features:
         yield dg.AssetCheckResult(
             asset_key=DRIFT_REPORT,

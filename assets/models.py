@@ -20,7 +20,6 @@ from keel.contracts.spec import load_contract
 from keel.factories.markdown import frame_to_markdown
 from keel.release import infra_snapshot, release_manifest
 from keel.training.model import GatePolicy, TrainingConfig, evaluate, month_of, quality_gate, train_model
-from resources.ledger import LedgerResource
 from resources.registry import ModelRegistryResource
 
 MODELS_GROUP = "models"
@@ -210,13 +209,12 @@ def build_model_assets(
         kinds={"lightgbm"},
         ins={"evaluation": dg.AssetIn(MODEL_EVALUATION)},
         description="Promotes the candidate to champion in the registry once its quality gate passed (the gate is "
-        "blocking: a failed gate stops this asset; the previous champion becomes archived), builds the release manifest "
-        "(data, model, infra, policy hashes) and appends the release to the ledger.",
+        "blocking: a failed gate stops this asset; the previous champion becomes archived) and builds the candidate "
+        "release manifest (data, model, infra, policy hashes); model_deployment puts it live and into the ledger.",
     )
     def model_promotion(
         context: dg.AssetExecutionContext,
         registry: ModelRegistryResource,
-        ledger: LedgerResource,
         evaluation: pl.DataFrame,
     ) -> dg.MaterializeResult:
         sha = evaluation["sha256"][0]
@@ -238,28 +236,12 @@ def build_model_assets(
                 "params": config.params,
             },
             infra=infra_snapshot(),
-            policy={
-                "routing": None,
-                "canary": None,
-                "circuit_breaker": None,
-            },  # the control-plane issue versions these
+            policy={"routing": None, "canary": None, "circuit_breaker": None},  # set when deployed
         )
-        led = ledger.open()
-        try:
-            current = led.log()[-1] if led.log() else None
-            # Until the deployment asset exists, the promoted champion is the current release.
-            entry = (
-                led.append(manifest["release_id"], manifest)
-                if not current or current.release_id != manifest["release_id"]
-                else current
-            )
-        finally:
-            led.close()
         return dg.MaterializeResult(
             metadata={
                 "champion": sha,
                 "release_id": manifest["release_id"],
-                "ledger_seq": entry.seq,
                 "manifest": dg.MetadataValue.json(manifest),
             }
         )

@@ -53,6 +53,8 @@ def main(argv: list[str] | None = None) -> int:
 
     root = serving_dir()
     root.mkdir(parents=True, exist_ok=True)
+    endpoints = root / "endpoints.json"
+    endpoints.unlink(missing_ok=True)  # a stale file from a run that crashed must not point deployments elsewhere
     admin_key = os.environ.get(ADMIN_KEY_ENV) or secrets.token_hex(16)
     server = TritonServer(
         root / "model_repository", root / "triton", grpc_port=args.triton_grpc_port or None, admin_key=admin_key
@@ -71,7 +73,6 @@ def main(argv: list[str] | None = None) -> int:
         policy,
     )
     port = args.gateway_port or free_port()
-    endpoints = root / "endpoints.json"
     config = uvicorn.Config(
         gateway, host="127.0.0.1", port=port, log_level="warning", access_log=False, lifespan="on"
     )
@@ -88,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
                 "gateway": f"127.0.0.1:{port}",
                 "admin_key": admin_key,
                 "triton_version": server.info.triton_version if server.info else None,
+                "policy": policy.to_dict(),
             },
         )
         print(f"keel serve: gateway on http://127.0.0.1:{port} (POST /v1/predict, /metrics, /readyz)", flush=True)

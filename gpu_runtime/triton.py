@@ -280,6 +280,9 @@ class TritonControl:
         except InferenceServerException:
             return False
 
+    def server_version(self) -> str:
+        return str(self._client.get_server_metadata(as_json=True).get("version"))
+
     def loaded_versions(self, model: str) -> list[int]:
         """Registry versions of ``model`` that Triton has loaded and ready (Triton models ``<model>-v<N>``)."""
         index = self._client.get_model_repository_index(headers=self._headers, as_json=True)

@@ -55,6 +55,10 @@ def summary(result) -> str:
             parts.append(f"drift: {md['verdict'].value} ({md['drifted_features'].value})")
         elif key == "flight_features":
             parts.append(f"features {md['dagster/row_count'].value:,} rows")
+        elif key == "model_evaluation":
+            parts.append(f"AUC {md['auc'].value:.3f}, ECE {md['ece'].value:.3f}")
+        elif key == "model_deployment":
+            parts.append(f"live: {md['release_id'].value} at {md['gateway'].value}")
     return "; ".join(parts)
 
 

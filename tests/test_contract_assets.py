@@ -49,13 +49,14 @@ def contract_file(tmp_path) -> Path:
 
 @pytest.fixture
 def io(tmp_path):
-    from resources import LedgerResource, ModelRegistryResource, OnlineStoreResource, ParquetIOManager
+    from resources import LedgerResource, ModelRegistryResource, OnlineStoreResource, ParquetIOManager, TritonResource
 
     return {
         "io_manager": ParquetIOManager(base_dir=str(tmp_path / "storage")),
         "online_store": OnlineStoreResource(path=str(tmp_path / "online.sqlite")),
         "registry": ModelRegistryResource(root=str(tmp_path / "registry")),
         "ledger": LedgerResource(path=str(tmp_path / "ledger.sqlite")),
+        "triton": TritonResource(serving_dir=str(tmp_path / "serving")),
     }
 
 

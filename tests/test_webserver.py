@@ -44,24 +44,40 @@ def graphql(port: int, query: str) -> dict:
 
 
 def home_env(home: Path) -> dict[str, str]:
-    return os.environ | {"KEEL_HOME": str(home), "DAGSTER_HOME": str(home / "dagster_home")}
+    env = os.environ | {"KEEL_HOME": str(home), "DAGSTER_HOME": str(home / "dagster_home")}
+    env["KEEL_TRITON_ADMIN_KEY"] = "test-admin-key"  # as scripts/up exports one for its children
+    return env
 
 
 @pytest.fixture(scope="module")
 def keel_home(tmp_path_factory) -> Path:
-    """A KEEL_HOME with the whole pipeline materialized by scripts/materialize.py, as scripts/up does."""
+    """A KEEL_HOME as scripts/up leaves it: the model runtime (Triton + gateway) running, and the whole pipeline —
+    through training, promotion and deployment — materialized by scripts/materialize.py."""
     home = tmp_path_factory.mktemp("keel_home")
     (home / "dagster_home").mkdir()
     (home / "dagster_home" / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
-    subprocess.run(
-        [sys.executable, "scripts/materialize.py"],
+    env = home_env(home)
+    serve = subprocess.Popen(
+        [sys.executable, "-m", "gpu_runtime.serve", "--gateway-port", str(free_port())],
         cwd=REPO,
-        env=home_env(home),
-        check=True,
-        capture_output=True,
-        timeout=900,
+        env=env,
+        stdout=open(home / "serve.log", "wb"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
     )
-    return home
+    try:
+        deadline = time.monotonic() + 120
+        while not (home / "serving" / "endpoints.json").exists():
+            assert serve.poll() is None and time.monotonic() < deadline, (home / "serve.log").read_text()[-3000:]
+            time.sleep(0.2)
+        done = subprocess.run(
+            [sys.executable, "scripts/materialize.py"], cwd=REPO, env=env, capture_output=True, text=True, timeout=900
+        )
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        yield home
+    finally:
+        os.killpg(serve.pid, signal.SIGTERM)
+        serve.wait(timeout=60)
 
 
 @pytest.fixture(scope="module")
@@ -146,7 +162,7 @@ def test_asset_graph_and_checks(dagster_dev):
     for key, node in nodes.items():
         assert node["description"], f"{key} has no description"
         assert node["kinds"], f"{key} has no kinds"
-        assert node["groupName"] in {"raw", "contracts", "features", "drift", "models"}
+        assert node["groupName"] in {"raw", "contracts", "features", "drift", "models", "deployments"}
     checks = {c["name"]: c["blocking"] for c in nodes["validated_weather"]["assetChecksOrError"]["checks"]}
     assert checks["conservation"] is True and checks["critical_budget"] is True
     assert checks["rule_wind_speed_physical"] is False and "schema_conformance" in checks
@@ -307,3 +323,51 @@ def test_raw_flights_lead_to_the_registered_champion(dagster_dev, keel_home):
     assert now.returncode == 0 and champion in now.stdout
     impact = subprocess.run([keel, "lineage", "impact", "raw_flights"], capture_output=True, text=True, cwd=REPO)
     assert impact.returncode == 0 and "delay_model" in impact.stdout and "model_promotion" in impact.stdout
+
+
+def test_the_deployed_champion_answers_through_the_gateway(dagster_dev, keel_home):
+    """What scripts/up leaves running: the registry's champion served by Triton behind the gateway, live in the
+    ledger, and the deployment asset in the UI with its metadata."""
+    endpoints = json.loads((keel_home / "serving" / "endpoints.json").read_text())
+    from keel.registry import ModelRegistry
+
+    registry = ModelRegistry(keel_home / "registry")
+    champion = registry.alias("flight-delay", "champion")
+    version = registry.version("flight-delay", champion)
+    body = {
+        "flight": {
+            "carrier": "UA",
+            "flight": 1545,
+            "origin": "EWR",
+            "dest": "IAH",
+            "tailnum": "N14228",
+            "year": 2013,
+            "month": 12,
+            "day": 30,
+            "hour": 5,
+            "distance": 1400,
+            "time_hour": "2013-12-30T10:00:00Z",
+        },
+        "unit_id": "webserver-test",
+    }
+    req = urllib.request.Request(
+        f"http://{endpoints['gateway']}/v1/predict",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        answer = json.loads(resp.read())
+        assert resp.headers["x-model-signature"] == champion
+    assert answer["model_version"] == version and 0 < answer["score"] < 1
+    assert "missing_features_defaulted" not in answer["degraded"]  # the online store knows December's flights
+    data = graphql(
+        dagster_dev,
+        """{ assetNodes(assetKeys: [{path: ["model_deployment"]}]) { dependencyKeys { path } kinds
+               assetMaterializations(limit: 1) { metadataEntries { label ... on TextMetadataEntry { text } } } } }""",
+    )
+    [node] = data["assetNodes"]
+    assert {"/".join(d["path"]) for d in node["dependencyKeys"]} == {"model_promotion"}
+    assert "triton" in node["kinds"]
+    [mat] = node["assetMaterializations"]
+    release = next(e["text"] for e in mat["metadataEntries"] if e["label"] == "release_id")
+    assert release == answer["release_id"]

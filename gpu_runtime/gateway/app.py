@@ -51,6 +51,8 @@ from gpu_runtime.gateway.control import (
 from gpu_runtime.gateway.exposure import ExposureLog
 from gpu_runtime.gateway.metrics import Metrics
 from gpu_runtime.gateway.policy import GatewayPolicy
+from gpu_runtime.kernels import numpy_backend
+from gpu_runtime.pools import PoolBudgetExceeded, PoolRegistry
 from gpu_runtime.repository import triton_name
 from keel.features.definitions import FEATURE_NAMES, FEATURES
 
@@ -98,6 +100,8 @@ class Gateway:
         self.buckets: dict[str, TokenBucket] = {}
         self.retry_budget = RetryBudget(self.policy.retry)
         self.lanes = {level: asyncio.Semaphore(n) for level, n in self.policy.lanes.items()}
+        # Host-memory pools: Triton scores on its own device, the gateway only holds request matrices.
+        self.pools = PoolRegistry(self.policy.pool_budgets, array_backend=numpy_backend())
         self._store = None
         self._client = None
         self._ready_cache: tuple[float, bool] = (0.0, False)
@@ -171,6 +175,7 @@ class Gateway:
             await _respond(send, status, payload, extra)
         elif path == "/metrics" and method == "GET":
             self._export_breakers()
+            self._export_pools()
             await _respond_text(send, 200, self.metrics.render(), "text/plain; version=0.0.4")
         elif path == "/healthz" and method == "GET":
             await _respond(send, 200, {"status": "ok"})
@@ -196,6 +201,12 @@ class Gateway:
         except Exception as exc:  # noqa: BLE001 - any failure to reach Triton means not ready
             return False, {"reason": f"Triton at {self.config.triton_url}: {exc}"}
         return True, {"generation": self.routing.generation, "versions": self.routing.versions()}
+
+    def _export_pools(self) -> None:
+        for model, pool in self.pools.items():
+            labels = {"model": model, "device": "gpu" if pool.on_gpu else "cpu"}
+            self.metrics.set_gauge("keel_gpu_pool_bytes_in_use", labels, pool.bytes_in_use())
+            self.metrics.set_gauge("keel_gpu_pool_limit_bytes", labels, pool.limit_bytes)
 
     def _export_breakers(self) -> None:
         for version, b in self.breakers.items():
@@ -270,6 +281,7 @@ class Gateway:
         self.metrics.add_gauge("keel_gateway_lane_in_flight", {"risk_level": str(risk)}, 1)
         try:
             x, degraded = self._features(req)
+            x = self._pooled(table.model, x)
             route, variant, flags = self._route(table, unit_id, experiment_id)
             degraded += flags
             record.update(variant=variant)
@@ -348,6 +360,15 @@ class Gateway:
                 x[good] = m
                 degraded += [f"frozen:{name}" for name in batch.degraded]
         return x.astype(np.float32), degraded
+
+    def _pooled(self, model: str, x: np.ndarray) -> np.ndarray:
+        """The request matrix, held in the model's memory pool while the request is in flight."""
+        if model not in self.pools:
+            return x
+        try:
+            return self.pools[model].asarray(x, dtype=np.float32)
+        except PoolBudgetExceeded as exc:
+            raise RequestError(503, "memory_budget_exceeded", str(exc), model=model) from None
 
     def _direct_features(self, rows: list[Any]) -> np.ndarray:
         if not rows or len(rows) > MAX_BATCH:

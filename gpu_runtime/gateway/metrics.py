@@ -35,6 +35,11 @@ def _labels(labels: dict[str, str]) -> str:
     return "{" + inner + "}"
 
 
+def _fmt(v: float) -> str:
+    """Exact: integers as integers, other values as Python's shortest round-tripping repr."""
+    return str(int(v)) if float(v).is_integer() and abs(v) < 2**53 else repr(float(v))
+
+
 class Metrics:
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -80,14 +85,14 @@ class Metrics:
                 kind, text = HELP.get(name, ("untyped", name))
                 lines += [f"# HELP {name} {text}", f"# TYPE {name} {kind}"]
                 for key, v in sorted(self.counters.get(name, {}).items()):
-                    lines.append(f"{name}{_labels(dict(key))} {v:g}")
+                    lines.append(f"{name}{_labels(dict(key))} {_fmt(v)}")
                 for key, v in sorted(self.gauges.get(name, {}).items()):
-                    lines.append(f"{name}{_labels(dict(key))} {v:g}")
+                    lines.append(f"{name}{_labels(dict(key))} {_fmt(v)}")
                 for key, h in sorted(self.hist.get(name, {}).items()):
                     labels = dict(key)
                     for i, bound in enumerate(BUCKETS):
-                        lines.append(f"{name}_bucket{_labels(labels | {'le': f'{bound:g}'})} {h[i]:g}")
-                    lines.append(f"{name}_bucket{_labels(labels | {'le': '+Inf'})} {h[-1]:g}")
+                        lines.append(f"{name}_bucket{_labels(labels | {'le': f'{bound:g}'})} {_fmt(h[i])}")
+                    lines.append(f"{name}_bucket{_labels(labels | {'le': '+Inf'})} {_fmt(h[-1])}")
                     lines.append(f"{name}_sum{_labels(labels)} {h[-2]:.6f}")
-                    lines.append(f"{name}_count{_labels(labels)} {h[-1]:g}")
+                    lines.append(f"{name}_count{_labels(labels)} {_fmt(h[-1])}")
         return "\n".join(lines) + "\n"

@@ -66,6 +66,9 @@ class GatewayPolicy:
     model_tiers: dict[str, str] = field(default_factory=dict)  # model name → tier (default L2)
     invalid_input: str = "reject"  # reject → 422; default → serve with the reference defaults, flagged degraded
     routing_poll_s: float = 0.1  # how often the routing file is checked for a new generation
+    # Per-model memory budget (bytes) for the feature matrices of requests in flight; × 1.2 headroom is the pool's
+    # limit. Over it, that model answers 503 memory_budget_exceeded; other models are unaffected.
+    pool_budgets: dict[str, int] = field(default_factory=lambda: {"flight-delay": 64 << 20})
 
     def tier_of(self, model: str) -> SlaTier:
         return self.tiers[self.model_tiers.get(model, "L2")]
@@ -96,6 +99,11 @@ class GatewayPolicy:
                 return {str(k): build(RateLimit, x, f"{where}.{k}") for k, x in (v or {}).items()}
             if type_text == "dict[str, SlaTier]":
                 return {str(k): build(SlaTier, x, f"{where}.{k}") for k, x in (v or {}).items()}
+            if type_text == "dict[str, int]":
+                try:
+                    return {str(k): int(x) for k, x in (v or {}).items()}
+                except (TypeError, ValueError):
+                    raise PolicyError(f"{source}: {where} maps model names to byte budgets, got {v!r}") from None
             if type_text == "dict[int, int]":
                 try:
                     return {int(k): int(x) for k, x in (v or {}).items()}

@@ -181,7 +181,9 @@ def _severity(drifted: bool | None, value: float | None, threshold: float, confi
     return "error" if value is not None and value > config.error_factor * threshold else "warn"
 
 
-def _numeric(ref: NumericReference, values: pl.Series | None, config: DriftConfig, b: ArrayBackend) -> FeatureDrift:
+def _numeric(
+    ref: NumericReference, values: pl.Series | None, config: DriftConfig, b: ArrayBackend, pool: Any = None
+) -> FeatureDrift:
     threshold = config.threshold_for(ref.name, "numeric")
     base = {
         "feature": ref.name,
@@ -196,7 +198,7 @@ def _numeric(ref: NumericReference, values: pl.Series | None, config: DriftConfi
     rows = values.len()
     nulls = values.null_count()
     raw = values.drop_nulls().cast(pl.Float64, strict=False).drop_nulls().to_numpy()
-    cur = finite_sorted(b, raw)
+    cur = finite_sorted(b, pool.asarray(raw) if pool is not None else raw)
     m = int(cur.size)
     common = {"null_fraction": nulls / rows if rows else None, "non_finite": int(raw.size - m)}
     if m == 0 or ref.sorted_values.size == 0:
@@ -282,10 +284,29 @@ def compare(
     config: DriftConfig | None = None,
     features: list[str] | None = None,
     b: ArrayBackend | None = None,
+    pool: Any = None,
 ) -> DriftReport:
-    """Measure ``current`` against ``profile`` for every profiled feature (or the ``features`` named)."""
+    """Measure ``current`` against ``profile`` for every profiled feature (or the ``features`` named).
+
+    ``pool`` (a gpu_runtime.pools.ModelMemoryPool): the model's memory pool; the kernels' arrays come from it, and
+    going over its limit raises PoolBudgetExceeded for that model."""
     config = config or DriftConfig()
-    b = b or backend()
+    if pool is not None:
+        b = pool.backend
+        with pool.use():
+            return _compare(profile, current, window, config, features, b, pool)
+    return _compare(profile, current, window, config, features, b or backend(), None)
+
+
+def _compare(
+    profile: ReferenceProfile,
+    current: pl.DataFrame,
+    window: str,
+    config: DriftConfig,
+    features: list[str] | None,
+    b: ArrayBackend,
+    pool: Any,
+) -> DriftReport:
     names = features if features is not None else list(profile.features)
     results = []
     for name in names:
@@ -294,7 +315,7 @@ def compare(
             raise KeyError(f"feature '{name}' is not in the reference profile ({', '.join(profile.features)})")
         column = current[name] if name in current.columns else None
         if isinstance(ref, NumericReference):
-            results.append(_numeric(ref, column, config, b))
+            results.append(_numeric(ref, column, config, b, pool))
         else:
             results.append(_categorical(ref, column, config))
     return DriftReport(

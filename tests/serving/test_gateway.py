@@ -159,13 +159,17 @@ def test_corrupt_model_fails_to_load_and_the_old_version_keeps_serving(runtime, 
     runtime.deployer().deploy(MODEL, [runtime.target(1)])  # back to version 1 for the other tests
 
 
-def test_metrics_and_health(runtime):
+def test_metrics_and_health(runtime, serving_models):
+    assert runtime.post(request_body(serving_models[1].row(7, named=True))).status_code == 200
     assert httpx.get(f"{runtime.url}/healthz", timeout=5).json() == {"status": "ok"}
     ready = httpx.get(f"{runtime.url}/readyz", timeout=5).json()
     assert ready["ready"] is True and ready["versions"] == [1]
     text = httpx.get(f"{runtime.url}/metrics", timeout=5).text
     assert "# TYPE keel_gateway_request_duration_seconds histogram" in text
     assert 'keel_gateway_requests_total{model_version="1",status="200"}' in text
+    limit = int(64 * 2**20 * 1.2)  # the default budget × headroom
+    assert f'keel_gpu_pool_limit_bytes{{device="cpu",model="flight-delay"}} {limit}' in text
+    assert 'keel_gpu_pool_bytes_in_use{device="cpu",model="flight-delay"} 0' in text  # nothing in flight now
 
 
 def metric(runtime, name: str, **labels) -> float:

@@ -1,5 +1,7 @@
 """The model assets in Dagster: train → evaluate (blocking gate) → promote, against a registry in a temp dir."""
 
+import json
+
 import dagster as dg
 import polars as pl
 import pytest
@@ -66,7 +68,7 @@ def test_a_failing_gate_stops_promotion_and_says_why(setup, monkeypatch):
     assert ModelRegistry(setup[3]).alias("flight-delay", "champion") is None
 
 
-def test_promotion_appends_the_release_to_the_ledger(setup, monkeypatch, tmp_path):
+def test_promotion_builds_the_candidate_release_manifest(setup, monkeypatch, tmp_path):
     from keel.ledger import Ledger
 
     monkeypatch.setattr(models, "GATE", GatePolicy(max_ece=0.1))
@@ -78,11 +80,9 @@ def test_promotion_appends_the_release_to_the_ledger(setup, monkeypatch, tmp_pat
     assert set(manifest) == {"release_id", "data", "model", "infra", "policy"}
     assert manifest["model"]["parts"]["sha256"] == promotion["champion"].value
     assert set(manifest["data"]["parts"]["flight_features"]) == {"2013-01", "2013-02", "2013-03", "2013-04"}
-    ledger = Ledger(tmp_path / "ledger.sqlite")
-    [entry] = ledger.log()
-    assert entry.release_id == manifest["release_id"] and ledger.verify().ok
-    run_models(setup)  # the same release again: not appended twice
-    assert len(ledger.log()) == 1
+    assert manifest["data"]["parts"]["contracts"] == models.contract_hashes()
+    # Promotion is not going live: only model_deployment appends to the ledger.
+    assert Ledger(tmp_path / "ledger.sqlite").log() == []
 
 
 def test_the_registry_records_data_versions_contracts_metrics_and_run(setup, monkeypatch):
@@ -138,16 +138,16 @@ def test_a_new_release_diffs_to_the_partition_and_the_model_that_changed(
     setup, monkeypatch, tmp_path, feature_months
 ):
     """Re-materialize February with one carrier's flights gone, retrain, promote; `keel lineage diff` of the two
-    releases in the ledger names the changed partition and the new model, and what produced them."""
+    candidate releases names the changed partition and the new model, and what produced them."""
     import subprocess
     import sys
 
-    from keel.ledger import Ledger
     from tests.conftest import REPO
 
     monkeypatch.setattr(models, "GATE", GatePolicy(max_ece=0.1, max_auc_drop=0.05))
     all_assets, resources, instance, _ = setup
-    assert run_models(setup).success
+    first_run = run_models(setup)
+    assert first_run.success
 
     @dg.asset(key="flight_features", partitions_def=monthly_2013)
     def flight_features(context: dg.AssetExecutionContext) -> pl.DataFrame:
@@ -162,19 +162,16 @@ def test_a_new_release_diffs_to_the_partition_and_the_model_that_changed(
         instance=instance,
     )
     assert second.success
-    first_entry, second_entry = Ledger(tmp_path / "ledger.sqlite").log()
+    first, second = (
+        {e.asset_key.to_user_string(): e.materialization.metadata for e in r.get_asset_materialization_events()}[
+            "model_promotion"
+        ]["manifest"].value
+        for r in (first_run, second)
+    )
+    (tmp_path / "a.json").write_text(json.dumps(first))
+    (tmp_path / "b.json").write_text(json.dumps(second))
     out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "keel.cli",
-            "lineage",
-            "diff",
-            first_entry.release_id,
-            second_entry.release_id,
-            "--ledger",
-            str(tmp_path / "ledger.sqlite"),
-        ],
+        [sys.executable, "-m", "keel.cli", "lineage", "diff", str(tmp_path / "a.json"), str(tmp_path / "b.json")],
         capture_output=True,
         text=True,
         cwd=REPO,

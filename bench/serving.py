@@ -1,0 +1,235 @@
+"""Serving speed: the gateway → Triton vs tritonclient → Triton directly vs in-process ``lightgbm.predict``.
+
+Same model (LightGBM trained here on real January 2013 features), same feature rows (real February flights), one
+run: the real model runtime (``python -m gpu_runtime.serve``: Triton from nvidia-pytriton + the gateway) in a
+throwaway KEEL_HOME, on 127.0.0.1. Closed loop, one request at a time, the ways interleaved in rounds; p50/p99.
+
+- in-process: ``Booster.predict`` on the float32 matrix (num_threads=1);
+- Triton direct: tritonclient gRPC ``infer`` on Triton model ``flight-delay-v1``;
+- gateway (features): ``POST /v1/predict`` with the feature values in the body — gateway overhead = this minus
+  Triton direct (parsing, range checks, routing, breaker, the exposure log, metrics, HTTP);
+- gateway (flights): ``POST /v1/predict`` with the flights — plus contract validation and the online store.
+
+Then: cold start (deploy a new version: load call → first response) five times, and end-to-end latency of the
+replay load generator at 200 requests/s for ``--seconds`` from its own process.
+
+    .venv/bin/python bench/serving.py [--requests 2000] [--seconds 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import http.client
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import date
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import lightgbm as lgb  # noqa: E402
+import numpy as np  # noqa: E402
+import polars as pl  # noqa: E402
+
+from gpu_runtime.deploy import Route, Target  # noqa: E402
+from gpu_runtime.repository import triton_name  # noqa: E402
+from gpu_runtime.triton import TritonControl, free_port  # noqa: E402
+from keel.contracts.engine import CompiledContract  # noqa: E402
+from keel.contracts.spec import load_contract  # noqa: E402
+from keel.data.nycflights import read_raw, read_raw_month  # noqa: E402
+from keel.features.definitions import FEATURE_NAMES, FEATURES  # noqa: E402
+from keel.features.offline import offline_features  # noqa: E402
+from keel.features.online import SQLiteOnlineStore, build_views  # noqa: E402
+from keel.registry import ModelRegistry  # noqa: E402
+from keel.training.model import TrainingConfig, train_model  # noqa: E402
+from resources.triton import TritonResource  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+MODEL = "flight-delay"
+AS_OF = date(2013, 2, 15)
+
+
+def pct(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, int(round(q * (len(s) - 1))))]
+
+
+def setup(home: Path) -> tuple[list[str], pl.DataFrame]:
+    refs = {"planes.tailnum": read_raw("planes")["tailnum"]}
+    v = {}
+    for t in ("flights", "weather"):
+        c = CompiledContract(load_contract(REPO / "assets" / "contracts" / f"{t}.yaml"))
+        v[t] = pl.concat([c.validate(read_raw_month(t, m), references=refs).valid for m in ("2013-01", "2013-02")])
+    planes = read_raw("planes")
+    store = SQLiteOnlineStore(home / "online" / "features.sqlite")
+    store.write_snapshot(build_views(v["weather"], planes, v["flights"], as_of=AS_OF), as_of=AS_OF, partition="b")
+    store.close()
+    feats = offline_features(v["flights"], v["weather"], planes, v["flights"])
+    config = TrainingConfig(train_months=("2013-01",), valid_month="2013-02")
+    texts = [train_model(feats, config).text]
+    for seed in (7, 11):
+        texts.append(
+            train_model(
+                feats, TrainingConfig(config.train_months, config.valid_month, params={**config.params, "seed": seed})
+            ).text
+        )
+    registry = ModelRegistry(home / "registry")
+    for t in texts:
+        registry.register(MODEL, t, {})
+    registry.close()
+    return texts, feats.filter(pl.col("sched_date") >= AS_OF).sort("flight_id")
+
+
+def flight_of(row: dict) -> dict:
+    d = row["sched_date"]
+    return {
+        "carrier": row["carrier"],
+        "flight": int(row["flight_id"].split("-")[4]),
+        "origin": row["origin"],
+        "dest": row["dest"],
+        "tailnum": row["tailnum"],
+        "year": d.year,
+        "month": d.month,
+        "day": d.day,
+        "hour": row["hour"],
+        "distance": float(row["distance"]),
+        "time_hour": row["time_hour"].strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--requests", type=int, default=2000, help="batch-1 requests per way (batch 256: a tenth)")
+    parser.add_argument("--seconds", type=float, default=30.0, help="replay duration at 200 requests/s")
+    args = parser.parse_args()
+    home = Path(tempfile.mkdtemp(prefix="keel-bench-serving-"))
+    texts, feb = setup(home)
+    x_all = np.where(
+        np.isnan(feb.select(FEATURE_NAMES).to_numpy().astype(np.float64)),
+        [f.default for f in FEATURES],
+        feb.select(FEATURE_NAMES).to_numpy(),
+    ).astype(np.float32)
+    rows = feb.to_dicts()
+    env = os.environ | {"KEEL_HOME": str(home)}
+    env.pop("KEEL_TRITON_ADMIN_KEY", None)
+    port = free_port()
+    serve = subprocess.Popen(
+        [sys.executable, "-m", "gpu_runtime.serve", "--gateway-port", str(port)],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        endpoints_file = home / "serving" / "endpoints.json"
+        while not endpoints_file.exists():
+            assert serve.poll() is None, "gpu_runtime.serve exited"
+            time.sleep(0.1)
+        ep = json.loads(endpoints_file.read_text())
+        control = TritonControl(ep["triton_grpc"], ep["admin_key"])
+        resource = TritonResource(serving_dir=str(home / "serving"), drain_s=0.3)
+        shas = [hashlib.sha256(t.encode()).hexdigest() for t in texts]  # registry versions 1, 2, 3
+
+        def target(v: int) -> Target:
+            return Target(Route("champion", v, shas[v - 1], 1.0, f"rel-bench-{v}"), texts[v - 1])
+
+        deployer = resource.deployer(len(FEATURE_NAMES), control=control)
+        deployer.deploy(MODEL, [target(1)])
+        booster = lgb.Booster(model_str=texts[0])
+        conn = http.client.HTTPConnection("127.0.0.1", port)
+
+        def gateway(body: dict) -> dict:
+            conn.request("POST", "/v1/predict", json.dumps(body), {"Content-Type": "application/json"})
+            resp = conn.getresponse()
+            out = json.loads(resp.read())
+            assert resp.status == 200, out
+            return out
+
+        tname = triton_name(MODEL, 1)
+        results: dict[tuple[str, int], list[float]] = {}
+        for batch, n in ((1, args.requests), (256, max(50, args.requests // 10))):
+            ways = {
+                "in-process lightgbm": lambda x, _r: booster.predict(x.astype(np.float64), num_threads=1),
+                "Triton direct (tritonclient)": lambda x, _r: control.infer(tname, 1, x),
+                "gateway → Triton (features)": lambda x, _r: gateway(
+                    {
+                        "features": [dict(zip(FEATURE_NAMES, map(float, row), strict=True)) for row in x],
+                        "unit_id": "bench",
+                    }
+                ),
+                "gateway → Triton (flights)": lambda _x, r: gateway(
+                    {"flights": [flight_of(row) for row in r], "unit_id": "bench"}
+                ),
+            }
+            for name in ways:
+                results[(name, batch)] = []
+            # agreement first: every way gives the in-process scores
+            x0, r0 = x_all[:batch], rows[:batch]
+            ref = booster.predict(x0.astype(np.float64))
+            np.testing.assert_allclose(control.infer(tname, 1, x0), ref, rtol=1e-5, atol=1e-6)
+            got = ways["gateway → Triton (features)"](x0, r0)
+            first = got["predictions"][0]["score"] if batch > 1 else got["score"]
+            assert abs(first - ref[0]) < 1e-5
+            for i in range(n):
+                start = (i * batch) % (len(rows) - batch)
+                x, r = x_all[start : start + batch], rows[start : start + batch]
+                for name, fn in ways.items():
+                    t0 = time.perf_counter()
+                    fn(x, r)
+                    results[(name, batch)].append((time.perf_counter() - t0) * 1000)
+            print(f"batch {batch}: {n} requests per way done", flush=True)
+
+        cold = []
+        for v in (2, 3, 1, 2, 3):
+            report = deployer.deploy(MODEL, [target(v)])
+            cold += list(report.cold_start_s.values())
+
+        replay = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "gpu_runtime.replay",
+                "--url",
+                f"http://127.0.0.1:{port}",
+                "--rps",
+                "200",
+                "--seconds",
+                str(args.seconds),
+                "--month",
+                "2013-02",
+            ],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+        )
+        summary = json.loads(replay.stdout.strip().splitlines()[-1])
+    finally:
+        os.killpg(serve.pid, 15)
+        serve.wait(timeout=60)
+
+    print(f"\n{'way':<32} {'batch':>5} {'p50 ms':>8} {'p99 ms':>8}")
+    for (name, batch), lat in results.items():
+        print(f"{name:<32} {batch:>5} {statistics.median(lat):>8.3f} {pct(lat, 0.99):>8.3f}")
+    for batch in (1, 256):
+        g, d = results[("gateway → Triton (features)", batch)], results[("Triton direct (tritonclient)", batch)]
+        print(
+            f"gateway overhead over direct Triton, batch {batch}: p50 {statistics.median(g) - statistics.median(d):+.3f} ms, "
+            f"p99 {pct(g, 0.99) - pct(d, 0.99):+.3f} ms"
+        )
+    print(
+        f"cold start (load → first response), 5 deploys: median {statistics.median(cold) * 1000:.0f} ms, "
+        f"max {max(cold) * 1000:.0f} ms"
+    )
+    print(f"replay 200 req/s for {args.seconds:g} s, end to end: {summary}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

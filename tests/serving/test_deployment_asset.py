@@ -1,0 +1,115 @@
+"""The model_deployment asset against the real runtime: the champion goes live behind the gateway, a promotion is
+a hot swap with the old champion as fallback, and each release is appended to the ledger."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import dagster as dg
+import pytest
+
+from assets.deployment import MODEL_DEPLOYMENT, model_deployment
+from assets.models import MODEL_PROMOTION
+from keel.ledger import Ledger
+from keel.registry import ModelRegistry
+from keel.release import release_manifest
+from resources import LedgerResource, ModelRegistryResource, TritonResource
+from tests.conftest import REPO
+from tests.serving.conftest import MODEL, Runtime, request_body, start_serve, stop_serve
+
+
+@pytest.fixture(scope="module")
+def runtime(runtime_home, serving_models):
+    proc, endpoints = start_serve(runtime_home)
+    try:
+        yield Runtime(runtime_home, proc, endpoints, serving_models[0])
+    finally:
+        stop_serve(proc)
+
+
+def promote(runtime: Runtime, instance: dg.DagsterInstance, index: int) -> dict:
+    """What model_promotion does, for model ``index``: the registry alias and a materialization with the manifest."""
+    registry = ModelRegistry(runtime.home / "registry")
+    registry.promote(MODEL, runtime.shas[index], "test promotion")
+    registry.close()
+    manifest = release_manifest(
+        data={"flight_features": {"2013-01": f"dv-{index}"}, "contracts": {"flights": "c1"}},
+        model={"asset": "delay_model", "sha256": runtime.shas[index], "params": {"seed": index}},
+        infra={},
+        policy={},
+    )
+    instance.report_runless_asset_event(
+        dg.AssetMaterialization(MODEL_PROMOTION, metadata={"manifest": dg.MetadataValue.json(manifest)})
+    )
+    return manifest
+
+
+def deploy(runtime: Runtime, instance: dg.DagsterInstance) -> dict:
+    resources = {
+        "registry": ModelRegistryResource(root=str(runtime.home / "registry")),
+        "triton": TritonResource(serving_dir=str(runtime.home / "serving"), drain_s=0.3),
+        "ledger": LedgerResource(path=str(runtime.home / "ledger.sqlite")),
+    }
+    result = dg.materialize([model_deployment], resources=resources, instance=instance)
+    assert result.success
+    [event] = result.get_asset_materialization_events()
+    assert event.asset_key == MODEL_DEPLOYMENT
+    return {k: v.value for k, v in event.materialization.metadata.items()}
+
+
+def serving_version(runtime: Runtime, body: dict, want: int, timeout: float = 5.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        resp = runtime.post(body)
+        if resp.status_code == 200 and resp.json()["model_version"] == want:
+            return resp
+        assert time.monotonic() < deadline, resp.text
+        time.sleep(0.05)
+
+
+def test_deploy_promote_redeploy_and_the_ledger(runtime, serving_models):
+    _, feb = serving_models
+    body = request_body(feb.row(5, named=True))
+    instance = dg.DagsterInstance.ephemeral()
+
+    promote(runtime, instance, 0)
+    first = deploy(runtime, instance)
+    resp = serving_version(runtime, body, 1)
+    assert resp.headers["x-model-signature"] == runtime.shas[0]
+    assert resp.json()["release_id"] == first["release_id"]
+    manifest = first["manifest"]
+    assert manifest["infra"]["parts"]["triton"].startswith("2.")  # the server's own version
+    assert manifest["model"]["parts"]["sha256"] == runtime.shas[0]
+    assert manifest["policy"]["parts"]["gateway"] == "builtin-1" and first["fallback_version"] == -1
+
+    promote(runtime, instance, 1)  # model 2 becomes champion, model 1 archived
+    second = deploy(runtime, instance)
+    assert second["loaded_versions"] == [2]  # model 1 keeps serving, now as the fallback: not reloaded
+    resp = serving_version(runtime, body, 2)
+    assert resp.headers["x-model-signature"] == runtime.shas[1] and resp.json()["release_id"] == second["release_id"]
+    assert second["fallback_version"] == 1  # the previous champion stays loaded as the breaker's fallback
+    assert runtime.control.loaded_versions(MODEL) == [1, 2]
+
+    ledger = Ledger(runtime.home / "ledger.sqlite")
+    entries = ledger.log()
+    assert [e.release_id for e in entries] == [first["release_id"], second["release_id"]] and ledger.verify().ok
+    at = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "keel.cli",
+            "ledger",
+            "--ledger",
+            str(runtime.home / "ledger.sqlite"),
+            "at",
+            entries[0].live_from.isoformat(),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
+    assert at.returncode == 0 and first["release_id"] in at.stdout and runtime.shas[0] in at.stdout
+    again = deploy(runtime, instance)  # nothing changed: no reload, no new ledger entry
+    assert again["loaded_versions"] == [] and len(Ledger(runtime.home / "ledger.sqlite").log()) == 2
