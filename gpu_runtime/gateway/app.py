@@ -29,7 +29,6 @@ version ready in Triton).
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 import uuid
 from dataclasses import dataclass
@@ -38,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import orjson
 
 from gpu_runtime.deploy import Route, RoutingTable
 from gpu_runtime.gateway.control import (
@@ -297,11 +297,11 @@ class Gateway:
             model_version=route.version,
             sha256=route.sha256,
             release_id=route.release_id,
-            score=float(scores[0]) if len(scores) == 1 else [round(float(s), 6) for s in scores],
+            score=float(scores[0]) if len(scores) == 1 else np.round(scores, 6).tolist(),
             degraded=sorted(set(degraded)) or None,
         )
         predictions = [
-            {"score": float(s), "confidence_score": float(c)} for s, c in zip(scores, confidence, strict=True)
+            {"score": s, "confidence_score": c} for s, c in zip(scores.tolist(), confidence.tolist(), strict=True)
         ]
         payload = {
             "request_id": request_id,
@@ -319,8 +319,7 @@ class Gateway:
     def _features(self, req: dict[str, Any]) -> tuple[np.ndarray, list[str]]:
         """The [batch, n_features] float32 matrix for the request, and degraded flags."""
         if "features" in req:
-            rows = req["features"] if isinstance(req["features"], list) else [req["features"]]
-            return self._direct_features(rows), []
+            return self._direct_features(req["features"]), []
         flights = req.get("flights") if "flights" in req else [req.get("flight")]
         if not isinstance(flights, list) or not flights or len(flights) > MAX_BATCH:
             raise RequestError(422, "invalid_input", f"'flights' must be a list of 1…{MAX_BATCH} flight objects")
@@ -370,22 +369,32 @@ class Gateway:
         except PoolBudgetExceeded as exc:
             raise RequestError(503, "memory_budget_exceeded", str(exc), model=model) from None
 
-    def _direct_features(self, rows: list[Any]) -> np.ndarray:
-        if not rows or len(rows) > MAX_BATCH:
-            raise RequestError(422, "invalid_input", f"'features' must hold 1…{MAX_BATCH} objects")
-        x = np.empty((len(rows), len(FEATURE_NAMES)), dtype=np.float64)
-        for i, row in enumerate(rows):
-            if not isinstance(row, dict):
-                raise RequestError(422, "invalid_input", "each features entry must be a JSON object", index=i)
-            absent = [n for n in FEATURE_NAMES if n not in row]
+    def _direct_features(self, given: Any) -> np.ndarray:
+        """Feature values sent with the request: one object {name: value}, a list of them, or the columnar form
+        {"columns": [names], "rows": [[values], …]} (the cheapest to send and to parse for big batches)."""
+        if isinstance(given, dict) and "rows" in given:
+            columns, rows = given.get("columns"), given.get("rows")
+            if not isinstance(rows, list) or not isinstance(columns, list):
+                raise RequestError(422, "invalid_input", "columnar features need 'columns' and 'rows' lists")
+            absent = [n for n in FEATURE_NAMES if n not in columns]
             if absent:
-                raise RequestError(
-                    422, "missing_input", f"features missing: {', '.join(absent)}", index=i, missing=absent
-                )
-            try:
-                x[i] = [float(row[n]) for n in FEATURE_NAMES]
-            except (TypeError, ValueError):
-                raise RequestError(422, "invalid_input", "feature values must be numbers", index=i) from None
+                raise RequestError(422, "missing_input", f"features missing: {', '.join(absent)}", missing=absent)
+            order = [columns.index(n) for n in FEATURE_NAMES]
+        else:
+            rows = given if isinstance(given, list) else [given]
+            order = None
+        if not rows or len(rows) > MAX_BATCH:
+            raise RequestError(422, "invalid_input", f"'features' must hold 1…{MAX_BATCH} rows")
+        try:
+            if order is None:
+                x = np.array([[row[n] for n in FEATURE_NAMES] for row in rows], dtype=np.float64)
+            else:
+                x = np.array(rows, dtype=np.float64)
+                if x.ndim != 2 or x.shape[1] != len(columns):
+                    raise ValueError("ragged rows")
+                x = x[:, order]
+        except (KeyError, TypeError, ValueError, IndexError):
+            raise self._explain_features(rows, order) from None
         bad = (x < self.lo) | (x > self.hi) | ~np.isfinite(x)
         if bad.any():
             i, j = np.argwhere(bad)[0]
@@ -397,6 +406,27 @@ class Gateway:
                 feature=FEATURE_NAMES[j],
             )
         return x.astype(np.float32)
+
+    @staticmethod
+    def _explain_features(rows: list[Any], order: list[int] | None) -> RequestError:
+        """The slow path, only for a bad request: which row, and what is wrong with it."""
+        for i, row in enumerate(rows):
+            if order is None:
+                if not isinstance(row, dict):
+                    return RequestError(422, "invalid_input", "each features entry must be a JSON object", index=i)
+                absent = [n for n in FEATURE_NAMES if n not in row]
+                if absent:
+                    return RequestError(
+                        422, "missing_input", f"features missing: {', '.join(absent)}", index=i, missing=absent
+                    )
+                values = [row[n] for n in FEATURE_NAMES]
+            else:
+                if not isinstance(row, list) or len(row) <= max(order):
+                    return RequestError(422, "invalid_input", "each row must list a value per column", index=i)
+                values = [row[j] for j in order]
+            if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
+                return RequestError(422, "invalid_input", "feature values must be numbers", index=i)
+        return RequestError(422, "invalid_input", "features must be numbers")
 
     def _route(self, table: RoutingTable, unit_id: str, experiment_id: str | None) -> tuple[Route, str, list[str]]:
         flags: list[str] = []
@@ -473,8 +503,8 @@ class Gateway:
 
 def _parse(body: bytes) -> dict[str, Any]:
     try:
-        req = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as exc:
+        req = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
         raise RequestError(400, "bad_json", f"the body is not JSON: {exc}") from None
     if not isinstance(req, dict):
         raise RequestError(400, "bad_json", "the body must be a JSON object")
@@ -495,7 +525,7 @@ async def _read_body(receive: Any) -> bytes:
 
 
 async def _respond(send: Any, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
-    data = json.dumps(payload, separators=(",", ":")).encode()
+    data = orjson.dumps(payload, option=orjson.OPT_SERIALIZE_NUMPY)
     raw = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]
     raw += [(k.encode(), v.encode()) for k, v in (headers or {}).items()]
     await send({"type": "http.response.start", "status": status, "headers": raw})

@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 
 class ExposureLog:
     def __init__(self, directory: str | Path):
@@ -31,8 +33,7 @@ class ExposureLog:
             self.close()
             self._fd = os.open(self.path_for(day), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
             self._day = day
-        line = json.dumps(record, separators=(",", ":"), default=str) + "\n"
-        os.write(self._fd, line.encode())
+        os.write(self._fd, orjson.dumps(record, default=str, option=orjson.OPT_APPEND_NEWLINE))
 
     def close(self) -> None:
         if self._fd is not None:

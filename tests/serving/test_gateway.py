@@ -98,6 +98,12 @@ def test_direct_features_are_range_checked(runtime, serving_models):
     x = np.array([[feats[n] for n in local_feature_names()]], dtype=np.float32).astype(np.float64)
     expected = lgb.Booster(model_str=runtime.texts[0]).predict(x)[0]
     assert ok.json()["score"] == pytest.approx(expected, abs=1e-6)
+    names = list(reversed(local_feature_names()))  # any column order
+    columnar = runtime.post({"features": {"columns": names, "rows": [[feats[n] for n in names]] * 3}})
+    assert columnar.status_code == 200
+    assert [p["score"] for p in columnar.json()["predictions"]] == pytest.approx([expected] * 3, abs=1e-6)
+    ragged = runtime.post({"features": {"columns": names, "rows": [[feats[n] for n in names], [1.0]]}})
+    assert ragged.status_code == 422 and ragged.json()["error"]["index"] == 1
     bad = runtime.post({"features": feats | {"wind_speed": 1048.0}, "unit_id": "u1"})
     assert bad.status_code == 422 and bad.json()["error"]["code"] == "out_of_range"
     assert bad.json()["error"]["feature"] == "wind_speed"
