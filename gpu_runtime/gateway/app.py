@@ -17,7 +17,7 @@ instead of reading them from the online store.) What happens to a request, in or
 4. features are read from the online store (frozen features come back flagged);
 5. routing: the ``x-experiment-id`` header picks an experiment's variant, else the weighted split — both sticky on
    ``unit_id``; a version whose circuit breaker is open is replaced by the fallback;
-6. Triton scores it (timeout from the model's SLA tier); a failed call is retried within the retry budget, on the
+6. Triton scores it (timeout: the route's, else the model's SLA tier's); a failed call is retried within the retry budget, on the
    fallback when there is one;
 7. the answer — score, confidence_score, model_version, release_id, request_id, degraded flags, header
    ``x-model-signature`` (the model's sha256) — and one line in the append-only exposure log.
@@ -176,6 +176,7 @@ class Gateway:
         elif path == "/metrics" and method == "GET":
             self._export_breakers()
             self._export_pools()
+            self._export_sla()
             await _respond_text(send, 200, self.metrics.render(), "text/plain; version=0.0.4")
         elif path == "/healthz" and method == "GET":
             await _respond(send, 200, {"status": "ok"})
@@ -201,6 +202,16 @@ class Gateway:
         except Exception as exc:  # noqa: BLE001 - any failure to reach Triton means not ready
             return False, {"reason": f"Triton at {self.config.triton_url}: {exc}"}
         return True, {"generation": self.routing.generation, "versions": self.routing.versions()}
+
+    def _export_sla(self) -> None:
+        if self.routing is None:
+            return
+        model = self.routing.model
+        name = self.policy.model_tiers.get(model, "L2")
+        tier = self.policy.tiers[name]
+        labels = {"model": model, "tier": name}
+        self.metrics.set_gauge("keel_gateway_sla_target_p99_seconds", labels, tier.p99_ms / 1000)
+        self.metrics.set_gauge("keel_gateway_sla_target_availability", labels, tier.availability)
 
     def _export_pools(self) -> None:
         for model, pool in self.pools.items():
@@ -461,7 +472,8 @@ class Gateway:
         while attempts < self.policy.retry.max_attempts:
             attempts += 1
             try:
-                scores = await self._infer(table.model, route.version, x, timeout)
+                limit = self.policy.route_timeout_ms.get(route.name)
+                scores = await self._infer(table.model, route.version, x, limit / 1000 if limit else timeout)
                 self.breaker(route.version).record(True)
                 if attempts > 1:
                     flags.append("retried")

@@ -20,6 +20,8 @@ HELP = {
     "keel_gateway_breaker_transitions": ("gauge", "Circuit breaker transitions so far per model version and state."),
     "keel_gateway_lane_in_flight": ("gauge", "Requests in flight per risk-level lane."),
     "keel_gateway_routing_generation": ("gauge", "Generation of the routing table the gateway follows."),
+    "keel_gateway_sla_target_p99_seconds": ("gauge", "The model's SLA tier: p99 latency target."),
+    "keel_gateway_sla_target_availability": ("gauge", "The model's SLA tier: availability target."),
     "keel_gpu_pool_bytes_in_use": ("gauge", "Bytes in use in each model's memory pool."),
     "keel_gpu_pool_limit_bytes": ("gauge", "Each model's memory pool limit (budget x headroom)."),
 }

@@ -64,6 +64,7 @@ class GatewayPolicy:
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     tiers: dict[str, SlaTier] = field(default_factory=lambda: dict(DEFAULT_TIERS))
     model_tiers: dict[str, str] = field(default_factory=dict)  # model name → tier (default L2)
+    route_timeout_ms: dict[str, float] = field(default_factory=dict)  # route name → Triton call timeout (else tier)
     invalid_input: str = "reject"  # reject → 422; default → serve with the reference defaults, flagged degraded
     routing_poll_s: float = 0.1  # how often the routing file is checked for a new generation
     # Per-model memory budget (bytes) for the feature matrices of requests in flight; × 1.2 headroom is the pool's
@@ -99,6 +100,11 @@ class GatewayPolicy:
                 return {str(k): build(RateLimit, x, f"{where}.{k}") for k, x in (v or {}).items()}
             if type_text == "dict[str, SlaTier]":
                 return {str(k): build(SlaTier, x, f"{where}.{k}") for k, x in (v or {}).items()}
+            if type_text == "dict[str, float]":
+                try:
+                    return {str(k): float(x) for k, x in (v or {}).items()}
+                except (TypeError, ValueError):
+                    raise PolicyError(f"{source}: {where} maps route names to milliseconds, got {v!r}") from None
             if type_text == "dict[str, int]":
                 try:
                     return {str(k): int(x) for k, x in (v or {}).items()}

@@ -117,6 +117,11 @@ def test_policy_errors_name_the_field():
         GatewayPolicy.from_dict({"model_tiers": {"flight-delay": "L9"}})
     with pytest.raises(PolicyError, match="invalid_input must be reject or default"):
         GatewayPolicy.from_dict({"invalid_input": "ignore"})
-    p = GatewayPolicy.from_dict({"lanes": {"1": 4, "3": 2}, "model_tiers": {"flight-delay": "L1"}})
+    p = GatewayPolicy.from_dict(
+        {"lanes": {"1": 4, "3": 2}, "model_tiers": {"flight-delay": "L1"}, "route_timeout_ms": {"challenger": 40}}
+    )
     assert p.lanes == {1: 4, 3: 2} and p.tier_of("flight-delay").p99_ms == 15.0
+    assert p.route_timeout_ms == {"challenger": 40.0}
+    with pytest.raises(PolicyError, match="route_timeout_ms maps route names to milliseconds"):
+        GatewayPolicy.from_dict({"route_timeout_ms": {"challenger": "fast"}})
     assert GatewayPolicy.from_dict(p.to_dict()) == p

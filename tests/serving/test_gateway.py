@@ -176,6 +176,7 @@ def test_metrics_and_health(runtime, serving_models):
     limit = int(64 * 2**20 * 1.2)  # the default budget × headroom
     assert f'keel_gpu_pool_limit_bytes{{device="cpu",model="flight-delay"}} {limit}' in text
     assert 'keel_gpu_pool_bytes_in_use{device="cpu",model="flight-delay"} 0' in text  # nothing in flight now
+    assert 'keel_gateway_sla_target_p99_seconds{model="flight-delay",tier="L2"} 0.05' in text
 
 
 def metric(runtime, name: str, **labels) -> float:
@@ -269,3 +270,36 @@ def test_risk_level_1_never_queues_behind_lower_levels(runtime, serving_models):
     assert high.status_code == 200
     assert low.status_code == 503 and low.json()["error"]["code"] == "overloaded"
     assert after.status_code == 200
+
+
+def test_weighted_split_and_experiments_are_sticky_per_unit(runtime, serving_models):
+    """Champion and challenger at 70/30, and experiment exp-1 at 50/50 between them: each unit always lands on the
+    same version, the shares follow the weights, and the header picks the experiment's assignment."""
+    from gpu_runtime.deploy import Variant
+
+    _, feb = serving_models
+    body = request_body(feb.row(4, named=True))
+    experiments = {"exp-1": (Variant("control", "champion", 0.5), Variant("treatment", "challenger", 0.5))}
+    runtime.deployer().deploy(
+        MODEL,
+        [runtime.target(1, "champion", 0.7), runtime.target(2, "challenger", 0.3)],
+        experiments=experiments,
+    )
+    time.sleep(0.3)  # the gateway re-reads routing every 0.1 s
+    units = [f"unit-{i}" for i in range(300)]
+    split = {u: runtime.post(body | {"unit_id": u}).json() for u in units}
+    assert all(
+        split[u]["model_version"] == runtime.post(body | {"unit_id": u}).json()["model_version"] for u in units[:50]
+    )
+    share = sum(a["model_version"] == 2 for a in split.values()) / len(units)
+    assert 0.2 < share < 0.4
+    assert {a["variant"] for a in split.values() if a["model_version"] == 2} == {"challenger"}
+    exp = {u: runtime.post(body | {"unit_id": u}, {"x-experiment-id": "exp-1"}).json() for u in units}
+    assert {a["variant"] for a in exp.values()} == {"control", "treatment"}
+    assert all((a["variant"] == "treatment") == (a["model_version"] == 2) for a in exp.values())
+    assert 0.4 < sum(a["variant"] == "treatment" for a in exp.values()) / len(units) < 0.6
+    unknown = runtime.post(body | {"unit_id": "u"}, {"x-experiment-id": "nope"}).json()
+    assert "unknown_experiment" in unknown["degraded"] and unknown["model_version"] in (1, 2)
+    lines = [e for e in read_exposures(runtime.home / "serving" / "exposures") if e.get("experiment_id") == "exp-1"]
+    assert len(lines) == len(units) and {e["variant"] for e in lines} == {"control", "treatment"}
+    runtime.deployer().deploy(MODEL, [runtime.target(1)])
