@@ -69,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
             routing_path=root / "routing.json",
             exposure_dir=root / "exposures",
             online_store_path=(root.parent / "online" / "features.sqlite"),
+            policy_store_path=(root.parent / "policies.sqlite"),
         ),
         policy,
     )

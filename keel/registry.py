@@ -126,6 +126,11 @@ class ModelRegistry:
             raise RegistryError(f"model {name}@{sha256[:12]} is not registered")
         return int(row[0])
 
+    def versions(self, name: str) -> list[int]:
+        """The registry versions of ``name``: 1 … the number of models registered under it."""
+        n = self._db.execute("SELECT COUNT(*) FROM models WHERE name = ?", (name,)).fetchone()[0]
+        return list(range(1, int(n) + 1))
+
     def alias(self, name: str, alias: str) -> str | None:
         row = self._db.execute("SELECT sha256 FROM aliases WHERE name = ? AND alias = ?", (name, alias)).fetchone()
         return row[0] if row else None

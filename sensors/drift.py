@@ -38,6 +38,9 @@ def models_downstream(asset_graph, key: dg.AssetKey) -> list[dg.AssetKey]:
     name="drift_sensor",
     minimum_interval_seconds=60,
     default_status=dg.DefaultSensorStatus.RUNNING,
+    # What its run requests may launch: the assets of kind 'model' (each request names the ones downstream of the
+    # features). A sensor without a target cannot launch asset runs from the daemon.
+    target=dg.AssetSelection.kind(MODEL_KIND),
     description="Freezes drifted features and requests retraining of downstream models when a drift report drifts.",
 )
 def drift_sensor(context: dg.SensorEvaluationContext, online_store: OnlineStoreResource):

@@ -50,16 +50,18 @@ from gpu_runtime.gateway.control import (
 )
 from gpu_runtime.gateway.exposure import ExposureLog
 from gpu_runtime.gateway.metrics import Metrics
-from gpu_runtime.gateway.policy import GatewayPolicy
+from gpu_runtime.gateway.policy import GatewayPolicy, PolicyError, effective_policy
 from gpu_runtime.kernels import numpy_backend
 from gpu_runtime.pools import PoolBudgetExceeded, PoolRegistry
 from gpu_runtime.repository import triton_name
 from keel.features.definitions import FEATURE_NAMES, FEATURES
+from keel.policy import PolicyReader
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_CONTRACT = REPO_ROOT / "assets" / "contracts" / "predict_request.yaml"
 MAX_BODY = 1 << 20  # 1 MiB
 MAX_BATCH = 1024
+POLICY_POLL_S = 0.5  # a committed policy is in force within this (plus one request) — under the 1 s promise
 
 
 @dataclass(frozen=True)
@@ -70,6 +72,7 @@ class GatewayConfig:
     online_store_path: Path | None = None
     contract_path: Path = DEFAULT_CONTRACT
     online_cache_size: int = 200_000
+    policy_store_path: Path | None = None  # the versioned policy store this gateway follows (keel.policy)
 
 
 class RequestError(Exception):
@@ -89,7 +92,15 @@ class Gateway:
         from keel.contracts.spec import load_contract
 
         self.config = config
-        self.policy = policy or GatewayPolicy()
+        self.base_policy = policy or GatewayPolicy()  # the file's (or built-in) settings; the store overrides them
+        self.policy = self.base_policy
+        self.policy_version = 0  # the store version in force (0: none)
+        self._policy_seen = 0  # the newest store version looked at, good or not
+        self._policy_checked = 0.0
+        self.weights: dict[int, float] | None = None  # model version → weight, from the store's ab_test policy
+        self._policy_reader = PolicyReader(config.policy_store_path) if config.policy_store_path else None
+        self.policy_error: str | None = None
+        self._watcher: asyncio.Task | None = None
         self.contract = CompiledContract(load_contract(config.contract_path))
         self.metrics = Metrics()
         self.exposures = ExposureLog(config.exposure_dir)
@@ -147,6 +158,38 @@ class Gateway:
                 self.metrics.set_gauge("keel_gateway_routing_generation", {}, table.generation)
             self._routing_mtime = mtime
 
+    def reload_policies(self, force: bool = False) -> None:
+        """Follow the policy store: a newer version is validated again and applied; an invalid one is refused and
+        the last good policy stays (counted in keel_gateway_policy_rejected_total)."""
+        now = time.monotonic()
+        if self._policy_reader is None or (not force and now - self._policy_checked < POLICY_POLL_S):
+            return
+        self._policy_checked = now
+        latest = self._policy_reader.version()
+        if latest <= self._policy_seen:
+            return
+        self._policy_seen = latest
+        table = self.routing
+        try:
+            policy, weights = effective_policy(
+                self.base_policy,
+                self._policy_reader.state(latest),
+                table.model if table else None,
+                set(table.versions()) if table else set(),
+                latest,
+            )
+        except (PolicyError, KeyError, TypeError, ValueError) as exc:
+            self.metrics.inc("keel_gateway_policy_rejected_total", {"version": str(latest)})
+            self.policy_error = f"policy version {latest} refused: {exc}"
+            return
+        self.policy, self.weights, self.policy_version = policy, weights, latest
+        self.policy_error = None
+        for b in self.breakers.values():
+            b.policy = policy.breaker
+        self.buckets.clear()  # new limits apply from the next request
+        self.retry_budget.policy = policy.retry
+        self.metrics.set_gauge("keel_gateway_policy_version", {}, latest)
+
     def breaker(self, version: int) -> CircuitBreaker:
         b = self.breakers.get(version)
         if b is None:
@@ -160,6 +203,7 @@ class Gateway:
             while True:
                 message = await receive()
                 if message["type"] == "lifespan.startup":
+                    self._watcher = asyncio.create_task(self._watch())
                     await send({"type": "lifespan.startup.complete"})
                 elif message["type"] == "lifespan.shutdown":
                     await self.close()
@@ -186,7 +230,21 @@ class Gateway:
         else:
             await _respond(send, 404, {"error": {"code": "not_found", "message": f"no route {method} {path}"}})
 
+    async def _watch(self) -> None:
+        """Follow routing and policies even when no request comes: a commit is in force within POLICY_POLL_S."""
+        while True:
+            try:
+                self.reload_routing()
+                self.reload_policies()
+            except Exception:  # noqa: BLE001 - a bad file or a locked store must not stop the watcher
+                self.metrics.inc("keel_gateway_watch_errors_total", {})
+            await asyncio.sleep(POLICY_POLL_S / 2)
+
     async def close(self) -> None:
+        if self._watcher is not None:
+            self._watcher.cancel()
+        if self._policy_reader is not None:
+            self._policy_reader.close()
         if self._client is not None:
             await self._client.close()
         self.exposures.close()
@@ -201,7 +259,12 @@ class Gateway:
                     return False, {"reason": f"{self.routing.model} version {v} is not ready in Triton"}
         except Exception as exc:  # noqa: BLE001 - any failure to reach Triton means not ready
             return False, {"reason": f"Triton at {self.config.triton_url}: {exc}"}
-        return True, {"generation": self.routing.generation, "versions": self.routing.versions()}
+        return True, {
+            "generation": self.routing.generation,
+            "versions": self.routing.versions(),
+            "policy_version": self.policy_version,
+            "policy_error": self.policy_error,
+        }
 
     def _export_sla(self) -> None:
         if self.routing is None:
@@ -279,6 +342,7 @@ class Gateway:
             raise RequestError(429, "rate_limited", f"tenant {tenant} is over its rate limit")
 
         self.reload_routing()
+        self.reload_policies()
         if self.routing is None:
             raise RequestError(503, "not_deployed", "no model is deployed yet (no routing table)")
         table = self.routing
@@ -448,7 +512,12 @@ class Gateway:
                 variant = next(v for v in variants if v.name == name)
                 return table.route(variant.route), name, flags
             flags.append("unknown_experiment")
-        name = pick_weighted([Weighted(r.name, r.weight) for r in table.routes], unit_id, salt=table.model)
+        weights = self.weights
+        if weights and any(weights.get(r.version, 0) > 0 for r in table.routes):
+            options = [Weighted(r.name, weights.get(r.version, 0.0)) for r in table.routes]  # the store's split
+        else:
+            options = [Weighted(r.name, r.weight) for r in table.routes]  # the deployment's split
+        name = pick_weighted(options, unit_id, salt=table.model)
         return table.route(name), name, flags
 
     def _alternatives(self, table: RoutingTable, failed: Route) -> list[Route]:

@@ -22,6 +22,12 @@ HELP = {
     "keel_gateway_routing_generation": ("gauge", "Generation of the routing table the gateway follows."),
     "keel_gateway_sla_target_p99_seconds": ("gauge", "The model's SLA tier: p99 latency target."),
     "keel_gateway_sla_target_availability": ("gauge", "The model's SLA tier: availability target."),
+    "keel_gateway_policy_version": ("gauge", "Version of the policy store in force in this gateway."),
+    "keel_gateway_policy_rejected_total": (
+        "counter",
+        "Committed policy versions this gateway refused (kept the last good).",
+    ),
+    "keel_gateway_watch_errors_total": ("counter", "Errors while following routing and policies."),
     "keel_gpu_pool_bytes_in_use": ("gauge", "Bytes in use in each model's memory pool."),
     "keel_gpu_pool_limit_bytes": ("gauge", "Each model's memory pool limit (budget x headroom)."),
 }

@@ -158,3 +158,47 @@ class GatewayPolicy:
             return v
 
         return dump(self)
+
+
+def effective_policy(
+    base: GatewayPolicy, policies: dict[str, Any], model: str | None, routed_versions: set[int], store_version: int
+) -> tuple[GatewayPolicy, dict[int, float] | None]:
+    """The gateway's policy once the committed policies (keel.policy.Policy by name) are laid over ``base``, and the
+    variant weights by model version from the model's ab_test policy (None: the routing table's weights stand).
+
+    Each committed policy is validated again here (a gateway trusts no writer): a bad one raises PolicyError and the
+    caller keeps its last good policy. One policy of each type is used; with several, the first by name."""
+    from keel.policy import PolicyValidationError, validate_policy
+
+    raw = base.to_dict()
+    weights: dict[int, float] | None = None
+    seen: set[str] = set()
+    for name in sorted(policies):
+        p = policies[name]
+        try:
+            validate_policy(p.name, p.type, p.body)
+        except PolicyValidationError as exc:
+            raise PolicyError(str(exc)) from None
+        if p.type in seen and p.type != "ab_test":
+            continue
+        seen.add(p.type)
+        body = p.body
+        if p.type == "circuit_breaker":
+            raw["breaker"] = dict(body)
+        elif p.type == "rate_limit":
+            raw["default_rate_limit"] = dict(body["default"])
+            raw["tenant_rate_limits"] = {k: dict(v) for k, v in (body.get("tenants") or {}).items()}
+        elif p.type == "sla_tier":
+            raw["tiers"] = {k: dict(v) for k, v in body["tiers"].items()}
+            raw["model_tiers"] = dict(body.get("models") or {})
+        elif p.type == "ab_test" and body["model"] == model and weights is None:
+            wanted = {int(v["version"]): float(v["weight"]) for v in body["variants"]}
+            missing = sorted(v for v, w in wanted.items() if w > 0 and v not in routed_versions)
+            if missing:
+                raise PolicyError(
+                    f"policy '{name}': versions {missing} of {model} get traffic but are not deployed "
+                    f"(deployed: {sorted(routed_versions)})"
+                )
+            weights = wanted
+    raw["version"] = f"store-{store_version}"
+    return GatewayPolicy.from_dict(raw, source="policy store"), weights

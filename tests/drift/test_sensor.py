@@ -109,3 +109,17 @@ def test_without_models_downstream_it_still_freezes(setup, tmp_path):
     result, _ = tick(instance, defs, None)
     assert result.run_requests == []
     assert "temp" in store_resource.open().frozen()
+
+
+def test_the_daemon_path_resolves_the_retraining_request(setup):
+    """What the daemon calls (evaluate_tick, which checks each run request against the sensor's target): a sensor
+    without a target fails here with "RunRequest for a sensor lacking a specified target"."""
+    instance, defs, _ = setup
+    report(
+        instance, "2013-12", {"temp": feat(True, "error", 0.9, mean=38.5), "label_late15": feat(True, "warn", 0.2)}
+    )
+    resources = {"online_store": defs.resources["online_store"]}
+    ctx = dg.build_sensor_context(instance=instance, definitions=defs, resources=resources)
+    data = defs.get_sensor_def("drift_sensor").evaluate_tick(ctx)
+    [request] = data.run_requests
+    assert set(request.asset_selection) == {dg.AssetKey("delay_model"), dg.AssetKey("calibrated_model")}

@@ -1,0 +1,213 @@
+"""Canary decisions: compare a challenger with the champion and decide — advance, hold, promote, roll back, pause.
+
+Pure: ``decide(plan, state, challenger, champion, now)`` looks only at its arguments, so every case (no traffic,
+NaN metrics, a breach at each step, a duplicate tick, a restarted daemon) is a table test. The sensor turns the
+decision into a policy commit; the commit is the action.
+
+The three checks, each on the exposures of the current step only:
+
+- **error rate** — roll back when the challenger's error rate exceeds ``error_ratio`` (1.2) × the champion's with
+  confidence: a one-sided exact conditional test of the rate ratio (given k errors in all, the challenger's count
+  is Binomial(k, π) with π = r·n_c / (r·n_c + n_h) under H0: rate_c ≤ r·rate_h), p < ``alpha``. Exact at small
+  counts, so it is valid at 1 % traffic;
+- **latency** — the challenger's p99 above its SLA tier's p99 target;
+- **quality** — on flights whose outcome is in, the challenger's log-loss above the champion's by more than
+  ``max_log_loss_increase``.
+
+No data, too few samples, NaN → hold (never promote). A step advances only after ``interval_s`` *and*
+``min_samples`` challenger requests with no breach; the last step (100 %) promotes. Past ``progress_deadline_s``
+without finishing → roll back. ``on_breach: pause`` pauses instead of rolling back. A finished rollout (promoted,
+rolled back) never changes again, so a duplicate tick or a replayed one cannot roll back twice or promote after a
+breach.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from scipy.stats import binom
+
+RUNNING, PROMOTED, ROLLED_BACK, PAUSED = "running", "promoted", "rolled_back", "paused"
+FINISHED = (PROMOTED, ROLLED_BACK)
+
+
+@dataclass(frozen=True)
+class CanaryPlan:
+    steps: tuple[float, ...] = (1, 10, 30, 50, 100)
+    interval_s: float = 60.0
+    min_samples: int = 200
+    error_ratio: float = 1.2
+    alpha: float = 0.05
+    max_log_loss_increase: float = 0.02
+    min_labelled: int = 200
+    progress_deadline_s: float = 3600.0
+    on_breach: str = "rollback"  # or "pause"
+    p99_target_ms: float | None = None  # the model's SLA tier; None: no latency check
+
+    @classmethod
+    def from_policy(cls, body: dict[str, Any], p99_target_ms: float | None = None) -> CanaryPlan:
+        keys = {f for f in cls.__dataclass_fields__} - {"p99_target_ms", "steps"}
+        kwargs = {k: body[k] for k in keys if k in body}
+        steps = tuple(float(s) for s in body.get("steps", cls.steps))
+        return cls(steps=steps, p99_target_ms=p99_target_ms, **kwargs)
+
+
+@dataclass(frozen=True)
+class CanaryState:
+    status: str = RUNNING
+    step: int = 0  # index into plan.steps
+    started_at: float = 0.0  # epoch seconds
+    step_started_at: float = 0.0
+
+    def percent(self, plan: CanaryPlan) -> float:
+        if self.status == PROMOTED:
+            return 100.0
+        if self.status in (ROLLED_BACK,):
+            return 0.0
+        return plan.steps[self.step]
+
+
+@dataclass(frozen=True)
+class ArmStats:
+    """One arm's exposures in the current step's window."""
+
+    requests: int
+    errors: int
+    p99_ms: float | None = None
+    labelled: int = 0
+    log_loss: float | None = None
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: str  # advance | hold | promote | rollback | pause | none
+    state: CanaryState  # the state after the action
+    percent: float  # the challenger's traffic share after the action
+    reasons: tuple[str, ...]
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+
+def rate_ratio_pvalue(chal_errors: int, chal_n: int, champ_errors: int, champ_n: int, ratio: float) -> float:
+    """One-sided p-value for H0: challenger error rate ≤ ratio × champion's, given the counts (exact, conditional
+    on the total error count). 1.0 when there are no errors at all (nothing suggests a worse challenger)."""
+    k = chal_errors + champ_errors
+    if chal_n <= 0 or champ_n <= 0 or k == 0:
+        return 1.0
+    pi = ratio * chal_n / (ratio * chal_n + champ_n)
+    return float(binom.sf(chal_errors - 1, k, pi))
+
+
+def _finite(x: float | None) -> bool:
+    return x is not None and isinstance(x, int | float) and math.isfinite(x)
+
+
+def decide(
+    plan: CanaryPlan, state: CanaryState, challenger: ArmStats | None, champion: ArmStats | None, now: float
+) -> Decision:
+    pct = state.percent(plan)
+    if state.status in FINISHED:
+        return Decision("none", state, pct, (f"rollout already {state.status}",))
+    if state.status == PAUSED:
+        return Decision("none", state, pct, ("rollout paused: an operator resumes or rolls back",))
+
+    evidence: dict[str, Any] = {"step": state.step, "percent": pct}
+    breaches: list[str] = []
+    inconclusive: list[str] = []
+    if challenger is None or champion is None:
+        inconclusive.append("no metrics from the exposure log (provider error or no data)")
+    else:
+        evidence |= {
+            "challenger": {
+                "requests": challenger.requests,
+                "errors": challenger.errors,
+                "p99_ms": challenger.p99_ms,
+                "labelled": challenger.labelled,
+                "log_loss": challenger.log_loss,
+            },
+            "champion": {
+                "requests": champion.requests,
+                "errors": champion.errors,
+                "p99_ms": champion.p99_ms,
+                "labelled": champion.labelled,
+                "log_loss": champion.log_loss,
+            },
+        }
+        counts = (challenger.requests, challenger.errors, champion.requests, champion.errors)
+        if (
+            any(not isinstance(c, int) or c < 0 for c in counts)
+            or challenger.errors > challenger.requests
+            or champion.errors > champion.requests
+        ):
+            inconclusive.append(f"counts are not valid: {counts}")
+        else:
+            # error rate: exact one-sided rate-ratio test
+            p = rate_ratio_pvalue(
+                challenger.errors, challenger.requests, champion.errors, champion.requests, plan.error_ratio
+            )
+            evidence["error_rate_pvalue"] = p
+            evidence["challenger_error_rate"] = (
+                challenger.errors / challenger.requests if challenger.requests else None
+            )
+            evidence["champion_error_rate"] = champion.errors / champion.requests if champion.requests else None
+            if p < plan.alpha:
+                breaches.append(
+                    f"error rate {challenger.errors}/{challenger.requests} vs champion {champion.errors}/"
+                    f"{champion.requests}: above {plan.error_ratio}x with p = {p:.3g} < α = {plan.alpha}"
+                )
+            # latency against the SLA tier
+            if plan.p99_target_ms is not None:
+                if _finite(challenger.p99_ms):
+                    if challenger.requests >= plan.min_samples and challenger.p99_ms > plan.p99_target_ms:
+                        breaches.append(
+                            f"p99 {challenger.p99_ms:.1f} ms above the SLA target {plan.p99_target_ms} ms"
+                        )
+                elif challenger.requests:
+                    inconclusive.append("challenger p99 is missing or NaN")
+            # quality on realized labels
+            if challenger.labelled >= plan.min_labelled and champion.labelled >= plan.min_labelled:
+                if _finite(challenger.log_loss) and _finite(champion.log_loss):
+                    delta = challenger.log_loss - champion.log_loss
+                    evidence["log_loss_increase"] = delta
+                    if delta > plan.max_log_loss_increase:
+                        breaches.append(
+                            f"log-loss {challenger.log_loss:.4f} vs champion {champion.log_loss:.4f} on realized labels: "
+                            f"+{delta:.4f} > {plan.max_log_loss_increase}"
+                        )
+                else:
+                    inconclusive.append("log-loss is NaN")
+            if challenger.requests < plan.min_samples:
+                inconclusive.append(
+                    f"{challenger.requests} challenger requests in this step, need {plan.min_samples}"
+                )
+
+    if breaches:
+        if plan.on_breach == "pause":
+            return Decision("pause", replace(state, status=PAUSED), pct, tuple(breaches), evidence)
+        return Decision("rollback", replace(state, status=ROLLED_BACK), 0.0, tuple(breaches), evidence)
+    if now - state.started_at > plan.progress_deadline_s:
+        return Decision(
+            "rollback",
+            replace(state, status=ROLLED_BACK),
+            0.0,
+            (f"progress deadline: not finished {plan.progress_deadline_s:g} s after the start",),
+            evidence,
+        )
+    held_for = now - state.step_started_at
+    if held_for < plan.interval_s:
+        inconclusive.append(f"step held {held_for:.0f} s of {plan.interval_s:g} s")
+    if inconclusive:
+        return Decision("hold", state, pct, tuple(inconclusive), evidence)
+    if state.step + 1 >= len(plan.steps):
+        return Decision(
+            "promote", replace(state, status=PROMOTED), 100.0, (f"all {len(plan.steps)} steps passed",), evidence
+        )
+    nxt = replace(state, step=state.step + 1, step_started_at=now)
+    return Decision(
+        "advance",
+        nxt,
+        plan.steps[nxt.step],
+        (f"step {pct:g} % passed: {challenger.requests} requests, no breach",),
+        evidence,
+    )

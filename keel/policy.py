@@ -1,0 +1,585 @@
+"""The policy store: versioned serving policies with an immutable, hash-chained commit log in SQLite.
+
+The store holds named policies of six types — ``ab_test`` (variant weights), ``canary`` (steps, interval,
+thresholds), ``circuit_breaker``, ``rate_limit``, ``feature_freeze``, ``sla_tier``. A *commit* changes one or more of
+them and gets the next version of the whole set (version = current + 1, gap-free); the state at version V is, per
+name, the latest body committed at or before V. So ``at(time)``, ``diff(A, B)`` and ``revert(V)`` (a new commit
+that sets every policy back to its body at V) are questions about the whole set, as an operator asks them.
+
+Every commit is validated before it is written — a schema per type, weights summing to 1 within 1e-9, referenced
+model versions present in the registry — and errors name the violated rule. Writes are one ``BEGIN IMMEDIATE``
+transaction each, in WAL mode with ``synchronous=FULL``: a commit that returned survives a crash. Each commit's hash
+covers its content and the previous hash (``verify`` finds an edited, reordered or removed commit); triggers refuse
+UPDATE and DELETE. A writer that finds the database locked waits (busy timeout) and retries; "database is locked"
+never reaches a caller.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import sqlite3
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from keel.errors import KeelError
+
+GENESIS = "0" * 64
+POLICY_TYPES = ("ab_test", "canary", "circuit_breaker", "rate_limit", "feature_freeze", "sla_tier")
+WEIGHT_TOLERANCE = 1e-9
+
+
+class PolicyError(KeelError):
+    """A policy store operation was refused (version conflict, unknown version or name)."""
+
+
+class PolicyValidationError(PolicyError):
+    """A policy breaks a rule of its type's schema; ``rule`` names which."""
+
+    def __init__(self, name: str, rule: str, message: str):
+        super().__init__(f"policy '{name}': rule {rule}: {message}")
+        self.name, self.rule = name, rule
+
+
+@dataclass(frozen=True)
+class Policy:
+    name: str
+    type: str
+    body: dict[str, Any]
+    version: int  # the commit that last set it
+
+
+@dataclass(frozen=True)
+class Commit:
+    version: int
+    author: str
+    reason: str
+    committed_at: datetime
+    reverts: int | None
+    changes: dict[str, dict[str, Any]]  # name → {"type": …, "body": …}
+    prev_hash: str
+    hash: str
+
+
+@dataclass(frozen=True)
+class VerifyResult:
+    ok: bool
+    commits: int
+    problems: tuple[str, ...]
+
+
+# -- validation -------------------------------------------------------------------------------------------------
+
+
+def _num(
+    name: str,
+    rule: str,
+    body: Mapping[str, Any],
+    key: str,
+    *,
+    lo: float | None = None,
+    hi: float | None = None,
+    lo_open: bool = False,
+    integer: bool = False,
+    required: bool = True,
+) -> float | None:
+    if key not in body:
+        if required:
+            raise PolicyValidationError(name, f"{rule}_present", f"'{key}' is required")
+        return None
+    v = body[key]
+    if isinstance(v, bool) or not isinstance(v, int | float) or (isinstance(v, float) and not math.isfinite(v)):
+        raise PolicyValidationError(name, f"{rule}_number", f"'{key}' must be a finite number, got {v!r}")
+    if integer and int(v) != v:
+        raise PolicyValidationError(name, f"{rule}_integer", f"'{key}' must be a whole number, got {v!r}")
+    if lo is not None and (v <= lo if lo_open else v < lo):
+        raise PolicyValidationError(
+            name, f"{rule}_range", f"'{key}' must be {'>' if lo_open else '≥'} {lo}, got {v!r}"
+        )
+    if hi is not None and v > hi:
+        raise PolicyValidationError(name, f"{rule}_range", f"'{key}' must be ≤ {hi}, got {v!r}")
+    return float(v)
+
+
+def _keys(name: str, body: Mapping[str, Any], allowed: set[str]) -> None:
+    unknown = sorted(set(body) - allowed)
+    if unknown:
+        raise PolicyValidationError(
+            name, "known_fields", f"unknown field '{unknown[0]}' (allowed: {', '.join(sorted(allowed))})"
+        )
+
+
+def _model_version(
+    name: str, model: Any, version: Any, versions_of: Callable[[str], set[int]] | None, what: str
+) -> None:
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise PolicyValidationError(
+            name, "model_version_integer", f"{what} must be a registry version ≥ 1, got {version!r}"
+        )
+    if versions_of is not None:
+        known = versions_of(model)
+        if version not in known:
+            raise PolicyValidationError(
+                name,
+                "model_version_registered",
+                f"{what} {model} version {version} is not in the registry (registered: {sorted(known) or 'none'})",
+            )
+
+
+def validate_policy(name: str, type_: str, body: Any, versions_of: Callable[[str], set[int]] | None = None) -> None:
+    """Raise PolicyValidationError naming the violated rule; return None when the policy is valid."""
+    if not isinstance(name, str) or not name or len(name) > 128:
+        raise PolicyValidationError(str(name), "name", "a policy needs a name of 1–128 characters")
+    if type_ not in POLICY_TYPES:
+        raise PolicyValidationError(
+            name, "known_type", f"type must be one of {', '.join(POLICY_TYPES)}, got {type_!r}"
+        )
+    if not isinstance(body, dict):
+        raise PolicyValidationError(name, "body_mapping", "the policy body must be a mapping")
+    if type_ == "ab_test":
+        _keys(name, body, {"model", "variants", "salt"})
+        model, variants = body.get("model"), body.get("variants")
+        if not isinstance(model, str) or not model:
+            raise PolicyValidationError(name, "model_present", "'model' names the registry model")
+        if not isinstance(variants, list) or not variants:
+            raise PolicyValidationError(name, "variants_present", "'variants' must be a non-empty list")
+        seen = set()
+        for i, v in enumerate(variants):
+            if not isinstance(v, dict) or not isinstance(v.get("name"), str):
+                raise PolicyValidationError(name, "variant_shape", f"variants[{i}] needs name, version, weight")
+            if v["name"] in seen:
+                raise PolicyValidationError(name, "variant_names_unique", f"variant '{v['name']}' appears twice")
+            seen.add(v["name"])
+            _num(name, "variant_weight", v, "weight", lo=0, hi=1)
+            _model_version(name, model, v.get("version"), versions_of, f"variants[{i}]")
+        total = math.fsum(v["weight"] for v in variants)
+        if abs(total - 1.0) > WEIGHT_TOLERANCE:
+            raise PolicyValidationError(name, "weights_sum_to_1", f"variant weights sum to {total!r}, not 1 (±1e-9)")
+    elif type_ == "canary":
+        _keys(
+            name,
+            body,
+            {
+                "model",
+                "champion_version",
+                "challenger_version",
+                "steps",
+                "interval_s",
+                "min_samples",
+                "error_ratio",
+                "alpha",
+                "max_log_loss_increase",
+                "progress_deadline_s",
+                "on_breach",
+            },
+        )
+        model = body.get("model")
+        if not isinstance(model, str) or not model:
+            raise PolicyValidationError(name, "model_present", "'model' names the registry model")
+        _model_version(name, model, body.get("champion_version"), versions_of, "champion_version")
+        _model_version(name, model, body.get("challenger_version"), versions_of, "challenger_version")
+        if body.get("champion_version") == body.get("challenger_version"):
+            raise PolicyValidationError(
+                name, "distinct_versions", "champion and challenger must be different versions"
+            )
+        steps = body.get("steps", [1, 10, 30, 50, 100])
+        if (
+            not isinstance(steps, list)
+            or not steps
+            or not all(isinstance(s, int | float) and not isinstance(s, bool) and 0 < s <= 100 for s in steps)
+        ):
+            raise PolicyValidationError(
+                name, "steps_percentages", f"steps are percentages in (0, 100], got {steps!r}"
+            )
+        if any(b <= a for a, b in zip(steps, steps[1:], strict=False)):
+            raise PolicyValidationError(name, "steps_increasing", f"steps must increase, got {steps!r}")
+        if steps[-1] != 100:
+            raise PolicyValidationError(name, "steps_end_at_100", f"the last step must be 100, got {steps[-1]!r}")
+        _num(name, "interval", body, "interval_s", lo=0, lo_open=True)
+        _num(name, "min_samples", body, "min_samples", lo=1, integer=True, required=False)
+        _num(name, "error_ratio", body, "error_ratio", lo=1, required=False)
+        _num(name, "alpha", body, "alpha", lo=0, hi=0.5, lo_open=True, required=False)
+        _num(name, "max_log_loss_increase", body, "max_log_loss_increase", lo=0, required=False)
+        _num(name, "min_labelled", body, "min_labelled", lo=1, integer=True, required=False)
+        _num(name, "progress_deadline", body, "progress_deadline_s", lo=0, lo_open=True, required=False)
+        if body.get("on_breach", "rollback") not in ("rollback", "pause"):
+            raise PolicyValidationError(
+                name, "on_breach", f"on_breach is rollback or pause, got {body.get('on_breach')!r}"
+            )
+    elif type_ == "circuit_breaker":
+        _keys(name, body, {"error_rate", "window_s", "min_requests", "open_s", "half_open_probes"})
+        _num(name, "error_rate", body, "error_rate", lo=0, hi=1, lo_open=True)
+        _num(name, "window", body, "window_s", lo=0, lo_open=True)
+        _num(name, "min_requests", body, "min_requests", lo=1, integer=True)
+        _num(name, "open", body, "open_s", lo=0, lo_open=True)
+        _num(name, "half_open_probes", body, "half_open_probes", lo=1, integer=True)
+    elif type_ == "rate_limit":
+        _keys(name, body, {"default", "tenants"})
+        limits = {"default": body.get("default")} | {
+            f"tenants.{k}": v for k, v in (body.get("tenants") or {}).items()
+        }
+        for where, lim in limits.items():
+            if not isinstance(lim, dict):
+                raise PolicyValidationError(name, "limit_shape", f"'{where}' needs rps and burst")
+            _num(name, "rps", lim, "rps", lo=0, lo_open=True)
+            burst = _num(name, "burst", lim, "burst", lo=1)
+            if burst is not None and burst < 1:
+                raise PolicyValidationError(name, "burst_range", f"'{where}.burst' must be ≥ 1")
+    elif type_ == "feature_freeze":
+        from keel.features.definitions import FEATURE_NAMES
+
+        _keys(name, body, {"features"})
+        feats = body.get("features")
+        if not isinstance(feats, dict):
+            raise PolicyValidationError(name, "features_mapping", "'features' maps feature names to freeze settings")
+        for f, setting in feats.items():
+            if f not in FEATURE_NAMES:
+                raise PolicyValidationError(
+                    name, "known_feature", f"'{f}' is not a feature ({', '.join(FEATURE_NAMES)})"
+                )
+            if not isinstance(setting, dict) or not isinstance(setting.get("frozen"), bool):
+                raise PolicyValidationError(name, "freeze_shape", f"features.{f} needs frozen: true|false")
+            _num(name, "freeze_value", setting, "value", required=False)
+    elif type_ == "sla_tier":
+        _keys(name, body, {"tiers", "models"})
+        tiers = body.get("tiers")
+        if not isinstance(tiers, dict) or not tiers:
+            raise PolicyValidationError(name, "tiers_present", "'tiers' maps tier names to targets")
+        for t, target in tiers.items():
+            if not isinstance(target, dict):
+                raise PolicyValidationError(name, "tier_shape", f"tiers.{t} needs p99_ms, availability, timeout_ms")
+            _num(name, "p99", target, "p99_ms", lo=0, lo_open=True)
+            _num(name, "availability", target, "availability", lo=0, hi=1, lo_open=True)
+            _num(name, "timeout", target, "timeout_ms", lo=0, lo_open=True)
+        for model, t in (body.get("models") or {}).items():
+            if t not in tiers:
+                raise PolicyValidationError(name, "tier_known", f"models.{model} names unknown tier {t!r}")
+
+
+# -- the store --------------------------------------------------------------------------------------------------
+
+
+def commit_hash(
+    prev_hash: str, version: int, author: str, reason: str, at: str, reverts: int | None, changes: Mapping[str, Any]
+) -> str:
+    body = json.dumps([version, author, reason, at, reverts, changes], sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256((prev_hash + body).encode()).hexdigest()
+
+
+def _utc(ts: datetime | str) -> datetime:
+    dt = datetime.fromisoformat(ts.replace("Z", "+00:00")) if isinstance(ts, str) else ts
+    return dt.replace(tzinfo=UTC) if dt.tzinfo is None else dt.astimezone(UTC)
+
+
+class PolicyStore:
+    def __init__(
+        self, path: str | Path, *, versions_of: Callable[[str], set[int]] | None = None, busy_timeout_s: float = 30.0
+    ):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.versions_of = versions_of
+        self.busy_timeout_s = busy_timeout_s
+        self._db = sqlite3.connect(self.path, isolation_level=None, timeout=busy_timeout_s)
+        self._db.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
+        self._retry(lambda: self._db.execute("PRAGMA journal_mode=WAL"))
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._retry(
+            lambda: self._db.executescript(
+                """
+            CREATE TABLE IF NOT EXISTS commits (
+                version INTEGER PRIMARY KEY, author TEXT NOT NULL, reason TEXT NOT NULL, committed_at TEXT NOT NULL,
+                reverts INTEGER, changes TEXT NOT NULL, prev_hash TEXT NOT NULL, hash TEXT NOT NULL);
+            CREATE TABLE IF NOT EXISTS policy_versions (
+                name TEXT NOT NULL, version INTEGER NOT NULL, type TEXT NOT NULL, body TEXT NOT NULL,
+                PRIMARY KEY (name, version));
+            CREATE INDEX IF NOT EXISTS commits_time ON commits (committed_at);
+            CREATE INDEX IF NOT EXISTS policy_versions_by_version ON policy_versions (version);
+            CREATE TRIGGER IF NOT EXISTS commits_no_update BEFORE UPDATE ON commits
+                BEGIN SELECT RAISE(ABORT, 'the policy log is append-only: UPDATE refused'); END;
+            CREATE TRIGGER IF NOT EXISTS commits_no_delete BEFORE DELETE ON commits
+                BEGIN SELECT RAISE(ABORT, 'the policy log is append-only: DELETE refused'); END;
+            CREATE TRIGGER IF NOT EXISTS policy_versions_no_update BEFORE UPDATE ON policy_versions
+                BEGIN SELECT RAISE(ABORT, 'the policy log is append-only: UPDATE refused'); END;
+            CREATE TRIGGER IF NOT EXISTS policy_versions_no_delete BEFORE DELETE ON policy_versions
+                BEGIN SELECT RAISE(ABORT, 'the policy log is append-only: DELETE refused'); END;
+            """
+            )
+        )
+
+    def close(self) -> None:
+        self._db.close()
+
+    def _retry(self, fn: Callable[[], Any]) -> Any:
+        """Run ``fn``; on "database is locked" (past the busy timeout, or at BEGIN IMMEDIATE) wait and retry."""
+        deadline = time.monotonic() + self.busy_timeout_s * 4
+        delay = 0.005
+        while True:
+            try:
+                return fn()
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) and "busy" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(delay)
+                delay = min(delay * 2, 0.2)
+
+    # -- reads --
+
+    def version(self) -> int:
+        row = self._db.execute("SELECT MAX(version) FROM commits").fetchone()
+        return int(row[0] or 0)
+
+    def state(self, version: int | None = None) -> dict[str, Policy]:
+        """Every policy as of ``version`` (default: the latest)."""
+        v = self.version() if version is None else version
+        rows = self._db.execute(
+            "SELECT p.name, p.type, p.body, p.version FROM policy_versions p "
+            "JOIN (SELECT name, MAX(version) AS v FROM policy_versions WHERE version <= ? GROUP BY name) latest "
+            "ON p.name = latest.name AND p.version = latest.v ORDER BY p.name",
+            (v,),
+        ).fetchall()
+        return {r[0]: Policy(r[0], r[1], json.loads(r[2]), r[3]) for r in rows}
+
+    def get(self, name: str, version: int | None = None) -> Policy | None:
+        return self.state(version).get(name)
+
+    def commit_at(self, when: datetime | str) -> Commit | None:
+        """The commit in force at ``when``: the newest committed at or before it."""
+        row = self._db.execute(
+            "SELECT version FROM commits WHERE committed_at <= ? ORDER BY version DESC LIMIT 1",
+            (_utc(when).isoformat(),),
+        ).fetchone()
+        return self.commit(row[0]) if row else None
+
+    def at(self, when: datetime | str) -> tuple[int, dict[str, Policy]]:
+        c = self.commit_at(when)
+        return (c.version, self.state(c.version)) if c else (0, {})
+
+    def commit(self, version: int) -> Commit:
+        row = self._db.execute(
+            "SELECT version, author, reason, committed_at, reverts, changes, prev_hash, hash FROM commits "
+            "WHERE version = ?",
+            (version,),
+        ).fetchone()
+        if row is None:
+            raise PolicyError(f"no policy version {version} (latest is {self.version()})")
+        return _commit(row)
+
+    def log(self) -> list[Commit]:
+        rows = self._db.execute(
+            "SELECT version, author, reason, committed_at, reverts, changes, prev_hash, hash FROM commits "
+            "ORDER BY version"
+        ).fetchall()
+        return [_commit(r) for r in rows]
+
+    def diff(self, a: int, b: int) -> dict[str, tuple[Policy | None, Policy | None]]:
+        """Per policy name that differs between versions a and b: (as at a, as at b)."""
+        for v in (a, b):
+            if v < 0 or v > self.version():
+                raise PolicyError(f"no policy version {v} (latest is {self.version()})")
+        sa, sb = self.state(a), self.state(b)
+        out = {}
+        for name in sorted(set(sa) | set(sb)):
+            pa, pb = sa.get(name), sb.get(name)
+            if (pa and (pa.type, pa.body)) != (pb and (pb.type, pb.body)):
+                out[name] = (pa, pb)
+        return out
+
+    # -- writes --
+
+    def apply(
+        self,
+        changes: Mapping[str, tuple[str, dict[str, Any]]],
+        *,
+        author: str,
+        reason: str,
+        expected_version: int | None = None,
+        reverts: int | None = None,
+        at: datetime | None = None,
+    ) -> Commit:
+        """Commit ``changes`` (name → (type, body)) as the next version. ``expected_version``: refuse unless the
+        new version is exactly that (optimistic concurrency for `keel policy commit`)."""
+        if not changes:
+            raise PolicyError("a commit needs at least one policy")
+        if not author or not reason:
+            raise PolicyError("a commit needs an author and a reason")
+        for name, (type_, body) in changes.items():
+            validate_policy(name, type_, body, self.versions_of)
+        payload = {name: {"type": t, "body": b} for name, (t, b) in sorted(changes.items())}
+
+        def write() -> Commit:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                last = self._db.execute(
+                    "SELECT version, hash, committed_at FROM commits ORDER BY version DESC LIMIT 1"
+                ).fetchone()
+                current, prev_hash = (last[0], last[1]) if last else (0, GENESIS)
+                version = current + 1
+                if expected_version is not None and expected_version != version:
+                    raise PolicyError(
+                        f"version conflict: this commit was written for version {expected_version}, "
+                        f"but the next version is {version} (someone committed since)"
+                    )
+                for name, (type_, _body) in changes.items():
+                    row = self._db.execute(
+                        "SELECT type FROM policy_versions WHERE name = ? ORDER BY version DESC LIMIT 1", (name,)
+                    ).fetchone()
+                    if row and row[0] != type_:
+                        raise PolicyValidationError(
+                            name, "type_fixed", f"is a {row[0]} policy; cannot become {type_}"
+                        )
+                when = _utc(at or datetime.now(UTC))
+                if last and when.isoformat() < last[2]:
+                    when = datetime.fromisoformat(last[2])  # time never runs backwards in the log
+                stamp = when.isoformat()
+                h = commit_hash(prev_hash, version, author, reason, stamp, reverts, payload)
+                self._db.execute(
+                    "INSERT INTO commits (version, author, reason, committed_at, reverts, changes, prev_hash, hash) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    (version, author, reason, stamp, reverts, json.dumps(payload, sort_keys=True), prev_hash, h),
+                )
+                for name, (type_, body) in changes.items():
+                    self._db.execute(
+                        "INSERT INTO policy_versions (name, version, type, body) VALUES (?, ?, ?, ?)",
+                        (name, version, type_, json.dumps(body, sort_keys=True)),
+                    )
+                self._db.execute("COMMIT")
+            except BaseException:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                raise
+            return Commit(version, author, reason, when, reverts, payload, prev_hash, h)
+
+        return self._retry(write)
+
+    def revert(self, version: int, *, author: str, reason: str) -> Commit:
+        """A new commit that sets every policy back to its body at ``version`` (nothing is rewritten)."""
+        target, now = self.state(version), self.state()
+        if version < 1 or version > self.version():
+            raise PolicyError(f"no policy version {version} (latest is {self.version()})")
+        changes = {n: (p.type, p.body) for n, p in target.items() if n not in now or now[n].body != p.body}
+        absent = sorted(set(now) - set(target))
+        if absent:
+            raise PolicyError(
+                f"cannot revert to version {version}: policies {', '.join(absent)} did not exist then "
+                "(policies are never deleted; commit their previous settings instead)"
+            )
+        if not changes:
+            raise PolicyError(f"nothing to revert: the policies are already as at version {version}")
+        return self.apply(changes, author=author, reason=f"revert to version {version}: {reason}", reverts=version)
+
+    def verify(self) -> VerifyResult:
+        problems: list[str] = []
+        prev = GENESIS
+        expected = 1
+        commits = self.log()
+        for c in commits:
+            if c.version != expected:
+                problems.append(f"version {expected} is missing (next is {c.version})")
+                expected = c.version
+            if c.prev_hash != prev:
+                problems.append(f"version {c.version}: prev_hash does not match version {c.version - 1}'s hash")
+            actual = commit_hash(
+                c.prev_hash, c.version, c.author, c.reason, c.committed_at.isoformat(), c.reverts, c.changes
+            )
+            if actual != c.hash:
+                problems.append(f"version {c.version}: content does not match its hash (edited)")
+            stored = {n: {"type": p["type"], "body": p["body"]} for n, p in c.changes.items()}
+            rows = self._db.execute(
+                "SELECT name, type, body FROM policy_versions WHERE version = ?", (c.version,)
+            ).fetchall()
+            if {r[0]: {"type": r[1], "body": json.loads(r[2])} for r in rows} != stored:
+                problems.append(f"version {c.version}: the policy table does not match the commit")
+            prev = c.hash
+            expected += 1
+        integrity = self._db.execute("PRAGMA integrity_check").fetchone()[0]
+        if integrity != "ok":
+            problems.append(f"sqlite integrity_check: {integrity}")
+        return VerifyResult(not problems, len(commits), tuple(problems))
+
+
+def _commit(row: tuple) -> Commit:
+    return Commit(
+        version=row[0],
+        author=row[1],
+        reason=row[2],
+        committed_at=datetime.fromisoformat(row[3]),
+        reverts=row[4],
+        changes=json.loads(row[5]),
+        prev_hash=row[6],
+        hash=row[7],
+    )
+
+
+def load_policy_file(path: str | Path) -> tuple[dict[str, tuple[str, dict[str, Any]]], int | None]:
+    """A YAML policy file: ``policies: [{name, type, body}, …]`` (or one ``{name, type, body}``), optional
+    ``version`` (the version this commit must become). Returns (changes, expected_version)."""
+    import yaml
+
+    try:
+        raw = yaml.safe_load(Path(path).read_text())
+    except FileNotFoundError:
+        raise PolicyError(f"{path}: no such file") from None
+    except yaml.YAMLError as exc:
+        raise PolicyError(f"{path}: not YAML: {exc}") from None
+    if not isinstance(raw, dict):
+        raise PolicyError(f"{path}: expected a mapping with 'policies' (or name, type, body)")
+    items = raw.get("policies", [raw] if "name" in raw else None)
+    if not isinstance(items, list) or not items:
+        raise PolicyError(f"{path}: expected 'policies': a list of {{name, type, body}}")
+    changes = {}
+    for i, item in enumerate(items):
+        if not isinstance(item, dict) or not {"name", "type", "body"} <= set(item):
+            raise PolicyError(f"{path}: policies[{i}] needs name, type and body")
+        changes[item["name"]] = (item["type"], item["body"])
+    expected = raw.get("version")
+    if expected is not None and (isinstance(expected, bool) or not isinstance(expected, int)):
+        raise PolicyError(f"{path}: 'version' must be a whole number")
+    return changes, expected
+
+
+class PolicyReader:
+    """A read-only view of a policy store for the processes that follow it (the gateway): it never writes, never
+    creates the file, and answers "is there a newer version?" with one indexed query."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self._db: sqlite3.Connection | None = None
+
+    def _conn(self) -> sqlite3.Connection | None:
+        if self._db is None:
+            if not self.path.exists():
+                return None
+            self._db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, isolation_level=None, timeout=1.0)
+        return self._db
+
+    def version(self) -> int:
+        db = self._conn()
+        if db is None:
+            return 0
+        try:
+            row = db.execute("SELECT MAX(version) FROM commits").fetchone()
+        except sqlite3.OperationalError:  # not initialised yet
+            return 0
+        return int(row[0] or 0)
+
+    def state(self, version: int) -> dict[str, Policy]:
+        db = self._conn()
+        if db is None:
+            return {}
+        rows = db.execute(
+            "SELECT p.name, p.type, p.body, p.version FROM policy_versions p "
+            "JOIN (SELECT name, MAX(version) AS v FROM policy_versions WHERE version <= ? GROUP BY name) latest "
+            "ON p.name = latest.name AND p.version = latest.v ORDER BY p.name",
+            (version,),
+        ).fetchall()
+        return {r[0]: Policy(r[0], r[1], json.loads(r[2]), r[3]) for r in rows}
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None

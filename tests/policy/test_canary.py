@@ -1,0 +1,157 @@
+"""Table tests of the canary controller's decisions (keel.canary.decide): what it does with each kind of evidence."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pytest
+from scipy import stats
+
+from keel.canary import (
+    PAUSED,
+    PROMOTED,
+    ROLLED_BACK,
+    RUNNING,
+    ArmStats,
+    CanaryPlan,
+    CanaryState,
+    decide,
+    rate_ratio_pvalue,
+)
+
+PLAN = CanaryPlan(
+    steps=(1, 10, 30, 50, 100),
+    interval_s=60,
+    min_samples=200,
+    error_ratio=1.2,
+    alpha=0.05,
+    max_log_loss_increase=0.02,
+    min_labelled=200,
+    progress_deadline_s=3600,
+    p99_target_ms=50,
+)
+T0 = 1_000_000.0
+GOOD = ArmStats(requests=400, errors=1, p99_ms=8.0, labelled=300, log_loss=0.45)
+CHAMP = ArmStats(requests=40_000, errors=100, p99_ms=8.0, labelled=30_000, log_loss=0.45)
+
+
+def state(step=0, held=120.0, started=None, status=RUNNING):
+    return CanaryState(
+        status=status, step=step, started_at=T0 - 600 if started is None else started, step_started_at=T0 - held
+    )
+
+
+def test_rate_ratio_test_matches_the_binomial_and_is_valid_at_small_counts():
+    # 3 errors in 100 challenger requests vs 100 in 10,000: exact conditional binomial
+    p = rate_ratio_pvalue(3, 100, 100, 10_000, 1.2)
+    pi = 1.2 * 100 / (1.2 * 100 + 10_000)
+    assert p == pytest.approx(stats.binom.sf(2, 103, pi))
+    assert rate_ratio_pvalue(0, 100, 100, 10_000, 1.2) == 1.0  # no challenger error: no evidence against it
+    assert rate_ratio_pvalue(0, 100, 0, 10_000, 1.2) == 1.0
+    assert rate_ratio_pvalue(10, 100, 100, 10_000, 1.2) < 1e-4  # 10 % vs 1 %: clear
+    # at 1 % traffic under H0 (same error rate) the test rejects at most α of the time
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    rejects = sum(
+        rate_ratio_pvalue(int(rng.binomial(200, 0.01)), 200, int(rng.binomial(20_000, 0.01)), 20_000, 1.0) < 0.05
+        for _ in range(2000)
+    )
+    assert rejects / 2000 <= 0.05
+
+
+@pytest.mark.parametrize("step", range(5))
+def test_a_breach_at_each_step_rolls_back(step):
+    bad = replace(GOOD, errors=40)  # 10 % vs the champion's 0.25 %
+    d = decide(PLAN, state(step=step), bad, CHAMP, T0)
+    assert d.action == "rollback" and d.state.status == ROLLED_BACK and d.percent == 0.0
+    assert d.evidence["error_rate_pvalue"] < 0.05 and "error rate" in d.reasons[0]
+
+
+@pytest.mark.parametrize(
+    "challenger, champion, why",
+    [
+        (None, CHAMP, "no metrics"),  # the exposure-log provider failed
+        (GOOD, None, "no metrics"),
+        (ArmStats(0, 0), CHAMP, "0 challenger requests"),  # no traffic
+        (replace(GOOD, requests=150), CHAMP, "150 challenger requests"),  # too few samples
+        (replace(GOOD, p99_ms=math.nan), CHAMP, "p99 is missing or NaN"),
+        (replace(GOOD, log_loss=math.nan), CHAMP, "log-loss is NaN"),
+        (ArmStats(requests=-5, errors=0), CHAMP, "counts are not valid"),
+        (ArmStats(requests=10, errors=20), CHAMP, "counts are not valid"),
+    ],
+)
+def test_no_data_nan_and_inconclusive_hold_and_never_promote(challenger, champion, why):
+    for step in (0, 4):  # even at the last step: hold, not promote
+        d = decide(PLAN, state(step=step), challenger, champion, T0)
+        assert d.action == "hold" and d.state == state(step=step), d
+        assert any(why in r for r in d.reasons), d.reasons
+
+
+def test_a_step_is_held_for_one_interval_then_advances():
+    early = decide(PLAN, state(step=1, held=30), GOOD, CHAMP, T0)
+    assert early.action == "hold" and "held 30 s of 60 s" in early.reasons[-1]
+    d = decide(PLAN, state(step=1, held=60), GOOD, CHAMP, T0)
+    assert d.action == "advance" and d.state.step == 2 and d.percent == 30 and d.state.step_started_at == T0
+
+
+def test_the_last_step_promotes():
+    d = decide(PLAN, state(step=4), GOOD, CHAMP, T0)
+    assert d.action == "promote" and d.state.status == PROMOTED and d.percent == 100
+
+
+def test_steps_that_do_not_divide_100():
+    plan = replace(PLAN, steps=(3, 33, 67, 100))
+    s = state(step=0)
+    seen = []
+    for tick in range(4):
+        d = decide(plan, s, GOOD, CHAMP, T0 + tick * 61)
+        seen.append((d.action, d.percent))
+        s = d.state
+    assert seen == [("advance", 33), ("advance", 67), ("advance", 100), ("promote", 100)]
+
+
+def test_latency_and_quality_breaches():
+    slow = decide(PLAN, state(), replace(GOOD, p99_ms=80.0), CHAMP, T0)
+    assert slow.action == "rollback" and "SLA target" in slow.reasons[0]
+    worse = decide(PLAN, state(), replace(GOOD, log_loss=0.50), CHAMP, T0)
+    assert worse.action == "rollback" and "log-loss" in worse.reasons[0]
+    few_labels = decide(PLAN, state(), replace(GOOD, log_loss=0.90, labelled=10), CHAMP, T0)
+    assert few_labels.action == "advance"  # too few outcomes in to judge quality: other checks decide
+
+
+def test_progress_deadline_rolls_back_and_pause_is_an_alternative():
+    late = decide(PLAN, state(started=T0 - 4000), ArmStats(0, 0), CHAMP, T0)
+    assert late.action == "rollback" and "progress deadline" in late.reasons[0]
+    plan = replace(PLAN, on_breach="pause")
+    d = decide(plan, state(), replace(GOOD, errors=40), CHAMP, T0)
+    assert d.action == "pause" and d.state.status == PAUSED and d.percent == 1
+    assert decide(plan, d.state, GOOD, CHAMP, T0 + 999).action == "none"  # paused stays paused
+
+
+def test_duplicate_ticks_and_restarts_never_roll_back_twice_or_promote_after_a_breach():
+    rolled = decide(PLAN, state(step=2), replace(GOOD, errors=40), CHAMP, T0).state
+    for stats_ in (GOOD, replace(GOOD, errors=40), None):
+        again = decide(PLAN, rolled, stats_, CHAMP, T0 + 5)  # a duplicate or replayed tick
+        assert again.action == "none" and again.state == rolled
+    promoted = decide(PLAN, state(step=4), GOOD, CHAMP, T0).state
+    assert decide(PLAN, promoted, replace(GOOD, errors=40), CHAMP, T0 + 5).action == "none"
+    # A daemon restart mid-rollout starts from the stored state: the same state and evidence give the same decision.
+    mid = state(step=2)
+    assert decide(PLAN, mid, GOOD, CHAMP, T0) == decide(PLAN, mid, GOOD, CHAMP, T0)
+
+
+def test_plan_from_a_committed_canary_policy():
+    body = {
+        "model": "m",
+        "champion_version": 1,
+        "challenger_version": 2,
+        "steps": [5, 50, 100],
+        "interval_s": 30,
+        "min_samples": 50,
+        "alpha": 0.01,
+        "on_breach": "pause",
+    }
+    plan = CanaryPlan.from_policy(body, p99_target_ms=15)
+    assert plan.steps == (5, 50, 100) and plan.interval_s == 30 and plan.alpha == 0.01 and plan.p99_target_ms == 15
