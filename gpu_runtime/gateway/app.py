@@ -355,11 +355,11 @@ class Gateway:
             raise RequestError(503, "overloaded", f"risk level {risk} lane is full", risk_level=risk) from None
         self.metrics.add_gauge("keel_gateway_lane_in_flight", {"risk_level": str(risk)}, 1)
         try:
-            x, degraded = self._features(req)
+            x, degraded = self._features(req, record)
             x = self._pooled(table.model, x)
             route, variant, flags = self._route(table, unit_id, experiment_id)
             degraded += flags
-            record.update(variant=variant)
+            record.update(variant=variant, routed_version=route.version)  # who was asked, before any fallback
             self.retry_budget.on_request()
             scores, route, more = await self._score(table, route, x, timeout)
             degraded += more
@@ -391,8 +391,9 @@ class Gateway:
         }
         return 200, payload, {"x-model-signature": route.sha256, "x-request-id": request_id}
 
-    def _features(self, req: dict[str, Any]) -> tuple[np.ndarray, list[str]]:
-        """The [batch, n_features] float32 matrix for the request, and degraded flags."""
+    def _features(self, req: dict[str, Any], record: dict[str, Any] | None = None) -> tuple[np.ndarray, list[str]]:
+        """The [batch, n_features] float32 matrix for the request, and degraded flags. For one flight, its key goes
+        into the exposure record so that outcomes can be joined later (canary quality, experiments)."""
         if "features" in req:
             return self._direct_features(req["features"]), []
         flights = req.get("flights") if "flights" in req else [req.get("flight")]
@@ -410,6 +411,8 @@ class Gateway:
             else:
                 r = verdict.record
                 entities.append(r | {"sched_date": date(r["year"], r["month"], r["day"])})
+        if record is not None and len(entities) == 1 and entities[0] is not None:
+            record["flight_key"] = flight_key(entities[0])
         if invalid and self.policy.invalid_input == "reject":
             raise RequestError(
                 422, "invalid_input", "the request breaks contract predict_request", violations=invalid
@@ -580,6 +583,13 @@ class Gateway:
             client_timeout=timeout,
         )
         return result.as_numpy("score")[:, 0].astype(np.float64)
+
+
+def flight_key(flight: dict[str, Any]) -> str:
+    """carrier-flight-origin-scheduled hour (UTC): how exposures meet outcomes (keel.exposures)."""
+    th = flight["time_hour"]
+    stamp = th.strftime("%Y-%m-%dT%H:%M:%SZ") if hasattr(th, "strftime") else str(th)
+    return f"{flight['carrier']}-{flight.get('flight')}-{flight['origin']}-{stamp}"
 
 
 def _parse(body: bytes) -> dict[str, Any]:

@@ -78,6 +78,7 @@ def test_gateway_answers_with_online_features_and_says_which_model(runtime, serv
     ]
     assert line["model_version"] == 1 and line["sha256"] == runtime.shas[0] and line["status"] == 200
     assert line["unit_id"] == row["flight_id"] and line["latency_ms"] > 0
+    assert line["routed_version"] == 1 and line["flight_key"].startswith(f"{row['carrier']}-")
 
 
 def test_a_batch_scores_every_flight(runtime, serving_models):
@@ -213,6 +214,11 @@ def test_circuit_breaker_opens_falls_back_and_recovers_through_half_open(runtime
     )
     assert set(statuses) == {200}  # every request before it opened was retried on the fallback
     assert metric(runtime, "keel_gateway_breaker_state", model_version=1) == 2
+    # In the exposure log these answers stay attributable: routed to version 1, answered by version 2.
+    fell_back = [
+        e for e in read_exposures(runtime.home / "serving" / "exposures") if "fallback" in (e.get("degraded") or [])
+    ]
+    assert fell_back and all(e["routed_version"] == 1 and e["model_version"] == 2 for e in fell_back)
 
     (runtime.home / "fault-1").unlink()
     deadline = time.monotonic() + 10

@@ -1,0 +1,104 @@
+"""What the exposure log says about each model version: the canary controller's (and experiments') evidence.
+
+The gateway writes one JSON line per request (gpu_runtime/gateway/exposure.py). Here they become per-arm
+statistics for a time window:
+
+- an arm is the version a request was **routed** to (``routed_version``), not the one that answered: a request
+  routed to a failing challenger and answered by the fallback counts as a challenger error — the user saw no
+  failure, the challenger did fail;
+- errors: not answered (status ≠ 200), or answered by another version than the one routed to;
+- p99 latency over the arm's answered requests;
+- realized quality: log-loss of the arm's scores on requests whose flight outcome is known (``labels``:
+  flight_key → 0/1, from validated flights: arr_delay > 15 min).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from keel.canary import ArmStats
+
+EPS = 1e-15
+
+
+def read_exposure_frame(directory: str | Path) -> pl.DataFrame:
+    """Every complete line of the exposure log as a frame (a torn last line is skipped)."""
+    from gpu_runtime.gateway.exposure import read_exposures
+
+    rows = read_exposures(directory)
+    return exposure_frame(rows)
+
+
+def exposure_frame(rows: Iterable[Mapping[str, Any]]) -> pl.DataFrame:
+    schema = {
+        "ts": pl.Float64,
+        "status": pl.Int64,
+        "model_version": pl.Int64,
+        "routed_version": pl.Int64,
+        "latency_ms": pl.Float64,
+        "score": pl.Float64,
+        "flight_key": pl.String,
+        "error": pl.String,
+    }
+    data = {k: [] for k in schema}
+    for r in rows:
+        score = r.get("score")
+        for k in schema:
+            v = r.get(k)
+            data[k].append(
+                score if k == "score" and isinstance(score, int | float) else (None if k == "score" else v)
+            )
+    return pl.DataFrame(data, schema=schema)
+
+
+def arm_stats(
+    frame: pl.DataFrame,
+    version: int,
+    *,
+    since: float,
+    until: float | None = None,
+    labels: Mapping[str, int] | None = None,
+) -> ArmStats:
+    """The statistics of requests routed to ``version`` with since ≤ ts < until."""
+    f = frame.filter((pl.col("routed_version") == version) & (pl.col("ts") >= since))
+    if until is not None:
+        f = f.filter(pl.col("ts") < until)
+    n = f.height
+    if n == 0:
+        return ArmStats(requests=0, errors=0, p99_ms=None, labelled=0, log_loss=None)
+    ok = (pl.col("status") == 200) & (pl.col("model_version") == version)
+    errors = int(f.select((~ok).fill_null(True).sum()).item())
+    answered = f.filter(ok)
+    p99 = float(answered["latency_ms"].quantile(0.99, "nearest")) if answered.height else None
+    labelled, loss = 0, None
+    if labels:
+        lab = answered.filter(pl.col("flight_key").is_in(list(labels)) & pl.col("score").is_not_null())
+        if lab.height:
+            y = lab["flight_key"].replace_strict(dict(labels), return_dtype=pl.Float64).to_numpy()
+            p = lab["score"].clip(EPS, 1 - EPS).to_numpy()
+            loss = float(-(y * np.log(p) + (1 - y) * np.log(1 - p)).mean())
+            labelled = lab.height
+    return ArmStats(requests=n, errors=errors, p99_ms=p99, labelled=labelled, log_loss=loss)
+
+
+def outcome_labels(validated_flights: pl.DataFrame, late_minutes: float = 15) -> dict[str, int]:
+    """flight_key → 1 when the flight arrived more than ``late_minutes`` late, for flights whose outcome is in."""
+    known = validated_flights.filter(pl.col("arr_delay").is_not_null())
+    keys = known.select(
+        pl.concat_str(
+            [
+                pl.col("carrier"),
+                pl.col("flight").cast(pl.String),
+                pl.col("origin"),
+                pl.col("time_hour").dt.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            ],
+            separator="-",
+        ).alias("k"),
+        (pl.col("arr_delay") > late_minutes).cast(pl.Int8).alias("y"),
+    ).unique("k", keep="first")
+    return dict(zip(keys["k"].to_list(), keys["y"].to_list(), strict=True))
