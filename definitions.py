@@ -7,13 +7,21 @@ from __future__ import annotations
 
 import dagster as dg
 
-from assets.deployment import deployment_assets
+from assets.deployment import deployment_assets, rollback_job
 from assets.drift import drift_assets
 from assets.features import feature_assets
 from assets.models import model_assets
 from assets.raw import raw_assets
 from assets.validated import build_validated_assets
-from resources import LedgerResource, ModelRegistryResource, OnlineStoreResource, ParquetIOManager, TritonResource
+from resources import (
+    LedgerResource,
+    ModelRegistryResource,
+    OnlineStoreResource,
+    ParquetIOManager,
+    PolicyStoreResource,
+    TritonResource,
+)
+from sensors.canary import canary_sensor
 from sensors.drift import drift_sensor
 
 validated_assets = build_validated_assets()
@@ -28,13 +36,14 @@ pipeline_job = dg.define_asset_job(
 
 defs = dg.Definitions(
     assets=[*raw_assets, *validated_assets, *feature_assets, *drift_assets, *model_assets, *deployment_assets],
-    jobs=[pipeline_job],
-    sensors=[drift_sensor],
+    jobs=[pipeline_job, rollback_job],
+    sensors=[drift_sensor, canary_sensor],
     resources={
         "io_manager": ParquetIOManager(),
         "online_store": OnlineStoreResource(),
         "registry": ModelRegistryResource(),
         "ledger": LedgerResource(),
         "triton": TritonResource(),
+        "policies": PolicyStoreResource(),
     },
 )

@@ -114,3 +114,45 @@ def _latest_manifest(context: dg.AssetExecutionContext) -> dict:
 
 
 deployment_assets = [model_deployment]
+
+
+@dg.op(
+    description="Restores the previous release from the ledger: its model back in Triton as champion (hot swap), "
+    "the registry's champion alias, and a revert entry in the ledger.",
+    config_schema={
+        "reason": dg.Field(str, default_value="rollback requested"),
+        "model": dg.Field(str, default_value=MODEL_NAME),
+    },
+)
+def rollback_op(
+    context: dg.OpExecutionContext, registry: ModelRegistryResource, triton: TritonResource, ledger: LedgerResource
+) -> None:
+    from gpu_runtime.rollback import rollback
+
+    reg, led = registry.open(), ledger.open()
+    try:
+        result = rollback(
+            reg, led, triton.deployer(len(FEATURE_NAMES)), context.op_config["model"], context.op_config["reason"]
+        )
+    finally:
+        reg.close()
+        led.close()
+    context.log.info(f"rolled back {result.replaced.release_id} → {result.restored.release_id}")
+    context.log_event(
+        dg.AssetMaterialization(
+            MODEL_DEPLOYMENT,
+            description=f"rollback: {context.op_config['reason']}",
+            metadata={
+                "release_id": result.restored.release_id,
+                "ledger_seq": result.restored.seq,
+                "reverts": result.restored.reverts or -1,
+                "replaced_release": result.replaced.release_id,
+                "routing_generation": result.report.generation,
+            },
+        )
+    )
+
+
+@dg.job(description="Roll back to the previous release (the ledger's), as `keel rollback` does from a shell.")
+def rollback_job():
+    rollback_op()

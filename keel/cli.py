@@ -123,7 +123,40 @@ def build_parser() -> argparse.ArgumentParser:
     pat.set_defaults(func=_policy_at)
     pverify = psub.add_parser("verify", help="check the hash chain and SQLite integrity (exit 1 on a problem)")
     pverify.set_defaults(func=_policy_verify)
+
+    rb = sub.add_parser(
+        "rollback", help="put the previous release back in service (Triton, routing, registry, ledger)"
+    )
+    rb.add_argument("--reason", required=True)
+    rb.add_argument("--model", default="flight-delay")
+    rb.set_defaults(func=_rollback)
     return parser
+
+
+def _rollback(args: argparse.Namespace) -> int:
+    from gpu_runtime.rollback import rollback
+    from keel.features.definitions import FEATURE_NAMES
+    from keel.ledger import Ledger
+    from keel.registry import ModelRegistry
+    from resources.triton import TritonResource
+
+    home = _home()
+    ledger_path = home / "ledger.sqlite"
+    if not ledger_path.exists():
+        raise DataReadError(f"{ledger_path}: no ledger here (set KEEL_HOME)")
+    triton = TritonResource(serving_dir=str(home / "serving"))
+    registry, ledger = ModelRegistry(home / "registry"), Ledger(ledger_path)
+    try:
+        result = rollback(registry, ledger, triton.deployer(len(FEATURE_NAMES)), args.model, args.reason)
+    finally:
+        registry.close()
+        ledger.close()
+    print(
+        f"rolled back {result.replaced.release_id} → {result.restored.release_id} "
+        f"(ledger entry #{result.restored.seq}, reverts #{result.restored.reverts}); "
+        f"routing generation {result.report.generation}, loaded {list(result.report.loaded)}"
+    )
+    return EXIT_OK
 
 
 def _home() -> Path:
@@ -225,10 +258,15 @@ def _policy_at(args: argparse.Namespace) -> int:
 
 def _policy_verify(args: argparse.Namespace) -> int:
     result = _open_policies(args).verify()
-    for problem in result.problems:
+    return _report_verify(result.ok, result.problems, f"{result.commits} commits")
+
+
+def _report_verify(ok: bool, problems: tuple[str, ...], what: str) -> int:
+    """How both hash-chained logs (ledger, policies) report a verify: each problem, then the verdict."""
+    for problem in problems:
         print(f"  {problem}")
-    print(f"{result.commits} commits: {'ok' if result.ok else 'TAMPERED'}")
-    return EXIT_OK if result.ok else EXIT_PROBLEM
+    print(f"{what}: {'ok' if ok else 'TAMPERED'}")
+    return EXIT_OK if ok else EXIT_PROBLEM
 
 
 def _ledger_path(args: argparse.Namespace) -> Path:
@@ -329,10 +367,7 @@ def _ledger_log(args: argparse.Namespace) -> int:
 
 def _ledger_verify(args: argparse.Namespace) -> int:
     result = _open_ledger(args).verify()
-    for problem in result.problems:
-        print(f"  {problem}")
-    print(f"{result.entries} entries: {'ok' if result.ok else 'TAMPERED'}")
-    return EXIT_OK if result.ok else EXIT_PROBLEM
+    return _report_verify(result.ok, result.problems, f"{result.entries} entries")
 
 
 def _drift(args: argparse.Namespace) -> int:

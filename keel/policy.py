@@ -174,8 +174,10 @@ def validate_policy(name: str, type_: str, body: Any, versions_of: Callable[[str
                 "error_ratio",
                 "alpha",
                 "max_log_loss_increase",
+                "min_labelled",
                 "progress_deadline_s",
                 "on_breach",
+                "state",
             },
         )
         model = body.get("model")
@@ -207,6 +209,22 @@ def validate_policy(name: str, type_: str, body: Any, versions_of: Callable[[str
         _num(name, "max_log_loss_increase", body, "max_log_loss_increase", lo=0, required=False)
         _num(name, "min_labelled", body, "min_labelled", lo=1, integer=True, required=False)
         _num(name, "progress_deadline", body, "progress_deadline_s", lo=0, lo_open=True, required=False)
+        rollout = body.get("state")
+        if rollout is not None:
+            if not isinstance(rollout, dict) or rollout.get("status") not in (
+                "running",
+                "promoted",
+                "rolled_back",
+                "paused",
+            ):
+                raise PolicyValidationError(
+                    name,
+                    "state_status",
+                    f"state.status must be running, promoted, rolled_back or paused, got {rollout!r}",
+                )
+            _num(name, "state_step", rollout, "step", lo=0, hi=len(steps) - 1, integer=True)
+            _num(name, "state_started", rollout, "started_at", lo=0)
+            _num(name, "state_step_started", rollout, "step_started_at", lo=0)
         if body.get("on_breach", "rollback") not in ("rollback", "pause"):
             raise PolicyValidationError(
                 name, "on_breach", f"on_breach is rollback or pause, got {body.get('on_breach')!r}"

@@ -131,6 +131,15 @@ class ModelRegistry:
         n = self._db.execute("SELECT COUNT(*) FROM models WHERE name = ?", (name,)).fetchone()[0]
         return list(range(1, int(n) + 1))
 
+    def sha_of_version(self, name: str, version: int) -> str:
+        """The sha256 of registry version ``version`` of ``name`` (the inverse of ``version``)."""
+        row = self._db.execute(
+            "SELECT sha256 FROM models WHERE name = ? ORDER BY rowid LIMIT 1 OFFSET ?", (name, max(version - 1, 0))
+        ).fetchone()
+        if row is None or version < 1:
+            raise RegistryError(f"model {name} has no registry version {version}")
+        return row[0]
+
     def alias(self, name: str, alias: str) -> str | None:
         row = self._db.execute("SELECT sha256 FROM aliases WHERE name = ? AND alias = ?", (name, alias)).fetchone()
         return row[0] if row else None

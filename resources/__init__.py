@@ -3,6 +3,7 @@
 from resources.ledger import LedgerResource
 from resources.online_store import OnlineStoreResource
 from resources.parquet_io import ParquetIOManager, keel_home
+from resources.policy import PolicyStoreResource
 from resources.registry import ModelRegistryResource
 from resources.triton import TritonResource
 
@@ -11,6 +12,7 @@ __all__ = [
     "ModelRegistryResource",
     "OnlineStoreResource",
     "ParquetIOManager",
+    "PolicyStoreResource",
     "TritonResource",
     "keel_home",
 ]

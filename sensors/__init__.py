@@ -1,4 +1,2 @@
-"""Sensors and schedules that close the loop (drift, feature health, canary, guardrails) live here.
-
-The foundation has none yet: the drift sensor arrives with the features issue.
-"""
+"""Sensors that close the loop: drift (freeze features, request retraining) and canary (advance, promote or roll
+back a challenger). Guardrails arrive with the experiments work."""

@@ -27,3 +27,17 @@ def make_contract(columns: str, rules: str = "", **top: object) -> CompiledContr
 @pytest.fixture
 def repo() -> Path:
     return REPO
+
+
+def cupy_backend_or_none():
+    """The cupy array backend when cupy sees a CUDA device, else None (GPU-marked tests skip then)."""
+    from gpu_runtime.kernels import ArrayBackend
+
+    try:
+        import cupy
+
+        if cupy.cuda.runtime.getDeviceCount() > 0:
+            return ArrayBackend("cupy", cupy)
+    except Exception:
+        return None
+    return None

@@ -6,22 +6,11 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from gpu_runtime.kernels import ArrayBackend, backend, bin_counts, finite_sorted, numpy_backend, wasserstein_ks
-
-
-def _cupy_backend() -> ArrayBackend | None:
-    try:
-        import cupy
-
-        if cupy.cuda.runtime.getDeviceCount() > 0:
-            return ArrayBackend("cupy", cupy)
-    except Exception:
-        return None
-    return None
-
+from gpu_runtime.kernels import backend, bin_counts, finite_sorted, numpy_backend, wasserstein_ks
+from tests.conftest import cupy_backend_or_none
 
 BACKENDS = [pytest.param(numpy_backend(), id="numpy")]
-_gpu = _cupy_backend()
+_gpu = cupy_backend_or_none()
 BACKENDS.append(
     pytest.param(_gpu, id="cupy", marks=pytest.mark.gpu)
     if _gpu

@@ -113,3 +113,50 @@ def test_deploy_promote_redeploy_and_the_ledger(runtime, serving_models):
     assert at.returncode == 0 and first["release_id"] in at.stdout and runtime.shas[0] in at.stdout
     again = deploy(runtime, instance)  # nothing changed: no reload, no new ledger entry
     assert again["loaded_versions"] == [] and len(Ledger(runtime.home / "ledger.sqlite").log()) == 2
+
+
+def test_rollback_from_the_shell_and_as_a_dagster_job(runtime, serving_models):
+    """After the releases above (model 1, then model 2): `keel rollback` puts model 1 back — Triton, routing,
+    registry, and a revert entry in the ledger — and the rollback job, run next, rolls forward to model 2 again."""
+    import os
+
+    from assets.deployment import rollback_job
+
+    _, feb = serving_models
+    body = request_body(feb.row(6, named=True))
+    ledger_path = runtime.home / "ledger.sqlite"
+    before = Ledger(ledger_path).log()
+    assert [e.manifest["model"]["parts"]["sha256"] for e in before] == runtime.shas[:2]
+
+    out = subprocess.run(
+        [sys.executable, "-m", "keel.cli", "rollback", "--reason", "challenger looks wrong"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=os.environ | {"KEEL_HOME": str(runtime.home)},
+    )
+    assert out.returncode == 0, out.stderr
+    resp = serving_version(runtime, body, 1)
+    assert resp.headers["x-model-signature"] == runtime.shas[0]
+    entries = Ledger(ledger_path).log()
+    assert (
+        len(entries) == 3 and entries[-1].reverts == entries[0].seq and entries[-1].release_id == before[0].release_id
+    )
+    registry = ModelRegistry(runtime.home / "registry")
+    assert registry.alias(MODEL, "champion") == runtime.shas[0]
+    assert Ledger(ledger_path).verify().ok
+
+    result = rollback_job.execute_in_process(
+        resources={
+            "registry": ModelRegistryResource(root=str(runtime.home / "registry")),
+            "triton": TritonResource(serving_dir=str(runtime.home / "serving"), drain_s=0.3),
+            "ledger": LedgerResource(path=str(ledger_path)),
+        },
+        run_config={"ops": {"rollback_op": {"config": {"reason": "undo the rollback"}}}},
+    )
+    assert result.success
+    [mat] = [e for e in result.all_events if e.event_type_value == "ASSET_MATERIALIZATION"]
+    assert mat.asset_key == MODEL_DEPLOYMENT
+    resp = serving_version(runtime, body, 2)
+    assert resp.headers["x-model-signature"] == runtime.shas[1]
+    assert Ledger(ledger_path).log()[-1].release_id == before[1].release_id

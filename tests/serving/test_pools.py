@@ -9,23 +9,12 @@ import numpy as np
 import polars as pl
 import pytest
 
-from gpu_runtime.kernels import ArrayBackend, numpy_backend
+from gpu_runtime.kernels import numpy_backend
 from gpu_runtime.pools import HEADROOM, ModelMemoryPool, PoolBudgetExceeded, PoolRegistry
 from keel.drift import build_reference, compare
+from tests.conftest import cupy_backend_or_none
 
-
-def _cupy_backend() -> ArrayBackend | None:
-    try:
-        import cupy
-
-        if cupy.cuda.runtime.getDeviceCount() > 0:
-            return ArrayBackend("cupy", cupy)
-    except Exception:
-        return None
-    return None
-
-
-GPU = _cupy_backend()
+GPU = cupy_backend_or_none()
 BACKENDS = [pytest.param(numpy_backend(), id="cpu")] + [
     pytest.param(GPU, id="gpu", marks=pytest.mark.gpu)
     if GPU

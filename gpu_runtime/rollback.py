@@ -1,0 +1,63 @@
+"""Rollback: put the previous release back in service and say so in the ledger.
+
+``rollback`` reads the ledger: the live release is the last entry, the previous release the newest earlier entry
+with another release id. It deploys that release's model (its registry version, hash-verified on load) as the
+champion with a hot swap — the release being replaced stays loaded as the breaker's fallback — makes it the
+registry's champion again, and appends a revert entry pointing at the earlier one. Nothing is rewritten.
+Used by the `keel rollback` command and the Dagster `rollback` job.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpu_runtime.deploy import Deployer, DeployReport, Route, Target
+from keel.errors import KeelError
+from keel.ledger import Ledger, LedgerEntry
+from keel.registry import ModelRegistry
+
+
+class RollbackError(KeelError):
+    """There is nothing to roll back to, or the release to restore is not in the registry."""
+
+
+@dataclass(frozen=True)
+class RollbackResult:
+    replaced: LedgerEntry
+    restored: LedgerEntry  # the new (revert) entry
+    report: DeployReport
+
+
+def previous_release(ledger: Ledger) -> tuple[LedgerEntry, LedgerEntry]:
+    """(live entry, the entry to restore)."""
+    log = ledger.log()
+    if not log:
+        raise RollbackError("the ledger is empty: nothing is live, nothing to roll back to")
+    live = log[-1]
+    for entry in reversed(log[:-1]):
+        if entry.release_id != live.release_id:
+            return live, entry
+    raise RollbackError(f"release {live.release_id} is the only release in the ledger: nothing to roll back to")
+
+
+def rollback(registry: ModelRegistry, ledger: Ledger, deployer: Deployer, model: str, reason: str) -> RollbackResult:
+    live, target = previous_release(ledger)
+    sha = target.manifest.get("model", {}).get("parts", {}).get("sha256")
+    live_sha = live.manifest.get("model", {}).get("parts", {}).get("sha256")
+    if not sha:
+        raise RollbackError(f"ledger entry {target.seq} ({target.release_id}) names no model sha256")
+    version = registry.version(model, sha)
+    text = registry.load(sha)  # verifies the hash: a corrupt file stops the rollback before anything changes
+    champion = Target(Route("champion", version, sha, 1.0, target.release_id), text, {"registry_version": version})
+    fallback = None
+    if live_sha and live_sha != sha:
+        live_version = registry.version(model, live_sha)
+        fallback = Target(
+            Route("fallback", live_version, live_sha, 0.0, live.release_id),
+            registry.load(live_sha),
+            {"registry_version": live_version},
+        )
+    report = deployer.deploy(model, [champion], fallback=fallback)
+    registry.promote(model, sha, f"rollback from {live.release_id}: {reason}")
+    restored = ledger.revert(target.seq, reason)
+    return RollbackResult(live, restored, report)
