@@ -21,10 +21,7 @@ import sys
 from pathlib import Path
 
 from gpu_runtime.triton import ADMIN_KEY_ENV, TritonServer, free_port
-
-
-def keel_home() -> Path:
-    return Path(os.environ.get("KEEL_HOME") or Path(__file__).resolve().parent.parent / ".keel").resolve()
+from keel.storage import keel_home
 
 
 def serving_dir(home: Path | None = None) -> Path:

@@ -160,9 +160,9 @@ def _rollback(args: argparse.Namespace) -> int:
 
 
 def _home() -> Path:
-    import os
+    from keel.storage import keel_home
 
-    return Path(os.environ.get("KEEL_HOME") or Path.cwd() / ".keel")
+    return keel_home()
 
 
 def _open_policies(args: argparse.Namespace, *, must_exist: bool = True):
@@ -171,19 +171,9 @@ def _open_policies(args: argparse.Namespace, *, must_exist: bool = True):
     path = args.store or _home() / "policies.sqlite"
     if must_exist and not Path(path).exists():
         raise DataReadError(f"{path}: no policy store here (pass --store FILE or set KEEL_HOME)")
-    registry_root = args.registry or _home() / "registry"
-    versions_of = None
-    if (Path(registry_root) / "registry.sqlite").exists():
-        from keel.registry import ModelRegistry
+    from keel.registry import versions_lookup
 
-        def versions_of(model: str) -> set[int]:
-            reg = ModelRegistry(registry_root)
-            try:
-                return set(reg.versions(model))
-            finally:
-                reg.close()
-
-    return PolicyStore(path, versions_of=versions_of)
+    return PolicyStore(path, versions_of=versions_lookup(args.registry or _home() / "registry"))
 
 
 def _print_policies(version: int, policies: dict) -> None:
@@ -270,9 +260,7 @@ def _report_verify(ok: bool, problems: tuple[str, ...], what: str) -> int:
 
 
 def _ledger_path(args: argparse.Namespace) -> Path:
-    import os
-
-    return args.ledger or Path(os.environ.get("KEEL_HOME") or Path.cwd() / ".keel") / "ledger.sqlite"
+    return args.ledger or _home() / "ledger.sqlite"
 
 
 def _lineage_graph(args: argparse.Namespace):

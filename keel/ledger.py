@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sqlite3
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from keel.errors import KeelError
+from keel.storage import connect_durable
 
 GENESIS = "0" * 64
 
@@ -57,10 +57,7 @@ def entry_hash(
 class Ledger:
     def __init__(self, path: str | Path):
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(self.path, isolation_level=None, timeout=30)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")
+        self._db = connect_durable(self.path)
         self._db.executescript(
             """
             CREATE TABLE IF NOT EXISTS entries (seq INTEGER PRIMARY KEY, release_id TEXT NOT NULL, live_from TEXT NOT NULL,

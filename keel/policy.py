@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from keel.errors import KeelError
+from keel.storage import connect_durable
 
 GENESIS = "0" * 64
 POLICY_TYPES = ("ab_test", "canary", "circuit_breaker", "rate_limit", "feature_freeze", "sla_tier")
@@ -302,10 +303,7 @@ class PolicyStore:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.versions_of = versions_of
         self.busy_timeout_s = busy_timeout_s
-        self._db = sqlite3.connect(self.path, isolation_level=None, timeout=busy_timeout_s)
-        self._db.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
-        self._retry(lambda: self._db.execute("PRAGMA journal_mode=WAL"))
-        self._db.execute("PRAGMA synchronous=FULL")
+        self._db = self._retry(lambda: connect_durable(self.path, busy_timeout_s=busy_timeout_s))
         self._retry(
             lambda: self._db.executescript(
                 """

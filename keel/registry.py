@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sqlite3
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -18,7 +18,7 @@ from typing import Any
 
 from keel.errors import KeelError
 from keel.names import validate_name
-from keel.storage import _atomic
+from keel.storage import _atomic, connect_durable
 
 ALIASES = ("champion", "challenger", "archived")
 
@@ -39,9 +39,7 @@ class ModelRegistry:
     def __init__(self, root: str | Path):
         self.root = Path(root)
         (self.root / "models").mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(self.root / "registry.sqlite", isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")
+        self._db = connect_durable(self.root / "registry.sqlite")
         self._db.executescript(
             """
             CREATE TABLE IF NOT EXISTS models (name TEXT NOT NULL, sha256 TEXT NOT NULL, metadata TEXT NOT NULL,
@@ -191,3 +189,19 @@ class ModelRegistry:
             "SELECT alias, sha256, previous, reason, at FROM alias_events WHERE name = ? ORDER BY id", (name,)
         )
         return [dict(zip(("alias", "sha256", "previous", "reason", "at"), r, strict=True)) for r in rows]
+
+
+def versions_lookup(root: str | Path) -> Callable[[str], set[int]] | None:
+    """``model → its registry versions`` for the registry at ``root`` (None when there is none there): what the
+    policy store checks model versions against."""
+    if not (Path(root) / "registry.sqlite").exists():
+        return None
+
+    def versions_of(model: str) -> set[int]:
+        reg = ModelRegistry(root)
+        try:
+            return set(reg.versions(model))
+        finally:
+            reg.close()
+
+    return versions_of

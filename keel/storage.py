@@ -8,12 +8,33 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO
 
 import polars as pl
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def keel_home() -> Path:
+    """Where keel keeps its state: ``$KEEL_HOME``, else ``.keel`` in the repository. Read at call time."""
+    return Path(os.environ.get("KEEL_HOME") or REPO_ROOT / ".keel").resolve()
+
+
+def connect_durable(path: str | Path, *, busy_timeout_s: float = 30.0) -> sqlite3.Connection:
+    """A SQLite connection for the control-plane logs (registry, ledger, policies): autocommit (callers open their
+    own BEGIN IMMEDIATE), WAL so readers never block the writer, synchronous=FULL so a commit that returned survives
+    a crash, and a busy timeout so a writer waits for another instead of failing."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    db = sqlite3.connect(path, isolation_level=None, timeout=busy_timeout_s)
+    db.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=FULL")
+    return db
 
 
 def _atomic(path: Path, write: Callable[[BinaryIO], None]) -> None:

@@ -7,21 +7,13 @@ they are validated as names first; nothing is written outside ``base_dir``.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import dagster as dg
 import polars as pl
 
 from keel.names import validate_name
-from keel.storage import write_parquet_atomic
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
-
-
-def keel_home() -> Path:
-    """Where keel keeps its state: ``$KEEL_HOME``, else ``.keel`` in the repository. Read at call time."""
-    return Path(os.environ.get("KEEL_HOME") or REPO_ROOT / ".keel").resolve()
+from keel.storage import keel_home, write_parquet_atomic
 
 
 class ParquetIOManager(dg.ConfigurableIOManager):

@@ -7,7 +7,7 @@ from pathlib import Path
 import dagster as dg
 
 from keel.policy import PolicyStore
-from keel.registry import ModelRegistry
+from keel.registry import versions_lookup
 from resources.parquet_io import keel_home
 
 
@@ -17,12 +17,7 @@ class PolicyStoreResource(dg.ConfigurableResource):
 
     def open(self) -> PolicyStore:
         registry_root = Path(self.registry_root) if self.registry_root else keel_home() / "registry"
-
-        def versions_of(model: str) -> set[int]:
-            reg = ModelRegistry(registry_root)
-            try:
-                return set(reg.versions(model))
-            finally:
-                reg.close()
-
-        return PolicyStore(Path(self.path) if self.path else keel_home() / "policies.sqlite", versions_of=versions_of)
+        return PolicyStore(
+            Path(self.path) if self.path else keel_home() / "policies.sqlite",
+            versions_of=versions_lookup(registry_root),
+        )

@@ -341,8 +341,11 @@ class Gateway:
             self.metrics.inc("keel_gateway_rate_limited_total", {"tenant": tenant})
             raise RequestError(429, "rate_limited", f"tenant {tenant} is over its rate limit")
 
-        self.reload_routing()
-        self.reload_policies()
+        if self._watcher is None:  # embedded without an ASGI lifespan: nobody else follows routing and policies
+            self.reload_routing()
+            self.reload_policies()
+        if self.routing is None:  # the first deployment may be newer than the watcher's last look
+            self.reload_routing(force=True)
         if self.routing is None:
             raise RequestError(503, "not_deployed", "no model is deployed yet (no routing table)")
         table = self.routing
