@@ -3,15 +3,17 @@ appended to the ledger — the moment a release goes live."""
 
 import hashlib
 import json
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import dagster as dg
 
-from assets.models import MODEL_NAME, MODEL_PROMOTION
+from assets.models import DELAY_MODEL, MODEL_NAME, MODEL_PROMOTION
 from gpu_runtime.deploy import Route, Target
 from keel.features.definitions import FEATURE_NAMES
+from keel.policy import PolicyError
 from keel.release import infra_snapshot, release_manifest
 from resources.ledger import LedgerResource
+from resources.policy import PolicyStoreResource
 from resources.registry import ModelRegistryResource
 from resources.triton import TritonResource
 
@@ -32,14 +34,24 @@ def _sha(payload) -> str:
     description="Publishes the registry's champion — and the challenger and the previous champion (as the "
     "circuit breaker's fallback) when there are — to Triton with a hot swap (load, warm, switch the gateway's "
     "routing, unload the old), then appends the release (data, model, infra with the Triton version, policy) to "
-    "the ledger. Needs the model runtime running (`python -m gpu_runtime.serve`; scripts/up starts it).",
+    "the ledger. While a canary rollout runs (policy store), its challenger is deployed at the share of its current "
+    "step, and a run launched by the canary sensor shows the decision and its evidence. Needs the model runtime "
+    "running (`python -m gpu_runtime.serve`; scripts/up starts it).",
 )
 def model_deployment(
     context: dg.AssetExecutionContext,
     registry: ModelRegistryResource,
     triton: TritonResource,
     ledger: LedgerResource,
+    policies: PolicyStoreResource,
 ) -> dg.MaterializeResult:
+    store = policies.open()
+    try:
+        canary = running_canary(store.state(), MODEL_NAME)
+        store_version = store.version()
+        decision = _decision(store, context.run.tags.get("keel/policy_version"))
+    finally:
+        store.close()
     reg = registry.open()
     try:
         champion = reg.alias(MODEL_NAME, "champion")
@@ -53,8 +65,15 @@ def model_deployment(
             return Target(Route(name, version, sha, weight, release_id), reg.load(sha), {"registry_version": version})
 
         promotion = _latest_manifest(context)
-        targets = [target(champion, "champion", 1.0, None)]
-        if challenger and challenger != champion:
+        data_parts, model_parts = promotion["data"]["parts"], promotion["model"]["parts"]
+        if model_parts.get("sha256") != champion:  # a canary promoted another version: describe that one
+            data_parts, model_parts = _parts_of(reg.get(MODEL_NAME, champion))
+        share = canary.challenger_share if canary else 0.0
+        targets = [target(champion, "champion", 1.0 - share, None)]
+        canary_sha = reg.sha_of_version(MODEL_NAME, canary.challenger_version) if canary else None
+        if canary_sha and canary_sha != champion:  # a rollout in progress: its challenger at its step's share
+            targets.append(target(canary_sha, "challenger", share, None))
+        elif challenger and challenger != champion:
             targets.append(target(challenger, "challenger", CHALLENGER_WEIGHT, None))
         fallback = target(archived, "fallback", 0.0, None) if archived and archived != champion else None
     finally:
@@ -69,11 +88,10 @@ def model_deployment(
         "routing": _sha({"routes": routes, "fallback": fallback.route.version if fallback else None}),
         "gateway": gateway_policy.get("version"),
         "circuit_breaker": _sha(gateway_policy.get("breaker")),
-        "canary": None,  # the control-plane work versions canary policies
+        "store_version": store_version,  # the policy store's version: canary state, split, breaker, limits
+        "canary": {"name": canary.name, "version": canary.version, "status": canary.status} if canary else None,
     }
-    manifest = release_manifest(
-        data=promotion["data"]["parts"], model=promotion["model"]["parts"], infra=infra, policy=policy
-    )
+    manifest = release_manifest(data=data_parts, model=model_parts, infra=infra, policy=policy)
     release_id = manifest["release_id"]
     targets = [replace(t, route=replace(t.route, release_id=release_id)) for t in targets]
     report = triton.deployer(len(FEATURE_NAMES), control=control).deploy(MODEL_NAME, targets, fallback=fallback)
@@ -102,8 +120,82 @@ def model_deployment(
             ),
             "gateway": f"http://{endpoints['gateway']}",
             "manifest": dg.MetadataValue.json(manifest),
+            "policy_store_version": store_version,
+            **_canary_metadata(canary, decision),
         }
     )
+
+
+@dataclass(frozen=True)
+class RunningCanary:
+    """A canary rollout of the model that is not finished: its challenger stays deployed at its step's share."""
+
+    name: str
+    version: int  # the store version that last set the canary policy
+    status: str  # not started | running | paused
+    challenger_version: int
+    challenger_share: float  # from the canary's split policy (0 before the first step)
+
+
+def running_canary(state: dict, model: str) -> RunningCanary | None:
+    """The newest unfinished canary policy of ``model`` in a policy-store state (name → Policy), or None."""
+    from keel.canary import FINISHED
+
+    found = None
+    for name, p in state.items():
+        if p.type != "canary" or p.body.get("model") != model:
+            continue
+        status = (p.body.get("state") or {}).get("status", "not started")
+        if status in FINISHED or (found and found.version > p.version):
+            continue
+        split = state.get(f"{name}.split")
+        share = 0.0
+        if split is not None and split.type == "ab_test":
+            share = sum(
+                float(v["weight"])
+                for v in split.body["variants"]
+                if int(v["version"]) == int(p.body["challenger_version"])
+            )
+        found = RunningCanary(name, p.version, status, int(p.body["challenger_version"]), share)
+    return found
+
+
+def _decision(store, version: str | None) -> dict | None:
+    """The canary decision a run was launched for: the commit's reason is its evidence (JSON)."""
+    if not version:
+        return None
+    try:
+        return json.loads(store.commit(int(version)).reason)
+    except (ValueError, KeyError, PolicyError):
+        return None
+
+
+def _canary_metadata(canary: RunningCanary | None, decision: dict | None) -> dict:
+    out: dict = {}
+    if canary:
+        out |= {"canary": canary.name, "canary_status": canary.status, "challenger_share": canary.challenger_share}
+    if decision:
+        out |= {
+            "canary_action": decision.get("action", ""),
+            "canary_percent": float(decision.get("percent") or 0.0),
+            "canary_reasons": dg.MetadataValue.md("\n".join(f"- {r}" for r in decision.get("reasons", []))),
+            "canary_evidence": dg.MetadataValue.json(decision.get("evidence") or {}),
+        }
+    return out
+
+
+def _parts_of(record) -> tuple[dict, dict]:
+    """A release's data and model parts from a registered model's metadata (what model_promotion would write)."""
+    meta = record.metadata
+    data = {**(meta.get("data_versions") or {}), "contracts": meta.get("contracts")}
+    model = {
+        "sha256": record.sha256,
+        "asset": DELAY_MODEL.to_user_string(),
+        "training_code": meta.get("training_code_version"),
+        "feature_code": meta.get("feature_code_version"),
+        "params": meta.get("params"),
+    }
+    return data, model
 
 
 def _latest_manifest(context: dg.AssetExecutionContext) -> dict:

@@ -7,7 +7,8 @@ Open loop: request i is sent at start + i / rps whether or not earlier ones were
 as latency, not as a politely lower rate), bounded by ``--max-in-flight`` and ``--seconds``. The flights are the
 month's validated rows (contract ``flights``), in scheduled order, cycled; each request carries the flight's id as
 ``unit_id``. One JSON line per request goes to ``--out``: status, model_version, x-model-signature, latency.
-The summary (sent, answered, failed, achieved rate, p50/p99 latency, versions seen) is printed as JSON.
+The summary (sent, answered, failed, achieved rate, p50/p99 latency, versions seen) is printed as JSON. SIGTERM or
+Ctrl-C stops sending early; requests in flight finish and the summary is printed all the same.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import signal
 import statistics
 import sys
 import time
@@ -91,15 +93,26 @@ async def run(url: str, flights: list[dict], rps: float, seconds: float, max_in_
             finally:
                 sem.release()
 
+        stop = asyncio.Event()  # SIGTERM / Ctrl-C: stop sending, let what is in flight finish, report
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
         start = time.perf_counter()
         tasks = []
         for i in range(total):
             delay = start + i / rps - time.perf_counter()
             if delay > 0:
-                await asyncio.sleep(delay)
+                try:
+                    await asyncio.wait_for(stop.wait(), delay)
+                except TimeoutError:
+                    pass
+            if stop.is_set():
+                break
             await sem.acquire()
             tasks.append(asyncio.create_task(one(i)))
         await asyncio.gather(*tasks)
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
         elapsed = time.perf_counter() - start
     for r in results:
         if "sent_at_s" in r:
@@ -115,7 +128,8 @@ async def run(url: str, flights: list[dict], rps: float, seconds: float, max_in_
         if r["status"] == 200:
             versions[str(r["model_version"])] = versions.get(str(r["model_version"]), 0) + 1
     return {
-        "sent": total,
+        "sent": len(tasks),
+        "stopped_early": len(tasks) < total,
         "answered": len(results),
         "ok": sum(1 for r in results if r["status"] == 200),
         "failed": sum(1 for r in results if r["status"] != 200),

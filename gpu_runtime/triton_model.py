@@ -10,12 +10,14 @@ Input ``features`` FP32 [batch, n_features]; output ``score`` FP32 [batch, 1] = 
 
 Fault injection (named as such; for drills and the circuit-breaker test): when the model config's parameter
 ``keel_fault_file`` names a file (``{version}`` in it is replaced by this version's number) and that file exists,
-``execute`` answers every request with an error.
+``execute`` answers requests with an error: every request when the file is empty, else the share of inputs the
+file's number says (e.g. ``0.3``), chosen by a hash of the input's bytes — the same input always fails.
 """
 
 import hashlib
 import json
 import os
+import zlib
 
 import lightgbm as lgb
 import numpy as np
@@ -42,12 +44,41 @@ class TritonPythonModel:
         fault = params.get("keel_fault_file", {}).get("string_value") or None
         self.fault_file = fault.replace("{version}", str(args["model_version"])) if fault else None
 
+    def _faulty(self, request) -> bool:
+        try:
+            with open(self.fault_file) as fh:
+                text = fh.read().strip()
+        except OSError:
+            return False
+        try:
+            share = float(text) if text else 1.0
+        except ValueError:
+            share = 1.0  # not a number: fail everything, as an empty file does
+        if share >= 1.0:
+            return True
+        data = pb_utils.get_input_tensor_by_name(request, "features").as_numpy().tobytes()
+        return zlib.crc32(data) % 10_000 < share * 10_000
+
     def execute(self, requests):
         if self.fault_file and os.path.exists(self.fault_file):
-            return [
-                pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError("injected fault"))
-                for _ in requests
-            ]
+            faulty = [self._faulty(r) for r in requests]
+            if any(faulty):
+                if all(faulty):
+                    return [
+                        pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError("injected fault"))
+                        for _ in requests
+                    ]
+                good = [r for r, f in zip(requests, faulty, strict=True) if not f]
+                answers = iter(self._score(good))
+                return [
+                    pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError("injected fault"))
+                    if f
+                    else next(answers)
+                    for f in faulty
+                ]
+        return self._score(requests)
+
+    def _score(self, requests):
         # Dynamic batching hands us several requests: score them in one predict call.
         arrays = [pb_utils.get_input_tensor_by_name(r, "features").as_numpy() for r in requests]
         sizes = [a.shape[0] for a in arrays]

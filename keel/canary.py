@@ -12,7 +12,8 @@ The three checks, each on the exposures of the current step only:
   counts, so it is valid at 1 % traffic;
 - **latency** — the challenger's p99 above its SLA tier's p99 target;
 - **quality** — on flights whose outcome is in, the challenger's log-loss above the champion's by more than
-  ``max_log_loss_increase``.
+  ``max_log_loss_increase`` with confidence: a one-sided Welch z-test of the mean per-request log-loss difference
+  (H0: Δ ≤ max_log_loss_increase), p < ``alpha`` — a few unlucky labels do not roll a good model back.
 
 No data, too few samples, NaN → hold (never promote). A step advances only after ``interval_s`` *and*
 ``min_samples`` challenger requests with no breach; the last step (100 %) promotes. Past ``progress_deadline_s``
@@ -77,7 +78,8 @@ class ArmStats:
     errors: int
     p99_ms: float | None = None
     labelled: int = 0
-    log_loss: float | None = None
+    log_loss: float | None = None  # mean per-request log-loss on the labelled requests
+    log_loss_var: float | None = None  # its sample variance (per request), for the quality test
 
 
 @dataclass(frozen=True)
@@ -97,6 +99,21 @@ def rate_ratio_pvalue(chal_errors: int, chal_n: int, champ_errors: int, champ_n:
         return 1.0
     pi = ratio * chal_n / (ratio * chal_n + champ_n)
     return float(binom.sf(chal_errors - 1, k, pi))
+
+
+def log_loss_pvalue(chal: ArmStats, champ: ArmStats, margin: float) -> float:
+    """One-sided p-value for H0: challenger log-loss − champion log-loss ≤ margin (Welch z on the per-request
+    means; the labelled counts here are hundreds or more, where the normal approximation holds). NaN when a
+    variance is missing."""
+    from scipy.stats import norm
+
+    if not (_finite(chal.log_loss_var) and _finite(champ.log_loss_var)):
+        return float("nan")
+    se = math.sqrt(chal.log_loss_var / chal.labelled + champ.log_loss_var / champ.labelled)
+    delta = chal.log_loss - champ.log_loss - margin
+    if se == 0:
+        return 0.0 if delta > 0 else 1.0
+    return float(norm.sf(delta / se))
 
 
 def _finite(x: float | None) -> bool:
@@ -125,6 +142,7 @@ def decide(
                 "p99_ms": challenger.p99_ms,
                 "labelled": challenger.labelled,
                 "log_loss": challenger.log_loss,
+                "log_loss_var": challenger.log_loss_var,
             },
             "champion": {
                 "requests": champion.requests,
@@ -132,6 +150,7 @@ def decide(
                 "p99_ms": champion.p99_ms,
                 "labelled": champion.labelled,
                 "log_loss": champion.log_loss,
+                "log_loss_var": champion.log_loss_var,
             },
         }
         counts = (challenger.requests, challenger.errors, champion.requests, champion.errors)
@@ -167,16 +186,23 @@ def decide(
                     inconclusive.append("challenger p99 is missing or NaN")
             # quality on realized labels
             if challenger.labelled >= plan.min_labelled and champion.labelled >= plan.min_labelled:
-                if _finite(challenger.log_loss) and _finite(champion.log_loss):
+                p_loss = (
+                    log_loss_pvalue(challenger, champion, plan.max_log_loss_increase)
+                    if _finite(challenger.log_loss) and _finite(champion.log_loss)
+                    else float("nan")
+                )
+                if math.isfinite(p_loss):
                     delta = challenger.log_loss - champion.log_loss
                     evidence["log_loss_increase"] = delta
-                    if delta > plan.max_log_loss_increase:
+                    evidence["log_loss_pvalue"] = p_loss
+                    if p_loss < plan.alpha:
                         breaches.append(
-                            f"log-loss {challenger.log_loss:.4f} vs champion {champion.log_loss:.4f} on realized labels: "
-                            f"+{delta:.4f} > {plan.max_log_loss_increase}"
+                            f"log-loss {challenger.log_loss:.4f} vs champion {champion.log_loss:.4f} on "
+                            f"{challenger.labelled} realized labels: +{delta:.4f}, above +{plan.max_log_loss_increase} "
+                            f"with p = {p_loss:.3g} < α = {plan.alpha}"
                         )
                 else:
-                    inconclusive.append("log-loss is NaN")
+                    inconclusive.append("log-loss or its variance is NaN")
             if challenger.requests < plan.min_samples:
                 inconclusive.append(
                     f"{challenger.requests} challenger requests in this step, need {plan.min_samples}"

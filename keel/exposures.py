@@ -75,15 +75,17 @@ def arm_stats(
     errors = int(f.select((~ok).fill_null(True).sum()).item())
     answered = f.filter(ok)
     p99 = float(answered["latency_ms"].quantile(0.99, "nearest")) if answered.height else None
-    labelled, loss = 0, None
+    labelled, loss, var = 0, None, None
     if labels:
         lab = answered.filter(pl.col("flight_key").is_in(list(labels)) & pl.col("score").is_not_null())
         if lab.height:
             y = lab["flight_key"].replace_strict(dict(labels), return_dtype=pl.Float64).to_numpy()
             p = lab["score"].clip(EPS, 1 - EPS).to_numpy()
-            loss = float(-(y * np.log(p) + (1 - y) * np.log(1 - p)).mean())
+            losses = -(y * np.log(p) + (1 - y) * np.log(1 - p))
+            loss = float(losses.mean())
+            var = float(losses.var(ddof=1)) if lab.height > 1 else None
             labelled = lab.height
-    return ArmStats(requests=n, errors=errors, p99_ms=p99, labelled=labelled, log_loss=loss)
+    return ArmStats(requests=n, errors=errors, p99_ms=p99, labelled=labelled, log_loss=loss, log_loss_var=var)
 
 
 def outcome_labels(validated_flights: pl.DataFrame, late_minutes: float = 15) -> dict[str, int]:

@@ -25,6 +25,9 @@ class TritonResource(dg.ConfigurableResource):
     max_batch_size: int = 256
     max_queue_delay_us: int = 200
     drain_s: float = 1.0
+    # Fault injection for drills and tests (named as such): a path with {version}; while that file exists the
+    # version fails requests (all, or the share written in the file). gpu_runtime/triton_model.py documents it.
+    fault_file: str | None = None
 
     def root(self) -> Path:
         return Path(self.serving_dir) if self.serving_dir else keel_home() / "serving"
@@ -56,6 +59,7 @@ class TritonResource(dg.ConfigurableResource):
             max_queue_delay_us=self.max_queue_delay_us,
             instance_count=self.instance_count,
             instance_kind=self.instance_kind,
+            parameters={"keel_fault_file": self.fault_file} if self.fault_file else {},
         )
 
     def deployer(self, n_features: int, control: TritonControl | None = None) -> Deployer:

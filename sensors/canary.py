@@ -2,7 +2,9 @@
 
 Per tick and canary policy (type ``canary`` in the policy store): the rollout state lives in the policy itself
 (``state``: status, step, started_at, step_started_at; absent = not started). The sensor builds each arm's evidence
-from the exposure log since the step started (keel.exposures), asks keel.canary.decide, and — for every action
+from the exposure log since the step started (keel.exposures) — with the realized outcomes of the flights it
+scored, from the validated flights in storage, and the p99 target of the model's SLA tier (the store's ``sla_tier``
+policy, else the gateway's default tiers) — asks keel.canary.decide, and — for every action
 but *hold* — commits the new state together with the traffic split (an ``ab_test`` policy named
 ``<canary>.split``: the challenger gets the step's percent) as one policy commit whose reason is the evidence.
 Gateways follow the store, so the commit *is* the action. Each commit also becomes a run of ``model_deployment``
@@ -12,17 +14,21 @@ the challenger the registry's champion first.
 
 import json
 import time
+from pathlib import Path
 
 import dagster as dg
+import polars as pl
 
 from assets.deployment import MODEL_DEPLOYMENT
+from gpu_runtime.gateway.policy import GatewayPolicy, effective_policy
 from keel.canary import FINISHED, PROMOTED, ArmStats, CanaryPlan, CanaryState, decide
-from keel.exposures import arm_stats, read_exposure_frame
+from keel.exposures import arm_stats, outcome_labels, read_exposure_frame
 from resources.parquet_io import keel_home
 from resources.policy import PolicyStoreResource
 from resources.registry import ModelRegistryResource
 
 AUTHOR = "canary-controller"
+LABEL_COLUMNS = ["carrier", "flight", "origin", "time_hour", "arr_delay"]
 
 
 def split_for(body: dict, percent: float) -> dict:
@@ -36,22 +42,47 @@ def split_for(body: dict, percent: float) -> dict:
     }
 
 
-def evidence_for(body: dict, state: CanaryState, exposures_dir) -> tuple[ArmStats | None, ArmStats | None]:
+def realized_labels(frame: pl.DataFrame, storage_dir: Path | None) -> dict[str, int]:
+    """flight_key → 1/0 (arrived > 15 min late) for the scored flights whose outcome is in: the validated flights
+    of the months the exposures name (``<storage>/validated_flights/<month>.parquet``, as the pipeline stores them)."""
+    if storage_dir is None or frame.is_empty():
+        return {}
+    keys = frame["flight_key"].drop_nulls()
+    months = sorted(set(keys.str.slice(-20, 7).to_list()))  # key = carrier-flight-origin-YYYY-MM-DDTHH:MM:SSZ
+    paths = [storage_dir / "validated_flights" / f"{m}.parquet" for m in months]
+    frames = [pl.read_parquet(p, columns=LABEL_COLUMNS) for p in paths if p.exists()]
+    return outcome_labels(pl.concat(frames)) if frames else {}
+
+
+def evidence_for(
+    body: dict, state: CanaryState, exposures_dir, storage_dir: Path | None = None
+) -> tuple[ArmStats | None, ArmStats | None]:
     try:
-        frame = read_exposure_frame(exposures_dir)
+        frame = read_exposure_frame(exposures_dir).filter(pl.col("ts") >= state.step_started_at)
+        labels = realized_labels(frame, storage_dir)
     except Exception:  # noqa: BLE001 - a provider failure is "no data": the controller holds
         return None, None
     since = state.step_started_at
     return (
-        arm_stats(frame, body["challenger_version"], since=since),
-        arm_stats(frame, body["champion_version"], since=since),
+        arm_stats(frame, body["challenger_version"], since=since, labels=labels),
+        arm_stats(frame, body["champion_version"], since=since, labels=labels),
     )
 
 
-def tick(policies, registry, exposures_dir, now: float) -> list[dict]:
+def sla_p99_target(policies: dict, model: str) -> float:
+    """The p99 target of ``model``'s SLA tier, read as the gateways read it (committed policies over defaults)."""
+    try:
+        policy, _, _ = effective_policy(GatewayPolicy(), policies, None, set(), 0)
+    except Exception:  # noqa: BLE001 - an invalid store state: the gateways keep their defaults, so do we
+        policy = GatewayPolicy()
+    return policy.tier_of(model).p99_ms
+
+
+def tick(policies, registry, exposures_dir, now: float, storage_dir: Path | None = None) -> list[dict]:
     """One pass over the canary policies; returns what was committed (for run requests and logs)."""
     acted = []
-    for name, policy in policies.state().items():
+    current = policies.state()
+    for name, policy in current.items():
         if policy.type != "canary":
             continue
         body = dict(policy.body)
@@ -64,8 +95,8 @@ def tick(policies, registry, exposures_dir, now: float) -> list[dict]:
             state = CanaryState(**raw)
             if state.status in FINISHED:
                 continue
-            plan = CanaryPlan.from_policy(body)
-            challenger, champion = evidence_for(body, state, exposures_dir)
+            plan = CanaryPlan.from_policy(body, p99_target_ms=sla_p99_target(current, body["model"]))
+            challenger, champion = evidence_for(body, state, exposures_dir, storage_dir)
             d = decide(plan, state, challenger, champion, now)
             if d.action in ("hold", "none"):
                 continue
@@ -100,7 +131,8 @@ def canary_sensor(
 ):
     store, reg = policies.open(), registry.open()
     try:
-        acted = tick(store, reg, keel_home() / "serving" / "exposures", time.time())
+        home = keel_home()
+        acted = tick(store, reg, home / "serving" / "exposures", time.time(), storage_dir=home / "storage")
     finally:
         store.close()
         reg.close()

@@ -49,7 +49,14 @@ def contract_file(tmp_path) -> Path:
 
 @pytest.fixture
 def io(tmp_path):
-    from resources import LedgerResource, ModelRegistryResource, OnlineStoreResource, ParquetIOManager, TritonResource
+    from resources import (
+        LedgerResource,
+        ModelRegistryResource,
+        OnlineStoreResource,
+        ParquetIOManager,
+        PolicyStoreResource,
+        TritonResource,
+    )
 
     return {
         "io_manager": ParquetIOManager(base_dir=str(tmp_path / "storage")),
@@ -57,6 +64,9 @@ def io(tmp_path):
         "registry": ModelRegistryResource(root=str(tmp_path / "registry")),
         "ledger": LedgerResource(path=str(tmp_path / "ledger.sqlite")),
         "triton": TritonResource(serving_dir=str(tmp_path / "serving")),
+        "policies": PolicyStoreResource(
+            path=str(tmp_path / "policies.sqlite"), registry_root=str(tmp_path / "registry")
+        ),
     }
 
 

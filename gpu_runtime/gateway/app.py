@@ -99,7 +99,10 @@ class Gateway:
         self._policy_checked = 0.0
         self.weights: dict[int, float] | None = None  # model version → weight, from the store's ab_test policy
         self._policy_reader = PolicyReader(config.policy_store_path) if config.policy_store_path else None
-        self.policy_error: str | None = None
+        self.policy_error: str | None = None  # why the newest store version was refused
+        self.policy_notes: list[
+            str
+        ] = []  # what of the policy in force is not applied (a split to undeployed versions)
         self._watcher: asyncio.Task | None = None
         self.contract = CompiledContract(load_contract(config.contract_path))
         self.metrics = Metrics()
@@ -154,6 +157,15 @@ class Gateway:
         if force or mtime != self._routing_mtime:
             table = RoutingTable.read(self.config.routing_path)
             if table is not None and (self.routing is None or table.generation >= self.routing.generation):
+                if (
+                    self.routing is None
+                    or table.versions() != self.routing.versions()
+                    or table.model != self.routing.model
+                ):
+                    self._policy_seen, self._policy_checked = (
+                        0,
+                        0.0,
+                    )  # a split may apply (or not) to what is served now
                 self.routing = table
                 self.metrics.set_gauge("keel_gateway_routing_generation", {}, table.generation)
             self._routing_mtime = mtime
@@ -171,7 +183,7 @@ class Gateway:
         self._policy_seen = latest
         table = self.routing
         try:
-            policy, weights = effective_policy(
+            policy, weights, notes = effective_policy(
                 self.base_policy,
                 self._policy_reader.state(latest),
                 table.model if table else None,
@@ -183,7 +195,7 @@ class Gateway:
             self.policy_error = f"policy version {latest} refused: {exc}"
             return
         self.policy, self.weights, self.policy_version = policy, weights, latest
-        self.policy_error = None
+        self.policy_error, self.policy_notes = None, notes
         for b in self.breakers.values():
             b.policy = policy.breaker
         self.buckets.clear()  # new limits apply from the next request
@@ -264,6 +276,7 @@ class Gateway:
             "versions": self.routing.versions(),
             "policy_version": self.policy_version,
             "policy_error": self.policy_error,
+            "policy_notes": self.policy_notes,
         }
 
     def _export_sla(self) -> None:

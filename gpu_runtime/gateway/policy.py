@@ -162,16 +162,23 @@ class GatewayPolicy:
 
 def effective_policy(
     base: GatewayPolicy, policies: dict[str, Any], model: str | None, routed_versions: set[int], store_version: int
-) -> tuple[GatewayPolicy, dict[int, float] | None]:
-    """The gateway's policy once the committed policies (keel.policy.Policy by name) are laid over ``base``, and the
-    variant weights by model version from the model's ab_test policy (None: the routing table's weights stand).
+) -> tuple[GatewayPolicy, dict[int, float] | None, list[str]]:
+    """The gateway's policy once the committed policies (keel.policy.Policy by name) are laid over ``base``, the
+    variant weights by model version from the model's ab_test policy (None: the routing table's weights stand), and
+    notes on what was not applied.
 
     Each committed policy is validated again here (a gateway trusts no writer): a bad one raises PolicyError and the
-    caller keeps its last good policy. One policy of each type is used; with several, the first by name."""
+    caller keeps its last good policy. An ab_test split that gives traffic to a version this gateway does not serve
+    (a canary committed before its challenger is deployed, or the split of a finished rollout whose versions have
+    since been retired) is valid but not applicable: it is not applied — the deployment's weights stand — and a note
+    says why; the other policies still apply. With several splits of the model, the newest committed applicable one
+    is in force (a new canary's split supersedes a finished one's); of the other types, the first by name."""
     from keel.policy import PolicyValidationError, validate_policy
 
     raw = base.to_dict()
     weights: dict[int, float] | None = None
+    notes: list[str] = []
+    splits = []
     seen: set[str] = set()
     for name in sorted(policies):
         p = policies[name]
@@ -191,14 +198,18 @@ def effective_policy(
         elif p.type == "sla_tier":
             raw["tiers"] = {k: dict(v) for k, v in body["tiers"].items()}
             raw["model_tiers"] = dict(body.get("models") or {})
-        elif p.type == "ab_test" and body["model"] == model and weights is None:
-            wanted = {int(v["version"]): float(v["weight"]) for v in body["variants"]}
-            missing = sorted(v for v, w in wanted.items() if w > 0 and v not in routed_versions)
-            if missing:
-                raise PolicyError(
-                    f"policy '{name}': versions {missing} of {model} get traffic but are not deployed "
-                    f"(deployed: {sorted(routed_versions)})"
-                )
-            weights = wanted
+        elif p.type == "ab_test" and body["model"] == model:
+            splits.append(p)
+    for p in sorted(splits, key=lambda p: p.version, reverse=True):  # the newest applicable split is in force
+        wanted = {int(v["version"]): float(v["weight"]) for v in p.body["variants"]}
+        missing = sorted(v for v, w in wanted.items() if w > 0 and v not in routed_versions)
+        if missing:
+            notes.append(
+                f"split '{p.name}' not applied: versions {missing} of {model} get traffic in it but are not "
+                f"deployed (deployed: {sorted(routed_versions)})"
+            )
+            continue
+        weights = wanted
+        break
     raw["version"] = f"store-{store_version}"
-    return GatewayPolicy.from_dict(raw, source="policy store"), weights
+    return GatewayPolicy.from_dict(raw, source="policy store"), weights, notes

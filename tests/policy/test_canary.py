@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+import numpy as np
 import pytest
 from scipy import stats
 
@@ -17,6 +18,7 @@ from keel.canary import (
     CanaryPlan,
     CanaryState,
     decide,
+    log_loss_pvalue,
     rate_ratio_pvalue,
 )
 
@@ -32,8 +34,8 @@ PLAN = CanaryPlan(
     p99_target_ms=50,
 )
 T0 = 1_000_000.0
-GOOD = ArmStats(requests=400, errors=1, p99_ms=8.0, labelled=300, log_loss=0.45)
-CHAMP = ArmStats(requests=40_000, errors=100, p99_ms=8.0, labelled=30_000, log_loss=0.45)
+GOOD = ArmStats(requests=400, errors=1, p99_ms=8.0, labelled=300, log_loss=0.45, log_loss_var=0.25)
+CHAMP = ArmStats(requests=40_000, errors=100, p99_ms=8.0, labelled=30_000, log_loss=0.45, log_loss_var=0.25)
 
 
 def state(step=0, held=120.0, started=None, status=RUNNING):
@@ -77,7 +79,7 @@ def test_a_breach_at_each_step_rolls_back(step):
         (ArmStats(0, 0), CHAMP, "0 challenger requests"),  # no traffic
         (replace(GOOD, requests=150), CHAMP, "150 challenger requests"),  # too few samples
         (replace(GOOD, p99_ms=math.nan), CHAMP, "p99 is missing or NaN"),
-        (replace(GOOD, log_loss=math.nan), CHAMP, "log-loss is NaN"),
+        (replace(GOOD, log_loss=math.nan), CHAMP, "log-loss or its variance is NaN"),
         (ArmStats(requests=-5, errors=0), CHAMP, "counts are not valid"),
         (ArmStats(requests=10, errors=20), CHAMP, "counts are not valid"),
     ],
@@ -115,10 +117,34 @@ def test_steps_that_do_not_divide_100():
 def test_latency_and_quality_breaches():
     slow = decide(PLAN, state(), replace(GOOD, p99_ms=80.0), CHAMP, T0)
     assert slow.action == "rollback" and "SLA target" in slow.reasons[0]
-    worse = decide(PLAN, state(), replace(GOOD, log_loss=0.50), CHAMP, T0)
+    worse = decide(PLAN, state(), replace(GOOD, log_loss=0.60), CHAMP, T0)
     assert worse.action == "rollback" and "log-loss" in worse.reasons[0]
+    assert worse.evidence["log_loss_pvalue"] < PLAN.alpha
+    # +0.05 on 300 labels (standard error ≈ 0.029): above the margin, but not with confidence — no rollback
+    noisy = decide(PLAN, state(), replace(GOOD, log_loss=0.50), CHAMP, T0)
+    assert noisy.action == "advance" and 0.05 < noisy.evidence["log_loss_pvalue"] < 0.5
+    no_var = decide(PLAN, state(), replace(GOOD, log_loss_var=None), CHAMP, T0)
+    assert no_var.action == "hold" and "NaN" in no_var.reasons[0]
     few_labels = decide(PLAN, state(), replace(GOOD, log_loss=0.90, labelled=10), CHAMP, T0)
     assert few_labels.action == "advance"  # too few outcomes in to judge quality: other checks decide
+
+
+def test_the_quality_test_is_welchs_z_and_holds_its_level():
+    rng = np.random.default_rng(7)
+    a, b = rng.gamma(2.0, 0.25, 400), rng.gamma(2.0, 0.25, 5000)
+    chal = ArmStats(400, 0, 5.0, 400, float(a.mean()), float(a.var(ddof=1)))
+    champ = ArmStats(5000, 0, 5.0, 5000, float(b.mean()), float(b.var(ddof=1)))
+    se = math.sqrt(a.var(ddof=1) / 400 + b.var(ddof=1) / 5000)
+    assert log_loss_pvalue(chal, champ, 0.02) == pytest.approx(stats.norm.sf((a.mean() - b.mean() - 0.02) / se))
+    # Same-quality arms at the margin's edge: the false-rollback rate stays at most α.
+    alarms = 0
+    for _ in range(2000):
+        a, b = rng.gamma(2.0, 0.25, 300), rng.gamma(2.0, 0.25, 3000)
+        a = a + 0.02  # exactly the allowed increase: H0 holds
+        chal = ArmStats(300, 0, 5.0, 300, float(a.mean()), float(a.var(ddof=1)))
+        champ = ArmStats(3000, 0, 5.0, 3000, float(b.mean()), float(b.var(ddof=1)))
+        alarms += log_loss_pvalue(chal, champ, 0.02) < 0.05
+    assert alarms / 2000 <= 0.05 + 3 * math.sqrt(0.05 * 0.95 / 2000)
 
 
 def test_progress_deadline_rolls_back_and_pause_is_an_alternative():

@@ -6,12 +6,14 @@ from __future__ import annotations
 import json
 
 import dagster as dg
+import polars as pl
 import pytest
 
 from gpu_runtime.gateway.exposure import ExposureLog
 from keel.policy import PolicyStore
 from keel.registry import ModelRegistry
 from sensors.canary import tick
+from tests.features.conftest import validated  # noqa: F401 - shared session fixture
 
 T0 = 1_900_000_000.0  # 2030-03-17: the exposure log's day files follow it
 CANARY = {
@@ -114,3 +116,77 @@ def test_the_daemon_path_launches_a_deployment_run(world, tmp_path, monkeypatch)
     [request] = data.run_requests
     assert request.asset_selection == [dg.AssetKey("model_deployment")]
     assert request.tags["keel/canary_action"] == "start" and request.run_key.startswith("canary:rollout:")
+
+
+def test_quality_on_realized_labels_rolls_back_a_badly_calibrated_challenger(world, tmp_path, validated):  # noqa: F811
+    """Real January flights: the champion scores each with the base rate, the challenger says the opposite of what
+    happened. The sensor reads the outcomes from the validated flights in storage and rolls the challenger back."""
+    from gpu_runtime.gateway.app import flight_key
+
+    store, registry, log, exposures, shas = world
+    flights = validated["flights"].filter(pl.col("time_hour").dt.month() == 1, pl.col("arr_delay").is_not_null())
+    storage = tmp_path / "storage"
+    (storage / "validated_flights").mkdir(parents=True)
+    flights.write_parquet(storage / "validated_flights" / "2013-01.parquet")
+    rows = flights.head(600).to_dicts()
+    base = float((flights["arr_delay"] > 15).mean())
+    tick(store, registry, exposures, T0, storage_dir=storage)
+    for i, row in enumerate(rows):
+        late = row["arr_delay"] > 15
+        key = flight_key({**row, "time_hour": row["time_hour"].strftime("%Y-%m-%dT%H:%M:%SZ")})
+        version = 2 if i % 3 == 0 else 1
+        score = (0.1 if late else 0.9) if version == 2 else base
+        log.append(
+            {
+                "ts": T0 + 1 + i * 0.01,
+                "routed_version": version,
+                "model_version": version,
+                "status": 200,
+                "latency_ms": 4.0,
+                "score": score,
+                "flight_key": key,
+            }
+        )
+    assert tick(store, registry, exposures, T0 + 30) == []  # no storage given: no labels, nothing to judge yet
+    [rollback] = tick(store, registry, exposures, T0 + 31, storage_dir=storage)
+    evidence = json.loads(store.commit(rollback["version"]).reason)
+    assert rollback["action"] == "rollback" and "realized labels" in evidence["reasons"][0]
+    assert evidence["evidence"]["challenger"]["labelled"] == 200 and evidence["evidence"]["log_loss_pvalue"] < 0.05
+
+
+def test_the_sla_tier_in_the_store_sets_the_latency_target(world):
+    store, registry, log, exposures, shas = world
+    store.apply(
+        {
+            "tiers": (
+                "sla_tier",
+                {
+                    "tiers": {"tight": {"p99_ms": 3.0, "availability": 0.999, "timeout_ms": 50.0}},
+                    "models": {"flight-delay": "tight"},
+                },
+            )
+        },
+        author="ops",
+        reason="flight-delay is latency critical",
+    )
+    tick(store, registry, exposures, T0)
+    traffic(log, T0 + 1)  # the challenger answers in 5 ms
+    [rollback] = tick(store, registry, exposures, T0 + 2)
+    assert rollback["action"] == "rollback"
+    assert "SLA target 3.0 ms" in json.loads(store.commit(rollback["version"]).reason)["reasons"][0]
+
+
+def test_the_deployment_follows_an_unfinished_canary(world):
+    """model_deployment keeps a rollout's challenger deployed at its step's share, and drops it once finished."""
+    from assets.deployment import running_canary
+
+    store, registry, log, exposures, shas = world
+    before = running_canary(store.state(), "flight-delay")
+    assert before.status == "not started" and before.challenger_version == 2 and before.challenger_share == 0.0
+    tick(store, registry, exposures, T0)
+    started = running_canary(store.state(), "flight-delay")
+    assert started.status == "running" and started.challenger_share == pytest.approx(0.1)
+    traffic(log, T0 + 1, challenger_ok=60, challenger_failed=40)
+    tick(store, registry, exposures, T0 + 5)  # rolled back
+    assert running_canary(store.state(), "flight-delay") is None
+    assert running_canary(store.state(), "another-model") is None

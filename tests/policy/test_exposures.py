@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import statistics
 
 import polars as pl
 import pytest
@@ -45,7 +46,9 @@ def test_log_loss_on_realized_labels():
     rows = [line(1, 2, 2, score=0.9, key="a"), line(2, 2, 2, score=0.2, key="b"), line(3, 2, 2, score=0.5, key="c")]
     stats = arm_stats(exposure_frame(rows), 2, since=0, labels={"a": 1, "b": 0})  # c's outcome is not in yet
     assert stats.labelled == 2
-    assert stats.log_loss == pytest.approx(-(math.log(0.9) + math.log(0.8)) / 2)
+    losses = [-math.log(0.9), -math.log(0.8)]
+    assert stats.log_loss == pytest.approx(sum(losses) / 2)
+    assert stats.log_loss_var == pytest.approx(statistics.variance(losses))
     assert arm_stats(exposure_frame(rows), 2, since=0).log_loss is None
 
 

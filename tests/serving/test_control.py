@@ -125,3 +125,30 @@ def test_policy_errors_name_the_field():
     with pytest.raises(PolicyError, match="route_timeout_ms maps route names to milliseconds"):
         GatewayPolicy.from_dict({"route_timeout_ms": {"challenger": "fast"}})
     assert GatewayPolicy.from_dict(p.to_dict()) == p
+
+
+def test_the_newest_applicable_split_is_in_force():
+    """A finished canary's split stays in the store; the next canary's split supersedes it, and a split to a version
+    that is not deployed is skipped with a note — the other policies still apply."""
+    from gpu_runtime.gateway.policy import effective_policy
+    from keel.policy import Policy
+
+    def split(name, version, weights):
+        variants = [{"name": f"v{v}", "version": v, "weight": w} for v, w in weights.items()]
+        return Policy(name, "ab_test", {"model": "m", "variants": variants}, version)
+
+    breaker = {"error_rate": 0.3, "window_s": 5, "min_requests": 10, "open_s": 2, "half_open_probes": 3}
+    policies = {
+        "a.split": split("a.split", 3, {1: 0.0, 2: 1.0}),  # finished: model 2 promoted
+        "b.split": split("b.split", 7, {2: 0.9, 3: 0.1}),  # the rollout of model 3, newer
+        "breaker": Policy("breaker", "circuit_breaker", breaker, 5),
+    }
+    policy, weights, notes = effective_policy(GatewayPolicy(), policies, "m", {2, 3}, 7)
+    assert weights == {2: 0.9, 3: 0.1} and notes == [] and policy.breaker.error_rate == 0.3
+    policy, weights, notes = effective_policy(GatewayPolicy(), policies, "m", {1, 2}, 7)  # 3 not deployed yet
+    assert weights == {1: 0.0, 2: 1.0} and "b.split" in notes[0] and "[3]" in notes[0]
+    assert policy.breaker.error_rate == 0.3
+    _, weights, notes = effective_policy(GatewayPolicy(), policies, "m", {4}, 7)  # neither applies
+    assert weights is None and len(notes) == 2
+    _, weights, _ = effective_policy(GatewayPolicy(), policies, "other-model", {1, 2, 3}, 7)
+    assert weights is None

@@ -15,7 +15,7 @@ from assets.models import MODEL_PROMOTION
 from keel.ledger import Ledger
 from keel.registry import ModelRegistry
 from keel.release import release_manifest
-from resources import LedgerResource, ModelRegistryResource, TritonResource
+from resources import LedgerResource, ModelRegistryResource, PolicyStoreResource, TritonResource
 from tests.conftest import REPO
 from tests.serving.conftest import MODEL, Runtime, request_body, start_serve, stop_serve
 
@@ -51,6 +51,9 @@ def deploy(runtime: Runtime, instance: dg.DagsterInstance) -> dict:
         "registry": ModelRegistryResource(root=str(runtime.home / "registry")),
         "triton": TritonResource(serving_dir=str(runtime.home / "serving"), drain_s=0.3),
         "ledger": LedgerResource(path=str(runtime.home / "ledger.sqlite")),
+        "policies": PolicyStoreResource(
+            path=str(runtime.home / "policies.sqlite"), registry_root=str(runtime.home / "registry")
+        ),
     }
     result = dg.materialize([model_deployment], resources=resources, instance=instance)
     assert result.success

@@ -107,7 +107,9 @@ def test_committed_policies_take_effect_and_a_bad_one_is_refused(runtime, servin
     ]
     assert again == versions  # the last good split still routes, unit by unit
 
-    # A policy that sends traffic to a version that is not deployed is refused too.
+    # A split that sends traffic to a version this gateway does not serve is valid but not applicable: it is not
+    # applied (the deployment's weights stand, everything to the champion), readyz says why, and the moment the
+    # version is deployed the same committed split takes effect — no new commit needed.
     store.apply(
         {
             "split": (
@@ -119,13 +121,32 @@ def test_committed_policies_take_effect_and_a_bad_one_is_refused(runtime, servin
                         {"name": "c3", "version": 3, "weight": 0.5},
                     ]
                 },
-            )
+            ),
+            "breaker": (  # the rogue breaker replaced by a valid one
+                "circuit_breaker",
+                {"error_rate": 0.5, "window_s": 5, "min_requests": 20, "open_s": 30, "half_open_probes": 5},
+            ),
         },
         author="ops",
-        reason="typo",
+        reason="mend the breaker; try model 3 before it is deployed",
+    )
+    wait_for_policy(runtime, 4)
+    ready = httpx.get(f"{runtime.url}/readyz", timeout=5).json()
+    assert ready["policy_error"] is None and "versions [3]" in ready["policy_notes"][0]
+    routed = [
+        runtime.post(request_body(feb.row(1, named=True)) | {"unit_id": u}).json()["model_version"] for u in units
+    ]
+    assert set(routed) == {1}
+    runtime.deployer().deploy(
+        MODEL,
+        [runtime.target(1, "champion", 1.0), runtime.target(2, "challenger", 0.0), runtime.target(3, "c3", 0.0)],
     )
     deadline = time.monotonic() + 5
-    while "version 4 refused" not in (httpx.get(f"{runtime.url}/readyz", timeout=5).json()["policy_error"] or ""):
+    while httpx.get(f"{runtime.url}/readyz", timeout=5).json()["policy_notes"]:
         assert time.monotonic() < deadline
         time.sleep(0.05)
+    routed = [
+        runtime.post(request_body(feb.row(1, named=True)) | {"unit_id": u}).json()["model_version"] for u in units
+    ]
+    assert set(routed) == {1, 3} and 0.35 < routed.count(3) / len(routed) < 0.65
     store.close()
