@@ -130,7 +130,50 @@ def build_parser() -> argparse.ArgumentParser:
     rb.add_argument("--reason", required=True)
     rb.add_argument("--model", default="flight-delay")
     rb.set_defaults(func=_rollback)
+
+    experiment = sub.add_parser("experiment", help="experiment analysis: statistics, guardrails, drill-down")
+    esub = experiment.add_subparsers(dest="experiment_command", required=True, metavar="COMMAND")
+    analyze = esub.add_parser(
+        "analyze",
+        help="analyze any Parquet/CSV with a variant column, outcomes and covariates against a spec "
+        "(exit 1: sample-ratio mismatch or a guardrail breached)",
+    )
+    analyze.add_argument("--spec", required=True, type=Path, help="experiment spec (YAML)")
+    analyze.add_argument("--data", required=True, type=Path, help="rows: one per unit (Parquet or CSV)")
+    analyze.add_argument("--out", required=True, type=Path, help="where to write the report (JSON)")
+    analyze.add_argument("--min-support", type=int, default=200, help="smallest segment the drill-down descends into")
+    analyze.set_defaults(func=_experiment_analyze)
     return parser
+
+
+def _experiment_analyze(args: argparse.Namespace) -> int:
+    from keel.experiments.analysis import analyze, scan_data
+    from keel.experiments.spec import load_spec
+    from keel.storage import write_json_atomic
+
+    spec = load_spec(args.spec)
+    report = analyze(scan_data(args.data), spec, where=str(args.data), min_support=args.min_support)
+    write_json_atomic(report, args.out)
+    n = report["arms"]
+    print(f"experiment {spec.id}: {n[spec.control_label]:,} control / {n[spec.treatment_label]:,} treatment units")
+    for why in report["withheld_because"]:
+        print(f"  conclusions withheld: {why}")
+    for m in report["metrics"]:
+        if "error" in m:
+            print(f"  {m['name']}: {m['error']}")
+            continue
+        print(
+            f"  {m['name']}: {m['control']:.4g} → {m['treatment']:.4g}, lift {m['lift']:+.2%} "
+            f"[{m['lift_ci'][0]:+.2%}, {m['lift_ci'][1]:+.2%}], p_adj {m['p_adjusted']:.3g} ({m['method']}): "
+            f"{m['verdict']}"
+        )
+    for g in report["guardrails"]:
+        print(f"  guardrail {'BREACHED' if g['breached'] else 'ok'} ({g['action']}): {g['reason']}")
+    for d in report["drilldown"].values():
+        print(f"  drill-down: {d['explanation']}")
+    print(f"wrote {args.out}")
+    problem = report["srm"]["flagged"] or report["guardrail_breached"]
+    return EXIT_PROBLEM if problem else EXIT_OK
 
 
 def _rollback(args: argparse.Namespace) -> int:

@@ -1,0 +1,1 @@
+"""Experiment analysis: specs, statistics from sufficient statistics, guardrails, drill-down, causal analysis."""
