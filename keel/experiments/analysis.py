@@ -43,24 +43,36 @@ def _yx(m: Metric) -> tuple[str, str | None]:
     return (m.numerator, m.denominator) if m.kind == "ratio" else (m.column, m.covariate)
 
 
-def metric_exprs(m: Metric) -> list[pl.Expr]:
-    """The sufficient statistics of one metric as aggregation expressions (rows with a null are left out)."""
+def metric_columns(m: Metric) -> list[pl.Expr]:
+    """The metric's y (and x) as Float64 columns, null where the row cannot count: y or x missing, NaN or infinite
+    (a pair counts only when both parts do). Sums then skip those rows by themselves."""
     y_name, x_name = _yx(m)
     y = pl.col(y_name).cast(pl.Float64)
-    valid = y.is_not_null() & y.is_finite()
-    if x_name:
-        x = pl.col(x_name).cast(pl.Float64)
-        valid = valid & x.is_not_null() & x.is_finite()
-    out = [
-        valid.sum().cast(pl.Int64).alias(f"{m.name}__n"),
-        y.filter(valid).sum().alias(f"{m.name}__sy"),
-        (y * y).filter(valid).sum().alias(f"{m.name}__syy"),
+    y = pl.when(y.is_finite()).then(y)
+    if not x_name:
+        return [y.alias(f"__{m.name}__y")]
+    x = pl.col(x_name).cast(pl.Float64)
+    x = pl.when(x.is_finite()).then(x)
+    return [
+        pl.when(x.is_not_null()).then(y).alias(f"__{m.name}__y"),
+        pl.when(y.is_not_null()).then(x).alias(f"__{m.name}__x"),
     ]
-    if x_name:
+
+
+def metric_exprs(m: Metric) -> list[pl.Expr]:
+    """The sufficient statistics of one metric as aggregation expressions over ``metric_columns``."""
+    y = pl.col(f"__{m.name}__y")
+    out = [
+        y.count().cast(pl.Int64).alias(f"{m.name}__n"),
+        y.sum().alias(f"{m.name}__sy"),
+        (y * y).sum().alias(f"{m.name}__syy"),
+    ]
+    if _yx(m)[1]:
+        x = pl.col(f"__{m.name}__x")
         out += [
-            x.filter(valid).sum().alias(f"{m.name}__sx"),
-            (x * x).filter(valid).sum().alias(f"{m.name}__sxx"),
-            (x * y).filter(valid).sum().alias(f"{m.name}__sxy"),
+            x.sum().alias(f"{m.name}__sx"),
+            (x * x).sum().alias(f"{m.name}__sxx"),
+            (x * y).sum().alias(f"{m.name}__sxy"),
         ]
     return out
 
@@ -100,10 +112,11 @@ def aggregate(
     """One row per (variant, *by) with every metric's sufficient statistics (by default by = the spec's dimensions)."""
     by = spec.dimensions if by is None else by
     lf = data.lazy() if isinstance(data, pl.DataFrame) else data
-    exprs = [pl.len().alias("units")]
+    exprs, cols = [pl.len().alias("units")], []
     for m in spec.metrics:
+        cols += metric_columns(m)
         exprs += metric_exprs(m)
-    return lf.group_by(spec.variant_column, *by).agg(exprs).collect()
+    return lf.with_columns(cols).group_by(spec.variant_column, *by).agg(exprs).collect()
 
 
 def moments(row: dict[str, Any], metric: str) -> Moments:

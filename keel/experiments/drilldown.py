@@ -1,6 +1,7 @@
 """Root-cause drill-down: where a metric's change is concentrated.
 
-The change Δ = mean(treatment) − mean(control) (or after − before) is a sum over segments of
+The change Δ = mean(treatment) − mean(control) (or after − before) — when it is significant at all; otherwise there
+is nothing to explain and the drill-down says so — is a sum over segments of
 contribution(s) = w(s) · δ(s), with w(s) the segment's share of units and δ(s) its own change; a segment's share of
 the change is contribution(s) / Δ. Starting from everything, at each level the drill-down looks at the segments of
 every dimension not used yet (within the path so far), takes the one with the largest contribution in the
@@ -106,6 +107,12 @@ def drilldown(
     why = "no dimensions to split by"
     if not math.isfinite(total) or total == 0:
         return DrillDown(metric, total, total_se, (), f"{metric}: no change to explain", "no change")
+    if total_se > 0 and abs(total) / total_se < z_crit:
+        return DrillDown(
+            metric, total, total_se, (),
+            f"{metric}: the change ({total:+.4g}, z = {total / total_se:.2f}) is not significant; nothing to explain",
+            "the total change is not significant",
+        )  # fmt: skip
     sign = 1.0 if total > 0 else -1.0
     while remaining and (max_depth is None or len(steps) < max_depth):
         candidates = []

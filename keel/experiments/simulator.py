@@ -9,9 +9,12 @@ simulated — documented here so that tests can check estimates against the trut
 - ``pre_accepted``: the unit's pre-period acceptance share over 4 earlier offers, Binomial(4, u)/4 — the CUPED
   covariate, correlated with the outcome through u;
 - the variant: treatment with probability ``treatment_share`` (seeded), else control;
+- every draw comes from a hash of the unit id and the seed, so a unit's outcome is the same wherever it is computed
+  (a test, a replay through the gateway, the experiment data lake);
 - acceptance probability: control u, treatment u × (1 + lift) × (1 + planted_lift inside the planted segment);
   ``offer_accepted`` ~ Bernoulli of it, clipped to [0, 1];
-- ``offers`` = 1 + Poisson(0.3) offers shown, ``revenue`` = accepted offers × fare, fare = 40 + distance / 10 (USD);
+- ``offers`` = 1, 2 or 3 offers shown (probabilities 0.71, 0.26, 0.03 — about 1 + Poisson(0.3)), ``revenue`` =
+  accepted × offers × fare, fare = 40 + distance / 10 (USD; 100 where the distance is unknown);
 - ``drop_treatment`` loses that share of treatment rows (a logging bug) — what the SRM check must catch.
 
 The truth returned: the average treatment effect on the acceptance probability (mean p1 − p0 over the units), the
@@ -68,6 +71,41 @@ def flight_units(flights: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+def _uniform(col: str, seed: int, k: int) -> pl.Expr:
+    """A uniform(0, 1) draw per unit, from a hash of its id: the same unit always draws the same number."""
+    return ((pl.col(col).hash(seed * 1_000 + k) // 2048).cast(pl.Float64) + 0.5) / float(2**53)
+
+
+def outcome_exprs(
+    *,
+    unit: str = "unit_id",
+    treated: pl.Expr,
+    late: pl.Expr,
+    seed: int = 0,
+    base_rate: float = 0.12,
+    lift: float = 0.0,
+    inside: pl.Expr | None = None,
+    planted_lift: float = 0.0,
+) -> list[pl.Expr]:
+    """The simulated columns (see the module doc) as expressions: _p0, _p1 (the two potential acceptance
+    probabilities), offer_accepted, pre_accepted, offers. Every draw hashes the unit id, so a unit's outcome does
+    not depend on which rows happen to be in the frame — the same in a test, a replay and the data lake."""
+    z = (-2 * _uniform(unit, seed, 1).log()).sqrt() * (2 * np.pi * _uniform(unit, seed, 2)).cos()
+    u = (base_rate * pl.when(late > 0).then(LATE_FACTOR).otherwise(1.0) * (-0.125 + 0.5 * z).exp()).clip(0.0, 1.0)
+    bump = pl.when(inside).then(1 + planted_lift).otherwise(1.0) if inside is not None else pl.lit(1.0)
+    p1 = (u * (1 + lift) * bump).clip(0.0, 1.0)
+    pre = sum((_uniform(unit, seed, 10 + k) < u).cast(pl.Float64) for k in range(4)) / 4.0
+    offers = 1 + (_uniform(unit, seed, 20) < 0.26).cast(pl.Int64) + (_uniform(unit, seed, 21) < 0.04).cast(pl.Int64)
+    accepted = _uniform(unit, seed, 30) < pl.when(treated).then(p1).otherwise(u)
+    return [
+        u.alias("_p0"),
+        p1.alias("_p1"),
+        accepted.cast(pl.Int8).alias("offer_accepted"),
+        pre.alias("pre_accepted"),
+        offers.alias("offers"),
+    ]
+
+
 def simulate_offers(
     units: pl.DataFrame,
     *,
@@ -79,51 +117,79 @@ def simulate_offers(
     planted_lift: float = 0.0,
     drop_treatment: float = 0.0,
 ) -> tuple[pl.DataFrame, Truth]:
-    rng = np.random.default_rng(seed)
-    n = units.height
-    late = units["late"].to_numpy().astype(np.float64) if "late" in units.columns else np.zeros(n)
-    noise = rng.lognormal(-0.125, 0.5, n)  # mean 1
-    u = np.clip(base_rate * np.where(late > 0, LATE_FACTOR, 1.0) * noise, 0.0, 1.0)
-    pre = rng.binomial(4, u) / 4.0
-    treated = rng.random(n) < treatment_share
-    inside = np.ones(n, dtype=bool) if planted else np.zeros(n, dtype=bool)
-    for col, value in (planted or {}).items():
-        inside &= (units[col] == value).to_numpy()
-    p0 = u
-    p1 = np.clip(u * (1 + lift) * np.where(inside, 1 + planted_lift, 1.0), 0.0, 1.0)
-    accepted = rng.random(n) < np.where(treated, p1, p0)
-    offers = 1 + rng.poisson(0.3, n)
-    accepted_offers = np.where(accepted, rng.binomial(offers, 1.0), 0)
-    fare = 40.0 + units["distance"].to_numpy() / 10.0 if "distance" in units.columns else np.full(n, 100.0)
-    frame = units.with_columns(
-        pl.Series("variant", np.where(treated, "treatment", "control")),
-        pl.Series("offer_accepted", accepted.astype(np.int8)),
-        pl.Series("pre_accepted", pre),
-        pl.Series("offers", offers.astype(np.int64)),
-        pl.Series("revenue", accepted_offers * fare),
+    treated = _uniform("unit_id", seed, 0) < treatment_share
+    inside = None
+    if planted:
+        inside = pl.lit(True)
+        for col, value in planted.items():
+            inside = inside & (pl.col(col) == value)
+    late = pl.col("late") if "late" in units.columns else pl.lit(0)
+    fare = (40.0 + pl.col("distance") / 10.0) if "distance" in units.columns else pl.lit(100.0)
+    frame = (
+        units.with_columns(
+            treated.alias("_treated"), (inside if inside is not None else pl.lit(False)).alias("_inside")
+        )
+        .with_columns(
+            outcome_exprs(
+                treated=pl.col("_treated"),
+                late=late,
+                seed=seed,
+                base_rate=base_rate,
+                lift=lift,
+                inside=pl.col("_inside") if planted else None,
+                planted_lift=planted_lift,
+            )  # fmt: skip
+        )
+        .with_columns(
+            pl.when(pl.col("_treated")).then(pl.lit("treatment")).otherwise(pl.lit("control")).alias("variant"),
+            (pl.col("offer_accepted") * pl.col("offers") * fare).alias("revenue"),
+        )
+    )
+    effect = (frame["_p1"] - frame["_p0"]).to_numpy()
+    inside_mask = frame["_inside"].to_numpy()
+    share = float(effect[inside_mask].sum() / effect.sum()) if planted and effect.sum() != 0 else 0.0
+    truth = Truth(
+        float(effect.mean()), float(frame["_p1"].mean() / frame["_p0"].mean() - 1), share, dict(planted or {})
     )
     if drop_treatment > 0:
-        keep = ~(treated & (rng.random(n) < drop_treatment))
-        frame = frame.filter(pl.Series(keep))
-    effect = p1 - p0
-    share = float(effect[inside].sum() / effect.sum()) if planted and effect.sum() != 0 else 0.0
-    return frame, Truth(float(effect.mean()), float(p1.mean() / p0.mean() - 1), share, dict(planted or {}))
+        frame = frame.filter(~(pl.col("_treated") & (_uniform("unit_id", seed, 40) < drop_treatment)))
+    return frame.drop("_p0", "_p1", "_treated", "_inside"), truth
 
 
-def synthetic_exposures(n: int, *, segments: int = 10, seed: int = 0, lift: float = 0.02) -> pl.DataFrame:
-    """``n`` exposure rows × 2 arms × ``segments`` segments with a mean outcome, a 0/1 outcome, a pre-period
-    covariate and a ratio pair — the benchmark's data (bench/experiments.py)."""
+def synthetic_exposures(
+    n: int,
+    *,
+    segments: int = 10,
+    seed: int = 0,
+    lift: float = 0.02,
+    planted: dict[str, int] | None = None,
+    planted_lift: float = 0.0,
+) -> pl.DataFrame:
+    """``n`` exposure rows × 2 arms × ``segments`` segments (plus ``channel`` 0–2 and ``band`` 0–3 for drill-downs)
+    with a mean outcome, a 0/1 outcome, a pre-period covariate and a ratio pair — the benchmark's data
+    (bench/experiments.py). ``planted``: e.g. {"segment": 7, "channel": 2} gets ``planted_lift`` added to the
+    treatment's conversion probability there."""
     rng = np.random.default_rng(seed)
-    segment = rng.integers(0, segments, n)
+    segment = rng.integers(0, segments, n).astype(np.int32)
+    channel = rng.integers(0, 3, n).astype(np.int32)
+    band = rng.integers(0, 4, n).astype(np.int32)
     treated = rng.random(n) < 0.5
     pre = rng.gamma(2.0, 5.0, n)
     value = 0.6 * pre + rng.normal(0, 4, n) + lift * 10 * treated + segment * 0.1
-    converted = rng.random(n) < np.clip(0.1 + 0.005 * segment + lift * treated, 0, 1)
+    p = 0.1 + 0.005 * segment + lift * treated
+    if planted:
+        inside = np.ones(n, dtype=bool)
+        for col, v in planted.items():
+            inside &= {"segment": segment, "channel": channel, "band": band}[col] == v
+        p = p + planted_lift * (treated & inside)
+    converted = rng.random(n) < np.clip(p, 0, 1)
     offers = 1 + rng.poisson(0.3, n)
     return pl.DataFrame(
         {
             "variant": np.where(treated, "treatment", "control"),
-            "segment": segment.astype(np.int32),
+            "segment": segment,
+            "channel": channel,
+            "band": band,
             "value": value,
             "converted": converted.astype(np.int8),
             "pre_value": pre,

@@ -82,9 +82,9 @@ def test_the_drilldown_recovers_a_planted_segment(units):
     assert last["contribution_ci"][0] <= true_contribution <= last["contribution_ci"][1]
     assert last["share_ci"][0] > 0.5  # most of the observed drop
     assert "carrier=EV" in d["explanation"] and "origin=EWR" in d["explanation"] and "drop" in d["explanation"]
-    # A planted segment three levels deep, on synthetic data: origin=LGA × hour_band=evening × carrier=DL.
-    deep = {"origin": "LGA", "hour_band": "evening", "carrier": "DL"}
-    frame, truth = simulate_offers(units, seed=6, lift=0.0, planted=deep, planted_lift=1.5, base_rate=0.2)
+    # A planted segment three levels deep: origin=EWR × hour_band=afternoon × carrier=UA (2,706 flights).
+    deep = {"origin": "EWR", "hour_band": "afternoon", "carrier": "UA"}
+    frame, truth = simulate_offers(units, seed=6, lift=0.0, planted=deep, planted_lift=1.0, base_rate=0.15)
     spec = parse_spec(SPEC)
     cube = aggregate(frame, spec)
     d = drilldown(cube, "variant", "control", "treatment", spec.dimensions, "accepted", min_support=100)
@@ -92,7 +92,7 @@ def test_the_drilldown_recovers_a_planted_segment(units):
     # No planted effect: no significant concentration, nothing claimed.
     frame, _ = simulate_offers(units, seed=7, lift=0.0)
     d = drilldown(aggregate(frame, spec), "variant", "control", "treatment", spec.dimensions, "accepted")
-    assert d.steps == () and "not concentrated" in d.explanation
+    assert d.steps == () and ("not concentrated" in d.explanation or "not significant" in d.explanation)
 
 
 def test_spec_errors_name_the_field():
