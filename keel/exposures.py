@@ -44,15 +44,21 @@ def exposure_frame(rows: Iterable[Mapping[str, Any]]) -> pl.DataFrame:
         "score": pl.Float64,
         "flight_key": pl.String,
         "error": pl.String,
+        "unit_id": pl.String,
+        "request_id": pl.String,
+        "tenant_id": pl.String,
+        "variant": pl.String,
     }
     data = {k: [] for k in schema}
     for r in rows:
         score = r.get("score")
         for k in schema:
             v = r.get(k)
-            data[k].append(
-                score if k == "score" and isinstance(score, int | float) else (None if k == "score" else v)
-            )
+            if k == "score":
+                v = score if isinstance(score, int | float) else None
+            elif schema[k] == pl.String and v is not None and not isinstance(v, str):
+                v = str(v)
+            data[k].append(v)
     return pl.DataFrame(data, schema=schema)
 
 
@@ -104,3 +110,18 @@ def outcome_labels(validated_flights: pl.DataFrame, late_minutes: float = 15) ->
         (pl.col("arr_delay") > late_minutes).cast(pl.Int8).alias("y"),
     ).unique("k", keep="first")
     return dict(zip(keys["k"].to_list(), keys["y"].to_list(), strict=True))
+
+
+LABEL_COLUMNS = ["carrier", "flight", "origin", "time_hour", "arr_delay"]
+
+
+def realized_labels(flight_keys: pl.Series, storage_dir: Path | None) -> dict[str, int]:
+    """flight_key → 1/0 (arrived > 15 min late) for the given flights whose outcome is in: the validated flights of
+    the months the keys name (``<storage>/validated_flights/<month>.parquet``, as the pipeline stores them)."""
+    if storage_dir is None or flight_keys.is_empty():
+        return {}
+    keys = flight_keys.drop_nulls()
+    months = sorted(set(keys.str.slice(-20, 7).to_list()))  # key = carrier-flight-origin-YYYY-MM-DDTHH:MM:SSZ
+    paths = [Path(storage_dir) / "validated_flights" / f"{m}.parquet" for m in months if len(m) == 7]
+    frames = [pl.read_parquet(p, columns=LABEL_COLUMNS) for p in paths if p.exists()]
+    return outcome_labels(pl.concat(frames)) if frames else {}

@@ -33,6 +33,7 @@ from keel.storage import connect_durable
 GENESIS = "0" * 64
 POLICY_TYPES = ("ab_test", "canary", "circuit_breaker", "rate_limit", "feature_freeze", "sla_tier")
 WEIGHT_TOLERANCE = 1e-9
+EXPERIMENT_STATUSES = ("running", "paused", "stopped", "rolled_back")
 
 
 class PolicyError(KeelError):
@@ -143,7 +144,15 @@ def validate_policy(name: str, type_: str, body: Any, versions_of: Callable[[str
     if not isinstance(body, dict):
         raise PolicyValidationError(name, "body_mapping", "the policy body must be a mapping")
     if type_ == "ab_test":
-        _keys(name, body, {"model", "variants", "salt"})
+        _keys(name, body, {"model", "variants", "salt", "experiment"})
+        exp = body.get("experiment")
+        if exp is not None:
+            if not isinstance(exp, dict) or not isinstance(exp.get("id"), str):
+                raise PolicyValidationError(name, "experiment_shape", "'experiment' needs id and status")
+            if exp.get("status") not in EXPERIMENT_STATUSES:
+                raise PolicyValidationError(
+                    name, "experiment_status", f"experiment status must be one of {', '.join(EXPERIMENT_STATUSES)}"
+                )
         model, variants = body.get("model"), body.get("variants")
         if not isinstance(model, str) or not model:
             raise PolicyValidationError(name, "model_present", "'model' names the registry model")

@@ -63,3 +63,8 @@ def write_parquet_atomic(df: pl.DataFrame, path: str | Path) -> None:
 def write_json_atomic(obj: Any, path: str | Path) -> None:
     data = json.dumps(obj, indent=2, sort_keys=False, default=str).encode() + b"\n"
     _atomic(Path(path), lambda fh: fh.write(data))
+
+
+def write_text_atomic(text: str, path: str | Path) -> None:
+    data = text.encode()
+    _atomic(Path(path), lambda fh: fh.write(data))

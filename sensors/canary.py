@@ -22,13 +22,12 @@ import polars as pl
 from assets.deployment import MODEL_DEPLOYMENT
 from gpu_runtime.gateway.policy import GatewayPolicy, effective_policy
 from keel.canary import FINISHED, PROMOTED, ArmStats, CanaryPlan, CanaryState, decide
-from keel.exposures import arm_stats, outcome_labels, read_exposure_frame
+from keel.exposures import arm_stats, read_exposure_frame, realized_labels
 from resources.parquet_io import keel_home
 from resources.policy import PolicyStoreResource
 from resources.registry import ModelRegistryResource
 
 AUTHOR = "canary-controller"
-LABEL_COLUMNS = ["carrier", "flight", "origin", "time_hour", "arr_delay"]
 
 
 def split_for(body: dict, percent: float) -> dict:
@@ -42,24 +41,12 @@ def split_for(body: dict, percent: float) -> dict:
     }
 
 
-def realized_labels(frame: pl.DataFrame, storage_dir: Path | None) -> dict[str, int]:
-    """flight_key → 1/0 (arrived > 15 min late) for the scored flights whose outcome is in: the validated flights
-    of the months the exposures name (``<storage>/validated_flights/<month>.parquet``, as the pipeline stores them)."""
-    if storage_dir is None or frame.is_empty():
-        return {}
-    keys = frame["flight_key"].drop_nulls()
-    months = sorted(set(keys.str.slice(-20, 7).to_list()))  # key = carrier-flight-origin-YYYY-MM-DDTHH:MM:SSZ
-    paths = [storage_dir / "validated_flights" / f"{m}.parquet" for m in months]
-    frames = [pl.read_parquet(p, columns=LABEL_COLUMNS) for p in paths if p.exists()]
-    return outcome_labels(pl.concat(frames)) if frames else {}
-
-
 def evidence_for(
     body: dict, state: CanaryState, exposures_dir, storage_dir: Path | None = None
 ) -> tuple[ArmStats | None, ArmStats | None]:
     try:
         frame = read_exposure_frame(exposures_dir).filter(pl.col("ts") >= state.step_started_at)
-        labels = realized_labels(frame, storage_dir)
+        labels = realized_labels(frame["flight_key"], storage_dir)
     except Exception:  # noqa: BLE001 - a provider failure is "no data": the controller holds
         return None, None
     since = state.step_started_at

@@ -82,6 +82,9 @@ class ExperimentSpec:
     alpha: float = 0.05
     srm_threshold: float = 0.001
     msprt_tau: float = 0.1  # mixing scale of the sequential test, relative to the metric's control mean
+    # Simulated business outcomes for the data lake (keel.experiments.simulator; documented, seeded, known truth):
+    # {seed, base_rate, lift, planted: {column: value}, planted_lift}. None: the lake has only real outcomes.
+    simulation: dict[str, Any] | None = None
     source: str = field(default="<dict>", compare=False)
 
     def metric(self, name: str) -> Metric:
@@ -128,7 +131,7 @@ def parse_spec(raw: Any, source: str = "<dict>") -> ExperimentSpec:
     known = {
         "id", "model", "control", "treatment", "traffic_ratio", "unit", "variant_column", "control_label",
         "treatment_label", "metrics", "guardrails", "min_sample", "dimensions", "alpha", "srm_threshold", "msprt_tau",
-        "description",
+        "description", "simulation",
     }  # fmt: skip
     unknown = sorted(set(raw) - known)
     if unknown:
@@ -215,6 +218,7 @@ def parse_spec(raw: Any, source: str = "<dict>") -> ExperimentSpec:
         alpha=_num(source, "alpha", raw.get("alpha", 0.05), lo=0, hi=0.5, lo_open=True),
         srm_threshold=_num(source, "srm_threshold", raw.get("srm_threshold", 0.001), lo=0, hi=0.5, lo_open=True),
         msprt_tau=_num(source, "msprt_tau", raw.get("msprt_tau", 0.1), lo=0, hi=10, lo_open=True),
+        simulation=_simulation(source, raw.get("simulation")),
         source=source,
     )
     if spec.traffic_ratio >= 1:
@@ -222,6 +226,26 @@ def parse_spec(raw: Any, source: str = "<dict>") -> ExperimentSpec:
     if spec.control_version is not None and spec.control_version == spec.treatment_version:
         raise _err(source, "treatment.version", "treatment and control are the same model version")
     return spec
+
+
+def _simulation(source: str, raw: Any) -> dict[str, Any] | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise _err(source, "simulation", "must be a mapping {seed, base_rate, lift, planted, planted_lift}")
+    unknown = sorted(set(raw) - {"seed", "base_rate", "lift", "planted", "planted_lift"})
+    if unknown:
+        raise _err(source, f"simulation.{unknown[0]}", "unknown field")
+    out = {
+        "seed": int(_num(source, "simulation.seed", raw.get("seed", 0), lo=0, integer=True)),
+        "base_rate": _num(source, "simulation.base_rate", raw.get("base_rate", 0.12), lo=0, hi=1),
+        "lift": _num(source, "simulation.lift", raw.get("lift", 0.0), lo=-1, hi=10),
+        "planted_lift": _num(source, "simulation.planted_lift", raw.get("planted_lift", 0.0), lo=-1, hi=10),
+        "planted": raw.get("planted") or {},
+    }
+    if not isinstance(out["planted"], dict):
+        raise _err(source, "simulation.planted", "must map columns to values")
+    return out
 
 
 def load_spec(path: str | Path) -> ExperimentSpec:

@@ -1,0 +1,223 @@
+"""Experiments in the asset graph: exposures → wide table → analysis (with guardrail and SRM checks), and the causal
+analysis of an observational question on the real data.
+
+The daily experiment assets follow the gateway's exposure log (one file per UTC day); they are materialized on
+demand — by the guardrail sensor's runs or from the UI — not by the 2013 backfill (tag ``keel/backfill: skip``).
+"""
+
+
+from pathlib import Path
+
+import dagster as dg
+import polars as pl
+
+from keel.experiments.analysis import analyze
+from keel.experiments.causal import load_causal_spec, low_visibility_frame, run_causal
+from keel.experiments.control import experiments, rolled_back_days, stored_spec
+from keel.experiments.lake import WIDE_COLUMNS, read_day, wide_rows
+from keel.exposures import realized_labels
+from keel.storage import keel_home, write_json_atomic
+from resources.policy import PolicyStoreResource
+
+EXPERIMENTS_GROUP = "experiments"
+EXPERIMENT_EXPOSURES = dg.AssetKey("experiment_exposures")
+EXPERIMENT_WIDE = dg.AssetKey("experiment_wide_table")
+EXPERIMENT_ANALYSIS = dg.AssetKey("experiment_analysis")
+LOW_VISIBILITY = dg.AssetKey("low_visibility_effect")
+DAILY = dg.DailyPartitionsDefinition(start_date="2026-01-01", end_offset=1)
+ON_DEMAND = {"keel/backfill": "skip"}
+CAUSAL_SPEC = Path(__file__).resolve().parent / "causal" / "low_visibility.yaml"
+
+
+@dg.asset(
+    key=EXPERIMENT_EXPOSURES,
+    partitions_def=DAILY,
+    group_name=EXPERIMENTS_GROUP,
+    kinds={"parquet"},
+    tags=ON_DEMAND,
+    description="The gateway's exposure log of one UTC day (one row per answered request: unit, variant, routed and "
+    "answering model version, score, latency, flight key) as Parquet.",
+)
+def experiment_exposures(context: dg.AssetExecutionContext) -> pl.DataFrame:
+    frame = read_day(keel_home() / "serving" / "exposures", context.partition_key)
+    by_version = frame.group_by("routed_version").len().sort("routed_version")
+    context.add_output_metadata(
+        {"exposures": frame.height, "by_routed_version": dg.MetadataValue.json(dict(by_version.iter_rows()))}
+    )
+    return frame
+
+
+@dg.asset(
+    key=EXPERIMENT_WIDE,
+    partitions_def=DAILY,
+    group_name=EXPERIMENTS_GROUP,
+    kinds={"parquet", "duckdb"},
+    tags=ON_DEMAND,
+    ins={"exposures": dg.AssetIn(EXPERIMENT_EXPOSURES)},
+    description="One wide row per exposure of each experiment's window: variant, versions, score, flight segment, the "
+    "real outcome (late > 15 min, from validated flights) and its log-loss, simulated business outcomes where the "
+    "spec asks (known true effects), and the rolled-back mark. Query it with DuckDB: read_parquet('$KEEL_HOME/"
+    "storage/experiment_wide_table/*.parquet').",
+)
+def experiment_wide_table(
+    context: dg.AssetExecutionContext, exposures: pl.DataFrame, policies: PolicyStoreResource
+) -> pl.DataFrame:
+    home = keel_home()
+    store = policies.open()
+    try:
+        known = experiments(store)
+    finally:
+        store.close()
+    labels = realized_labels(exposures["flight_key"], home / "storage")
+    frames = []
+    for exp_id, meta in sorted(known.items()):
+        spec = stored_spec(home, exp_id)
+        frames.append(
+            wide_rows(exposures, spec, meta, labels=labels, rolled_back_days=rolled_back_days(home, exp_id))
+        )
+    wide = pl.concat(frames, how="vertical_relaxed") if frames else pl.DataFrame(schema=dict.fromkeys(WIDE_COLUMNS))
+    counts = wide.group_by("experiment_id", "variant").len().sort("experiment_id", "variant") if frames else None
+    context.add_output_metadata(
+        {
+            "rows": wide.height,
+            "with_real_outcome": int(wide["late"].is_not_null().sum()) if wide.height else 0,
+            "by_experiment": dg.MetadataValue.md(_md(counts) if counts is not None else "no experiment"),
+            "duckdb_example": dg.MetadataValue.md(
+                "```sql\nSELECT floor(score * 10) / 10 AS bucket, variant, avg(offer_accepted) AS accept_rate, "
+                "count(*) AS n\nFROM read_parquet('$KEEL_HOME/storage/experiment_wide_table/*.parquet')\n"
+                "GROUP BY ALL ORDER BY ALL;\n```"
+            ),
+        }
+    )
+    return wide
+
+
+@dg.asset(
+    key=EXPERIMENT_ANALYSIS,
+    group_name=EXPERIMENTS_GROUP,
+    kinds={"scipy", "polars"},
+    tags=ON_DEMAND,
+    deps=[EXPERIMENT_WIDE],
+    check_specs=[
+        dg.AssetCheckSpec("guardrails", asset=EXPERIMENT_ANALYSIS, description="no experiment breaches a guardrail"),
+        dg.AssetCheckSpec(
+            "sample_ratio", asset=EXPERIMENT_ANALYSIS, description="every experiment's split matches its plan (SRM)"
+        ),
+    ],
+    description="Per experiment, from the wide table: arm counts and the SRM check, each metric's difference, lift and "
+    "interval (Welch / Newcombe / delta method, CUPED), Benjamini–Hochberg, guardrails on the sequential test, the "
+    "root-cause drill-down. Reports also go to $KEEL_HOME/storage/experiment_analysis/<id>.json.",
+)
+def experiment_analysis(context: dg.AssetExecutionContext, policies: PolicyStoreResource):
+    home = keel_home()
+    files = sorted((home / "storage" / "experiment_wide_table").glob("*.parquet"))
+    store = policies.open()
+    try:
+        known = experiments(store)
+    finally:
+        store.close()
+    wide = pl.concat([pl.read_parquet(f) for f in files], how="vertical_relaxed") if files else None
+    reports, breached, flagged = {}, [], []
+    for exp_id, meta in sorted(known.items()):
+        rows = wide.filter(pl.col("experiment_id") == exp_id) if wide is not None else None
+        if rows is None or rows.is_empty():
+            continue
+        try:
+            report = analyze(rows, stored_spec(home, exp_id), where=f"experiment_wide_table[{exp_id}]")
+        except Exception as exc:  # noqa: BLE001 - one experiment's bad data must not hide the others
+            context.log.warning(f"{exp_id}: not analyzed: {exc}")
+            continue
+        report["status"] = meta["status"]
+        reports[exp_id] = report
+        write_json_atomic(report, home / "storage" / "experiment_analysis" / f"{exp_id}.json")
+        breached += [f"{exp_id}: {g['reason']} → {meta['status']}" for g in report["guardrails"] if g["breached"]]
+        if report["srm"]["flagged"]:
+            flagged.append(f"{exp_id}: {report['withheld_because'][0]}")
+    yield dg.MaterializeResult(
+        metadata={
+            "experiments": len(reports),
+            "report": dg.MetadataValue.md("\n\n".join(_report_md(i, r) for i, r in reports.items()) or "no data yet"),
+            "reports": dg.MetadataValue.json(
+                {
+                    i: {k: r[k] for k in ("arms", "status", "guardrail_breached", "conclusions_withheld")}
+                    for i, r in reports.items()
+                }
+            ),
+        }
+    )
+    yield dg.AssetCheckResult(
+        check_name="guardrails", passed=not breached, severity=dg.AssetCheckSeverity.ERROR,
+        metadata={"breached": dg.MetadataValue.md("\n".join(f"- {b}" for b in breached) or "none")},
+    )  # fmt: skip
+    yield dg.AssetCheckResult(
+        check_name="sample_ratio", passed=not flagged, severity=dg.AssetCheckSeverity.ERROR,
+        metadata={"flagged": dg.MetadataValue.md("\n".join(f"- {f}" for f in flagged) or "none")},
+    )  # fmt: skip
+
+
+@dg.asset(
+    key=LOW_VISIBILITY,
+    group_name=EXPERIMENTS_GROUP,
+    kinds={"dowhy"},
+    ins={
+        "flights": dg.AssetIn("validated_flights", partition_mapping=dg.AllPartitionMapping()),
+        "weather": dg.AssetIn("validated_weather", partition_mapping=dg.AllPartitionMapping()),
+    },
+    description="An observational question on the real data, answered with DoWhy (assets/causal/low_visibility.yaml): "
+    "how much does visibility under 3 miles at the origin delay departures, adjusting for month, hour, origin and "
+    "carrier? Backdoor identification, linear regression and propensity weighting, three refuters, the assumptions.",
+)
+def low_visibility_effect(
+    context: dg.AssetExecutionContext, flights: pl.DataFrame, weather: pl.DataFrame
+) -> dg.MaterializeResult:
+    spec = load_causal_spec(CAUSAL_SPEC)
+    report = run_causal(spec, low_visibility_frame(flights, weather), where="validated_flights × validated_weather")
+    write_json_atomic(report, keel_home() / "storage" / "causal" / f"{spec.id}.json")
+    lines = [
+        f"| {e['method']} | {e['value']:.2f} min | [{e['ci'][0]:.2f}, {e['ci'][1]:.2f}] |"
+        for e in report["estimates"]
+    ]
+    refs = [
+        f"| {r['method']} | {r['new_effect']:.3f} | {'passed' if r['passed'] else 'FAILED'} — {r['rule']} |"
+        for r in report["refutations"]
+    ]
+    context.log.info(f"{spec.id}: {report['estimate']:.2f} min {report['ci']}")
+    return dg.MaterializeResult(
+        metadata={
+            "estimate_minutes": report["estimate"],
+            "ci": dg.MetadataValue.json(report["ci"]),
+            "rows": report["rows"],
+            "backdoor_set": dg.MetadataValue.json(report["backdoor_set"]),
+            "estimates": dg.MetadataValue.md("| estimator | effect | 95 % CI |\n|---|---:|---|\n" + "\n".join(lines)),
+            "refutations": dg.MetadataValue.md(
+                "| refuter | new effect | result |\n|---|---:|---|\n" + "\n".join(refs)
+            ),
+            "assumptions": dg.MetadataValue.md("\n".join(f"- {a}" for a in report["assumptions"])),
+        }
+    )
+
+
+def _md(frame: pl.DataFrame) -> str:
+    head = "| " + " | ".join(frame.columns) + " |\n|" + "---|" * len(frame.columns) + "\n"
+    return head + "\n".join("| " + " | ".join(str(v) for v in row) + " |" for row in frame.iter_rows())
+
+
+def _report_md(exp_id: str, r: dict) -> str:
+    lines = [f"### {exp_id} ({r['status']}): " + ", ".join(f"{k} {v:,}" for k, v in r["arms"].items())]
+    lines += [f"- conclusions withheld: {w}" for w in r["withheld_because"]]
+    lines.append(
+        "\n| metric | control | treatment | lift | 95 % CI | p (BH) | verdict |\n|---|---:|---:|---:|---|---:|---|"
+    )
+    for m in r["metrics"]:
+        if "error" in m:
+            continue
+        lines.append(
+            f"| {m['name']} | {m['control']:.4g} | {m['treatment']:.4g} | {m['lift']:+.2%} | "
+            f"[{m['lift_ci'][0]:+.2%}, {m['lift_ci'][1]:+.2%}] | {m['p_adjusted']:.3g} | {m['verdict']} |"
+        )
+    lines += [f"- guardrail {'BREACHED' if g['breached'] else 'ok'}: {g['reason']}" for g in r["guardrails"]]
+    lines += [f"- drill-down: {d['explanation']}" for d in r["drilldown"].values()]
+    return "\n".join(lines)
+
+
+experiment_assets = [experiment_exposures, experiment_wide_table, experiment_analysis, low_visibility_effect]

@@ -1,0 +1,167 @@
+"""Experiments driven through the policy store: start, pause, resume, stop, roll back — and the guardrail sensor
+pausing or rolling back a harmful treatment on its own, once, with its evidence."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import dagster as dg
+import polars as pl
+import pytest
+
+from gpu_runtime.gateway.app import flight_key
+from gpu_runtime.gateway.exposure import ExposureLog
+from keel.experiments import control
+from keel.experiments.control import ExperimentStateError
+from keel.ledger import Ledger
+from keel.policy import PolicyStore
+from keel.registry import ModelRegistry, versions_lookup
+from sensors.guardrails import tick
+from tests.conftest import REPO
+from tests.features.conftest import validated  # noqa: F401 - shared session fixture
+
+SPEC = """\
+id: rebooking-offer
+model: flight-delay
+control: {version: 1}
+treatment: {version: 2}
+traffic_ratio: 0.5
+metrics:
+  - {name: accepted, kind: proportion, column: offer_accepted, direction: increase, covariate: pre_accepted}
+  - {name: late_logloss, kind: mean, column: log_loss, direction: decrease}
+guardrails:
+  - {metric: accepted, threshold: 0.05, action: ACTION}
+min_sample: 300
+dimensions: [carrier, origin, hour_band]
+simulation: {seed: 3, base_rate: 0.2, lift: LIFT}
+"""
+
+
+@pytest.fixture
+def home(tmp_path):
+    registry = ModelRegistry(tmp_path / "registry")
+    for i in (1, 2):
+        registry.register("flight-delay", f"model text {i}", {})
+    registry.close()
+    return tmp_path
+
+
+def write_spec(home, action="rollback", lift=-0.5):
+    path = home / "spec.yaml"
+    path.write_text(SPEC.replace("ACTION", action).replace("LIFT", str(lift)))
+    return path
+
+
+def open_store(home):
+    return PolicyStore(home / "policies.sqlite", versions_of=versions_lookup(home / "registry"))
+
+
+def test_start_pause_resume_stop_and_the_split_in_the_store(home):
+    store = open_store(home)
+    c = control.start(store, write_spec(home), home=home, author="ana")
+    split = store.get("experiment.rebooking-offer").body
+    assert {v["name"]: (v["version"], v["weight"]) for v in split["variants"]} == {
+        "control": (1, 0.5), "treatment": (2, 0.5)}  # fmt: skip
+    assert split["experiment"]["status"] == "running" and c.author == "ana"
+    with pytest.raises(ExperimentStateError, match="already running"):
+        control.start(store, write_spec(home), home=home, author="ana")
+    control.pause(store, home, "rebooking-offer", author="ana", reason="looks odd")
+    assert control.describe(store, home, "rebooking-offer")["weights"] == {"control": 1.0, "treatment": 0.0}
+    control.resume(store, home, "rebooking-offer", author="ana", reason="fine")
+    control.stop(store, home, "rebooking-offer", author="ana", reason="done")
+    with pytest.raises(ExperimentStateError, match="is stopped; cannot become rolled_back"):
+        control.rollback(store, home, "rebooking-offer", author="ana", reason="late")
+    status = control.describe(store, home, "rebooking-offer")
+    assert status["status"] == "stopped" and [h["author"] for h in status["history"]] == ["ana"] * 4
+    assert store.verify().ok
+
+
+def exposures_of_real_flights(home, validated, start_ts, n=3000):  # noqa: F811
+    """What the gateway logs for an experiment: real January flights, units split 50/50 by the gateway's hash."""
+    from gpu_runtime.gateway.control import Weighted, pick_weighted
+
+    log = ExposureLog(home / "serving" / "exposures")
+    rows = validated["flights"].filter(pl.col("arr_delay").is_not_null()).head(n).to_dicts()
+    for i, row in enumerate(rows):
+        key = flight_key({**row, "time_hour": row["time_hour"].strftime("%Y-%m-%dT%H:%M:%SZ")})
+        unit = f"u{i}"
+        arm = pick_weighted([Weighted("control", 0.5), Weighted("treatment", 0.5)], unit, salt="flight-delay")
+        version = 2 if arm == "treatment" else 1
+        log.append({"ts": start_ts + 1 + i * 0.001, "unit_id": unit, "routed_version": version,
+                    "model_version": version, "status": 200, "score": 0.3, "latency_ms": 3.0, "flight_key": key})  # fmt: skip
+    log.close()
+    storage = home / "storage" / "validated_flights"
+    storage.mkdir(parents=True, exist_ok=True)
+    validated["flights"].filter(pl.col("time_hour").dt.month() == 1).write_parquet(storage / "2013-01.parquet")
+
+
+def test_the_guardrail_sensor_rolls_back_a_harmful_treatment_once(home, validated):  # noqa: F811
+    store = open_store(home)
+    commit = control.start(store, write_spec(home, "rollback", -0.5), home=home, author="ana")
+    exposures_of_real_flights(home, validated, commit.committed_at.timestamp())
+    ledger, registry = Ledger(home / "ledger.sqlite"), ModelRegistry(home / "registry")
+    [acted], cursor = tick(store, home, registry=registry, ledger=ledger)
+    assert acted["action"] == "rollback" and acted["breached"][0]["metric"] == "accepted"
+    reason = json.loads(store.commit(acted["version"]).reason)
+    assert reason["guardrails"][0]["msprt_p"] < 0.05 and reason["arms"]["treatment"] > 300
+    assert control.describe(store, home, "rebooking-offer")["status"] == "rolled_back"
+    assert control.rolled_back_days(home, "rebooking-offer")  # the data is marked, not deleted
+    [entry] = ledger.log()
+    assert entry.manifest["policy"]["parts"]["experiment"]["status"] == "rolled_back"
+    assert tick(store, home, registry=registry, ledger=ledger, cursor=cursor) == ([], cursor)  # never twice
+    assert cursor["rebooking-offer"]["accepted"] < 0.05
+
+
+def test_a_harmless_treatment_runs_on_and_pause_is_an_action(home, validated):  # noqa: F811
+    store = open_store(home)
+    commit = control.start(store, write_spec(home, "pause", 0.0), home=home, author="ana")
+    exposures_of_real_flights(home, validated, commit.committed_at.timestamp())
+    acted, cursor = tick(store, home)
+    assert acted == [] and cursor["rebooking-offer"]["accepted"] > 0.05
+    store.close()
+    home2 = home / "second"
+    registry = ModelRegistry(home2 / "registry")
+    for i in (1, 2):
+        registry.register("flight-delay", f"model text {i}", {})
+    registry.close()
+    store2 = open_store(home2)
+    commit = control.start(store2, write_spec(home2, "pause", -0.5), home=home2, author="ana")
+    exposures_of_real_flights(home2, validated, commit.committed_at.timestamp())
+    [acted], _ = tick(store2, home2)
+    assert acted["action"] == "pause" and control.describe(store2, home2, "rebooking-offer")["status"] == "paused"
+
+
+def test_the_daemon_path_and_the_cli(home, validated, monkeypatch):  # noqa: F811
+    import definitions
+    from resources import LedgerResource, ModelRegistryResource, PolicyStoreResource
+
+    env = os.environ | {"KEEL_HOME": str(home)}
+    run = lambda *a: subprocess.run([sys.executable, "-m", "keel.cli", "experiment", *a], capture_output=True,  # noqa: E731
+                                    text=True, cwd=REPO, env=env)  # fmt: skip
+    r = run("start", "--spec", str(write_spec(home, "rollback", -0.5)), "--author", "ana")
+    assert r.returncode == 0, r.stderr
+    store = open_store(home)
+    exposures_of_real_flights(
+        home, validated, store.get("experiment.rebooking-offer").body["experiment"]["started_at"]
+    )
+    monkeypatch.setenv("KEEL_HOME", str(home))
+    resources = {
+        "policies": PolicyStoreResource(path=str(home / "policies.sqlite"), registry_root=str(home / "registry")),
+        "registry": ModelRegistryResource(root=str(home / "registry")),
+        "ledger": LedgerResource(path=str(home / "ledger.sqlite")),
+    }
+    with dg.instance_for_test() as instance:
+        ctx = dg.build_sensor_context(instance=instance, definitions=definitions.defs, resources=resources)
+        data = definitions.defs.get_sensor_def("guardrail_sensor").evaluate_tick(ctx)
+    [request] = data.run_requests
+    assert request.tags["keel/guardrail_action"] == "rollback" and request.partition_key
+    assert set(request.asset_selection) == {dg.AssetKey("experiment_exposures"), dg.AssetKey("experiment_wide_table")}
+    r = run("status", "rebooking-offer")
+    assert r.returncode == 0 and json.loads(r.stdout)["status"] == "rolled_back"
+    r = run("rollback", "rebooking-offer", "--reason", "again")
+    assert r.returncode == 2 and "rolled_back; cannot become rolled_back" in r.stderr
+    r = run("status", "no-such")
+    assert r.returncode == 2 and "not in the policy store" in r.stderr
