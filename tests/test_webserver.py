@@ -162,7 +162,13 @@ def test_asset_graph_and_checks(dagster_dev):
     for key, node in nodes.items():
         assert node["description"], f"{key} has no description"
         assert node["kinds"], f"{key} has no kinds"
-        assert node["groupName"] in {"raw", "contracts", "features", "drift", "models", "deployments"}
+        assert node["groupName"] in {"raw", "contracts", "features", "drift", "models", "deployments", "experiments"}
+    # The experiment data lake's lineage and its checks, as the UI shows them.
+    assert deps("experiment_wide_table") == {"experiment_exposures"}
+    assert deps("experiment_analysis") == {"experiment_wide_table"}
+    exp_checks = {c["name"] for c in nodes["experiment_analysis"]["assetChecksOrError"]["checks"]}
+    assert exp_checks == {"guardrails", "sample_ratio"}
+    assert deps("low_visibility_effect") == {"validated_flights", "validated_weather"}
     checks = {c["name"]: c["blocking"] for c in nodes["validated_weather"]["assetChecksOrError"]["checks"]}
     assert checks["conservation"] is True and checks["critical_budget"] is True
     assert checks["rule_wind_speed_physical"] is False and "schema_conformance" in checks
@@ -371,3 +377,16 @@ def test_the_deployed_champion_answers_through_the_gateway(dagster_dev, keel_hom
     [mat] = node["assetMaterializations"]
     release = next(e["text"] for e in mat["metadataEntries"] if e["label"] == "release_id")
     assert release == answer["release_id"]
+
+
+def test_the_causal_question_is_answered_on_the_real_data(dagster_dev):
+    """low_visibility_effect ran in the backfill on all of 2013: low visibility at the origin delays departures."""
+    data = graphql(
+        dagster_dev,
+        """{ assetNodes(assetKeys: [{path: ["low_visibility_effect"]}]) {
+               assetMaterializations(limit: 1) { metadataEntries { label
+                 ... on FloatMetadataEntry { floatValue } ... on IntMetadataEntry { intValue } } } } }""",
+    )
+    [mat] = data["assetNodes"][0]["assetMaterializations"]
+    entries = {e["label"]: e for e in mat["metadataEntries"]}
+    assert entries["estimate_minutes"]["floatValue"] > 0 and entries["rows"]["intValue"] == 40_000
