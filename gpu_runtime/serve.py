@@ -39,6 +39,11 @@ def write_endpoints(path: Path, data: dict) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m gpu_runtime.serve", description=__doc__.split("\n\n")[0])
     parser.add_argument("--gateway-port", type=int, default=int(os.environ.get("KEEL_GATEWAY_PORT", "8080")))
+    parser.add_argument(
+        "--gateway-host",
+        default="127.0.0.1",
+        help="address the gateway binds (default loopback; a container behind a Kubernetes Service needs 0.0.0.0)",
+    )
     parser.add_argument("--triton-grpc-port", type=int, default=0, help="default: a free port")
     parser.add_argument("--policy", type=Path, help="gateway policy YAML (default: built-in defaults)")
     args = parser.parse_args(argv)
@@ -72,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     port = args.gateway_port or free_port()
     config = uvicorn.Config(
-        gateway, host="127.0.0.1", port=port, log_level="warning", access_log=False, lifespan="on"
+        gateway, host=args.gateway_host, port=port, log_level="warning", access_log=False, lifespan="on"
     )
     uv = uvicorn.Server(config)
 
@@ -84,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
                 "triton_grpc": server.grpc_url,
                 "triton_http": server.http_url,
                 "triton_metrics": f"127.0.0.1:{server.metrics_port}",
-                "gateway": f"127.0.0.1:{port}",
+                "gateway": f"{'127.0.0.1' if args.gateway_host in ('0.0.0.0', '::') else args.gateway_host}:{port}",
                 "admin_key": admin_key,
                 "triton_version": server.info.triton_version if server.info else None,
                 "policy": policy.to_dict(),

@@ -8,6 +8,7 @@ it reads where Triton listens and the admin key from ``$KEEL_HOME/serving/endpoi
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import dagster as dg
@@ -21,7 +22,8 @@ from resources.parquet_io import keel_home
 class TritonResource(dg.ConfigurableResource):
     serving_dir: str | None = None  # default $KEEL_HOME/serving
     instance_count: int = 1
-    instance_kind: str = "KIND_CPU"
+    # KIND_CPU here and in CI; KIND_GPU on GPU nodes (the Kubernetes profile sets KEEL_INSTANCE_KIND for runs)
+    instance_kind: str = os.environ.get("KEEL_INSTANCE_KIND", "KIND_CPU")
     max_batch_size: int = 256
     max_queue_delay_us: int = 200
     drain_s: float = 1.0

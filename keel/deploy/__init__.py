@@ -1,0 +1,1 @@
+"""Deployment profiles beyond one machine (Kubernetes)."""

@@ -1,0 +1,284 @@
+"""The Kubernetes deployment profile: Dagster runs as Kubernetes Jobs (dagster-k8s' K8sRunLauncher) on Postgres run
+storage, the model runtime (Triton + gateway) as its own Deployment with GPU requests, and values for the official
+Dagster Helm chart — all rendered from one profile (YAML).
+
+No cluster runs here: ``run_job`` builds the Job exactly as dagster-k8s builds it for a run
+(``dagster_k8s.job.construct_dagster_k8s_job`` with the launcher's job config), ``runtime_manifests`` the Deployment
+and Service, ``instance_yaml`` the dagster.yaml the chart mounts; tests assert them (image, resources, env from
+secrets, GPU requests) and validate dagster.yaml against Dagster's own config schema. docs/kubernetes.md walks
+through a deployment.
+
+    keel k8s render --profile keel/deploy/profile.yaml --out deploy/    # writes the manifests and values
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from keel.errors import KeelError
+from keel.names import validate_name
+
+PROFILE = Path(__file__).resolve().parent / "profile.yaml"
+KEEL_HOME = "/var/lib/keel"  # the shared volume: registry, storage, ledger, policies (ReadWriteMany)
+
+
+class ProfileError(KeelError):
+    """The deployment profile is malformed; the message names the field."""
+
+
+@dataclass(frozen=True)
+class K8sProfile:
+    namespace: str = "keel"
+    image: str = "ghcr.io/keel-platform/keel:0.1.0"  # Dagster code, .venv
+    runtime_image: str = "ghcr.io/keel-platform/keel-runtime:0.1.0"  # Triton (nvidia-pytriton) + .venv-runtime
+    image_pull_policy: str = "IfNotPresent"
+    service_account: str = "keel"
+    secrets: str = "keel-secrets"  # KEEL_TRITON_ADMIN_KEY and other secrets, as environment variables
+    postgres_password_secret: str = "keel-postgresql"  # key postgresql-password (the chart's convention)
+    postgres_host: str = "keel-postgresql"
+    postgres_db: str = "dagster"
+    postgres_user: str = "dagster"
+    keel_home_claim: str = "keel-home"
+    run_resources: dict[str, Any] = field(
+        default_factory=lambda: {"requests": {"cpu": "1", "memory": "4Gi"}, "limits": {"cpu": "2", "memory": "8Gi"}}
+    )
+    runtime_replicas: int = 2
+    gpus_per_runtime: int = 1
+    runtime_resources: dict[str, Any] = field(
+        default_factory=lambda: {"requests": {"cpu": "4", "memory": "16Gi"}, "limits": {"cpu": "8", "memory": "32Gi"}}
+    )
+    gpu_node_selector: dict[str, str] = field(default_factory=lambda: {"nvidia.com/gpu.present": "true"})
+
+
+def load_profile(path: str | Path = PROFILE) -> K8sProfile:
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except FileNotFoundError:
+        raise ProfileError(f"{path}: no such profile") from None
+    known = {f.name for f in fields(K8sProfile)}
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        raise ProfileError(f"{path}: field '{unknown[0]}' is unknown (known: {', '.join(sorted(known))})")
+    for key in ("namespace", "service_account", "secrets", "postgres_password_secret", "keel_home_claim"):
+        if key in raw:
+            try:
+                validate_name(str(raw[key]), what=key)
+            except KeelError as exc:
+                raise ProfileError(f"{path}: field '{key}': {exc}") from None
+    for key in ("runtime_replicas", "gpus_per_runtime"):
+        if key in raw and (not isinstance(raw[key], int) or raw[key] < 0):
+            raise ProfileError(f"{path}: field '{key}' must be a non-negative integer")
+    return K8sProfile(**raw)
+
+
+def _kind(profile: K8sProfile) -> str:
+    """Triton instance kind the deployment runs ask for: GPU instances when the runtime has GPUs."""
+    return "KIND_GPU" if profile.gpus_per_runtime else "KIND_CPU"
+
+
+def _env(profile: K8sProfile) -> list[dict[str, Any]]:
+    return [
+        {"name": "KEEL_HOME", "value": KEEL_HOME},
+        {"name": "DAGSTER_HOME", "value": "/opt/dagster/dagster_home"},
+    ]
+
+
+def instance_yaml(profile: K8sProfile) -> dict[str, Any]:
+    """dagster.yaml: each run a Kubernetes Job; runs, events and schedules in Postgres (password from a secret)."""
+    return {
+        "run_launcher": {
+            "module": "dagster_k8s",
+            "class": "K8sRunLauncher",
+            "config": {
+                "job_namespace": profile.namespace,
+                "job_image": profile.image,
+                "image_pull_policy": profile.image_pull_policy,
+                "service_account_name": profile.service_account,
+                "instance_config_map": "keel-dagster-instance",
+                "postgres_password_secret": profile.postgres_password_secret,
+                "dagster_home": "/opt/dagster/dagster_home",
+                "load_incluster_config": True,
+                "env_secrets": [profile.secrets],
+                "env_vars": [f"KEEL_HOME={KEEL_HOME}", f"KEEL_INSTANCE_KIND={_kind(profile)}"],
+                "resources": profile.run_resources,
+                "volume_mounts": [{"name": "keel-home", "mountPath": KEEL_HOME}],
+                "volumes": [{"name": "keel-home", "persistentVolumeClaim": {"claimName": profile.keel_home_claim}}],
+                "labels": {"app.kubernetes.io/part-of": "keel"},
+            },
+        },
+        "storage": {
+            "postgres": {
+                "postgres_db": {
+                    "hostname": profile.postgres_host,
+                    "db_name": profile.postgres_db,
+                    "username": profile.postgres_user,
+                    "password": {"env": "DAGSTER_PG_PASSWORD"},
+                    "port": 5432,
+                }
+            }
+        },
+        "run_coordinator": {"module": "dagster.core.run_coordinator", "class": "QueuedRunCoordinator"},
+        "telemetry": {"enabled": False},
+    }
+
+
+def run_job(profile: K8sProfile, run_id: str = "00000000-0000-0000-0000-000000000000", job: str = "keel_pipeline"):
+    """The Kubernetes Job that K8sRunLauncher submits for a run, built by dagster-k8s itself."""
+    from dagster_k8s.job import DagsterK8sJobConfig, construct_dagster_k8s_job, get_job_name_from_run_id
+
+    config = instance_yaml(profile)["run_launcher"]["config"]
+    job_config = DagsterK8sJobConfig(
+        job_image=config["job_image"],
+        dagster_home=config["dagster_home"],
+        image_pull_policy=config["image_pull_policy"],
+        service_account_name=config["service_account_name"],
+        instance_config_map=config["instance_config_map"],
+        postgres_password_secret=config["postgres_password_secret"],
+        env_secrets=config["env_secrets"],
+        env_vars=config["env_vars"],
+        resources=config["resources"],
+        volume_mounts=config["volume_mounts"],
+        volumes=config["volumes"],
+        labels=config["labels"],
+    )
+    args = ["dagster", "api", "execute_run", f'{{"run_id": "{run_id}", "job": "{job}"}}']
+    return construct_dagster_k8s_job(
+        job_config,
+        args=args,
+        job_name=get_job_name_from_run_id(run_id),
+        component="run_worker",
+        labels={"dagster/job": job, "dagster/run-id": run_id},
+    )
+
+
+def runtime_manifests(profile: K8sProfile) -> list[dict[str, Any]]:
+    """The model runtime (Triton + gateway, `python -m gpu_runtime.serve`) as a Deployment requesting GPUs, and
+    its Service (cluster-internal; the gateway is the only port exposed)."""
+    labels = {"app.kubernetes.io/name": "keel-model-runtime", "app.kubernetes.io/part-of": "keel"}
+    resources = {k: dict(v) for k, v in profile.runtime_resources.items()}
+    if profile.gpus_per_runtime:
+        for part in ("requests", "limits"):
+            resources.setdefault(part, {})["nvidia.com/gpu"] = str(profile.gpus_per_runtime)
+    container = {
+        "name": "model-runtime",
+        "image": profile.runtime_image,
+        "imagePullPolicy": profile.image_pull_policy,
+        "command": ["python", "-m", "gpu_runtime.serve", "--gateway-host", "0.0.0.0", "--gateway-port", "8080"],
+        "ports": [{"name": "gateway", "containerPort": 8080}],
+        "env": _env(profile),
+        "envFrom": [{"secretRef": {"name": profile.secrets}}],
+        "resources": resources,
+        "readinessProbe": {"httpGet": {"path": "/readyz", "port": "gateway"}, "periodSeconds": 5},
+        "livenessProbe": {"httpGet": {"path": "/healthz", "port": "gateway"}, "periodSeconds": 10},
+        "volumeMounts": [{"name": "keel-home", "mountPath": KEEL_HOME}],
+        "securityContext": {"runAsNonRoot": True, "allowPrivilegeEscalation": False},
+    }
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "keel-model-runtime", "namespace": profile.namespace, "labels": labels},
+        "spec": {
+            "replicas": profile.runtime_replicas,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "serviceAccountName": profile.service_account,
+                    "nodeSelector": dict(profile.gpu_node_selector) if profile.gpus_per_runtime else {},
+                    "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+                    if profile.gpus_per_runtime
+                    else [],
+                    "containers": [container],
+                    "volumes": [
+                        {"name": "keel-home", "persistentVolumeClaim": {"claimName": profile.keel_home_claim}}
+                    ],
+                },
+            },
+        },
+    }
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "keel-gateway", "namespace": profile.namespace, "labels": labels},
+        "spec": {
+            "type": "ClusterIP",
+            "selector": labels,
+            "ports": [{"name": "gateway", "port": 8080, "targetPort": "gateway"}],
+        },
+    }
+    return [deployment, service]
+
+
+def helm_values(profile: K8sProfile) -> dict[str, Any]:
+    """Values for the official Dagster chart (helm repo https://dagster-io.github.io/helm, chart dagster 1.13.27)."""
+    repo, tag = profile.image.rsplit(":", 1)
+    return {
+        "global": {"serviceAccountName": profile.service_account},
+        "dagsterWebserver": {"service": {"type": "ClusterIP"}},
+        "dagster-user-deployments": {
+            "enabled": True,
+            "deployments": [
+                {
+                    "name": "keel",
+                    "image": {"repository": repo, "tag": tag, "pullPolicy": profile.image_pull_policy},
+                    "dagsterApiGrpcArgs": ["--python-file", "definitions.py"],
+                    "port": 3030,
+                    "envSecrets": [{"name": profile.secrets}],
+                    "env": _env(profile),
+                    "volumeMounts": [{"name": "keel-home", "mountPath": KEEL_HOME}],
+                    "volumes": [
+                        {"name": "keel-home", "persistentVolumeClaim": {"claimName": profile.keel_home_claim}}
+                    ],
+                }
+            ],
+        },
+        "runLauncher": {
+            "type": "K8sRunLauncher",
+            "config": {
+                "k8sRunLauncher": {
+                    "jobNamespace": profile.namespace,
+                    "envSecrets": [{"name": profile.secrets}],
+                    "envVars": [f"KEEL_HOME={KEEL_HOME}", f"KEEL_INSTANCE_KIND={_kind(profile)}"],
+                    "resources": profile.run_resources,
+                    "volumeMounts": [{"name": "keel-home", "mountPath": KEEL_HOME}],
+                    "volumes": [
+                        {"name": "keel-home", "persistentVolumeClaim": {"claimName": profile.keel_home_claim}}
+                    ],
+                }
+            },
+        },
+        "postgresql": {
+            "enabled": True,
+            "postgresqlHost": profile.postgres_host,
+            "postgresqlDatabase": profile.postgres_db,
+            "postgresqlUsername": profile.postgres_user,
+        },
+        "generatePostgresqlPasswordSecret": False,  # created beforehand: kubectl create secret … (docs/kubernetes.md)
+        "dagsterDaemon": {"enabled": True, "runCoordinator": {"enabled": True, "type": "QueuedRunCoordinator"}},
+    }
+
+
+def render(profile: K8sProfile, out: str | Path) -> list[Path]:
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    files = {
+        "dagster.yaml": instance_yaml(profile),
+        "helm-values.yaml": helm_values(profile),
+        "model-runtime.yaml": runtime_manifests(profile),
+    }
+    written = []
+    for name, obj in files.items():
+        path = out / name
+        text = (
+            yaml.safe_dump_all(obj, sort_keys=False)
+            if isinstance(obj, list)
+            else yaml.safe_dump(obj, sort_keys=False)
+        )
+        path.write_text(text)
+        written.append(path)
+    return written

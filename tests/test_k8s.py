@@ -1,0 +1,102 @@
+"""The Kubernetes profile: the specs dagster-k8s would submit, the model runtime's Deployment with GPU requests,
+dagster.yaml validated against Dagster's own schema, the chart values — no cluster runs here, so these are built
+with the real dagster-k8s code and asserted."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from keel.deploy.k8s import (
+    KEEL_HOME,
+    ProfileError,
+    helm_values,
+    instance_yaml,
+    load_profile,
+    run_job,
+    runtime_manifests,
+)
+from tests.conftest import REPO
+
+
+@pytest.fixture
+def profile():
+    return load_profile()
+
+
+def test_a_run_is_a_kubernetes_job_with_the_image_resources_and_secrets(profile):
+    job = run_job(profile, run_id="0f1e2d3c-aaaa-bbbb-cccc-000000000001").to_dict()
+    pod = job["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    assert container["image"] == profile.image and container["image_pull_policy"] == "IfNotPresent"
+    assert container["args"][:3] == ["dagster", "api", "execute_run"]
+    assert {k: v for k, v in container["resources"].items() if v} == profile.run_resources
+    assert [e["secret_ref"]["name"] for e in container["env_from"] if e["secret_ref"]] == ["keel-secrets"]
+    env = {e["name"]: e for e in container["env"]}
+    pg = env["DAGSTER_PG_PASSWORD"]["value_from"]["secret_key_ref"]
+    assert pg["name"] == "keel-postgresql" and pg["key"] == "postgresql-password"  # from a secret, never a value
+    assert env["KEEL_HOME"]["value"] == KEEL_HOME and env["KEEL_INSTANCE_KIND"]["value"] == "KIND_GPU"
+    assert pod["service_account_name"] == "keel"
+    assert any(
+        v["persistent_volume_claim"] and v["persistent_volume_claim"]["claim_name"] == "keel-home"
+        for v in pod["volumes"]
+    )
+    assert job["metadata"]["labels"]["dagster/run-id"] == "0f1e2d3c-aaaa-bbbb-cccc-000000000001"
+
+
+def test_the_model_runtime_requests_gpus_and_reads_secrets_from_the_environment(profile):
+    deployment, service = runtime_manifests(profile)
+    spec = deployment["spec"]["template"]["spec"]
+    [c] = spec["containers"]
+    assert c["resources"]["requests"]["nvidia.com/gpu"] == "1" == c["resources"]["limits"]["nvidia.com/gpu"]
+    assert c["envFrom"] == [{"secretRef": {"name": "keel-secrets"}}]
+    assert not any("KEY" in e["name"] or "PASSWORD" in e["name"] for e in c["env"])  # secrets only via secretRef
+    assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert spec["nodeSelector"] == {"nvidia.com/gpu.present": "true"} and deployment["spec"]["replicas"] == 2
+    assert service["spec"]["type"] == "ClusterIP"  # not exposed outside the cluster by default
+    cpu_only = runtime_manifests(profile.__class__(gpus_per_runtime=0))[0]["spec"]["template"]["spec"]
+    assert "nvidia.com/gpu" not in cpu_only["containers"][0]["resources"]["requests"] and not cpu_only["nodeSelector"]
+
+
+def test_dagster_yaml_passes_dagsters_own_schema(profile, tmp_path):
+    from dagster._config import process_config
+    from dagster._core.instance.config import dagster_instance_config
+    from dagster_k8s import K8sRunLauncher
+
+    (tmp_path / "dagster.yaml").write_text(yaml.safe_dump(instance_yaml(profile)))
+    config, _ = dagster_instance_config(str(tmp_path))
+    assert config["run_launcher"]["class"] == "K8sRunLauncher" and "postgres" in config["storage"]
+    launcher = process_config(K8sRunLauncher.config_type(), config["run_launcher"]["config"])
+    assert launcher.success, launcher.errors
+
+
+def test_helm_values_and_render(profile, tmp_path):
+    values = helm_values(profile)
+    [deployment] = values["dagster-user-deployments"]["deployments"]
+    assert deployment["image"] == {
+        "repository": "ghcr.io/keel-platform/keel",
+        "tag": "0.1.0",
+        "pullPolicy": "IfNotPresent",
+    }
+    assert values["runLauncher"]["type"] == "K8sRunLauncher" and values["postgresql"]["enabled"]
+    r = subprocess.run([sys.executable, "-m", "keel.cli", "k8s", "render", "--out", str(tmp_path)], capture_output=True,
+                       text=True, cwd=REPO)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert [d["kind"] for d in yaml.safe_load_all((tmp_path / "model-runtime.yaml").read_text())] == [
+        "Deployment",
+        "Service",
+    ]
+    assert yaml.safe_load((tmp_path / "helm-values.yaml").read_text()) == values
+
+
+def test_a_bad_profile_names_the_field(tmp_path):
+    bad = tmp_path / "p.yaml"
+    bad.write_text("namespace: keel\ngpus: 2\n")
+    with pytest.raises(ProfileError, match="field 'gpus' is unknown"):
+        load_profile(bad)
+    bad.write_text("namespace: ../etc\n")
+    with pytest.raises(ProfileError, match="field 'namespace'"):
+        load_profile(bad)
