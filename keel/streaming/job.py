@@ -1,0 +1,224 @@
+"""The streaming job: a contract compiled to Flink SQL validates a stream, sends each row to exactly one sink, and
+computes windowed drift on event time. Runs in the Flink environment (.venv-flink), on Flink's local mini-cluster by
+default or a remote cluster (``--jobmanager host:port``):
+
+    .venv-flink/bin/python -m keel.streaming.job --contract assets/contracts/weather.yaml \
+        --input rows.csv --out out/ [--skip RULE …] [--parallelism 2] \
+        [--event-time time_hour --window-s 10 --reference reference.json]
+
+Source: a CSV file (first column ``_source_row``, then the contract's columns in its order, no header, empty =
+null) through Flink's filesystem connector; ``--socket host:port`` reads the same lines from a socket, and the Kafka
+connector is a configuration of the same table (``--kafka-topic``, ``--kafka-bootstrap``; not exercised here).
+Sinks: ``valid.parquet``, ``quarantine.parquet`` (the batch path's quarantine layout), ``rejected.parquet``, written
+atomically by the driver as the job's results arrive; ``drift.json`` (per window and feature: bin counts, PSI);
+``report.json`` last: rows in, per sink, per rule, elapsed, events/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+
+def build_env(parallelism: int, jobmanager: str | None):
+    from pyflink.table import EnvironmentSettings, TableEnvironment
+
+    env = TableEnvironment.create(EnvironmentSettings.in_streaming_mode())
+    config = env.get_config()
+    config.set("parallelism.default", str(parallelism))
+    config.set("python.fn-execution.bundle.size", "10000")
+    if jobmanager:
+        host, port = jobmanager.rsplit(":", 1)
+        config.set("rest.address", host)
+        config.set("rest.port", port)
+        config.set("execution.target", "remote")
+    return env
+
+
+def source_ddl(plan, path: str, event_time: str | None, watermark_s: float, args) -> str:
+    cols = ["`_source_row` BIGINT"] + [f"`{c}` STRING" for c in plan.contract.column_names]
+    if event_time:
+        from keel.streaming.contract_sql import java_pattern
+
+        fmt = plan.contract.column(event_time).format or "%Y-%m-%dT%H:%M:%S"
+        parsed = (
+            f"TO_TIMESTAMP(NULLIF(TRIM(`{event_time}`), ''), '{java_pattern(fmt).replace(chr(39), chr(39) * 2)}')"
+        )
+        # A row time cannot be null; a row whose event time does not parse is quarantined by its schema rule, and
+        # the epoch keeps it out of every window (late) without holding the watermark back.
+        cols.append(f"`__et` AS COALESCE({parsed}, TIMESTAMP '1970-01-01 00:00:00')")
+        cols.append(f"WATERMARK FOR `__et` AS `__et` - INTERVAL '{int(watermark_s)}' SECOND")
+    if args.kafka_topic:
+        conn = (f"'connector' = 'kafka', 'topic' = '{args.kafka_topic}', 'properties.bootstrap.servers' = "
+                f"'{args.kafka_bootstrap}', 'scan.startup.mode' = 'earliest-offset', 'format' = 'csv'")  # fmt: skip
+    elif args.socket:
+        host, port = args.socket.rsplit(":", 1)
+        conn = f"'connector' = 'socket', 'hostname' = '{host}', 'port' = '{port}', 'format' = 'csv'"
+    else:
+        conn = f"'connector' = 'filesystem', 'path' = '{path}', 'format' = 'csv'"
+    return (
+        f"CREATE TEMPORARY TABLE src ({', '.join(cols)}) WITH ({conn}, 'csv.null-literal' = '', "
+        f"'csv.ignore-parse-errors' = 'false')"
+    )
+
+
+def interval(seconds: float) -> str:
+    """A Flink SQL interval literal in the largest unit that divides it (SECOND(2) holds only 99 s)."""
+    n = int(seconds)
+    for unit, size in (("DAY", 86400), ("HOUR", 3600), ("MINUTE", 60)):
+        if n % size == 0 and n >= size:
+            return f"INTERVAL '{n // size}' {unit}"
+    return f"INTERVAL '{n}' SECOND(9)" if n > 99 else f"INTERVAL '{n}' SECOND"
+
+
+def register_regex_udfs(env, plan) -> None:
+    if not plan.regex_rules:
+        return
+    from pyflink.table import DataTypes
+    from pyflink.table.udf import udf
+
+    for i, (_rule, _col, pattern) in enumerate(plan.regex_rules):
+
+        def make(p):
+            import flpc
+
+            compiled = flpc.compile(p)
+
+            def matches(series):  # vectorised: one pandas Series per Arrow batch
+                import pandas as pd
+
+                return pd.Series([bool(flpc.search(compiled, v)) if v is not None else True for v in series])
+
+            return matches
+
+        env.create_temporary_function(
+            f"keel_regex_{i}", udf(make(pattern), result_type=DataTypes.BOOLEAN(), func_type="pandas")
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m keel.streaming.job", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--contract", required=True, type=Path)
+    parser.add_argument("--input", type=Path, help="CSV: _source_row, then the contract's columns; no header")
+    parser.add_argument("--socket", help="host:port to read the same lines from (instead of --input)")
+    parser.add_argument("--kafka-topic")
+    parser.add_argument("--kafka-bootstrap", default="127.0.0.1:9092")
+    parser.add_argument("--out", required=True, type=Path)
+    parser.add_argument(
+        "--skip", nargs="*", default=[], help="rule ids with no streaming form, skipped in both paths"
+    )
+    parser.add_argument("--parallelism", type=int, default=1)
+    parser.add_argument("--jobmanager", help="host:port of a remote Flink cluster (default: local mini-cluster)")
+    parser.add_argument("--event-time", help="the contract's datetime column windows are on")
+    parser.add_argument("--window-s", type=float, default=10.0)
+    parser.add_argument("--watermark-s", type=float, default=5.0)
+    parser.add_argument("--reference", type=Path, help="reference bins (JSON) for windowed drift")
+    args = parser.parse_args(argv)
+
+    import polars as pl
+
+    from keel.contracts.spec import load_contract
+    from keel.storage import write_json_atomic, write_parquet_atomic
+    from keel.streaming.contract_sql import compile_contract
+    from keel.streaming.drift_windows import bin_case_sql, psi
+
+    spec = load_contract(args.contract)
+    plan = compile_contract(spec, skip=set(args.skip))
+    started = time.perf_counter()
+    env = build_env(args.parallelism, args.jobmanager)
+    env.execute_sql(
+        source_ddl(plan, str(args.input.resolve()) if args.input else "", args.event_time, args.watermark_s, args)
+    )
+    register_regex_udfs(env, plan)
+    print(f"keel stream: {spec.name} contract → {len(plan.rules)} rules in Flink SQL "
+          f"({len(plan.regex_rules)} as flpc UDFs), parallelism {args.parallelism}", flush=True)  # fmt: skip
+
+    result = env.execute_sql(plan.select_sql("src"))
+    names = result.get_table_schema().get_field_names()
+    rows = []
+    with result.collect() as it:
+        for row in it:
+            rows.append(tuple(row))
+    elapsed = time.perf_counter() - started
+    frame = (
+        pl.DataFrame(rows, schema=names, orient="row", infer_schema_length=None)
+        if rows
+        else pl.DataFrame(schema=names)
+    )
+    args.out.mkdir(parents=True, exist_ok=True)
+    cols = list(spec.column_names)
+    valid = frame.filter(pl.col("_sink") == "valid").select("_source_row", *cols).sort("_source_row")
+    q = frame.filter(pl.col("_sink") == "quarantine").sort("_source_row")
+    quarantine = q.select(
+        *[pl.col(f"__raw_{c}").alias(c) for c in cols],
+        pl.lit(spec.name).alias("_contract"),
+        pl.lit(spec.version, pl.Int64).alias("_contract_version"),
+        pl.lit(spec.content_hash).alias("_contract_hash"),
+        "_rule_id", "_failed_rules", "_severity", "_reason",
+        pl.lit(None, pl.String).alias("_partition"),
+        pl.col("_source_row").cast(pl.Int64),
+        pl.lit(None, pl.String).alias("_extra_columns"),
+        pl.lit("pending").alias("_replay_status"),
+        pl.lit(datetime.now(UTC)).cast(pl.Datetime("us", "UTC")).alias("_quarantined_at"),
+    )  # fmt: skip
+    rejected = frame.filter(pl.col("_sink") == "rejected").select(
+        pl.col("_source_row").cast(pl.Int64), pl.col("_reject_rule_id").alias("_rule_id"), "_failed_rules"
+    )
+    write_parquet_atomic(valid, args.out / "valid.parquet")
+    write_parquet_atomic(quarantine, args.out / "quarantine.parquet")
+    write_parquet_atomic(rejected, args.out / "rejected.parquet")
+
+    drift = []
+    if args.event_time and args.reference:
+        reference = json.loads(args.reference.read_text())
+        env.create_temporary_view(
+            "typed_valid",
+            env.sql_query(f"SELECT * FROM ({plan.select_sql('src', ('__et',))}) WHERE `_sink` = 'valid'"),
+        )
+        bins = [b for f, ref in reference.items() for b in bin_case_sql(f, ref["edges"])]
+        window = env.execute_sql(
+            f"SELECT window_start, COUNT(*) AS n, {', '.join(bins)} FROM TABLE(TUMBLE(TABLE typed_valid, "
+            f"DESCRIPTOR(`__et`), {interval(args.window_s)})) GROUP BY window_start, window_end"
+        )
+        wnames = window.get_table_schema().get_field_names()
+        with window.collect() as it:
+            for row in it:
+                r = dict(zip(wnames, tuple(row), strict=True))
+                entry = {"window_start": r["window_start"].isoformat(), "rows": int(r["n"]), "features": {}}
+                for f, ref in reference.items():
+                    counts = [int(r[f"{f}__b{i}"]) for i in range(len(ref["edges"]) + 1)]
+                    entry["features"][f] = {"counts": counts, "psi": psi(counts, ref["shares"])}
+                drift.append(entry)
+        drift.sort(key=lambda e: e["window_start"])
+        write_json_atomic(drift, args.out / "drift.json")
+    total = time.perf_counter() - started
+    report = {
+        "contract": spec.name,
+        "rows_in": frame.height,
+        "valid": valid.height,
+        "quarantined": quarantine.height,
+        "rejected": rejected.height,
+        "rules": {
+            r.id: int(frame["_failed_rules"].cast(pl.String).str.contains(rf"(^|,){r.id}(,|$)").sum())
+            for r in plan.rules
+        }
+        if frame.height
+        else {},
+        "skipped_rules": list(args.skip),
+        "parallelism": args.parallelism,
+        "validation_s": round(elapsed, 3),
+        "total_s": round(total, 3),
+        "events_per_s": round(frame.height / elapsed, 1) if elapsed > 0 else None,
+        "windows": len(drift),
+    }
+    write_json_atomic(report, args.out / "report.json")
+    print(json.dumps(report), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
