@@ -13,8 +13,10 @@ from assets.experiments import experiment_assets
 from assets.features import feature_assets
 from assets.models import model_assets
 from assets.raw import raw_assets
+from assets.streaming import streaming_assets
 from assets.validated import build_validated_assets
 from resources import (
+    FlinkResource,
     LedgerResource,
     ModelRegistryResource,
     OnlineStoreResource,
@@ -45,6 +47,7 @@ defs = dg.Definitions(
         *model_assets,
         *deployment_assets,
         *experiment_assets,
+        *streaming_assets,
     ],
     jobs=[pipeline_job, rollback_job],
     sensors=[drift_sensor, canary_sensor, guardrail_sensor],
@@ -55,5 +58,6 @@ defs = dg.Definitions(
         "ledger": LedgerResource(),
         "triton": TritonResource(),
         "policies": PolicyStoreResource(),
+        "flink": FlinkResource(),
     },
 )

@@ -1,5 +1,6 @@
-"""Dagster resources of this deployment: storage, online store, registry, ledger, Triton."""
+"""Dagster resources of this deployment: storage, online store, registry, ledger, Triton, policies, Flink."""
 
+from resources.flink import FlinkResource
 from resources.ledger import LedgerResource
 from resources.online_store import OnlineStoreResource
 from resources.parquet_io import ParquetIOManager, keel_home
@@ -8,6 +9,7 @@ from resources.registry import ModelRegistryResource
 from resources.triton import TritonResource
 
 __all__ = [
+    "FlinkResource",
     "LedgerResource",
     "ModelRegistryResource",
     "OnlineStoreResource",
