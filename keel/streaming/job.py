@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import time
 from datetime import UTC, datetime
@@ -31,6 +32,7 @@ def build_env(parallelism: int, jobmanager: str | None):
     config = env.get_config()
     config.set("parallelism.default", str(parallelism))
     config.set("python.fn-execution.bundle.size", "10000")
+    config.set("execution.checkpointing.interval", "2s")  # commits the filesystem sinks' files
     if jobmanager:
         host, port = jobmanager.rsplit(":", 1)
         config.set("rest.address", host)
@@ -123,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from keel.contracts.spec import load_contract
     from keel.storage import write_json_atomic, write_parquet_atomic
-    from keel.streaming.contract_sql import compile_contract
+    from keel.streaming.contract_sql import SQL_TYPES, compile_contract
     from keel.streaming.drift_windows import bin_case_sql, psi
 
     spec = load_contract(args.contract)
@@ -137,64 +139,101 @@ def main(argv: list[str] | None = None) -> int:
     print(f"keel stream: {spec.name} contract → {len(plan.rules)} rules in Flink SQL "
           f"({len(plan.regex_rules)} as flpc UDFs), parallelism {args.parallelism}", flush=True)  # fmt: skip
 
-    result = env.execute_sql(plan.select_sql("src"))
-    names = result.get_table_schema().get_field_names()
-    rows = []
-    with result.collect() as it:
-        for row in it:
-            rows.append(tuple(row))
-    elapsed = time.perf_counter() - started
-    frame = (
-        pl.DataFrame(rows, schema=names, orient="row", infer_schema_length=None)
-        if rows
-        else pl.DataFrame(schema=names)
-    )
-    args.out.mkdir(parents=True, exist_ok=True)
+    # One job, one pass over the source: every sink is an INSERT of the same statement set, written by Flink's
+    # filesystem connector (checkpoints commit the files; the end of a bounded source commits the last ones).
+    sinks = args.out / "_flink"
+    shutil.rmtree(sinks, ignore_errors=True)
     cols = list(spec.column_names)
-    valid = frame.filter(pl.col("_sink") == "valid").select("_source_row", *cols).sort("_source_row")
-    q = frame.filter(pl.col("_sink") == "quarantine").sort("_source_row")
-    quarantine = q.select(
-        *[pl.col(f"__raw_{c}").alias(c) for c in cols],
+    types = {c.name: SQL_TYPES[c.dtype] for c in spec.columns}
+    env.create_temporary_view("checked", env.sql_query(plan.select_sql("src", ("__et",) if args.event_time else ())))
+
+    def sink(name: str, columns: list[tuple[str, str]]) -> None:
+        ddl = ", ".join(f"`{c}` {t}" for c, t in columns)
+        env.execute_sql(
+            f"CREATE TEMPORARY TABLE {name} ({ddl}) WITH ('connector' = 'filesystem', 'path' = "
+            f"'{(sinks / name).as_posix()}', 'format' = 'csv', 'csv.null-literal' = '\\N')"
+        )
+
+    meta = ["_rule_id", "_failed_rules", "_severity", "_reason"]
+    sink("valid_sink", [("_source_row", "BIGINT")] + [(c, types[c]) for c in cols])
+    sink(
+        "quarantine_sink", [("_source_row", "BIGINT")] + [(c, "STRING") for c in cols] + [(m, "STRING") for m in meta]
+    )
+    sink("rejected_sink", [("_source_row", "BIGINT"), ("_rule_id", "STRING"), ("_failed_rules", "STRING")])
+    statements = env.create_statement_set()
+    names = ", ".join(f"`{c}`" for c in cols)
+    raws = ", ".join(f"`__raw_{c}`" for c in cols)
+    statements.add_insert_sql(
+        f"INSERT INTO valid_sink SELECT _source_row, {names} FROM checked WHERE _sink = 'valid'"
+    )
+    statements.add_insert_sql(
+        f"INSERT INTO quarantine_sink SELECT _source_row, {raws}, {', '.join(meta)} FROM checked "
+        "WHERE _sink = 'quarantine'"
+    )
+    statements.add_insert_sql(
+        "INSERT INTO rejected_sink SELECT _source_row, _reject_rule_id, _failed_rules FROM checked "
+        "WHERE _sink = 'rejected'"
+    )
+    reference = json.loads(args.reference.read_text()) if args.event_time and args.reference else None
+    if reference:
+        bins = [b for f, ref in reference.items() for b in bin_case_sql(f, ref["edges"])]
+        bin_cols = [f"{f}__b{i}" for f, ref in reference.items() for i in range(len(ref["edges"]) + 1)]
+        sink("drift_sink", [("window_start", "TIMESTAMP(3)"), ("n", "BIGINT")] + [(b, "INT") for b in bin_cols])
+        statements.add_insert_sql(
+            f"INSERT INTO drift_sink SELECT window_start, COUNT(*) AS n, {', '.join(bins)} FROM TABLE(TUMBLE("
+            f"(SELECT * FROM checked WHERE _sink = 'valid'), DESCRIPTOR(`__et`), {interval(args.window_s)})) "
+            "GROUP BY window_start, window_end"
+        )
+    statements.execute().wait()
+    elapsed = time.perf_counter() - started
+
+    def read(name: str, schema: dict) -> pl.DataFrame:
+        files = [f for f in sorted((sinks / name).rglob("*")) if f.is_file() and not f.name.startswith(".")]
+        frames = [
+            pl.read_csv(f, has_header=False, new_columns=list(schema), schema_overrides=schema, null_values=["\\N"])
+            for f in files
+            if f.stat().st_size
+        ]
+        return pl.concat(frames) if frames else pl.DataFrame(schema=schema)
+
+    polars_types = {c.name: (pl.String if c.dtype in ("datetime", "date") else c.polars_dtype) for c in spec.columns}
+    valid = read("valid_sink", {"_source_row": pl.Int64} | polars_types).sort("_source_row")
+    for c in spec.columns:
+        if c.dtype == "datetime":
+            valid = valid.with_columns(pl.col(c.name).str.to_datetime(strict=False, time_unit="us"))
+    q = read(
+        "quarantine_sink", {"_source_row": pl.Int64} | {c: pl.String for c in cols} | {m: pl.String for m in meta}
+    )
+    quarantine = q.sort("_source_row").select(
+        *cols,
         pl.lit(spec.name).alias("_contract"),
         pl.lit(spec.version, pl.Int64).alias("_contract_version"),
         pl.lit(spec.content_hash).alias("_contract_hash"),
-        "_rule_id", "_failed_rules", "_severity", "_reason",
+        *meta,
         pl.lit(None, pl.String).alias("_partition"),
-        pl.col("_source_row").cast(pl.Int64),
+        pl.col("_source_row"),
         pl.lit(None, pl.String).alias("_extra_columns"),
         pl.lit("pending").alias("_replay_status"),
         pl.lit(datetime.now(UTC)).cast(pl.Datetime("us", "UTC")).alias("_quarantined_at"),
     )  # fmt: skip
-    rejected = frame.filter(pl.col("_sink") == "rejected").select(
-        pl.col("_source_row").cast(pl.Int64), pl.col("_reject_rule_id").alias("_rule_id"), "_failed_rules"
-    )
+    rejected = read("rejected_sink", {"_source_row": pl.Int64, "_rule_id": pl.String, "_failed_rules": pl.String})
     write_parquet_atomic(valid, args.out / "valid.parquet")
     write_parquet_atomic(quarantine, args.out / "quarantine.parquet")
-    write_parquet_atomic(rejected, args.out / "rejected.parquet")
-
+    write_parquet_atomic(rejected.sort("_source_row"), args.out / "rejected.parquet")
     drift = []
-    if args.event_time and args.reference:
-        reference = json.loads(args.reference.read_text())
-        env.create_temporary_view(
-            "typed_valid",
-            env.sql_query(f"SELECT * FROM ({plan.select_sql('src', ('__et',))}) WHERE `_sink` = 'valid'"),
-        )
-        bins = [b for f, ref in reference.items() for b in bin_case_sql(f, ref["edges"])]
-        window = env.execute_sql(
-            f"SELECT window_start, COUNT(*) AS n, {', '.join(bins)} FROM TABLE(TUMBLE(TABLE typed_valid, "
-            f"DESCRIPTOR(`__et`), {interval(args.window_s)})) GROUP BY window_start, window_end"
-        )
-        wnames = window.get_table_schema().get_field_names()
-        with window.collect() as it:
-            for row in it:
-                r = dict(zip(wnames, tuple(row), strict=True))
-                entry = {"window_start": r["window_start"].isoformat(), "rows": int(r["n"]), "features": {}}
-                for f, ref in reference.items():
-                    counts = [int(r[f"{f}__b{i}"]) for i in range(len(ref["edges"]) + 1)]
-                    entry["features"][f] = {"counts": counts, "psi": psi(counts, ref["shares"])}
-                drift.append(entry)
-        drift.sort(key=lambda e: e["window_start"])
+    if reference:
+        windows = read("drift_sink", {"window_start": pl.String, "n": pl.Int64} | {b: pl.Int64 for b in bin_cols})
+        for r in windows.sort("window_start").iter_rows(named=True):
+            start = datetime.fromisoformat(r["window_start"]).isoformat()
+            entry = {"window_start": start, "rows": int(r["n"]), "features": {}}
+            for f, ref in reference.items():
+                counts = [int(r[f"{f}__b{i}"]) for i in range(len(ref["edges"]) + 1)]
+                entry["features"][f] = {"counts": counts, "psi": psi(counts, ref["shares"])}
+            drift.append(entry)
         write_json_atomic(drift, args.out / "drift.json")
+    shutil.rmtree(sinks, ignore_errors=True)
+    frame = pl.concat([valid.select("_source_row"), quarantine.select("_source_row"), rejected.select("_source_row")])
+    failed = pl.concat([quarantine.select("_failed_rules"), rejected.select("_failed_rules")])
     total = time.perf_counter() - started
     report = {
         "contract": spec.name,
@@ -203,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
         "quarantined": quarantine.height,
         "rejected": rejected.height,
         "rules": {
-            r.id: int(frame["_failed_rules"].cast(pl.String).str.contains(rf"(^|,){r.id}(,|$)").sum())
+            r.id: int(failed["_failed_rules"].cast(pl.String).str.contains(rf"(^|,){r.id}(,|$)").sum())
             for r in plan.rules
         }
         if frame.height
