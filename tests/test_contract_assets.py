@@ -50,6 +50,7 @@ def contract_file(tmp_path) -> Path:
 @pytest.fixture
 def io(tmp_path):
     from resources import (
+        FlinkResource,
         LedgerResource,
         ModelRegistryResource,
         OnlineStoreResource,
@@ -67,6 +68,7 @@ def io(tmp_path):
         "policies": PolicyStoreResource(
             path=str(tmp_path / "policies.sqlite"), registry_root=str(tmp_path / "registry")
         ),
+        "flink": FlinkResource(),
     }
 
 

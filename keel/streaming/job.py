@@ -86,14 +86,14 @@ def register_regex_udfs(env, plan) -> None:
     for i, (_rule, _col, pattern) in enumerate(plan.regex_rules):
 
         def make(p):
-            import flpc
-
-            compiled = flpc.compile(p)
+            compiled: dict = {}  # compiled in each Python worker: a compiled pattern cannot be pickled to it
 
             def matches(series):  # vectorised: one pandas Series per Arrow batch
+                import flpc
                 import pandas as pd
 
-                return pd.Series([bool(flpc.search(compiled, v)) if v is not None else True for v in series])
+                regex = compiled.get("re") or compiled.setdefault("re", flpc.compile(p))
+                return pd.Series([bool(flpc.search(regex, v)) if v is not None else True for v in series])
 
             return matches
 
@@ -119,6 +119,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--window-s", type=float, default=10.0)
     parser.add_argument("--watermark-s", type=float, default=5.0)
     parser.add_argument("--reference", type=Path, help="reference bins (JSON) for windowed drift")
+    parser.add_argument(
+        "--request-features",
+        action="store_true",
+        help="add the request features (keel.features.definitions) to valid",
+    )
     args = parser.parse_args(argv)
 
     import polars as pl
@@ -155,16 +160,29 @@ def main(argv: list[str] | None = None) -> int:
         )
 
     meta = ["_rule_id", "_failed_rules", "_severity", "_reason"]
-    sink("valid_sink", [("_source_row", "BIGINT")] + [(c, types[c]) for c in cols])
+    features = {}
+    if args.request_features:
+        from keel.features.definitions import BY_NAME
+        from keel.streaming.features_sql import request_feature_sql
+
+        features = {
+            f"feature_{n}": e for n, e in request_feature_sql().items()
+        }  # month etc. are contract columns too
+    feature_types = {
+        n: "INT" if BY_NAME[n.removeprefix("feature_")].dtype.__name__.startswith("Int") else "DOUBLE"
+        for n in features
+    }
+    sink("valid_sink", [("_source_row", "BIGINT")] + [(c, types[c]) for c in cols] + list(feature_types.items()))
     sink(
         "quarantine_sink", [("_source_row", "BIGINT")] + [(c, "STRING") for c in cols] + [(m, "STRING") for m in meta]
     )
     sink("rejected_sink", [("_source_row", "BIGINT"), ("_rule_id", "STRING"), ("_failed_rules", "STRING")])
     statements = env.create_statement_set()
+    feature_sql = "".join(f", {e} AS `{n}`" for n, e in features.items())
     names = ", ".join(f"`{c}`" for c in cols)
     raws = ", ".join(f"`__raw_{c}`" for c in cols)
     statements.add_insert_sql(
-        f"INSERT INTO valid_sink SELECT _source_row, {names} FROM checked WHERE _sink = 'valid'"
+        f"INSERT INTO valid_sink SELECT _source_row, {names}{feature_sql} FROM checked WHERE _sink = 'valid'"
     )
     statements.add_insert_sql(
         f"INSERT INTO quarantine_sink SELECT _source_row, {raws}, {', '.join(meta)} FROM checked "
@@ -197,7 +215,8 @@ def main(argv: list[str] | None = None) -> int:
         return pl.concat(frames) if frames else pl.DataFrame(schema=schema)
 
     polars_types = {c.name: (pl.String if c.dtype in ("datetime", "date") else c.polars_dtype) for c in spec.columns}
-    valid = read("valid_sink", {"_source_row": pl.Int64} | polars_types).sort("_source_row")
+    feature_polars = {n: pl.Int32 if t == "INT" else pl.Float64 for n, t in feature_types.items()}
+    valid = read("valid_sink", {"_source_row": pl.Int64} | polars_types | feature_polars).sort("_source_row")
     for c in spec.columns:
         if c.dtype == "datetime":
             valid = valid.with_columns(pl.col(c.name).str.to_datetime(strict=False, time_unit="us"))
