@@ -5,7 +5,6 @@ The daily experiment assets follow the gateway's exposure log (one file per UTC 
 demand — by the guardrail sensor's runs or from the UI — not by the 2013 backfill (tag ``keel/backfill: skip``).
 """
 
-
 from pathlib import Path
 
 import dagster as dg
