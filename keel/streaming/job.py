@@ -7,8 +7,9 @@ default or a remote cluster (``--jobmanager host:port``):
         [--event-time time_hour --window-s 10 --reference reference.json]
 
 Source: a CSV file (first column ``_source_row``, then the contract's columns in its order, no header, empty =
-null) through Flink's filesystem connector; ``--socket host:port`` reads the same lines from a socket, and the Kafka
-connector is a configuration of the same table (``--kafka-topic``, ``--kafka-bootstrap``; not exercised here).
+null) through Flink's filesystem connector; the Kafka connector is a configuration of the same table
+(``--kafka-topic``, ``--kafka-bootstrap``, and the connector jar with ``--jars``; not exercised here: no Kafka). Flink's
+distribution has no socket SQL connector; a socket feed reaches the job through a file or Kafka.
 Sinks: ``valid.parquet``, ``quarantine.parquet`` (the batch path's quarantine layout), ``rejected.parquet``, written
 atomically by the driver as the job's results arrive; ``drift.json`` (per window and feature: bin counts, PSI);
 ``report.json`` last: rows in, per sink, per rule, elapsed, events/s.
@@ -25,7 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 
-def build_env(parallelism: int, jobmanager: str | None):
+def build_env(parallelism: int, jobmanager: str | None, jars: list[str] = ()):
     from pyflink.table import EnvironmentSettings, TableEnvironment
 
     env = TableEnvironment.create(EnvironmentSettings.in_streaming_mode())
@@ -33,6 +34,8 @@ def build_env(parallelism: int, jobmanager: str | None):
     config.set("parallelism.default", str(parallelism))
     config.set("python.fn-execution.bundle.size", "10000")
     config.set("execution.checkpointing.interval", "2s")  # commits the filesystem sinks' files
+    if jars:
+        config.set("pipeline.jars", ";".join(Path(j).resolve().as_uri() for j in jars))
     if jobmanager:
         host, port = jobmanager.rsplit(":", 1)
         config.set("rest.address", host)
@@ -57,9 +60,6 @@ def source_ddl(plan, path: str, event_time: str | None, watermark_s: float, args
     if args.kafka_topic:
         conn = (f"'connector' = 'kafka', 'topic' = '{args.kafka_topic}', 'properties.bootstrap.servers' = "
                 f"'{args.kafka_bootstrap}', 'scan.startup.mode' = 'earliest-offset', 'format' = 'csv'")  # fmt: skip
-    elif args.socket:
-        host, port = args.socket.rsplit(":", 1)
-        conn = f"'connector' = 'socket', 'hostname' = '{host}', 'port' = '{port}', 'format' = 'csv'"
     else:
         conn = f"'connector' = 'filesystem', 'path' = '{path}', 'format' = 'csv'"
     return (
@@ -106,9 +106,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m keel.streaming.job", description=__doc__.split("\n\n")[0])
     parser.add_argument("--contract", required=True, type=Path)
     parser.add_argument("--input", type=Path, help="CSV: _source_row, then the contract's columns; no header")
-    parser.add_argument("--socket", help="host:port to read the same lines from (instead of --input)")
-    parser.add_argument("--kafka-topic")
+    parser.add_argument(
+        "--kafka-topic", help="read the CSV lines from Kafka (needs the Kafka SQL connector jar, --jars)"
+    )
     parser.add_argument("--kafka-bootstrap", default="127.0.0.1:9092")
+    parser.add_argument("--jars", nargs="*", default=[], help="connector jars for Flink's classpath (pipeline.jars)")
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument(
         "--skip", nargs="*", default=[], help="rule ids with no streaming form, skipped in both paths"
@@ -136,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     spec = load_contract(args.contract)
     plan = compile_contract(spec, skip=set(args.skip))
     started = time.perf_counter()
-    env = build_env(args.parallelism, args.jobmanager)
+    env = build_env(args.parallelism, args.jobmanager, args.jars)
     env.execute_sql(
         source_ddl(plan, str(args.input.resolve()) if args.input else "", args.event_time, args.watermark_s, args)
     )
