@@ -162,13 +162,16 @@ def test_asset_graph_and_checks(dagster_dev):
     for key, node in nodes.items():
         assert node["description"], f"{key} has no description"
         assert node["kinds"], f"{key} has no kinds"
-        assert node["groupName"] in {"raw", "contracts", "features", "drift", "models", "deployments", "experiments"}
+        assert node["groupName"] in {
+            "raw", "contracts", "features", "drift", "models", "deployments", "experiments", "streaming"
+        }  # fmt: skip
     # The experiment data lake's lineage and its checks, as the UI shows them.
     assert deps("experiment_wide_table") == {"experiment_exposures"}
     assert deps("experiment_analysis") == {"experiment_wide_table"}
     exp_checks = {c["name"] for c in nodes["experiment_analysis"]["assetChecksOrError"]["checks"]}
     assert exp_checks == {"guardrails", "sample_ratio"}
     assert deps("low_visibility_effect") == {"validated_flights", "validated_weather"}
+    assert deps("stream_validated_weather") == {"raw_weather", "validated_weather"}  # the Flink job's sink
     checks = {c["name"]: c["blocking"] for c in nodes["validated_weather"]["assetChecksOrError"]["checks"]}
     assert checks["conservation"] is True and checks["critical_budget"] is True
     assert checks["rule_wind_speed_physical"] is False and "schema_conformance" in checks
