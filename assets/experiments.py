@@ -13,8 +13,8 @@ import polars as pl
 from keel.experiments.analysis import analyze
 from keel.experiments.causal import load_causal_spec, low_visibility_frame, run_causal
 from keel.experiments.control import experiments, rolled_back_days, stored_spec
-from keel.experiments.lake import WIDE_COLUMNS, read_day, wide_rows
-from keel.exposures import realized_labels
+from keel.experiments.lake import WIDE_COLUMNS, wide_rows
+from keel.exposures import read_exposure_frame, realized_labels
 from keel.storage import keel_home, write_json_atomic
 from resources.policy import PolicyStoreResource
 
@@ -38,7 +38,7 @@ CAUSAL_SPEC = Path(__file__).resolve().parent / "causal" / "low_visibility.yaml"
     "answering model version, score, latency, flight key) as Parquet.",
 )
 def experiment_exposures(context: dg.AssetExecutionContext) -> pl.DataFrame:
-    frame = read_day(keel_home() / "serving" / "exposures", context.partition_key)
+    frame = read_exposure_frame(keel_home() / "serving" / "exposures", day=context.partition_key)
     by_version = frame.group_by("routed_version").len().sort("routed_version")
     context.add_output_metadata(
         {"exposures": frame.height, "by_routed_version": dg.MetadataValue.json(dict(by_version.iter_rows()))}

@@ -209,9 +209,8 @@ def _experiment_control(args: argparse.Namespace) -> int:
         from keel.registry import ModelRegistry
 
         meta = control.experiments(store).get(args.id) or {}
-        rows = wide_rows(
-            read_exposure_frame(home / "serving" / "exposures"), control.stored_spec(home, args.id), meta
-        )
+        log = read_exposure_frame(home / "serving" / "exposures", since=meta.get("started_at"))
+        rows = wide_rows(log, control.stored_spec(home, args.id), meta)
         days = sorted(set(rows["day"].to_list()))
         ledger, registry = Ledger(home / "ledger.sqlite"), ModelRegistry(args.registry or home / "registry")
         try:

@@ -26,12 +26,12 @@ from keel.canary import ArmStats
 EPS = 1e-15
 
 
-def read_exposure_frame(directory: str | Path) -> pl.DataFrame:
-    """Every complete line of the exposure log as a frame (a torn last line is skipped)."""
+def read_exposure_frame(directory: str | Path, *, since: float | None = None, day: str | None = None) -> pl.DataFrame:
+    """The exposure log as a frame: every complete line, or only the day files from ``since``'s UTC day on, or
+    one ``day`` (YYYY-MM-DD) — a sensor looking at one step or one experiment reads no older days."""
     from gpu_runtime.gateway.exposure import read_exposures
 
-    rows = read_exposures(directory)
-    return exposure_frame(rows)
+    return exposure_frame(read_exposures(directory, since=since, day=day))
 
 
 def exposure_frame(rows: Iterable[Mapping[str, Any]]) -> pl.DataFrame:

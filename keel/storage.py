@@ -68,3 +68,18 @@ def write_json_atomic(obj: Any, path: str | Path) -> None:
 def write_text_atomic(text: str, path: str | Path) -> None:
     data = text.encode()
     _atomic(Path(path), lambda fh: fh.write(data))
+
+
+def read_yaml(path: str | Path, error: type[Exception], what: str) -> Any:
+    """A YAML file's content; a missing file or bad YAML raises ``error`` naming the file (and the line)."""
+    import yaml
+
+    path = Path(path)
+    try:
+        return yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise error(f"{path}: no such {what}") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark else str(path)
+        raise error(f"{where}: not valid YAML: {getattr(exc, 'problem', exc)}") from None

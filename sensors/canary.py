@@ -45,7 +45,9 @@ def evidence_for(
     body: dict, state: CanaryState, exposures_dir, storage_dir: Path | None = None
 ) -> tuple[ArmStats | None, ArmStats | None]:
     try:
-        frame = read_exposure_frame(exposures_dir).filter(pl.col("ts") >= state.step_started_at)
+        frame = read_exposure_frame(exposures_dir, since=state.step_started_at).filter(
+            pl.col("ts") >= state.step_started_at
+        )
         labels = realized_labels(frame["flight_key"], storage_dir)
     except Exception:  # noqa: BLE001 - a provider failure is "no data": the controller holds
         return None, None

@@ -42,7 +42,8 @@ def tick(store, home: Path, *, registry=None, ledger=None, cursor: dict | None =
     running = {i: m for i, m in experiments(store).items() if m["status"] == RUNNING}
     if not running:
         return acted, cursor
-    frame = read_exposure_frame(home / "serving" / "exposures")
+    since = min(float(m.get("started_at") or 0.0) for m in running.values())
+    frame = read_exposure_frame(home / "serving" / "exposures", since=since or None)
     labels = realized_labels(frame["flight_key"], home / "storage")
     for exp_id, meta in sorted(running.items()):
         spec = stored_spec(home, exp_id)

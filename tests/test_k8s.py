@@ -90,6 +90,7 @@ def test_helm_values_and_render(profile, tmp_path):
         "Service",
     ]
     assert yaml.safe_load((tmp_path / "helm-values.yaml").read_text()) == values
+    assert not any("&id" in p.read_text() for p in tmp_path.iterdir())  # no YAML anchors in the manifests
 
 
 def test_a_bad_profile_names_the_field(tmp_path):

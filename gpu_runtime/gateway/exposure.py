@@ -42,10 +42,18 @@ class ExposureLog:
             self._day = ""
 
 
-def read_exposures(directory: str | Path) -> list[dict[str, Any]]:
-    """Every complete line of every day's file, oldest day first (a torn last line is skipped)."""
+def read_exposures(
+    directory: str | Path, *, since: float | None = None, day: str | None = None
+) -> list[dict[str, Any]]:
+    """Every complete line of the day files, oldest day first (a torn last line is skipped). ``since`` (epoch
+    seconds) skips whole files of earlier UTC days; ``day`` (YYYY-MM-DD) reads that day's file only."""
+    first = time.strftime("%Y%m%d", time.gmtime(since)) if since else None
+    wanted = day.replace("-", "") if day else None
     out = []
     for path in sorted(Path(directory).glob("exposures-*.jsonl")):
+        stamp = path.stem.removeprefix("exposures-")
+        if (first and stamp < first) or (wanted and stamp != wanted):
+            continue
         for line in path.read_text().splitlines():
             try:
                 out.append(json.loads(line))

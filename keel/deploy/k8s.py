@@ -21,6 +21,7 @@ import yaml
 
 from keel.errors import KeelError
 from keel.names import validate_name
+from keel.storage import read_yaml
 
 PROFILE = Path(__file__).resolve().parent / "profile.yaml"
 KEEL_HOME = "/var/lib/keel"  # the shared volume: registry, storage, ledger, policies (ReadWriteMany)
@@ -56,10 +57,7 @@ class K8sProfile:
 
 def load_profile(path: str | Path = PROFILE) -> K8sProfile:
     path = Path(path)
-    try:
-        raw = yaml.safe_load(path.read_text()) or {}
-    except FileNotFoundError:
-        raise ProfileError(f"{path}: no such profile") from None
+    raw = read_yaml(path, ProfileError, "profile") or {}
     known = {f.name for f in fields(K8sProfile)}
     unknown = sorted(set(raw) - known)
     if unknown:
@@ -74,6 +72,15 @@ def load_profile(path: str | Path = PROFILE) -> K8sProfile:
         if key in raw and (not isinstance(raw[key], int) or raw[key] < 0):
             raise ProfileError(f"{path}: field '{key}' must be a non-negative integer")
     return K8sProfile(**raw)
+
+
+def _home_volume(profile: K8sProfile) -> dict[str, Any]:
+    """The shared KEEL_HOME volume (a ReadWriteMany claim), as pod specs and the chart spell it."""
+    return {"name": "keel-home", "persistentVolumeClaim": {"claimName": profile.keel_home_claim}}
+
+
+def _home_mount() -> dict[str, Any]:
+    return {"name": "keel-home", "mountPath": KEEL_HOME}  # a fresh dict each time: no YAML anchors when rendered
 
 
 def _kind(profile: K8sProfile) -> str:
@@ -106,8 +113,8 @@ def instance_yaml(profile: K8sProfile) -> dict[str, Any]:
                 "env_secrets": [profile.secrets],
                 "env_vars": [f"KEEL_HOME={KEEL_HOME}", f"KEEL_INSTANCE_KIND={_kind(profile)}"],
                 "resources": profile.run_resources,
-                "volume_mounts": [{"name": "keel-home", "mountPath": KEEL_HOME}],
-                "volumes": [{"name": "keel-home", "persistentVolumeClaim": {"claimName": profile.keel_home_claim}}],
+                "volume_mounts": [_home_mount()],
+                "volumes": [_home_volume(profile)],
                 "labels": {"app.kubernetes.io/part-of": "keel"},
             },
         },
@@ -175,7 +182,7 @@ def runtime_manifests(profile: K8sProfile) -> list[dict[str, Any]]:
         "resources": resources,
         "readinessProbe": {"httpGet": {"path": "/readyz", "port": "gateway"}, "periodSeconds": 5},
         "livenessProbe": {"httpGet": {"path": "/healthz", "port": "gateway"}, "periodSeconds": 10},
-        "volumeMounts": [{"name": "keel-home", "mountPath": KEEL_HOME}],
+        "volumeMounts": [_home_mount()],
         "securityContext": {"runAsNonRoot": True, "allowPrivilegeEscalation": False},
     }
     deployment = {
@@ -194,9 +201,7 @@ def runtime_manifests(profile: K8sProfile) -> list[dict[str, Any]]:
                     if profile.gpus_per_runtime
                     else [],
                     "containers": [container],
-                    "volumes": [
-                        {"name": "keel-home", "persistentVolumeClaim": {"claimName": profile.keel_home_claim}}
-                    ],
+                    "volumes": [_home_volume(profile)],
                 },
             },
         },
@@ -230,10 +235,8 @@ def helm_values(profile: K8sProfile) -> dict[str, Any]:
                     "port": 3030,
                     "envSecrets": [{"name": profile.secrets}],
                     "env": _env(profile),
-                    "volumeMounts": [{"name": "keel-home", "mountPath": KEEL_HOME}],
-                    "volumes": [
-                        {"name": "keel-home", "persistentVolumeClaim": {"claimName": profile.keel_home_claim}}
-                    ],
+                    "volumeMounts": [_home_mount()],
+                    "volumes": [_home_volume(profile)],
                 }
             ],
         },
@@ -245,10 +248,8 @@ def helm_values(profile: K8sProfile) -> dict[str, Any]:
                     "envSecrets": [{"name": profile.secrets}],
                     "envVars": [f"KEEL_HOME={KEEL_HOME}", f"KEEL_INSTANCE_KIND={_kind(profile)}"],
                     "resources": profile.run_resources,
-                    "volumeMounts": [{"name": "keel-home", "mountPath": KEEL_HOME}],
-                    "volumes": [
-                        {"name": "keel-home", "persistentVolumeClaim": {"claimName": profile.keel_home_claim}}
-                    ],
+                    "volumeMounts": [_home_mount()],
+                    "volumes": [_home_volume(profile)],
                 }
             },
         },
@@ -263,6 +264,13 @@ def helm_values(profile: K8sProfile) -> dict[str, Any]:
     }
 
 
+class _PlainDumper(yaml.SafeDumper):
+    """No &anchors/*aliases for dicts used twice (labels in metadata and selectors): manifests read as written."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
 def render(profile: K8sProfile, out: str | Path) -> list[Path]:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -274,11 +282,8 @@ def render(profile: K8sProfile, out: str | Path) -> list[Path]:
     written = []
     for name, obj in files.items():
         path = out / name
-        text = (
-            yaml.safe_dump_all(obj, sort_keys=False)
-            if isinstance(obj, list)
-            else yaml.safe_dump(obj, sort_keys=False)
-        )
+        dump = yaml.dump_all if isinstance(obj, list) else yaml.dump
+        text = dump(obj, Dumper=_PlainDumper, sort_keys=False)
         path.write_text(text)
         written.append(path)
     return written

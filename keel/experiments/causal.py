@@ -42,10 +42,10 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
-import yaml
 
 from keel.errors import KeelError
 from keel.names import validate_name
+from keel.storage import read_yaml
 
 ESTIMATORS = ("backdoor.linear_regression", "backdoor.propensity_score_weighting")
 REFUTERS = ("placebo_treatment_refuter", "random_common_cause", "data_subset_refuter")
@@ -152,14 +152,7 @@ def parse_causal_spec(raw: Any, source: str = "<dict>") -> CausalSpec:
 
 
 def load_causal_spec(path: str | Path) -> CausalSpec:
-    path = Path(path)
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except FileNotFoundError:
-        raise CausalSpecError(f"{path}: no such causal analysis spec") from None
-    except yaml.YAMLError as exc:
-        raise CausalSpecError(f"{path}: not valid YAML: {exc}") from None
-    return parse_causal_spec(raw, source=str(path))
+    return parse_causal_spec(read_yaml(path, CausalSpecError, "causal analysis spec"), source=str(path))
 
 
 def _interval(estimate) -> tuple[float, float]:

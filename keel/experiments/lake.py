@@ -21,14 +21,12 @@ The table is Parquet, one file per day; DuckDB reads it directly, e.g. conversio
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import Any
 
 import polars as pl
 
 from keel.experiments.simulator import hour_band, outcome_exprs
 from keel.experiments.spec import ExperimentSpec
-from keel.exposures import exposure_frame
 
 EPS = 1e-15
 WIDE_COLUMNS = [
@@ -36,21 +34,6 @@ WIDE_COLUMNS = [
     "score", "latency_ms", "flight_key", "carrier", "origin", "hour", "hour_band", "late", "log_loss",
     "offer_accepted", "pre_accepted", "offers", "revenue", "rolled_back",
 ]  # fmt: skip
-
-
-def read_day(directory: str | Path, day: str) -> pl.DataFrame:
-    """The exposures of one UTC day (``YYYY-MM-DD``); a torn last line is skipped."""
-    import json
-
-    path = Path(directory) / f"exposures-{day.replace('-', '')}.jsonl"
-    rows = []
-    if path.exists():
-        for line in path.read_text().splitlines():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
-    return exposure_frame(rows)
 
 
 def window(meta: dict[str, Any]) -> tuple[float, float]:

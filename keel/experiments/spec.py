@@ -27,10 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from keel.errors import KeelError
 from keel.names import validate_name
+from keel.storage import read_yaml
 
 KINDS = ("mean", "proportion", "ratio")
 DIRECTIONS = ("increase", "decrease")
@@ -249,13 +248,4 @@ def _simulation(source: str, raw: Any) -> dict[str, Any] | None:
 
 
 def load_spec(path: str | Path) -> ExperimentSpec:
-    path = Path(path)
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except FileNotFoundError:
-        raise ExperimentSpecError(f"{path}: no such experiment spec") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark else str(path)
-        raise ExperimentSpecError(f"{where}: not valid YAML: {getattr(exc, 'problem', exc)}") from None
-    return parse_spec(raw, source=str(path))
+    return parse_spec(read_yaml(path, ExperimentSpecError, "experiment spec"), source=str(path))
