@@ -10,9 +10,9 @@ from pathlib import Path
 import dagster as dg
 import polars as pl
 
-from keel.experiments.analysis import analyze
+from keel.experiments.analysis import analyze, decision_p_values, with_decision
 from keel.experiments.causal import load_causal_spec, low_visibility_frame, run_causal
-from keel.experiments.control import experiments, rolled_back_days, stored_spec
+from keel.experiments.control import experiments, guardrail_decision, rolled_back_days, stored_spec
 from keel.experiments.lake import WIDE_COLUMNS, wide_rows
 from keel.exposures import read_exposure_frame, realized_labels
 from keel.storage import keel_home, write_json_atomic
@@ -113,6 +113,7 @@ def experiment_analysis(context: dg.AssetExecutionContext, policies: PolicyStore
     store = policies.open()
     try:
         known = experiments(store)
+        decisions = {exp_id: guardrail_decision(store, exp_id, meta) for exp_id, meta in known.items()}
     finally:
         store.close()
     wide = pl.concat([pl.read_parquet(f) for f in files], how="vertical_relaxed") if files else None
@@ -121,15 +122,22 @@ def experiment_analysis(context: dg.AssetExecutionContext, policies: PolicyStore
         rows = wide.filter(pl.col("experiment_id") == exp_id) if wide is not None else None
         if rows is None or rows.is_empty():
             continue
+        decision = decisions[exp_id]
         try:
-            report = analyze(rows, stored_spec(home, exp_id), where=f"experiment_wide_table[{exp_id}]")
+            # The sequential test continues from the looks the guardrail sensor made (its p-values only go down).
+            report = analyze(
+                rows,
+                stored_spec(home, exp_id),
+                where=f"experiment_wide_table[{exp_id}]",
+                previous_p=decision_p_values(decision),
+            )
         except Exception as exc:  # noqa: BLE001 - one experiment's bad data must not hide the others
             context.log.warning(f"{exp_id}: not analyzed: {exc}")
             continue
-        report["status"] = meta["status"]
+        report = with_decision(report, decision) | {"status": meta["status"]}
         reports[exp_id] = report
         write_json_atomic(report, home / "storage" / "experiment_analysis" / f"{exp_id}.json")
-        breached += [f"{exp_id}: {g['reason']} → {meta['status']}" for g in report["guardrails"] if g["breached"]]
+        breached += _breaches(exp_id, report, meta["status"])
         if report["srm"]["flagged"]:
             flagged.append(f"{exp_id}: {report['withheld_because'][0]}")
     yield dg.MaterializeResult(
@@ -139,6 +147,7 @@ def experiment_analysis(context: dg.AssetExecutionContext, policies: PolicyStore
             "reports": dg.MetadataValue.json(
                 {
                     i: {k: r[k] for k in ("arms", "status", "guardrail_breached", "conclusions_withheld")}
+                    | {"decision_version": (r["guardrail_decision"] or {}).get("version")}
                     for i, r in reports.items()
                 }
             ),
@@ -196,6 +205,26 @@ def low_visibility_effect(
     )
 
 
+def _breaches(exp_id: str, report: dict, status: str) -> list[str]:
+    """What the guardrails check says about one experiment: the decision that acted, with the evidence it acted on,
+    then any breach this look finds on its own."""
+    out = []
+    decision = report.get("guardrail_decision")
+    if decision:
+        for g in decision["evidence"].get("guardrails", []):
+            out.append(
+                f"{exp_id}: {decision['action']} by the guardrail sensor at {decision['at']} (policy version "
+                f"{decision['version']}): {g['reason']}"
+            )
+    acted_on = {g["metric"] for g in (decision or {}).get("evidence", {}).get("guardrails", [])}
+    out += [
+        f"{exp_id}: {g['reason']} → {status}"
+        for g in report["guardrails"]
+        if g["breached"] and g["metric"] not in acted_on
+    ]
+    return out
+
+
 def _md(frame: pl.DataFrame) -> str:
     head = "| " + " | ".join(frame.columns) + " |\n|" + "---|" * len(frame.columns) + "\n"
     return head + "\n".join("| " + " | ".join(str(v) for v in row) + " |" for row in frame.iter_rows())
@@ -214,7 +243,14 @@ def _report_md(exp_id: str, r: dict) -> str:
             f"| {m['name']} | {m['control']:.4g} | {m['treatment']:.4g} | {m['lift']:+.2%} | "
             f"[{m['lift_ci'][0]:+.2%}, {m['lift_ci'][1]:+.2%}] | {m['p_adjusted']:.3g} | {m['verdict']} |"
         )
-    lines += [f"- guardrail {'BREACHED' if g['breached'] else 'ok'}: {g['reason']}" for g in r["guardrails"]]
+    decision = r.get("guardrail_decision")
+    if decision:
+        lines.append(
+            f"- **{decision['action']}** by the guardrail sensor at {decision['at']} (policy version "
+            f"{decision['version']}), on this evidence:"
+        )
+        lines += [f"  - BREACHED when it acted: {g['reason']}" for g in decision["evidence"].get("guardrails", [])]
+    lines += [f"- guardrail {'BREACHED' if g['breached'] else 'ok'} now: {g['reason']}" for g in r["guardrails"]]
     lines += [f"- drill-down: {d['explanation']}" for d in r["drilldown"].values()]
     return "\n".join(lines)
 

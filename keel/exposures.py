@@ -27,11 +27,18 @@ EPS = 1e-15
 
 
 def read_exposure_frame(directory: str | Path, *, since: float | None = None, day: str | None = None) -> pl.DataFrame:
-    """The exposure log as a frame: every complete line, or only the day files from ``since``'s UTC day on, or
+    """The exposure log as a frame: every whole record, or only the day files from ``since``'s UTC day on, or
     one ``day`` (YYYY-MM-DD) — a sensor looking at one step or one experiment reads no older days."""
-    from gpu_runtime.gateway.exposure import read_exposures
+    return read_exposure_scan(directory, since=since, day=day)[0]
 
-    return exposure_frame(read_exposures(directory, since=since, day=day))
+
+def read_exposure_scan(directory: str | Path, *, since: float | None = None, day: str | None = None):
+    """``read_exposure_frame`` and the scan it came from (``.skipped``: lines that were not whole records, with
+    located ``.examples``), for readers that report what they skipped."""
+    from gpu_runtime.gateway.exposure import scan_exposures
+
+    scan = scan_exposures(directory, since=since, day=day)
+    return exposure_frame(scan.records), scan
 
 
 def exposure_frame(rows: Iterable[Mapping[str, Any]]) -> pl.DataFrame:

@@ -1,23 +1,23 @@
 """The release ledger: an append-only, hash-chained log of which release was live from when, in SQLite.
 
 WAL mode with synchronous=FULL: an append acknowledged to the caller survives a crash. Each entry's hash covers its
-content and the previous entry's hash, so ``verify`` detects an edited, reordered or removed entry; triggers refuse
-UPDATE and DELETE through SQL. A revert is a new entry pointing back at an earlier one; nothing is rewritten.
+content and the previous entry's hash, and each append checkpoints the new head with a key kept outside the
+database (keel.chain), so ``verify`` detects an edited, reordered or removed entry, removed newest entries and a
+recomputed chain; triggers refuse UPDATE and DELETE through SQL. A revert is a new entry pointing back at an earlier
+one; nothing is rewritten.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from keel.chain import GENESIS, Checkpoints, Link, link_hash, verify_chain
 from keel.errors import KeelError
 from keel.storage import connect_durable
-
-GENESIS = "0" * 64
 
 
 class LedgerError(KeelError):
@@ -50,12 +50,11 @@ def _utc(ts: datetime | str) -> datetime:
 def entry_hash(
     prev_hash: str, seq: int, release_id: str, live_from: str, manifest_json: str, reverts: int | None
 ) -> str:
-    body = json.dumps([seq, release_id, live_from, manifest_json, reverts], separators=(",", ":"))
-    return hashlib.sha256((prev_hash + body).encode()).hexdigest()
+    return link_hash(prev_hash, [seq, release_id, live_from, manifest_json, reverts])
 
 
 class Ledger:
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, *, key: bytes | None = None):
         self.path = Path(path)
         self._db = connect_durable(self.path)
         self._db.executescript(
@@ -69,6 +68,9 @@ class Ledger:
                 BEGIN SELECT RAISE(ABORT, 'the ledger is append-only: DELETE refused'); END;
             """
         )
+        self.checkpoints = Checkpoints(self._db, self.path, "ledger", key)
+        if self.checkpoints.created:
+            self.checkpoints.adopt(self._db.execute("SELECT seq, hash FROM entries ORDER BY seq").fetchall())
 
     def close(self) -> None:
         self._db.close()
@@ -88,6 +90,7 @@ class Ledger:
         try:
             last = self._db.execute("SELECT seq, live_from, hash FROM entries ORDER BY seq DESC LIMIT 1").fetchone()
             seq, prev = (last[0] + 1, last[2]) if last else (1, GENESIS)
+            self.checkpoints.refuse_if_truncated(seq - 1)
             if last and when < _utc(last[1]):
                 raise LedgerError(
                     f"live_from {when.isoformat()} is before the last entry's {last[1]}: the ledger only moves forward"
@@ -98,11 +101,13 @@ class Ledger:
                 "INSERT INTO entries (seq, release_id, live_from, manifest, reverts, prev_hash, hash) VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (seq, release_id, stamp, manifest_json, reverts, prev, digest),
             )
+            self.checkpoints.record(seq, digest)
             self._db.execute("COMMIT")
         except BaseException:
             if self._db.in_transaction:
                 self._db.execute("ROLLBACK")
             raise
+        self.checkpoints.publish(seq, digest)
         return LedgerEntry(seq, release_id, when, manifest, reverts, prev, digest)
 
     def revert(self, to_seq: int, reason: str, live_from: datetime | str | None = None) -> LedgerEntry:
@@ -140,19 +145,11 @@ class Ledger:
         integrity = self._db.execute("PRAGMA integrity_check").fetchone()[0]
         if integrity != "ok":
             problems.append(f"sqlite integrity_check: {integrity}")
-        prev, expected_seq, count = GENESIS, 1, 0
-        for row in self._db.execute(
-            "SELECT seq, release_id, live_from, manifest, reverts, prev_hash, hash FROM entries ORDER BY rowid"
-        ):
-            seq, release_id, live_from, manifest, reverts, prev_hash, digest = row
-            count += 1
-            if seq != expected_seq:
-                problems.append(
-                    f"entry {seq}: expected sequence number {expected_seq} (an entry was removed or reordered)"
-                )
-            if prev_hash != prev:
-                problems.append(f"entry {seq}: previous-hash does not match entry {seq - 1} (reordered or removed)")
-            if entry_hash(prev_hash, seq, release_id, live_from, manifest, reverts) != digest:
-                problems.append(f"entry {seq}: content does not match its hash (edited)")
-            prev, expected_seq = digest, seq + 1
-        return VerifyResult(not problems, count, tuple(problems))
+        links = [
+            Link(seq, prev_hash, digest, entry_hash(prev_hash, seq, release_id, live_from, manifest, reverts))
+            for seq, release_id, live_from, manifest, reverts, prev_hash, digest in self._db.execute(
+                "SELECT seq, release_id, live_from, manifest, reverts, prev_hash, hash FROM entries ORDER BY rowid"
+            )
+        ]
+        problems += verify_chain(links, self.checkpoints)
+        return VerifyResult(not problems, len(links), tuple(problems))

@@ -16,7 +16,6 @@ never reaches a caller.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import sqlite3
@@ -27,10 +26,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from keel.chain import GENESIS, Checkpoints, Link, link_hash, verify_chain
 from keel.errors import KeelError
 from keel.storage import connect_durable
 
-GENESIS = "0" * 64
 POLICY_TYPES = ("ab_test", "canary", "circuit_breaker", "rate_limit", "feature_freeze", "sla_tier")
 WEIGHT_TOLERANCE = 1e-9
 EXPERIMENT_STATUSES = ("running", "paused", "stopped", "rolled_back")
@@ -295,8 +294,7 @@ def validate_policy(name: str, type_: str, body: Any, versions_of: Callable[[str
 def commit_hash(
     prev_hash: str, version: int, author: str, reason: str, at: str, reverts: int | None, changes: Mapping[str, Any]
 ) -> str:
-    body = json.dumps([version, author, reason, at, reverts, changes], sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256((prev_hash + body).encode()).hexdigest()
+    return link_hash(prev_hash, [version, author, reason, at, reverts, changes])
 
 
 def _utc(ts: datetime | str) -> datetime:
@@ -306,7 +304,12 @@ def _utc(ts: datetime | str) -> datetime:
 
 class PolicyStore:
     def __init__(
-        self, path: str | Path, *, versions_of: Callable[[str], set[int]] | None = None, busy_timeout_s: float = 30.0
+        self,
+        path: str | Path,
+        *,
+        versions_of: Callable[[str], set[int]] | None = None,
+        busy_timeout_s: float = 30.0,
+        key: bytes | None = None,
     ):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -335,6 +338,10 @@ class PolicyStore:
             """
             )
         )
+        self.checkpoints = self._retry(lambda: Checkpoints(self._db, self.path, "policy", key))
+        if self.checkpoints.created:
+            rows = self._db.execute("SELECT version, hash FROM commits ORDER BY version").fetchall()
+            self._retry(lambda: self.checkpoints.adopt(rows))
 
     def close(self) -> None:
         self._db.close()
@@ -443,6 +450,7 @@ class PolicyStore:
                     "SELECT version, hash, committed_at FROM commits ORDER BY version DESC LIMIT 1"
                 ).fetchone()
                 current, prev_hash = (last[0], last[1]) if last else (0, GENESIS)
+                self.checkpoints.refuse_if_truncated(current)
                 version = current + 1
                 if expected_version is not None and expected_version != version:
                     raise PolicyError(
@@ -472,6 +480,7 @@ class PolicyStore:
                         "INSERT INTO policy_versions (name, version, type, body) VALUES (?, ?, ?, ?)",
                         (name, version, type_, json.dumps(body, sort_keys=True)),
                     )
+                self.checkpoints.record(version, h)
                 self._db.execute("COMMIT")
             except BaseException:
                 if self._db.in_transaction:
@@ -479,7 +488,9 @@ class PolicyStore:
                 raise
             return Commit(version, author, reason, when, reverts, payload, prev_hash, h)
 
-        return self._retry(write)
+        commit = self._retry(write)
+        self.checkpoints.publish(commit.version, commit.hash)
+        return commit
 
     def revert(self, version: int, *, author: str, reason: str) -> Commit:
         """A new commit that sets every policy back to its body at ``version`` (nothing is rewritten)."""
@@ -498,29 +509,28 @@ class PolicyStore:
         return self.apply(changes, author=author, reason=f"revert to version {version}: {reason}", reverts=version)
 
     def verify(self) -> VerifyResult:
-        problems: list[str] = []
-        prev = GENESIS
-        expected = 1
+        """The chain (keel.chain: links, edits, checkpoints, truncation), the policy table against the commits, and
+        SQLite's own integrity check."""
         commits = self.log()
-        for c in commits:
-            if c.version != expected:
-                problems.append(f"version {expected} is missing (next is {c.version})")
-                expected = c.version
-            if c.prev_hash != prev:
-                problems.append(f"version {c.version}: prev_hash does not match version {c.version - 1}'s hash")
-            actual = commit_hash(
-                c.prev_hash, c.version, c.author, c.reason, c.committed_at.isoformat(), c.reverts, c.changes
+        links = [
+            Link(
+                c.version,
+                c.prev_hash,
+                c.hash,
+                commit_hash(
+                    c.prev_hash, c.version, c.author, c.reason, c.committed_at.isoformat(), c.reverts, c.changes
+                ),
             )
-            if actual != c.hash:
-                problems.append(f"version {c.version}: content does not match its hash (edited)")
+            for c in commits
+        ]
+        problems = verify_chain(links, self.checkpoints, what="version")
+        for c in commits:
             stored = {n: {"type": p["type"], "body": p["body"]} for n, p in c.changes.items()}
             rows = self._db.execute(
                 "SELECT name, type, body FROM policy_versions WHERE version = ?", (c.version,)
             ).fetchall()
             if {r[0]: {"type": r[1], "body": json.loads(r[2])} for r in rows} != stored:
                 problems.append(f"version {c.version}: the policy table does not match the commit")
-            prev = c.hash
-            expected += 1
         integrity = self._db.execute("PRAGMA integrity_check").fetchone()[0]
         if integrity != "ok":
             problems.append(f"sqlite integrity_check: {integrity}")

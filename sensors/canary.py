@@ -26,19 +26,27 @@ from keel.exposures import arm_stats, read_exposure_frame, realized_labels
 from resources.parquet_io import keel_home
 from resources.policy import PolicyStoreResource
 from resources.registry import ModelRegistryResource
+from sensors.problems import automation_problems
 
 AUTHOR = "canary-controller"
 
 
-def split_for(body: dict, percent: float) -> dict:
+def split_for(body: dict, percent: float, salt: str) -> dict:
     share = round(percent / 100.0, 12)
     return {
         "model": body["model"],
+        "salt": salt,
         "variants": [
             {"name": "champion", "version": body["champion_version"], "weight": round(1.0 - share, 12)},
             {"name": "challenger", "version": body["challenger_version"], "weight": share},
         ],
     }
+
+
+def canary_salt(name: str, body: dict, state: CanaryState) -> str:
+    """This rollout's own salt: the canary, its two versions and when it started — the next canary (or this one run
+    again) places units independently of this one, while every step of one rollout keeps units where they were."""
+    return f"{name}:v{body['champion_version']}->v{body['challenger_version']}@{state.started_at:.0f}"
 
 
 def evidence_for(
@@ -67,44 +75,60 @@ def sla_p99_target(policies: dict, model: str) -> float:
     return policy.tier_of(model).p99_ms
 
 
-def tick(policies, registry, exposures_dir, now: float, storage_dir: Path | None = None) -> list[dict]:
-    """One pass over the canary policies; returns what was committed (for run requests and logs)."""
+def tick(
+    policies, registry, exposures_dir, now: float, storage_dir: Path | None = None, problems: list[str] | None = None
+) -> list[dict]:
+    """One pass over the canary policies; returns what was committed (for run requests and logs). A canary whose
+    policy is malformed, or whose step fails, is reported in ``problems`` and skipped: the others proceed."""
     acted = []
     current = policies.state()
-    for name, policy in current.items():
+    for name, policy in sorted(current.items()):
         if policy.type != "canary":
             continue
-        body = dict(policy.body)
-        raw = body.get("state")
-        if raw is None:  # not started: the first step's split, now
-            state = CanaryState(started_at=now, step_started_at=now)
-            plan = CanaryPlan.from_policy(body)
-            action, percent, reasons, evidence = "start", plan.steps[0], ("rollout started",), {}
-        else:
-            state = CanaryState(**raw)
-            if state.status in FINISHED:
-                continue
-            plan = CanaryPlan.from_policy(body, p99_target_ms=sla_p99_target(current, body["model"]))
-            challenger, champion = evidence_for(body, state, exposures_dir, storage_dir)
-            d = decide(plan, state, challenger, champion, now)
-            if d.action in ("hold", "none"):
-                continue
-            action, percent, reasons, evidence, state = d.action, d.percent, d.reasons, d.evidence, d.state
-        if action == "promote":
-            sha = registry.sha_of_version(body["model"], body["challenger_version"])
-            registry.promote(body["model"], sha, f"canary {name} promoted")
-        commit = policies.apply(
-            {
-                name: ("canary", body | {"state": state.__dict__}),
-                f"{name}.split": ("ab_test", split_for(body, percent if state.status != PROMOTED else 100.0)),
-            },
-            author=AUTHOR,
-            reason=json.dumps(
-                {"action": action, "percent": percent, "reasons": list(reasons), "evidence": evidence}, default=str
-            ),
-        )
-        acted.append({"name": name, "action": action, "percent": percent, "version": commit.version})
+        try:
+            done = _tick_one(policies, registry, current, name, dict(policy.body), exposures_dir, now, storage_dir)
+        except Exception as exc:  # noqa: BLE001 - one bad canary must not stop every other rollout
+            if problems is not None:
+                problems.append(f"canary '{name}' skipped: {type(exc).__name__}: {exc}")
+            continue
+        if done is not None:
+            acted.append(done)
     return acted
+
+
+def _tick_one(policies, registry, current, name, body, exposures_dir, now, storage_dir) -> dict | None:
+    raw = body.get("state")
+    if raw is None:  # not started: the first step's split, now
+        state = CanaryState(started_at=now, step_started_at=now)
+        plan = CanaryPlan.from_policy(body)
+        action, percent, reasons, evidence = "start", plan.steps[0], ("rollout started",), {}
+    else:
+        state = CanaryState(**raw)
+        if state.status in FINISHED:
+            return None
+        plan = CanaryPlan.from_policy(body, p99_target_ms=sla_p99_target(current, body["model"]))
+        challenger, champion = evidence_for(body, state, exposures_dir, storage_dir)
+        d = decide(plan, state, challenger, champion, now)
+        if d.action in ("hold", "none"):
+            return None
+        action, percent, reasons, evidence, state = d.action, d.percent, d.reasons, d.evidence, d.state
+    if action == "promote":
+        sha = registry.sha_of_version(body["model"], body["challenger_version"])
+        registry.promote(body["model"], sha, f"canary {name} promoted")
+    commit = policies.apply(
+        {
+            name: ("canary", body | {"state": state.__dict__}),
+            f"{name}.split": (
+                "ab_test",
+                split_for(body, percent if state.status != PROMOTED else 100.0, canary_salt(name, body, state)),
+            ),
+        },
+        author=AUTHOR,
+        reason=json.dumps(
+            {"action": action, "percent": percent, "reasons": list(reasons), "evidence": evidence}, default=str
+        ),
+    )
+    return {"name": name, "action": action, "percent": percent, "version": commit.version}
 
 
 @dg.sensor(
@@ -119,15 +143,18 @@ def canary_sensor(
     context: dg.SensorEvaluationContext, policies: PolicyStoreResource, registry: ModelRegistryResource
 ):
     store, reg = policies.open(), registry.open()
+    problems: list[str] = []
     try:
         home = keel_home()
-        acted = tick(store, reg, home / "serving" / "exposures", time.time(), storage_dir=home / "storage")
+        acted = tick(
+            store, reg, home / "serving" / "exposures", time.time(), storage_dir=home / "storage", problems=problems
+        )
     finally:
         store.close()
         reg.close()
-    if not acted:
-        return dg.SkipReason("no canary decision this tick (none running, or holding)")
-    return [
+    for p in problems:
+        context.log.error(p)
+    requests = [
         dg.RunRequest(
             run_key=f"canary:{a['name']}:{a['version']}",
             asset_selection=[MODEL_DEPLOYMENT],
@@ -140,3 +167,10 @@ def canary_sensor(
         )
         for a in acted
     ]
+    return dg.SensorResult(
+        run_requests=requests,
+        asset_events=automation_problems(MODEL_DEPLOYMENT, "canary_sensor", problems),
+        skip_reason=None if requests else dg.SkipReason(
+            "no canary decision this tick (none running, or holding)" + (f"; {len(problems)} skipped" if problems else "")
+        ),
+    )  # fmt: skip

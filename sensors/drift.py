@@ -14,7 +14,9 @@ import dagster as dg
 from assets.drift import DRIFT_REPORT
 from assets.features import FLIGHT_FEATURES
 from keel.drift.policy import DriftPolicy, decide
+from keel.features.definitions import FEATURE_NAMES
 from resources.online_store import OnlineStoreResource
+from sensors.problems import automation_problems
 
 DRIFT_POLICY = DriftPolicy()
 MODEL_KIND = "model"  # assets with this kind, downstream of the features, are retrained on drift
@@ -52,30 +54,47 @@ def drift_sensor(context: dg.SensorEvaluationContext, online_store: OnlineStoreR
         return dg.SkipReason(f"no drift report after event {after}")
     models = models_downstream(context.repository_def.asset_graph, FLIGHT_FEATURES)
     store = online_store.open()
-    requests = []
+    requests, problems = [], []
     try:
         for record in records:
-            mat = record.asset_materialization
-            features = json.loads(json.dumps(mat.metadata["features"].value))
-            window = mat.partition or "unpartitioned"
-            decision = decide(window, features, DRIFT_POLICY, set(store.frozen()))
-            context.log.info(f"drift decision for {window}: {decision}")
-            for f in decision.freeze:
-                store.freeze(f.feature, f.reason, f.value)
-            for name in decision.unfreeze:
-                store.unfreeze(name, f"no drift in {window}")
-            if decision.retrain and models:
-                requests.append(
-                    dg.RunRequest(
-                        run_key=f"retrain:{window}:{record.storage_id}",
-                        asset_selection=models,
-                        tags={
-                            "keel/trigger": "drift",
-                            "keel/drift_window": window,
-                            "keel/reason": decision.retrain_reason[:200],
-                        },
-                    )
+            window = record.asset_materialization.partition or "unpartitioned"
+            try:
+                request = act_on_report(context, store, record, window, models)
+            except Exception as exc:  # noqa: BLE001 - one bad report or freeze must not stop every later tick
+                problems.append(
+                    f"drift report {window} (event {record.storage_id}) skipped: {type(exc).__name__}: {exc}"
                 )
+                continue
+            if request is not None:
+                requests.append(request)
     finally:
         store.close()
-    return dg.SensorResult(run_requests=requests, cursor=str(max(after, records[-1].storage_id)))
+    for p in problems:
+        context.log.error(p)
+    return dg.SensorResult(
+        run_requests=requests,
+        cursor=str(max(after, records[-1].storage_id)),
+        asset_events=automation_problems(DRIFT_REPORT, "drift_sensor", problems),
+    )
+
+
+def act_on_report(context, store, record, window: str, models: list[dg.AssetKey]) -> dg.RunRequest | None:
+    """The decision for one drift report, carried out: freezes and unfreezes in the online store (each freeze on
+    its own — a freeze the store refuses is reported, the others happen), and the retraining request."""
+    mat = record.asset_materialization
+    features = json.loads(json.dumps(mat.metadata["features"].value))
+    decision = decide(window, features, DRIFT_POLICY, set(store.frozen()), freezable=set(FEATURE_NAMES))
+    context.log.info(f"drift decision for {window}: {decision}")
+    for name in decision.not_frozen:
+        context.log.info(f"{name} drifted in {window} but is not a served feature: retraining only, no freeze")
+    for f in decision.freeze:
+        store.freeze(f.feature, f.reason, f.value)
+    for name in decision.unfreeze:
+        store.unfreeze(name, f"no drift in {window}")
+    if not (decision.retrain and models):
+        return None
+    return dg.RunRequest(
+        run_key=f"retrain:{window}:{record.storage_id}",
+        asset_selection=models,
+        tags={"keel/trigger": "drift", "keel/drift_window": window, "keel/reason": decision.retrain_reason[:200]},
+    )

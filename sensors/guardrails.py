@@ -21,66 +21,82 @@ from pathlib import Path
 
 import dagster as dg
 
-from assets.experiments import EXPERIMENT_EXPOSURES, EXPERIMENT_WIDE
-from keel.errors import KeelError
-from keel.experiments.analysis import analyze
-from keel.experiments.control import RUNNING, experiments, pause, rollback, stored_spec
+from assets.experiments import EXPERIMENT_ANALYSIS, EXPERIMENT_EXPOSURES, EXPERIMENT_WIDE
+from keel.experiments.analysis import ExperimentDataError, analyze
+from keel.experiments.control import GUARDRAIL_AUTHOR, RUNNING, experiments, pause, rollback, stored_spec
 from keel.experiments.lake import wide_rows
-from keel.exposures import read_exposure_frame, realized_labels
+from keel.exposures import read_exposure_scan, realized_labels
 from keel.storage import keel_home
 from resources.ledger import LedgerResource
 from resources.policy import PolicyStoreResource
 from resources.registry import ModelRegistryResource
+from sensors.problems import automation_problems
 
-AUTHOR = "guardrail-sensor"
+AUTHOR = GUARDRAIL_AUTHOR
 
 
-def tick(store, home: Path, *, registry=None, ledger=None, cursor: dict | None = None) -> tuple[list[dict], dict]:
-    """One pass over the running experiments. Returns what was done and the new cursor (metric → always-valid p)."""
+def tick(
+    store, home: Path, *, registry=None, ledger=None, cursor: dict | None = None, problems: list[str] | None = None
+) -> tuple[list[dict], dict]:
+    """One pass over the running experiments. Returns what was done and the new cursor (metric → always-valid p).
+    An experiment that cannot be judged (a malformed policy, a missing or bad spec) is reported in ``problems`` and
+    skipped; the others proceed. Exposure-log lines that are not whole records are skipped and reported too."""
+    problems = problems if problems is not None else []
     cursor = dict(cursor or {})
     acted: list[dict] = []
-    running = {i: m for i, m in experiments(store).items() if m["status"] == RUNNING}
+    running = {}
+    for exp_id, meta in experiments(store).items():
+        try:
+            if meta["status"] == RUNNING:
+                running[exp_id] = meta | {"started_at": float(meta.get("started_at") or 0.0)}
+        except (KeyError, TypeError, ValueError) as exc:
+            problems.append(f"experiment '{exp_id}' skipped: its policy is malformed ({type(exc).__name__}: {exc})")
     if not running:
         return acted, cursor
-    since = min(float(m.get("started_at") or 0.0) for m in running.values())
-    frame = read_exposure_frame(home / "serving" / "exposures", since=since or None)
+    since = min(m["started_at"] for m in running.values())
+    frame, scan = read_exposure_scan(home / "serving" / "exposures", since=since or None)
+    if scan.skipped:
+        problems.append(f"exposure log: {scan.skipped} lines were not whole records, e.g. {scan.examples[0]}")
     labels = realized_labels(frame["flight_key"], home / "storage")
     for exp_id, meta in sorted(running.items()):
-        spec = stored_spec(home, exp_id)
-        wide = wide_rows(frame, spec, meta, labels=labels)
-        if wide.is_empty():
-            continue
         try:
-            report = analyze(wide, spec, where=f"exposures of {exp_id}", previous_p=cursor.get(exp_id))
-        except KeelError:
-            continue  # one arm has no data yet
-        cursor[exp_id] = {g["metric"]: g["msprt_p"] for g in report["guardrails"]}
-        arms = report["arms"]
-        if min(arms.values()) < spec.min_sample or report["srm"]["flagged"]:
+            done = _tick_one(store, home, exp_id, meta, frame, labels, cursor, registry, ledger)
+        except Exception as exc:  # noqa: BLE001 - one bad experiment must not stop every other guardrail
+            problems.append(f"experiment '{exp_id}' skipped: {type(exc).__name__}: {exc}")
             continue
-        breached = [g for g in report["guardrails"] if g["breached"]]
-        if not breached:
-            continue
-        action = "rollback" if any(g["action"] == "rollback" for g in breached) else "pause"
-        reason = json.dumps(
-            {"action": action, "guardrails": breached, "arms": arms, "srm_p": report["srm"]["p_value"]}, default=str
-        )
-        if action == "rollback":
-            days = sorted(set(wide["day"].to_list()))
-            commit, _ = rollback(
-                store,
-                home,
-                exp_id,
-                author=AUTHOR,
-                reason=reason,
-                ledger=ledger,
-                registry=registry,
-                exposure_days=days,
-            )
-        else:
-            commit = pause(store, home, exp_id, author=AUTHOR, reason=reason)
-        acted.append({"experiment": exp_id, "action": action, "version": commit.version, "breached": breached})
+        if done is not None:
+            acted.append(done)
     return acted, cursor
+
+
+def _tick_one(store, home, exp_id, meta, frame, labels, cursor, registry, ledger) -> dict | None:
+    spec = stored_spec(home, exp_id)
+    wide = wide_rows(frame, spec, meta, labels=labels)
+    if wide.is_empty():
+        return None
+    try:
+        report = analyze(wide, spec, where=f"exposures of {exp_id}", previous_p=cursor.get(exp_id))
+    except ExperimentDataError:
+        return None  # one arm has no data yet
+    cursor[exp_id] = {g["metric"]: g["msprt_p"] for g in report["guardrails"]}
+    arms = report["arms"]
+    if min(arms.values()) < spec.min_sample or report["srm"]["flagged"]:
+        return None
+    breached = [g for g in report["guardrails"] if g["breached"]]
+    if not breached:
+        return None
+    action = "rollback" if any(g["action"] == "rollback" for g in breached) else "pause"
+    reason = json.dumps(
+        {"action": action, "guardrails": breached, "arms": arms, "srm_p": report["srm"]["p_value"]}, default=str
+    )
+    if action == "rollback":
+        days = sorted(set(wide["day"].to_list()))
+        commit, _ = rollback(
+            store, home, exp_id, author=AUTHOR, reason=reason, ledger=ledger, registry=registry, exposure_days=days
+        )
+    else:
+        commit = pause(store, home, exp_id, author=AUTHOR, reason=reason)
+    return {"experiment": exp_id, "action": action, "version": commit.version, "breached": breached}
 
 
 @dg.sensor(
@@ -99,12 +115,15 @@ def guardrail_sensor(
 ):
     cursor = json.loads(context.cursor) if context.cursor else {}
     store, reg, led = policies.open(), registry.open(), ledger.open()
+    problems: list[str] = []
     try:
-        acted, cursor = tick(store, keel_home(), registry=reg, ledger=led, cursor=cursor)
+        acted, cursor = tick(store, keel_home(), registry=reg, ledger=led, cursor=cursor, problems=problems)
     finally:
         store.close()
         reg.close()
         led.close()
+    for p in problems:
+        context.log.error(p)
     today = time.strftime("%Y-%m-%d", time.gmtime())
     requests = [
         dg.RunRequest(
@@ -122,5 +141,6 @@ def guardrail_sensor(
     return dg.SensorResult(
         run_requests=requests,
         cursor=json.dumps(cursor),
+        asset_events=automation_problems(EXPERIMENT_ANALYSIS, "guardrail_sensor", problems),
         skip_reason=None if requests else dg.SkipReason("no guardrail breached (or no running experiment)"),
     )

@@ -45,12 +45,22 @@ from gpu_runtime.gateway.control import (
     CircuitBreaker,
     RetryBudget,
     TokenBucket,
-    Weighted,
-    pick_weighted,
+    choose_route,
 )
 from gpu_runtime.gateway.exposure import ExposureLog
+from gpu_runtime.gateway.limits import (
+    MAX_BODY_BYTES,
+    MAX_TENANT_BUCKETS,
+    OTHER_TENANT,
+    BodyTooLarge,
+    BoundedLRU,
+    RequestError,
+    decode_headers,
+    identifier,
+    read_body,
+)
 from gpu_runtime.gateway.metrics import Metrics
-from gpu_runtime.gateway.policy import GatewayPolicy, PolicyError, effective_policy
+from gpu_runtime.gateway.policy import GatewayPolicy, PolicyError, Split, effective_policy
 from gpu_runtime.kernels import numpy_backend
 from gpu_runtime.pools import PoolBudgetExceeded, PoolRegistry
 from gpu_runtime.repository import triton_name
@@ -59,7 +69,6 @@ from keel.policy import PolicyReader
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_CONTRACT = REPO_ROOT / "assets" / "contracts" / "predict_request.yaml"
-MAX_BODY = 1 << 20  # 1 MiB
 MAX_BATCH = 1024
 POLICY_POLL_S = 0.5  # a committed policy is in force within this (plus one request) — under the 1 s promise
 
@@ -73,17 +82,8 @@ class GatewayConfig:
     contract_path: Path = DEFAULT_CONTRACT
     online_cache_size: int = 200_000
     policy_store_path: Path | None = None  # the versioned policy store this gateway follows (keel.policy)
-
-
-class RequestError(Exception):
-    """An answer other than 200, with a structured error body."""
-
-    def __init__(self, status: int, code: str, message: str, **details: Any):
-        super().__init__(message)
-        self.status, self.code, self.details = status, code, details
-
-    def body(self, request_id: str) -> dict[str, Any]:
-        return {"request_id": request_id, "error": {"code": self.code, "message": str(self), **self.details}}
+    max_body_bytes: int = MAX_BODY_BYTES  # a larger request body is answered 413
+    max_tenant_buckets: int = MAX_TENANT_BUCKETS  # token buckets kept for tenants the policy does not name
 
 
 class Gateway:
@@ -97,9 +97,10 @@ class Gateway:
         self.policy_version = 0  # the store version in force (0: none)
         self._policy_seen = 0  # the newest store version looked at, good or not
         self._policy_checked = 0.0
-        self.weights: dict[int, float] | None = None  # model version → weight, from the store's ab_test policy
+        self.split: Split | None = None  # the store's ab_test split in force: weights by model version, salt
         self._policy_reader = PolicyReader(config.policy_store_path) if config.policy_store_path else None
         self.policy_error: str | None = None  # why the newest store version was refused
+        self.policy_regressed_to: int | None = None  # the store's version when it went below the applied one
         self.policy_notes: list[
             str
         ] = []  # what of the policy in force is not applied (a split to undeployed versions)
@@ -111,7 +112,8 @@ class Gateway:
         self._routing_mtime = 0.0
         self._routing_checked = 0.0
         self.breakers: dict[int, CircuitBreaker] = {}
-        self.buckets: dict[str, TokenBucket] = {}
+        self.buckets: dict[str, TokenBucket] = {}  # tenants the policy names
+        self.other_buckets: BoundedLRU[str, TokenBucket] = BoundedLRU(config.max_tenant_buckets)  # all others
         self.retry_budget = RetryBudget(self.policy.retry)
         self.lanes = {level: asyncio.Semaphore(n) for level, n in self.policy.lanes.items()}
         # Host-memory pools: Triton scores on its own device, the gateway only holds request matrices.
@@ -178,12 +180,25 @@ class Gateway:
             return
         self._policy_checked = now
         latest = self._policy_reader.version()
+        if latest < self.policy_version:
+            # The store lost versions this gateway already applied (newest entries removed, or an older copy put
+            # back): keep the last good policy and say so, never follow the store backwards.
+            if self.policy_regressed_to != latest:
+                self.metrics.inc("keel_gateway_policy_store_regressions_total", {})
+                self.policy_regressed_to = latest
+            self.metrics.set_gauge("keel_gateway_policy_store_version", {}, latest)
+            self.policy_error = (
+                f"the policy store went back from version {self.policy_version} to {latest} (newest versions "
+                f"removed?): refused, version {self.policy_version} stays in force; run `keel policy verify`"
+            )
+            return
+        self.policy_regressed_to = None
         if latest <= self._policy_seen:
             return
         self._policy_seen = latest
         table = self.routing
         try:
-            policy, weights, notes = effective_policy(
+            policy, split, notes = effective_policy(
                 self.base_policy,
                 self._policy_reader.state(latest),
                 table.model if table else None,
@@ -194,11 +209,12 @@ class Gateway:
             self.metrics.inc("keel_gateway_policy_rejected_total", {"version": str(latest)})
             self.policy_error = f"policy version {latest} refused: {exc}"
             return
-        self.policy, self.weights, self.policy_version = policy, weights, latest
+        self.policy, self.split, self.policy_version = policy, split, latest
         self.policy_error, self.policy_notes = None, notes
         for b in self.breakers.values():
             b.policy = policy.breaker
         self.buckets.clear()  # new limits apply from the next request
+        self.other_buckets.clear()
         self.retry_budget.policy = policy.retry
         self.metrics.set_gauge("keel_gateway_policy_version", {}, latest)
 
@@ -225,8 +241,19 @@ class Gateway:
             return
         path, method = scope["path"], scope["method"]
         if path == "/v1/predict" and method == "POST":
-            body = await _read_body(receive)
-            headers = {k.decode().lower(): v.decode() for k, v in scope.get("headers", [])}
+            headers: dict[str, str] = {}
+            try:
+                headers = decode_headers(scope.get("headers", []))
+                body: bytes | RequestError = await read_body(
+                    receive, self.config.max_body_bytes, headers.get("content-length")
+                )
+            except RequestError as err:
+                body = err
+            except BodyTooLarge as exc:
+                body = RequestError(
+                    413, "body_too_large", f"the request body is over the gateway's limit of {exc.limit:,} bytes",
+                    limit_bytes=exc.limit,
+                )  # fmt: skip
             status, payload, extra = await self.predict(body, headers)
             await _respond(send, status, payload, extra)
         elif path == "/metrics" and method == "GET":
@@ -235,7 +262,7 @@ class Gateway:
             self._export_sla()
             await _respond_text(send, 200, self.metrics.render(), "text/plain; version=0.0.4")
         elif path == "/healthz" and method == "GET":
-            await _respond(send, 200, {"status": "ok"})
+            await _respond(send, 200, {"status": "ok", "exposure_log": self.exposure_health()})
         elif path == "/readyz" and method == "GET":
             ready, detail = await self.ready()
             await _respond(send, 200 if ready else 503, {"ready": ready, **detail})
@@ -272,12 +299,18 @@ class Gateway:
         except Exception as exc:  # noqa: BLE001 - any failure to reach Triton means not ready
             return False, {"reason": f"Triton at {self.config.triton_url}: {exc}"}
         return True, {
+            "exposure_log": self.exposure_health(),
             "generation": self.routing.generation,
             "versions": self.routing.versions(),
             "policy_version": self.policy_version,
             "policy_error": self.policy_error,
             "policy_notes": self.policy_notes,
         }
+
+    def exposure_health(self) -> dict[str, Any]:
+        """Whether every answered request reached the exposure log (experiments and canaries are judged on it)."""
+        lost = self.exposures.failures
+        return {"ok": lost == 0, "lost_records": lost, "last_error": self.exposures.last_error}
 
     def _export_sla(self) -> None:
         if self.routing is None:
@@ -304,27 +337,38 @@ class Gateway:
 
     # -- predict --------------------------------------------------------------------------------------------------
 
-    async def predict(self, body: bytes, headers: dict[str, str]) -> tuple[int, dict[str, Any], dict[str, str]]:
+    async def predict(
+        self, body: bytes | RequestError, headers: dict[str, str]
+    ) -> tuple[int, dict[str, Any], dict[str, str]]:
+        """Answer one request and log it: every answer, errors included, is one exposure-log line with its
+        request_id and model_version (null when none was chosen). ``body`` may already be the error that reading
+        the request ended in (too large, a bad header)."""
         started = time.perf_counter()
         request_id = uuid.uuid4().hex
-        record: dict[str, Any] = {"request_id": request_id, "ts": time.time()}
+        record: dict[str, Any] = {"request_id": request_id, "ts": time.time(), "model_version": None}
         try:
+            given = headers.get("x-request-id")
+            if given is not None:  # the caller's id is used and echoed, once it is known to be safe to log
+                request_id = record["request_id"] = identifier(given, "header x-request-id")
+            if isinstance(body, RequestError):
+                raise body
             status, payload, extra = await self._predict(body, headers, request_id, record)
         except RequestError as err:
-            status, payload, extra = err.status, err.body(request_id), {}
+            status, payload, extra = err.status, err.body(request_id), {"x-request-id": request_id}
             record.update(status=status, error=err.code)
         except Exception as exc:  # noqa: BLE001 - the gateway answers 500 and logs, never drops a request silently
             status, payload, extra = (
                 500,
                 {"request_id": request_id, "error": {"code": "internal", "message": str(exc)}},
-                {},
+                {"x-request-id": request_id},
             )
             record.update(status=500, error="internal")
         latency = time.perf_counter() - started
         record.setdefault("status", status)
         record["latency_ms"] = round(latency * 1000, 3)
-        self.exposures.append(record)
-        version = str(record.get("model_version", "none"))
+        if not self.exposures.append(record):  # the answer stands; the lost record is counted and reported
+            self.metrics.inc("keel_gateway_exposure_write_failures_total", {})
+        version = str(record["model_version"]) if record.get("model_version") is not None else "none"
         self.metrics.inc("keel_gateway_requests_total", {"model_version": version, "status": str(status)})
         self.metrics.observe("keel_gateway_request_duration_seconds", {"model_version": version}, latency)
         if status >= 400:
@@ -337,21 +381,22 @@ class Gateway:
         self, body: bytes, headers: dict[str, str], request_id: str, record: dict[str, Any]
     ) -> tuple[int, dict[str, Any], dict[str, str]]:
         req = _parse(body)
-        tenant = str(req.get("tenant_id") or "default")
+        tenant = identifier(req["tenant_id"], "tenant_id") if req.get("tenant_id") is not None else "default"
+        record["tenant_id"] = tenant
         risk = req.get("risk_level", 3)
-        if not isinstance(risk, int) or risk not in self.lanes:
+        if not isinstance(risk, int) or isinstance(risk, bool) or risk not in self.lanes:
             raise RequestError(
-                422, "invalid_risk_level", f"risk_level must be one of {sorted(self.lanes)}", value=risk
+                422, "invalid_risk_level", f"risk_level must be one of {sorted(self.lanes)}", value=str(risk)[:40]
             )
-        unit_id = str(req.get("unit_id") or request_id)
+        unit_id = identifier(req["unit_id"], "unit_id") if req.get("unit_id") is not None else request_id
         experiment_id = headers.get("x-experiment-id")
-        record.update(tenant_id=tenant, risk_level=risk, unit_id=unit_id, experiment_id=experiment_id)
+        if experiment_id is not None:
+            experiment_id = identifier(experiment_id, "header x-experiment-id")
+        record.update(risk_level=risk, unit_id=unit_id, experiment_id=experiment_id)
 
-        bucket = self.buckets.get(tenant)
-        if bucket is None:
-            bucket = self.buckets[tenant] = TokenBucket(self.policy.rate_limit_of(tenant))
-        if not bucket.take():
-            self.metrics.inc("keel_gateway_rate_limited_total", {"tenant": tenant})
+        if not self._bucket(tenant).take():
+            named = tenant if tenant in self.policy.tenant_rate_limits else OTHER_TENANT
+            self.metrics.inc("keel_gateway_rate_limited_total", {"tenant": named})
             raise RequestError(429, "rate_limited", f"tenant {tenant} is over its rate limit")
 
         if self._watcher is None:  # embedded without an ASGI lifespan: nobody else follows routing and policies
@@ -373,7 +418,7 @@ class Gateway:
         try:
             x, degraded = self._features(req, record)
             x = self._pooled(table.model, x)
-            route, variant, flags = self._route(table, unit_id, experiment_id)
+            route, variant, flags = choose_route(table, self.split, unit_id, experiment_id)
             degraded += flags
             record.update(variant=variant, routed_version=route.version)  # who was asked, before any fallback
             self.retry_budget.on_request()
@@ -407,6 +452,16 @@ class Gateway:
         }
         return 200, payload, {"x-model-signature": route.sha256, "x-request-id": request_id}
 
+    def _bucket(self, tenant: str) -> TokenBucket:
+        """The tenant's token bucket: its own for tenants the policy names, else one from a bounded LRU — state
+        does not grow with the tenant names callers invent."""
+        if tenant in self.policy.tenant_rate_limits:
+            bucket = self.buckets.get(tenant)
+            if bucket is None:
+                bucket = self.buckets[tenant] = TokenBucket(self.policy.rate_limit_of(tenant))
+            return bucket
+        return self.other_buckets.get_or_create(tenant, lambda: TokenBucket(self.policy.default_rate_limit))
+
     def _features(self, req: dict[str, Any], record: dict[str, Any] | None = None) -> tuple[np.ndarray, list[str]]:
         """The [batch, n_features] float32 matrix for the request, and degraded flags. For one flight, its key goes
         into the exposure record so that outcomes can be joined later (canary quality, experiments)."""
@@ -424,9 +479,16 @@ class Gateway:
             if verdict.sink != "valid":
                 invalid.append({"index": i, "rules": list(verdict.failed_rules)})
                 entities.append(None)
-            else:
-                r = verdict.record
+                continue
+            r = verdict.record
+            try:
                 entities.append(r | {"sched_date": date(r["year"], r["month"], r["day"])})
+            except ValueError as exc:  # each field in range, the date impossible (2013-02-31)
+                invalid.append(
+                    {"index": i, "rules": ["calendar_date"], "field": "day",
+                     "message": f"flight.day {r['day']} of {r['year']}-{r['month']:02d}: {exc}"}
+                )  # fmt: skip
+                entities.append(None)
         if record is not None and len(entities) == 1 and entities[0] is not None:
             record["flight_key"] = flight_key(entities[0])
         if invalid and self.policy.invalid_input == "reject":
@@ -522,23 +584,6 @@ class Gateway:
                 return RequestError(422, "invalid_input", "feature values must be numbers", index=i)
         return RequestError(422, "invalid_input", "features must be numbers")
 
-    def _route(self, table: RoutingTable, unit_id: str, experiment_id: str | None) -> tuple[Route, str, list[str]]:
-        flags: list[str] = []
-        if experiment_id:
-            variants = table.experiments.get(experiment_id)
-            if variants:
-                name = pick_weighted([Weighted(v.name, v.weight) for v in variants], unit_id, salt=experiment_id)
-                variant = next(v for v in variants if v.name == name)
-                return table.route(variant.route), name, flags
-            flags.append("unknown_experiment")
-        weights = self.weights
-        if weights and any(weights.get(r.version, 0) > 0 for r in table.routes):
-            options = [Weighted(r.name, weights.get(r.version, 0.0)) for r in table.routes]  # the store's split
-        else:
-            options = [Weighted(r.name, r.weight) for r in table.routes]  # the deployment's split
-        name = pick_weighted(options, unit_id, salt=table.model)
-        return table.route(name), name, flags
-
     def _alternatives(self, table: RoutingTable, failed: Route) -> list[Route]:
         out = [table.fallback] if table.fallback and table.fallback.version != failed.version else []
         out += [r for r in table.routes if r.version != failed.version and r not in out]
@@ -616,19 +661,6 @@ def _parse(body: bytes) -> dict[str, Any]:
     if not isinstance(req, dict):
         raise RequestError(400, "bad_json", "the body must be a JSON object")
     return req
-
-
-async def _read_body(receive: Any) -> bytes:
-    chunks, size = [], 0
-    while True:
-        message = await receive()
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > MAX_BODY:
-            return b"\x00"  # answered as bad JSON; the rest is not read
-        chunks.append(chunk)
-        if not message.get("more_body"):
-            return b"".join(chunks)
 
 
 async def _respond(send: Any, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:

@@ -9,7 +9,8 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from gpu_runtime.gateway.policy import BreakerPolicy, RateLimit, RetryPolicy
+from gpu_runtime.deploy import Route, RoutingTable
+from gpu_runtime.gateway.policy import BreakerPolicy, RateLimit, RetryPolicy, Split
 
 Clock = Callable[[], float]
 
@@ -161,3 +162,33 @@ def pick_weighted(options: Sequence[Weighted], unit_id: str, salt: str = "") -> 
         if point < acc:
             return o.key
     return live[-1].key
+
+
+def deployment_salt(table: RoutingTable) -> str:
+    """The salt of the deployment's own split: the model and the versions on its routes, so that a new deployment
+    (new versions) places units afresh while one deployment keeps every unit where it was."""
+    return table.model + ":" + ",".join(f"{r.name}=v{r.version}" for r in table.routes)
+
+
+def choose_route(
+    table: RoutingTable, split: Split | None, unit_id: str, experiment_id: str | None
+) -> tuple[Route, str, list[str]]:
+    """Which route serves ``unit_id``: the ``x-experiment-id`` experiment's variant (salted by the experiment id),
+    else the store's split in force (salted by its own salt), else the deployment's weights. Sticky: the same unit
+    under the same split always lands on the same route. Returns the route, the variant or route name, and flags."""
+    flags: list[str] = []
+    if experiment_id:
+        variants = table.experiments.get(experiment_id)
+        if variants:
+            name = pick_weighted([Weighted(v.name, v.weight) for v in variants], unit_id, salt=experiment_id)
+            variant = next(v for v in variants if v.name == name)
+            return table.route(variant.route), name, flags
+        flags.append("unknown_experiment")
+    if split and any(split.weights.get(r.version, 0) > 0 for r in table.routes):
+        options = [Weighted(r.name, split.weights.get(r.version, 0.0)) for r in table.routes]
+        salt = split.salt
+    else:
+        options = [Weighted(r.name, r.weight) for r in table.routes]
+        salt = deployment_salt(table)
+    name = pick_weighted(options, unit_id, salt=salt)
+    return table.route(name), name, flags

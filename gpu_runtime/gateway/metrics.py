@@ -28,18 +28,30 @@ HELP = {
         "Committed policy versions this gateway refused (kept the last good).",
     ),
     "keel_gateway_watch_errors_total": ("counter", "Errors while following routing and policies."),
+    "keel_gateway_policy_store_regressions_total": (
+        "counter",
+        "Times the policy store's version went below the version this gateway applied (refused; last good kept).",
+    ),
+    "keel_gateway_policy_store_version": ("gauge", "The policy store's version when it went backwards."),
+    "keel_gateway_exposure_write_failures_total": (
+        "counter",
+        "Answered requests whose exposure-log record could not be written (lost: disk full, file-size limit).",
+    ),
     "keel_gpu_pool_bytes_in_use": ("gauge", "Bytes in use in each model's memory pool."),
     "keel_gpu_pool_limit_bytes": ("gauge", "Each model's memory pool limit (budget x headroom)."),
 }
 
 
+def escape_label_value(value: object) -> str:
+    """A label value as the Prometheus text format requires: backslash, double quote and line feed escaped, so that
+    no value can end its line or add lines to the exposition."""
+    return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
 def _labels(labels: dict[str, str]) -> str:
     if not labels:
         return ""
-    inner = ",".join(
-        f'{k}="{str(v).replace(chr(92), chr(92) * 2).replace(chr(34), chr(92) + chr(34))}"'
-        for k, v in sorted(labels.items())
-    )
+    inner = ",".join(f'{k}="{escape_label_value(v)}"' for k, v in sorted(labels.items()))
     return "{" + inner + "}"
 
 

@@ -160,12 +160,29 @@ class GatewayPolicy:
         return dump(self)
 
 
+@dataclass(frozen=True)
+class Split:
+    """The store's traffic split in force for a model: weight by model version, and the salt that places units.
+
+    Each experiment or canary has its own salt (an experiment's id; a canary's name and versions), so consecutive
+    splits put independent sets of units into treatment — hashing the model name alone would send the same users
+    to every treatment (carry-over bias)."""
+
+    weights: dict[int, float]
+    salt: str
+
+
+def split_salt(policy_name: str, body: dict[str, Any]) -> str:
+    """A split's own salt: its ``salt`` field, else its policy name."""
+    return str(body.get("salt") or policy_name)
+
+
 def effective_policy(
     base: GatewayPolicy, policies: dict[str, Any], model: str | None, routed_versions: set[int], store_version: int
-) -> tuple[GatewayPolicy, dict[int, float] | None, list[str]]:
+) -> tuple[GatewayPolicy, Split | None, list[str]]:
     """The gateway's policy once the committed policies (keel.policy.Policy by name) are laid over ``base``, the
-    variant weights by model version from the model's ab_test policy (None: the routing table's weights stand), and
-    notes on what was not applied.
+    model's split from its ab_test policy (weights by model version and the split's salt; None: the routing table's
+    weights stand), and notes on what was not applied.
 
     Each committed policy is validated again here (a gateway trusts no writer): a bad one raises PolicyError and the
     caller keeps its last good policy. An ab_test split that gives traffic to a version this gateway does not serve
@@ -176,7 +193,7 @@ def effective_policy(
     from keel.policy import PolicyValidationError, validate_policy
 
     raw = base.to_dict()
-    weights: dict[int, float] | None = None
+    split: Split | None = None
     notes: list[str] = []
     splits = []
     seen: set[str] = set()
@@ -209,7 +226,7 @@ def effective_policy(
                 f"deployed (deployed: {sorted(routed_versions)})"
             )
             continue
-        weights = wanted
+        split = Split(wanted, split_salt(p.name, p.body))
         break
     raw["version"] = f"store-{store_version}"
-    return GatewayPolicy.from_dict(raw, source="policy store"), weights, notes
+    return GatewayPolicy.from_dict(raw, source="policy store"), split, notes

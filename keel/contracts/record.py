@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import hashlib
 import math
+import threading
+from collections import OrderedDict
 from datetime import UTC, date, datetime
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
@@ -55,21 +57,65 @@ def _polars_value(value: Any, expr_for: Any) -> Any:
     return frame.select(expr_for(pl.col("v"), frame.schema["v"]).alias("v")).item()
 
 
-@lru_cache(maxsize=65536)
-def _polars_cast_cached(value: Any, value_type: type, target: str, fmt: str | None) -> Any:
-    from keel.contracts.engine import _cast_expr
+class ByteBoundedCache:
+    """An LRU memo bounded by the bytes of what it holds, not by its number of entries: serving traffic repeats small
+    values (hours, codes, dates) worth keeping, while callers may send arbitrarily long ones, which are not kept."""
 
-    return _polars_value(value, lambda c, dt: _cast_expr(c, dt, target, fmt))
+    ENTRY_OVERHEAD = 200  # bytes of bookkeeping counted per entry (key tuple, node, result object)
+
+    def __init__(self, max_bytes: int, max_value_chars: int = 256):
+        self.max_bytes, self.max_value_chars = max_bytes, max_value_chars
+        self._items: OrderedDict[tuple, tuple[Any, int]] = OrderedDict()
+        self.bytes = 0
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def _size(value: Any) -> int:
+        return len(value) if isinstance(value, str | bytes) else 16
+
+    def get(self, key: tuple, compute: Any) -> Any:
+        with self._lock:
+            hit = self._items.get(key)
+            if hit is not None:
+                self._items.move_to_end(key)
+                return hit[0]
+        result = compute()
+        size = self._size(key[0]) + self.ENTRY_OVERHEAD
+        if self._size(key[0]) > self.max_value_chars:
+            return result
+        with self._lock:
+            if key not in self._items:
+                self._items[key] = (result, size)
+                self.bytes += size
+            while self.bytes > self.max_bytes:
+                _, (_, dropped) = self._items.popitem(last=False)
+                self.bytes -= dropped
+        return result
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+            self.bytes = 0
+
+
+CAST_CACHE = ByteBoundedCache(max_bytes=16 << 20)  # 16 MiB at most, whatever the traffic
 
 
 def _cast_via_polars(value: Any, target: str, fmt: str | None) -> Any:
-    """The batch cast of one value; memoised, since serving traffic repeats values (hours, codes, dates)."""
-    try:
-        return _polars_cast_cached(value, type(value), target, fmt)
-    except TypeError:  # unhashable
-        from keel.contracts.engine import _cast_expr
+    """The batch cast of one value; memoised (bounded in bytes), since serving traffic repeats values."""
+    from keel.contracts.engine import _cast_expr
 
+    def compute() -> Any:
         return _polars_value(value, lambda c, dt: _cast_expr(c, dt, target, fmt))
+
+    try:
+        hash(value)
+    except TypeError:  # unhashable
+        return compute()
+    return CAST_CACHE.get((value, type(value), target, fmt), compute)
 
 
 # Timestamp formats parsed in Python when the text is exactly the fixed-width ASCII digits they describe; any other

@@ -33,16 +33,25 @@ class DriftDecision:
     retrain: bool = False
     retrain_reason: str = ""
     drifted: tuple[str, ...] = field(default_factory=tuple)
+    not_frozen: tuple[str, ...] = ()  # drifted past the freeze level but not a served feature (the label, a category)
 
     @property
     def is_noop(self) -> bool:
         return not (self.freeze or self.unfreeze or self.retrain)
 
 
-def decide(window: str, features: dict[str, dict], policy: DriftPolicy, already_frozen: set[str]) -> DriftDecision:
+def decide(
+    window: str,
+    features: dict[str, dict],
+    policy: DriftPolicy,
+    already_frozen: set[str],
+    freezable: set[str] | None = None,
+) -> DriftDecision:
     """``features``: per feature ``{"drifted": bool|None, "severity": str, "value": float|None, "threshold": float,
-    "metric": str, "reference_mean": float|None}`` as the drift report's metadata carries them."""
-    freeze, unfreeze, retrain_causes = [], [], []
+    "metric": str, "reference_mean": float|None}`` as the drift report's metadata carries them. ``freezable``: the
+    features the online store serves (None: all) — a drifted label or categorical column cannot be frozen, its drift
+    asks for retraining only and is listed in ``not_frozen``."""
+    freeze, unfreeze, retrain_causes, not_frozen = [], [], [], []
     drifted = sorted(f for f, s in features.items() if s.get("drifted"))
     for name in sorted(features):
         s = features[name]
@@ -53,8 +62,11 @@ def decide(window: str, features: dict[str, dict], policy: DriftPolicy, already_
             and rank >= SEVERITY_RANK[policy.freeze_at]
             and name not in already_frozen
         ):
-            reason = f"drift in {window}: {s.get('metric')} {s.get('value'):.3f} > {s.get('threshold'):g} ({s.get('severity')})"
-            freeze.append(FeatureFreeze(name, s.get("reference_mean"), reason))
+            if freezable is not None and name not in freezable:
+                not_frozen.append(name)
+            else:
+                reason = f"drift in {window}: {s.get('metric')} {_num(s.get('value'))} > {_num(s.get('threshold'))} ({s.get('severity')})"
+                freeze.append(FeatureFreeze(name, s.get("reference_mean"), reason))
         if s.get("drifted") is False and name in already_frozen and policy.unfreeze_when_clear:
             unfreeze.append(name)
         if s.get("drifted") and policy.retrain_at != "none" and rank >= SEVERITY_RANK[policy.retrain_at]:
@@ -66,4 +78,9 @@ def decide(window: str, features: dict[str, dict], policy: DriftPolicy, already_
         retrain=bool(retrain_causes),
         retrain_reason=f"drift in {window} on {', '.join(retrain_causes)}" if retrain_causes else "",
         drifted=tuple(drifted),
+        not_frozen=tuple(not_frozen),
     )
+
+
+def _num(v: object) -> str:
+    return f"{v:.3g}" if isinstance(v, int | float) else str(v)

@@ -279,3 +279,22 @@ def analyze(
         "guardrail_breached": any(g["breached"] for g in guardrails),
         "drilldown": drill,
     }
+
+
+def decision_p_values(decision: dict[str, Any] | None) -> dict[str, float]:
+    """The always-valid p-values a recorded guardrail decision acted on, per metric (the running minimum so far)."""
+    if not decision:
+        return {}
+    return {g["metric"]: float(g["msprt_p"]) for g in decision["evidence"].get("guardrails", []) if "msprt_p" in g}
+
+
+def with_decision(report: dict[str, Any], decision: dict[str, Any] | None) -> dict[str, Any]:
+    """The analysis report joined with the guardrail decision that acted on the experiment (see
+    ``keel.experiments.control.guardrail_decision``): a breach that paused or rolled the experiment back stays a
+    breach in the analysis, shown with the sequential evidence the decision was taken on, whatever a later look at
+    more data says on its own."""
+    out = dict(report)
+    out["guardrail_decision"] = decision
+    if decision:
+        out["guardrail_breached"] = True
+    return out

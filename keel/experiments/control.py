@@ -29,6 +29,7 @@ from keel.storage import write_json_atomic, write_text_atomic
 
 RUNNING, PAUSED, STOPPED, ROLLED_BACK = "running", "paused", "stopped", "rolled_back"
 LIVE = (RUNNING, PAUSED)
+GUARDRAIL_AUTHOR = "guardrail-sensor"  # the author of every commit the guardrail sensor makes
 
 
 class ExperimentStateError(KeelError):
@@ -154,6 +155,36 @@ def rolled_back_days(home: Path, exp_id: str) -> set[str]:
         return set(json.loads(marker.read_text())["days"])
     except FileNotFoundError:
         return set()
+
+
+def guardrail_decision(store, exp_id: str, meta: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    """The guardrail decision that acted on the experiment's current run (paused or rolled it back), as recorded in
+    the policy store: {version, at, action, evidence}, the evidence being what the sensor saw when it acted (each
+    breached guardrail with its always-valid p-value and interval, the arms). None when no guardrail acted.
+
+    This record — not a later re-analysis on more data — is the verdict: the mSPRT p-value is a running minimum over
+    the looks the sensor made, and a single look at the final data can land above α although the sequence crossed
+    it. The analysis asset reports this decision, so that the decision and the analysis tell one story."""
+    meta = meta if meta is not None else experiments(store).get(exp_id)
+    if meta is None:
+        return None
+    started = float(meta.get("started_at") or 0.0)
+    name = split_name(exp_id)
+    found = None
+    for c in store.log():
+        if name not in c.changes or c.author != GUARDRAIL_AUTHOR or c.committed_at.timestamp() < started:
+            continue
+        try:
+            evidence = json.loads(c.reason)
+        except json.JSONDecodeError:
+            evidence = {"reason": c.reason}
+        found = {
+            "version": c.version,
+            "at": c.committed_at.isoformat(),
+            "action": evidence.get("action"),
+            "evidence": evidence,
+        }
+    return found
 
 
 def describe(store, home: Path, exp_id: str) -> dict[str, Any]:

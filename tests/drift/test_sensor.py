@@ -123,3 +123,24 @@ def test_the_daemon_path_resolves_the_retraining_request(setup):
     data = defs.get_sensor_def("drift_sensor").evaluate_tick(ctx)
     [request] = data.run_requests
     assert set(request.asset_selection) == {dg.AssetKey("delay_model"), dg.AssetKey("calibrated_model")}
+
+
+def test_a_drifted_label_or_category_is_not_frozen_and_a_bad_report_stops_nothing(setup):
+    """The label and a categorical column cannot be frozen (the online store serves neither): their drift asks for
+    retraining only. A report the sensor cannot act on is reported — in the tick's log and as an observation on
+    drift_report — and skipped; the reports after it are acted on, and every later tick runs."""
+    instance, defs, store_resource = setup
+    report(instance, "2013-09", {"label_late15": feat(True, "error", 0.4), "carrier": feat(True, "error", 0.5)})
+    instance.report_runless_asset_event(
+        dg.AssetMaterialization(asset_key=DRIFT_REPORT, partition="2013-10", metadata={"rows": 3})  # no summary
+    )
+    report(instance, "2013-12", {"temp": feat(True, "error", 0.9, mean=38.5)})
+    result, _ = tick(instance, defs, None)
+    assert [r.tags["keel/drift_window"] for r in result.run_requests] == ["2013-09", "2013-12"]
+    assert store_resource.open().frozen() == {"temp": 38.5}
+    [observation] = result.asset_events
+    assert observation.asset_key == DRIFT_REPORT and observation.metadata["automation_problems"].value == 1
+    assert "drift report 2013-10" in observation.metadata["skipped"].value
+    report(instance, "2014-01", {"temp": feat(False)})
+    later, _ = tick(instance, defs, result.cursor)  # the next tick carries on
+    assert store_resource.open().frozen() == {} and int(later.cursor) > int(result.cursor)

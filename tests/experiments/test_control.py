@@ -79,8 +79,60 @@ def test_start_pause_resume_stop_and_the_split_in_the_store(home):
     assert store.verify().ok
 
 
-def exposures_of_real_flights(home, validated, start_ts, n=3000):  # noqa: F811
-    """What the gateway logs for an experiment: real January flights, units split 50/50 by the gateway's hash."""
+def treated_units(store, units):
+    """The units the gateway sends to version 2 under the store's split in force (its real routing code)."""
+    from gpu_runtime.deploy import Route, RoutingTable
+    from gpu_runtime.gateway.control import choose_route
+    from gpu_runtime.gateway.policy import GatewayPolicy, effective_policy
+
+    table = RoutingTable(1, "flight-delay", 3, (Route("champion", 1, "a" * 64, 1.0), Route("v2", 2, "b" * 64, 0.0)))
+    _, split, _ = effective_policy(GatewayPolicy(), store.state(), "flight-delay", {1, 2}, store.version())
+    return {u for u in units if choose_route(table, split, u, None)[0].version == 2}
+
+
+def test_consecutive_experiments_assign_units_independently(home):
+    """Each experiment hashes units with its own salt: two 50 % experiments one after the other share about a
+    quarter of the units in both treatments (independent), not half (the same users every time)."""
+    store = open_store(home)
+    units = [f"user-{i}" for i in range(20_000)]
+    treated = []
+    for exp_id in ("offer-a", "offer-b"):
+        spec = home / f"{exp_id}.yaml"
+        spec.write_text(SPEC.replace("rebooking-offer", exp_id).replace("ACTION", "pause").replace("LIFT", "0"))
+        control.start(store, spec, home=home, author="ana")
+        treated.append(treated_units(store, units))
+        control.stop(store, home, exp_id, author="ana", reason="done")
+    assert all(0.48 < len(t) / len(units) < 0.52 for t in treated)
+    both = len(treated[0] & treated[1]) / len(units)
+    assert 0.23 < both < 0.27, both
+
+
+def test_consecutive_canaries_assign_units_independently():
+    """Each canary rollout has its own salt too; within one rollout a unit never moves back to the champion."""
+    from gpu_runtime.deploy import Route, RoutingTable
+    from gpu_runtime.gateway.control import choose_route
+    from gpu_runtime.gateway.policy import Split
+    from keel.canary import CanaryState
+    from sensors.canary import canary_salt, split_for
+
+    table = RoutingTable(1, "m", 3, (Route("champion", 1, "a" * 64, 1.0), Route("challenger", 2, "b" * 64, 0.0)))
+    units = [f"user-{i}" for i in range(20_000)]
+
+    def challenger_units(name, started_at, percent):
+        body = {"model": "m", "champion_version": 1, "challenger_version": 2}
+        state = CanaryState(started_at=started_at)
+        split = split_for(body, percent, canary_salt(name, body, state))
+        s = Split({v["version"]: v["weight"] for v in split["variants"]}, split["salt"])
+        return {u for u in units if choose_route(table, s, u, None)[0].version == 2}
+
+    first, second = challenger_units("canary.a", 1000.0, 50), challenger_units("canary.b", 2000.0, 50)
+    assert 0.23 < len(first & second) / len(units) < 0.27
+    assert challenger_units("canary.a", 1000.0, 10) <= challenger_units("canary.a", 1000.0, 30) <= first
+
+
+def exposures_of_real_flights(home, validated, start_ts, n=3000, offset=1.0, step=0.001):  # noqa: F811
+    """What the gateway logs for an experiment: real January flights, units split 50/50 by the gateway's hash, at
+    ``start_ts + offset + i * step``."""
     from gpu_runtime.gateway.control import Weighted, pick_weighted
 
     log = ExposureLog(home / "serving" / "exposures")
@@ -88,9 +140,9 @@ def exposures_of_real_flights(home, validated, start_ts, n=3000):  # noqa: F811
     for i, row in enumerate(rows):
         key = flight_key({**row, "time_hour": row["time_hour"].strftime("%Y-%m-%dT%H:%M:%SZ")})
         unit = f"u{i}"
-        arm = pick_weighted([Weighted("control", 0.5), Weighted("treatment", 0.5)], unit, salt="flight-delay")
+        arm = pick_weighted([Weighted("control", 0.5), Weighted("treatment", 0.5)], unit, salt="rebooking-offer")
         version = 2 if arm == "treatment" else 1
-        log.append({"ts": start_ts + 1 + i * 0.001, "unit_id": unit, "routed_version": version,
+        log.append({"ts": start_ts + offset + i * step, "unit_id": unit, "routed_version": version,
                     "model_version": version, "status": 200, "score": 0.3, "latency_ms": 3.0, "flight_key": key})  # fmt: skip
     log.close()
     storage = home / "storage" / "validated_flights"
@@ -165,3 +217,63 @@ def test_the_daemon_path_and_the_cli(home, validated, monkeypatch):  # noqa: F81
     assert r.returncode == 2 and "rolled_back; cannot become rolled_back" in r.stderr
     r = run("status", "no-such")
     assert r.returncode == 2 and "not in the policy store" in r.stderr
+
+
+def test_the_analysis_shows_the_guardrail_decision_that_rolled_the_experiment_back(home, validated, monkeypatch):  # noqa: F811
+    """The decision that acted and the analysis tell one story: the sensor's rollback (an always-valid p below α at
+    the look it acted on) fails the analysis's guardrails check with that evidence, even where a single look at the
+    final data — here a harmless treatment — would not breach on its own."""
+    from assets.experiments import EXPERIMENT_ANALYSIS, experiment_analysis
+    from keel.experiments.lake import wide_rows
+    from keel.exposures import read_exposure_frame, realized_labels
+    from resources import PolicyStoreResource
+
+    store = open_store(home)
+    commit = control.start(store, write_spec(home, "rollback", 0.0), home=home, author="ana")
+    # Every exposure at the start instant: inside the experiment's window whenever the rollback comes.
+    exposures_of_real_flights(home, validated, commit.committed_at.timestamp(), offset=0.0, step=0.0)
+    evidence = {
+        "action": "rollback",
+        "guardrails": [{"metric": "accepted", "breached": True, "msprt_p": 0.004,
+                        "reason": "accepted: treatment 31.00% worse than control; always-valid p = 0.004"}],
+        "arms": {"control": 400, "treatment": 390},
+    }  # fmt: skip
+    acted, _ = control.rollback(
+        store, home, "rebooking-offer", author=control.GUARDRAIL_AUTHOR, reason=json.dumps(evidence)
+    )
+    meta = control.experiments(store)["rebooking-offer"]
+    assert control.guardrail_decision(store, "rebooking-offer")["version"] == acted.version
+    frame = read_exposure_frame(home / "serving" / "exposures")
+    wide = wide_rows(frame, control.stored_spec(home, "rebooking-offer"), meta,
+                     labels=realized_labels(frame["flight_key"], home / "storage"))  # fmt: skip
+    (home / "storage" / "experiment_wide_table").mkdir(parents=True)
+    wide.write_parquet(home / "storage" / "experiment_wide_table" / "2026-01-01.parquet")
+    store.close()
+
+    monkeypatch.setenv("KEEL_HOME", str(home))
+    policies = PolicyStoreResource(path=str(home / "policies.sqlite"), registry_root=str(home / "registry"))
+    result = dg.materialize([experiment_analysis], resources={"policies": policies}, raise_on_error=False)
+    [check] = [e for e in result.get_asset_check_evaluations() if e.check_name == "guardrails"]
+    assert not check.passed
+    assert "rollback by the guardrail sensor" in check.metadata["breached"].value
+    assert "always-valid p = 0.004" in check.metadata["breached"].value
+    report = json.loads((home / "storage" / "experiment_analysis" / "rebooking-offer.json").read_text())
+    assert report["guardrail_breached"] and report["guardrail_decision"]["version"] == acted.version
+    assert report["status"] == "rolled_back"
+    # The sequential test carries on from the decision's looks: its p-value cannot rise above what was acted on.
+    assert report["guardrails"][0]["msprt_p"] <= 0.004
+    assert result.asset_materializations_for_node(EXPERIMENT_ANALYSIS.path[-1])
+
+
+def test_an_experiment_that_cannot_be_judged_is_reported_and_the_others_proceed(home, validated):  # noqa: F811
+    store = open_store(home)
+    commit = control.start(store, write_spec(home, "rollback", -0.5), home=home, author="ana")
+    exposures_of_real_flights(home, validated, commit.committed_at.timestamp())
+    ghost = {"model": "flight-delay", "salt": "ghost",
+             "variants": [{"name": "control", "version": 1, "weight": 1.0}, {"name": "treatment", "version": 2, "weight": 0.0}],
+             "experiment": {"id": "ghost", "status": "running", "started_at": commit.committed_at.timestamp()}}  # fmt: skip
+    store.apply({"experiment.ghost": ("ab_test", ghost)}, author="ops", reason="started elsewhere, no spec here")
+    problems: list[str] = []
+    [acted], _ = tick(store, home, problems=problems)
+    assert acted["experiment"] == "rebooking-offer" and acted["action"] == "rollback"
+    assert len(problems) == 1 and "experiment 'ghost' skipped" in problems[0] and "never started here" in problems[0]

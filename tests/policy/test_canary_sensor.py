@@ -190,3 +190,31 @@ def test_the_deployment_follows_an_unfinished_canary(world):
     tick(store, registry, exposures, T0 + 5)  # rolled back
     assert running_canary(store.state(), "flight-delay") is None
     assert running_canary(store.state(), "another-model") is None
+
+
+def test_a_malformed_canary_is_reported_and_the_others_proceed(world, tmp_path, monkeypatch):
+    import definitions
+    from resources import ModelRegistryResource, PolicyStoreResource
+
+    store, registry, log, exposures, shas = world
+    state = {"status": "running", "step": 0, "started_at": T0, "step_started_at": T0, "owner": "keel 2.0"}
+    store.apply({"broken": ("canary", CANARY | {"state": state})}, author="ops",
+                reason="a state written by a newer keel, with a field this one does not know")  # fmt: skip
+    problems: list[str] = []
+    [start] = tick(store, registry, exposures, T0, problems=problems)
+    assert start["name"] == "rollout" and start["action"] == "start"
+    assert len(problems) == 1 and problems[0].startswith("canary 'broken' skipped")
+    # The daemon path: the run request for the good canary, the bad one on model_deployment's page.
+    store.apply({"rollout2": ("canary", CANARY)}, author="ops", reason="another rollout")
+    monkeypatch.setenv("KEEL_HOME", str(tmp_path))
+    resources = {
+        "policies": PolicyStoreResource(path=str(tmp_path / "policies.sqlite"), registry_root=str(tmp_path / "registry")),
+        "registry": ModelRegistryResource(root=str(tmp_path / "registry")),
+    }  # fmt: skip
+    with dg.instance_for_test() as instance:
+        ctx = dg.build_sensor_context(instance=instance, definitions=definitions.defs, resources=resources)
+        data = definitions.defs.get_sensor_def("canary_sensor").evaluate_tick(ctx)
+    assert [r.tags["keel/canary"] for r in data.run_requests] == ["rollout2"]
+    [observation] = data.asset_events
+    assert observation.asset_key == dg.AssetKey("model_deployment")
+    assert "canary 'broken' skipped" in observation.metadata["skipped"].value

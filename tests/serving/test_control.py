@@ -143,12 +143,56 @@ def test_the_newest_applicable_split_is_in_force():
         "b.split": split("b.split", 7, {2: 0.9, 3: 0.1}),  # the rollout of model 3, newer
         "breaker": Policy("breaker", "circuit_breaker", breaker, 5),
     }
-    policy, weights, notes = effective_policy(GatewayPolicy(), policies, "m", {2, 3}, 7)
-    assert weights == {2: 0.9, 3: 0.1} and notes == [] and policy.breaker.error_rate == 0.3
-    policy, weights, notes = effective_policy(GatewayPolicy(), policies, "m", {1, 2}, 7)  # 3 not deployed yet
-    assert weights == {1: 0.0, 2: 1.0} and "b.split" in notes[0] and "[3]" in notes[0]
+    policy, split, notes = effective_policy(GatewayPolicy(), policies, "m", {2, 3}, 7)
+    assert split.weights == {2: 0.9, 3: 0.1} and notes == [] and policy.breaker.error_rate == 0.3
+    assert split.salt == "b.split"  # the split's own salt (its name when the body names none)
+    policy, split, notes = effective_policy(GatewayPolicy(), policies, "m", {1, 2}, 7)  # 3 not deployed yet
+    assert split.weights == {1: 0.0, 2: 1.0} and "b.split" in notes[0] and "[3]" in notes[0]
     assert policy.breaker.error_rate == 0.3
-    _, weights, notes = effective_policy(GatewayPolicy(), policies, "m", {4}, 7)  # neither applies
-    assert weights is None and len(notes) == 2
-    _, weights, _ = effective_policy(GatewayPolicy(), policies, "other-model", {1, 2, 3}, 7)
-    assert weights is None
+    _, split, notes = effective_policy(GatewayPolicy(), policies, "m", {4}, 7)  # neither applies
+    assert split is None and len(notes) == 2
+    _, split, _ = effective_policy(GatewayPolicy(), policies, "other-model", {1, 2, 3}, 7)
+    assert split is None
+
+
+def test_metric_label_values_cannot_add_lines_to_the_exposition():
+    from gpu_runtime.gateway.metrics import Metrics
+
+    m = Metrics()
+    m.inc("keel_gateway_rate_limited_total", {"tenant": 'a"b\\c\nkeel_fake 1'})
+    lines = [ln for ln in m.render().splitlines() if not ln.startswith("#")]
+    assert lines == ['keel_gateway_rate_limited_total{tenant="a\\"b\\\\c\\nkeel_fake 1"} 1']
+
+
+def test_per_tenant_state_is_bounded_whatever_names_callers_invent(tmp_path):
+    """Tenants the policy names keep their own bucket; every other name shares a bounded LRU of buckets."""
+    from gpu_runtime.gateway.app import Gateway, GatewayConfig
+    from gpu_runtime.gateway.policy import RateLimit
+
+    policy = GatewayPolicy(tenant_rate_limits={"ops": RateLimit(5, 5)})
+    config = GatewayConfig(
+        triton_url="127.0.0.1:1", routing_path=tmp_path / "routing.json", exposure_dir=tmp_path / "exp",
+        max_tenant_buckets=100,
+    )  # fmt: skip
+    gw = Gateway(config, policy)
+    for i in range(5000):
+        gw._bucket(f"invented-{i}").take()
+    assert len(gw.other_buckets) == 100 and list(gw.buckets) == []
+    ops = gw._bucket("ops")
+    assert [ops.take() for _ in range(6)] == [True] * 5 + [False]  # the named tenant's own limit
+    assert gw._bucket("ops") is ops and list(gw.buckets) == ["ops"]
+
+
+def test_the_record_paths_cast_cache_is_bounded_in_bytes():
+    from keel.contracts.record import ByteBoundedCache
+
+    cache = ByteBoundedCache(max_bytes=64 * 1024, max_value_chars=256)
+    for i in range(10_000):
+        cache.get((f"{i:0200d}", str, "int64", None), lambda: 1)
+    assert cache.bytes <= 64 * 1024 and 0 < len(cache) < 10_000
+    cache.get(("x" * 900_000, str, "utf8", None), lambda: "x")  # a huge value is computed, never kept
+    assert cache.bytes <= 64 * 1024
+    calls = []
+    for _ in range(3):
+        cache.get(("13", str, "int64", None), lambda: calls.append(1) or 13)
+    assert calls == [1]  # small repeated values are memoised

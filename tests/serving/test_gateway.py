@@ -168,7 +168,8 @@ def test_corrupt_model_fails_to_load_and_the_old_version_keeps_serving(runtime, 
 
 def test_metrics_and_health(runtime, serving_models):
     assert runtime.post(request_body(serving_models[1].row(7, named=True))).status_code == 200
-    assert httpx.get(f"{runtime.url}/healthz", timeout=5).json() == {"status": "ok"}
+    health = httpx.get(f"{runtime.url}/healthz", timeout=5).json()
+    assert health["status"] == "ok" and health["exposure_log"] == {"ok": True, "lost_records": 0, "last_error": None}
     ready = httpx.get(f"{runtime.url}/readyz", timeout=5).json()
     assert ready["ready"] is True and ready["versions"] == [1]
     text = httpx.get(f"{runtime.url}/metrics", timeout=5).text

@@ -1,0 +1,221 @@
+"""Append-only hash chains with keyed checkpoints: the one implementation behind the release ledger and the policy
+store.
+
+Each entry's hash covers its fields and the previous entry's hash (``link_hash``), so an edited, reordered or
+removed *inner* entry breaks the chain. That alone cannot catch two things a person with write access to the
+database can do: delete the newest entries (the rest still chains), or rewrite entries and recompute every hash
+after them. Keyed checkpoints close both, with a key kept outside the database:
+
+- every append also writes, in the same transaction, a checkpoint of the new head: HMAC-SHA256(key, chain name,
+  sequence number, hash). Without the key nobody can make a checkpoint, so a recomputed chain, or an entry added
+  by anything but keel, has a head without a valid checkpoint;
+- after the commit, the newest checkpoint is also written to a file beside the database (``<db>.head``, atomically).
+  Removing the newest entries (and their checkpoint rows) leaves the file pointing past the end of the log.
+
+``verify_chain`` checks all of it. The key comes from ``$KEEL_CHAIN_KEY`` or, when unset, from a file created on
+first use with mode 0600 (``keys/chain.key`` beside the database, i.e. under KEEL_HOME). What remains possible for
+someone who can write the files is documented in docs/policy.md ("What the chain proves").
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import secrets
+import sqlite3
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from keel.errors import KeelError
+from keel.storage import write_json_atomic
+
+GENESIS = "0" * 64
+KEY_ENV = "KEEL_CHAIN_KEY"
+
+
+class ChainKeyError(KeelError):
+    """The checkpoint key cannot be read or created, or is readable by others."""
+
+
+class ChainTruncatedError(KeelError):
+    """The log ends before the newest published checkpoint: its newest entries were removed. Nothing is appended
+    until an operator looks (``verify`` says which entries are gone)."""
+
+
+def link_hash(prev_hash: str, fields: list) -> str:
+    """One link of a chain: sha256 of the previous hash and the entry's fields as canonical JSON."""
+    body = json.dumps(fields, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256((prev_hash + body).encode()).hexdigest()
+
+
+def key_path(db_path: Path) -> Path:
+    return Path(db_path).resolve().parent / "keys" / "chain.key"
+
+
+def load_key(db_path: str | Path) -> bytes:
+    """``$KEEL_CHAIN_KEY``, else the 0600 key file beside the database (created with 32 random bytes on first use)."""
+    given = os.environ.get(KEY_ENV)
+    if given:
+        return given.encode()
+    path = key_path(Path(db_path))
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:  # another process created it first
+            return load_key(db_path)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(secrets.token_hex(32))
+            fh.flush()
+            os.fsync(fh.fileno())
+        return load_key(db_path)
+    with os.fdopen(fd) as fh:
+        if os.fstat(fh.fileno()).st_mode & 0o077:
+            raise ChainKeyError(f"{path}: the checkpoint key must be readable by its owner only (chmod 600 {path})")
+        key = fh.read().strip()
+    if not key:
+        raise ChainKeyError(f"{path}: the checkpoint key file is empty")
+    return key.encode()
+
+
+@dataclass(frozen=True)
+class Link:
+    """What verify needs of one stored entry: its number, stored previous hash and hash, and the hash recomputed
+    from its stored fields."""
+
+    seq: int
+    prev_hash: str
+    hash: str
+    recomputed: str
+
+
+class Checkpoints:
+    """Keyed checkpoints of a chain's head: a table in the chain's database and the newest one in ``<db>.head``."""
+
+    def __init__(self, db: sqlite3.Connection, db_path: str | Path, chain: str, key: bytes | None = None):
+        self.db, self.chain = db, chain
+        self.db_path = Path(db_path)
+        self.head_path = self.db_path.with_name(self.db_path.name + ".head")
+        self.key = key if key is not None else load_key(self.db_path)
+        self.table = f"{chain}_checkpoints"
+        exists = db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (self.table,)).fetchone()
+        db.execute(
+            f"CREATE TABLE IF NOT EXISTS {self.table} (seq INTEGER PRIMARY KEY, hash TEXT NOT NULL, mac TEXT NOT NULL)"
+        )
+        self.created = not exists  # a log from before checkpoints: the store adopts its entries once
+
+    def mac(self, seq: int, digest: str) -> str:
+        return hmac.new(self.key, f"{self.chain}|{seq}|{digest}".encode(), hashlib.sha256).hexdigest()
+
+    def record(self, seq: int, digest: str) -> None:
+        """Inside the caller's write transaction: the checkpoint of the new head."""
+        self.db.execute(
+            f"INSERT OR REPLACE INTO {self.table} (seq, hash, mac) VALUES (?, ?, ?)",
+            (seq, digest, self.mac(seq, digest)),
+        )
+
+    def refuse_if_truncated(self, head_seq: int) -> None:
+        """Inside the caller's write transaction, before it appends after ``head_seq``: an append on a truncated log
+        would overwrite the evidence (the published head), so it is refused."""
+        published = self.read_head()
+        if published is None or published.get("unreadable"):
+            return
+        seq = int(published.get("seq", 0))
+        if seq > head_seq and hmac.compare_digest(
+            str(published.get("mac", "")), self.mac(seq, str(published.get("hash")))
+        ):
+            raise ChainTruncatedError(
+                f"{self.db_path}: the log ends at entry {head_seq} but entry {seq} was published "
+                f"({self.head_path.name}): its newest entries were removed. Nothing is appended until this is "
+                f"resolved; if the database was restored from a backup on purpose, remove {self.head_path}"
+            )
+
+    def publish(self, seq: int, digest: str) -> None:
+        """After the commit: the newest checkpoint in the file beside the database (never moves backwards)."""
+        current = self.read_head()
+        if current is not None and current.get("seq", 0) > seq:
+            return
+        write_json_atomic(
+            {"chain": self.chain, "seq": seq, "hash": digest, "mac": self.mac(seq, digest)}, self.head_path
+        )
+
+    def read_head(self) -> dict | None:
+        try:
+            return json.loads(self.head_path.read_text())
+        except FileNotFoundError:
+            return None
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return {"seq": -1, "hash": "", "mac": "", "unreadable": True}
+
+    def valid(self, seq: int, digest: str) -> bool:
+        """Whether the stored checkpoint of ``seq`` is a genuine one for ``digest``."""
+        row = self.db.execute(f"SELECT hash, mac FROM {self.table} WHERE seq = ?", (seq,)).fetchone()
+        return bool(row) and row[0] == digest and hmac.compare_digest(row[1], self.mac(seq, digest))
+
+    def problems(self, links: list[Link]) -> list[str]:
+        out = []
+        stored = {
+            seq: (digest, mac) for seq, digest, mac in self.db.execute(f"SELECT seq, hash, mac FROM {self.table}")
+        }
+        for link in links:
+            digest, mac = stored.get(link.seq, (None, ""))
+            if digest is None:
+                out.append(f"entry {link.seq} has no checkpoint: written without the key (not by keel)")
+            elif not hmac.compare_digest(mac, self.mac(link.seq, digest)):
+                out.append(f"checkpoint {link.seq}: not made with this store's key (forged, or the key changed)")
+            elif digest != link.hash:
+                out.append(f"entry {link.seq}: does not match its checkpoint (the chain was rewritten)")
+        published = self.read_head()
+        if published is not None:
+            seq, digest = int(published.get("seq", -1)), str(published.get("hash", ""))
+            newest = links[-1].seq if links else 0
+            by_seq = {link.seq: link for link in links}
+            if published.get("unreadable") or not hmac.compare_digest(
+                str(published.get("mac", "")), self.mac(seq, digest)
+            ):
+                out.append(f"{self.head_path.name}: the published head is not a genuine checkpoint")
+            elif seq > newest:
+                out.append(
+                    f"the log ends at entry {newest} but entry {seq} was published by {self.head_path.name}: "
+                    f"entries {newest + 1}…{seq} were removed (truncated)"
+                )
+            elif seq in by_seq and by_seq[seq].hash != digest:
+                out.append(f"entry {seq}: does not match the published head (the chain was rewritten)")
+        return out
+
+    def adopt(self, entries: Iterable[tuple[int, str]]) -> int:
+        """Checkpoint entries written before this store had checkpoints (trust on first use, once, when the
+        checkpoint table is created on an existing log). Returns how many were adopted."""
+        rows = [(seq, digest, self.mac(seq, digest)) for seq, digest in entries]
+        self.db.executemany(f"INSERT OR IGNORE INTO {self.table} (seq, hash, mac) VALUES (?, ?, ?)", rows)
+        if rows:
+            self.publish(*rows[-1][:2])
+        return len(rows)
+
+
+def verify_chain(links: Iterable[Link], checkpoints: Checkpoints | None, what: str = "entry") -> list[str]:
+    """Every problem of a chain: numbering gaps, broken links, edited entries, and (with checkpoints) forged or
+    missing checkpoints, a rewritten chain or removed newest entries."""
+    problems: list[str] = []
+    prev, expected = GENESIS, 1
+    seen: list[Link] = []
+    for link in links:
+        if link.seq != expected:
+            problems.append(f"{what} {expected} is missing or out of order (next is {link.seq})")
+            expected = link.seq
+        if link.prev_hash != prev:
+            problems.append(
+                f"{what} {link.seq}: previous-hash does not match {what} {link.seq - 1} (reordered or removed)"
+            )
+        if link.recomputed != link.hash:
+            problems.append(f"{what} {link.seq}: content does not match its hash (edited)")
+        prev, expected = link.hash, link.seq + 1
+        seen.append(link)
+    if checkpoints is not None:
+        problems += checkpoints.problems(seen)
+    return problems

@@ -1,0 +1,208 @@
+"""The hash chain with keyed checkpoints (keel.chain) behind both append-only logs, probed on real SQLite files the
+way someone with write access to them would: drop the triggers, delete the newest entries, rewrite an entry and
+recompute every hash after it, append rows without the key."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from datetime import UTC, datetime
+
+import pytest
+
+from keel.chain import ChainKeyError, ChainTruncatedError, key_path
+from keel.ledger import Ledger, entry_hash
+from keel.policy import PolicyStore, commit_hash
+from tests.conftest import REPO
+
+LIMIT = {"default": {"rps": 100, "burst": 200}}
+
+
+class PolicyLog:
+    """The policy store seen as a chain: commits rate limits, tampers through raw SQL."""
+
+    table, seq_col = "commits", "version"
+    triggers = ("commits_no_update", "commits_no_delete", "policy_versions_no_update", "policy_versions_no_delete")
+
+    def __init__(self, path):
+        self.path = path
+        self.store = PolicyStore(path)
+
+    def append(self, i: int) -> None:
+        self.store.apply({"limits": ("rate_limit", {"default": {"rps": 100 + i, "burst": 200}})}, author="ops",
+                         reason=f"limit {i}")  # fmt: skip
+
+    def verify(self):
+        return self.store.verify()
+
+    def rows(self, db):
+        return db.execute("SELECT version, author, reason, committed_at, reverts, changes, prev_hash, hash FROM "
+                          "commits ORDER BY version").fetchall()  # fmt: skip
+
+    def rehash(self, row, prev):
+        v, author, reason, at, reverts, changes, _, _ = row
+        return commit_hash(prev, v, author, reason, at, reverts, json.loads(changes))
+
+    def set_row(self, db, row, prev, digest):
+        db.execute("UPDATE commits SET reason = ?, prev_hash = ?, hash = ? WHERE version = ?",
+                   (row[2], prev, digest, row[0]))  # fmt: skip
+
+    def delete_newest(self, db):
+        db.execute("DELETE FROM commits WHERE version = (SELECT MAX(version) FROM commits)")
+        db.execute("DELETE FROM policy_versions WHERE version = (SELECT MAX(version) FROM policy_versions)")
+        db.execute("DELETE FROM policy_checkpoints WHERE seq = (SELECT MAX(seq) FROM policy_checkpoints)")
+
+    def edit(self, row):
+        return (*row[:2], "rewritten reason", *row[3:])
+
+
+class LedgerLog:
+    table, seq_col, triggers = "entries", "seq", ("entries_no_update", "entries_no_delete")
+
+    def __init__(self, path):
+        self.path = path
+        self.store = Ledger(path)
+
+    def append(self, i: int) -> None:
+        self.store.append(f"rel-{i}", {"model": {"sha256": f"{i:064d}"}}, datetime(2013, 1, 1 + i, tzinfo=UTC))
+
+    def verify(self):
+        return self.store.verify()
+
+    def rows(self, db):
+        return db.execute("SELECT seq, release_id, live_from, manifest, reverts, prev_hash, hash FROM entries "
+                          "ORDER BY seq").fetchall()  # fmt: skip
+
+    def rehash(self, row, prev):
+        seq, release_id, live_from, manifest, reverts, _, _ = row
+        return entry_hash(prev, seq, release_id, live_from, manifest, reverts)
+
+    def set_row(self, db, row, prev, digest):
+        db.execute("UPDATE entries SET release_id = ?, prev_hash = ?, hash = ? WHERE seq = ?",
+                   (row[1], prev, digest, row[0]))  # fmt: skip
+
+    def delete_newest(self, db):
+        db.execute("DELETE FROM entries WHERE seq = (SELECT MAX(seq) FROM entries)")
+        db.execute("DELETE FROM ledger_checkpoints WHERE seq = (SELECT MAX(seq) FROM ledger_checkpoints)")
+
+    def edit(self, row):
+        return (row[0], "rel-forged", *row[2:])
+
+
+@pytest.fixture(params=[PolicyLog, LedgerLog], ids=["policy store", "release ledger"])
+def log(request, tmp_path, monkeypatch):
+    monkeypatch.delenv("KEEL_CHAIN_KEY", raising=False)
+    chain = request.param(tmp_path / "log.sqlite")
+    for i in range(1, 4):
+        chain.append(i)
+    assert chain.verify().ok, chain.verify().problems
+    yield chain
+    chain.store.close()
+
+
+def tamper(log):
+    db = sqlite3.connect(log.path)
+    for trigger in log.triggers:
+        db.execute(f"DROP TRIGGER {trigger}")
+    return db
+
+
+def test_removing_the_newest_entries_is_detected_and_blocks_appends(log):
+    """The probe from review: the newest entry deleted with the triggers dropped. The rest still chains, but the
+    published checkpoint says the log went further — and keel appends nothing on top of the hole."""
+    db = tamper(log)
+    log.delete_newest(db)
+    db.commit()
+    db.close()
+    result = log.verify()
+    assert not result.ok
+    assert any("entries 3…3 were removed (truncated)" in p for p in result.problems), result.problems
+    with pytest.raises(ChainTruncatedError, match="its newest entries were removed"):
+        log.append(9)
+
+
+def test_a_recomputed_chain_is_detected(log):
+    """Rewrite the first entry and recompute every hash after it: the chain is self-consistent again, but no
+    checkpoint made with the key matches it."""
+    db = tamper(log)
+    rows = log.rows(db)
+    prev = "0" * 64
+    for i, row in enumerate(rows):
+        row = log.edit(row) if i == 0 else row
+        digest = log.rehash(row, prev)
+        log.set_row(db, row, prev, digest)
+        prev = digest
+    db.commit()
+    db.close()
+    result = log.verify()
+    assert not result.ok
+    assert any("does not match its checkpoint (the chain was rewritten)" in p for p in result.problems)
+    assert not any("content does not match its hash" in p for p in result.problems)  # the chain itself is whole
+
+
+def test_an_entry_appended_without_the_key_is_detected(log):
+    db = sqlite3.connect(log.path)
+    rows = log.rows(db)
+    last = rows[-1]
+    forged = (last[0] + 1, *log.edit(last)[1:])
+    digest = log.rehash(forged, last[-1])
+    cols = ",".join("?" * len(forged))
+    db.execute(f"INSERT INTO {log.table} VALUES ({cols})", (*forged[:-2], last[-1], digest))
+    db.commit()
+    db.close()
+    result = log.verify()
+    assert not result.ok and any(f"entry {last[0] + 1} has no checkpoint" in p for p in result.problems)
+
+
+def test_the_cli_verify_exits_1_on_a_truncated_policy_store(tmp_path, monkeypatch):
+    monkeypatch.delenv("KEEL_CHAIN_KEY", raising=False)
+    log = PolicyLog(tmp_path / "policies.sqlite")
+    log.append(1)
+    log.append(2)
+    db = tamper(log)
+    log.delete_newest(db)
+    db.commit()
+    db.close()
+    env = {k: v for k, v in os.environ.items() if k != "KEEL_CHAIN_KEY"} | {"KEEL_HOME": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-m", "keel.cli", "policy", "verify"], capture_output=True, text=True,
+                         cwd=REPO, env=env)  # fmt: skip
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "truncated" in out.stdout + out.stderr
+
+
+def test_the_key_lives_outside_the_database_owner_only(tmp_path, monkeypatch):
+    monkeypatch.delenv("KEEL_CHAIN_KEY", raising=False)
+    ledger = Ledger(tmp_path / "ledger.sqlite")
+    ledger.append("rel-1", {})
+    key = key_path(tmp_path / "ledger.sqlite")
+    assert key.exists() and key.stat().st_mode & 0o777 == 0o600
+    assert key.read_text() not in (tmp_path / "ledger.sqlite").read_bytes().decode("latin-1")
+    ledger.close()
+    key.chmod(0o644)
+    with pytest.raises(ChainKeyError, match="readable by its owner only"):
+        Ledger(tmp_path / "ledger.sqlite")
+    key.chmod(0o600)
+    # A different key (from the environment) does not vouch for this log's checkpoints.
+    monkeypatch.setenv("KEEL_CHAIN_KEY", "another key")
+    result = Ledger(tmp_path / "ledger.sqlite").verify()
+    assert not result.ok and any("not made with this store's key" in p for p in result.problems)
+
+
+def test_a_log_from_before_checkpoints_is_adopted_once(tmp_path, monkeypatch):
+    monkeypatch.delenv("KEEL_CHAIN_KEY", raising=False)
+    ledger = Ledger(tmp_path / "ledger.sqlite")
+    ledger.append("rel-1", {})
+    ledger.append("rel-2", {})
+    ledger.close()
+    db = sqlite3.connect(tmp_path / "ledger.sqlite")
+    db.execute("DROP TABLE ledger_checkpoints")  # as a ledger written by keel before checkpoints looks
+    db.commit()
+    db.close()
+    (tmp_path / "ledger.sqlite.head").unlink()
+    ledger = Ledger(tmp_path / "ledger.sqlite")
+    assert ledger.verify().ok
+    ledger.append("rel-3", {})
+    assert ledger.verify().ok and ledger.verify().entries == 3
