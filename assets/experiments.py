@@ -14,7 +14,7 @@ from keel.experiments.analysis import analyze, decision_p_values, with_decision
 from keel.experiments.causal import load_causal_spec, low_visibility_frame, run_causal
 from keel.experiments.control import experiments, guardrail_decision, rolled_back_days, stored_spec
 from keel.experiments.lake import WIDE_COLUMNS, wide_rows
-from keel.exposures import read_exposure_frame, realized_labels
+from keel.exposures import read_exposure_scan, realized_labels
 from keel.storage import keel_home, write_json_atomic
 from resources.policy import PolicyStoreResource
 
@@ -38,10 +38,18 @@ CAUSAL_SPEC = Path(__file__).resolve().parent / "causal" / "low_visibility.yaml"
     "answering model version, score, latency, flight key) as Parquet.",
 )
 def experiment_exposures(context: dg.AssetExecutionContext) -> pl.DataFrame:
-    frame = read_exposure_frame(keel_home() / "serving" / "exposures", day=context.partition_key)
+    frame, scan = read_exposure_scan(keel_home() / "serving" / "exposures", day=context.partition_key)
+    if scan.skipped:
+        context.log.warning(
+            f"{scan.skipped} exposure-log lines were not whole records and were skipped: {scan.examples}"
+        )
     by_version = frame.group_by("routed_version").len().sort("routed_version")
     context.add_output_metadata(
-        {"exposures": frame.height, "by_routed_version": dg.MetadataValue.json(dict(by_version.iter_rows()))}
+        {
+            "exposures": frame.height,
+            "skipped_lines": scan.skipped,
+            "by_routed_version": dg.MetadataValue.json(dict(by_version.iter_rows())),
+        }
     )
     return frame
 

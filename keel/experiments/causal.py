@@ -23,9 +23,13 @@ A causal analysis is YAML:
     seed: 0
 
 ``run_causal`` identifies the effect by the backdoor criterion on the graph, estimates it with each estimator
-(with a confidence interval: analytic for linear regression, a bounded bootstrap for the propensity-score
-method), runs each refuter with its bounded ``num_simulations``, and reports the estimate, the intervals, the
-refutation results (each with a pass/fail by a stated rule) and the assumptions the estimate rests on.
+and gives each its interval — the analytic OLS (t) interval of the treatment coefficient for linear regression;
+a percentile bootstrap with ``ci_simulations`` ≥ 200 resamples for propensity-score weighting (the propensity
+model is refitted on every resample, so the interval covers its uncertainty too) — runs each refuter with its
+bounded ``num_simulations``, and reports the estimate, the intervals, the refutation results (each with a
+pass/fail by a stated rule) and the assumptions the estimate rests on. The intervals are keel's, computed on the
+same design matrix DoWhy estimates on (categorical common causes one-hot, first level dropped), and the point
+estimates are checked to agree with DoWhy's.
 
 Node names are identifiers (they go into a DOT graph; nothing else is interpreted). Refuter pass rules:
 a placebo treatment must give an effect within the estimate's own noise of zero (|placebo| ≤ the CI half-width);
@@ -50,7 +54,9 @@ from keel.storage import read_yaml
 ESTIMATORS = ("backdoor.linear_regression", "backdoor.propensity_score_weighting")
 REFUTERS = ("placebo_treatment_refuter", "random_common_cause", "data_subset_refuter")
 NODE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
-MAX_SIMULATIONS = 200
+MAX_SIMULATIONS = 200  # refuter rounds
+MIN_BOOTSTRAP, MAX_BOOTSTRAP = 200, 5000  # bootstrap resamples for the propensity-weighting interval
+PS_CLIP = (0.05, 0.95)  # DoWhy's default propensity clipping, mirrored by keel's bootstrap
 
 
 class CausalSpecError(KeelError):
@@ -70,7 +76,7 @@ class CausalSpec:
     )
     sample: int | None = None
     seed: int = 0
-    ci_simulations: int = 50  # bootstrap rounds for intervals that need them
+    ci_simulations: int = MIN_BOOTSTRAP  # bootstrap resamples for intervals that need them
     confidence_level: float = 0.95
     source: str = "<dict>"
 
@@ -141,9 +147,13 @@ def parse_causal_spec(raw: Any, source: str = "<dict>") -> CausalSpec:
     sample = raw.get("sample")
     if sample is not None and (not isinstance(sample, int) or isinstance(sample, bool) or sample < 100):
         raise _err(source, "sample", f"must be an integer ≥ 100, got {sample!r}")
-    ci_sims = raw.get("ci_simulations", 50)
-    if not isinstance(ci_sims, int) or not 10 <= ci_sims <= MAX_SIMULATIONS:
-        raise _err(source, "ci_simulations", f"must be an integer in [10, {MAX_SIMULATIONS}]")
+    ci_sims = raw.get("ci_simulations", MIN_BOOTSTRAP)
+    if not isinstance(ci_sims, int) or isinstance(ci_sims, bool) or not MIN_BOOTSTRAP <= ci_sims <= MAX_BOOTSTRAP:
+        raise _err(
+            source,
+            "ci_simulations",
+            f"must be an integer in [{MIN_BOOTSTRAP}, {MAX_BOOTSTRAP}] (bootstrap resamples)",
+        )
     level = raw.get("confidence_level", 0.95)
     if not isinstance(level, float) or not 0.5 < level < 1:
         raise _err(source, "confidence_level", "must be in (0.5, 1)")
@@ -155,10 +165,56 @@ def load_causal_spec(path: str | Path) -> CausalSpec:
     return parse_causal_spec(read_yaml(path, CausalSpecError, "causal analysis spec"), source=str(path))
 
 
-def _interval(estimate) -> tuple[float, float]:
-    ci = estimate.get_confidence_intervals()
-    flat = [float(x) for x in (ci.ravel() if hasattr(ci, "ravel") else ci)]
-    return (min(flat), max(flat))
+def design_matrix(df, columns: list[str]):
+    """The common causes as DoWhy's estimators encode them: numeric columns as they are, the others one-hot with
+    the first level dropped (float64)."""
+    import numpy as np
+    import pandas as pd
+
+    if not columns:
+        return np.zeros((len(df), 0))
+    return pd.get_dummies(df[columns], drop_first=True, dtype=float).to_numpy(dtype=np.float64)
+
+
+def ols_effect_interval(x, t, y, level: float) -> tuple[float, float, float]:
+    """Linear regression y ~ 1 + t + X: the treatment coefficient and its analytic (t-distribution) interval."""
+    import numpy as np
+    import statsmodels.api as sm
+
+    design = sm.add_constant(np.column_stack([t, x]), has_constant="add")
+    fit = sm.OLS(y, design).fit()
+    lo, hi = fit.conf_int(alpha=1 - level)[1]
+    return float(fit.params[1]), float(lo), float(hi)
+
+
+def ipw_effect(x, t, y) -> float:
+    """Propensity-score weighting (ATE, the Hájek form DoWhy's "ips_weight" computes): a logistic propensity on X,
+    clipped to PS_CLIP, weights 1/p for the treated and 1/(1−p) for the others, difference of weighted means."""
+    import numpy as np
+    from sklearn.linear_model import LogisticRegression
+
+    if x.shape[1]:
+        p = LogisticRegression().fit(x, t).predict_proba(x)[:, 1]
+    else:
+        p = np.full(len(t), t.mean())
+    p = np.clip(p, *PS_CLIP)
+    wt, wc = t / p, (1 - t) / (1 - p)
+    return float((wt * y).sum() / wt.sum() - (wc * y).sum() / wc.sum())
+
+
+def bootstrap_interval(estimator, x, t, y, resamples: int, level: float, seed: int) -> tuple[float, float]:
+    """Percentile bootstrap: ``estimator`` refitted on ``resamples`` row resamples (each with both arms)."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    n, values = len(t), []
+    while len(values) < resamples:
+        idx = rng.integers(0, n, n)
+        if 0 < t[idx].sum() < n:
+            values.append(estimator(x[idx], t[idx], y[idx]))
+    tail = (1 - level) / 2
+    lo, hi = np.quantile(values, [tail, 1 - tail])
+    return float(lo), float(hi)
 
 
 def run_causal(spec: CausalSpec, data: pl.DataFrame, *, where: str = "data") -> dict[str, Any]:
@@ -191,17 +247,28 @@ def run_causal(spec: CausalSpec, data: pl.DataFrame, *, where: str = "data") -> 
         model = CausalModel(data=df, treatment=spec.treatment, outcome=spec.outcome, graph=spec.dot())
         identified = model.identify_effect(proceed_when_unidentifiable=False)
         backdoor = sorted(identified.get_backdoor_variables())
+        x = design_matrix(df, backdoor)
+        tv = df[spec.treatment].to_numpy(dtype=np.float64)
+        yv = df[spec.outcome].to_numpy(dtype=np.float64)
         estimates, first = [], None
         for method in spec.estimators:
-            params = {
-                "init_params": {"num_simulations": spec.ci_simulations, "confidence_level": spec.confidence_level}
-            }
             kwargs = {"target_units": "ate"} if "propensity" in method else {}
-            est = model.estimate_effect(
-                identified, method_name=method, confidence_intervals=True, method_params=params, **kwargs
-            )
-            lo, hi = _interval(est)
-            estimates.append({"method": method, "value": float(est.value), "ci": [lo, hi]})
+            est = model.estimate_effect(identified, method_name=method, confidence_intervals=False, **kwargs)
+            if method == "backdoor.linear_regression":
+                value, lo, hi = ols_effect_interval(x, tv, yv, spec.confidence_level)
+                ci_method = f"analytic OLS t interval ({spec.confidence_level:.0%})"
+            else:
+                value = ipw_effect(x, tv, yv)
+                lo, hi = bootstrap_interval(
+                    ipw_effect, x, tv, yv, spec.ci_simulations, spec.confidence_level, spec.seed
+                )
+                ci_method = f"percentile bootstrap, {spec.ci_simulations} resamples, propensity refitted"
+            if not math.isclose(value, float(est.value), rel_tol=1e-4, abs_tol=1e-6 * (1 + abs(value))):
+                raise CausalSpecError(
+                    f"{where}: {method}: keel's estimate {value:.6g} disagrees with DoWhy's {float(est.value):.6g} "
+                    "on the same design (the interval would not belong to the estimate)"
+                )
+            estimates.append({"method": method, "value": float(est.value), "ci": [lo, hi], "ci_method": ci_method})
             first = first or (est, lo, hi)
         est, lo, hi = first
         half = (hi - lo) / 2
