@@ -5,6 +5,7 @@ The daily experiment assets follow the gateway's exposure log (one file per UTC 
 demand — by the guardrail sensor's runs or from the UI — not by the 2013 backfill (tag ``keel/backfill: skip``).
 """
 
+import json
 from pathlib import Path
 
 import dagster as dg
@@ -12,8 +13,17 @@ import polars as pl
 
 from keel.experiments.analysis import analyze, decision_p_values, with_decision
 from keel.experiments.causal import load_causal_spec, low_visibility_frame, run_causal
-from keel.experiments.control import experiments, guardrail_decision, rolled_back_days, stored_spec
+from keel.experiments.control import RUNNING, experiments, guardrail_decision, rolled_back_days, stored_spec
+from keel.experiments.impact import (
+    predict_experiment,
+    prediction_path,
+    predictor_path,
+    realized_vs_predicted,
+    record_prediction,
+    train_predictor,
+)
 from keel.experiments.lake import WIDE_COLUMNS, wide_rows
+from keel.experiments.simulator import flight_units
 from keel.exposures import read_exposure_scan, realized_labels
 from keel.storage import keel_home, write_json_atomic
 from resources.policy import PolicyStoreResource
@@ -23,6 +33,7 @@ EXPERIMENT_EXPOSURES = dg.AssetKey("experiment_exposures")
 EXPERIMENT_WIDE = dg.AssetKey("experiment_wide_table")
 EXPERIMENT_ANALYSIS = dg.AssetKey("experiment_analysis")
 LOW_VISIBILITY = dg.AssetKey("low_visibility_effect")
+IMPACT_PREDICTOR = dg.AssetKey("impact_predictor")
 DAILY = dg.DailyPartitionsDefinition(start_date="2026-01-01", end_offset=1)
 ON_DEMAND = {"keel/backfill": "skip"}
 CAUSAL_SPEC = Path(__file__).resolve().parent / "causal" / "low_visibility.yaml"
@@ -104,7 +115,7 @@ def experiment_wide_table(
     group_name=EXPERIMENTS_GROUP,
     kinds={"scipy", "polars"},
     tags=ON_DEMAND,
-    deps=[EXPERIMENT_WIDE],
+    deps=[EXPERIMENT_WIDE, IMPACT_PREDICTOR],
     check_specs=[
         dg.AssetCheckSpec("guardrails", asset=EXPERIMENT_ANALYSIS, description="no experiment breaches a guardrail"),
         dg.AssetCheckSpec(
@@ -143,6 +154,7 @@ def experiment_analysis(context: dg.AssetExecutionContext, policies: PolicyStore
             context.log.warning(f"{exp_id}: not analyzed: {exc}")
             continue
         report = with_decision(report, decision) | {"status": meta["status"]}
+        report["impact"] = realized_vs_predicted(_recorded_prediction(home, exp_id), report)
         reports[exp_id] = report
         write_json_atomic(report, home / "storage" / "experiment_analysis" / f"{exp_id}.json")
         breached += _breaches(exp_id, report, meta["status"])
@@ -213,6 +225,55 @@ def low_visibility_effect(
     )
 
 
+@dg.asset(
+    key=IMPACT_PREDICTOR,
+    group_name=EXPERIMENTS_GROUP,
+    kinds={"lightgbm"},
+    ins={"flights": dg.AssetIn("validated_flights", partition_mapping=dg.AllPartitionMapping())},
+    description="Predicts an experiment's lift before it runs: LightGBM quantile models (stored as text) with a "
+    "conformalized 80 % interval, learned from a history of past experiments simulated on the real flights "
+    "(keel.experiments.impact). `keel experiment start` records each new experiment's prediction with it; "
+    "experiment_analysis compares prediction and realized lift. Running experiments that started before it "
+    "existed get a prediction now, marked as made after the start.",
+)
+def impact_predictor(context: dg.AssetExecutionContext, flights: pl.DataFrame, policies: PolicyStoreResource):
+    home = keel_home()
+    predictor, check = train_predictor(flight_units(flights))
+    predictor.save(predictor_path(home), check=check)
+    store = policies.open()
+    try:
+        known = experiments(store)
+    finally:
+        store.close()
+    late = []
+    for exp_id, meta in sorted(known.items()):
+        if meta["status"] != RUNNING or prediction_path(home, exp_id).exists():
+            continue
+        spec = stored_spec(home, exp_id)
+        if spec.impact:
+            record_prediction(home, predict_experiment(predictor, spec) | {"made_after_start": True},
+                              started_at=meta.get("started_at"))  # fmt: skip
+            late.append(exp_id)
+    context.log.info(
+        f"impact predictor: held-out coverage {check['coverage_80']:.0%}, error {check['median_abs_error']:.3f}"
+    )
+    return dg.MaterializeResult(
+        metadata={
+            "held_out_coverage_80": round(check["coverage_80"], 3),
+            "median_abs_error": round(check["median_abs_error"], 4),
+            "always_the_mean_error": round(check["always_the_mean_error"], 4),
+            "past_experiments": check["history"],
+            "predictor_sha256": predictor.sha256,
+            "predicted_after_start": dg.MetadataValue.json(late),
+        }
+    )
+
+
+def _recorded_prediction(home, exp_id: str) -> dict | None:
+    path = prediction_path(home, exp_id)
+    return json.loads(path.read_text()) if path.exists() else None
+
+
 def _breaches(exp_id: str, report: dict, status: str) -> list[str]:
     """What the guardrails check says about one experiment: the decision that acted, with the evidence it acted on,
     then any breach this look finds on its own."""
@@ -260,7 +321,22 @@ def _report_md(exp_id: str, r: dict) -> str:
         lines += [f"  - BREACHED when it acted: {g['reason']}" for g in decision["evidence"].get("guardrails", [])]
     lines += [f"- guardrail {'BREACHED' if g['breached'] else 'ok'} now: {g['reason']}" for g in r["guardrails"]]
     lines += [f"- drill-down: {d['explanation']}" for d in r["drilldown"].values()]
+    impact = r.get("impact")
+    if impact:
+        lo, hi = impact["interval_80"]
+        said = f"- impact: predicted {impact['predicted_lift']:+.1%} (80 % interval {lo:+.1%} … {hi:+.1%})"
+        if impact.get("realized_lift") is None:
+            lines.append(said + "; not measured yet")
+        else:
+            inside = "inside" if impact["inside_interval"] else "OUTSIDE"
+            lines.append(said + f"; realized {impact['realized_lift']:+.1%} — {inside} the interval")
     return "\n".join(lines)
 
 
-experiment_assets = [experiment_exposures, experiment_wide_table, experiment_analysis, low_visibility_effect]
+experiment_assets = [
+    experiment_exposures,
+    experiment_wide_table,
+    experiment_analysis,
+    low_visibility_effect,
+    impact_predictor,
+]

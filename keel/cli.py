@@ -162,6 +162,13 @@ def build_parser() -> argparse.ArgumentParser:
         cmd.add_argument("--store", type=Path, help="policy store (default: $KEEL_HOME/policies.sqlite)")
         cmd.add_argument("--registry", type=Path, help="model registry (default: $KEEL_HOME/registry)")
         cmd.set_defaults(func=_experiment_control, experiment_action=name)
+    predict = esub.add_parser(
+        "predict",
+        help="predict an experiment's lift (with its 80 %% interval) from its spec's impact block, before it runs",
+    )
+    predict.add_argument("--spec", required=True, type=Path, help="experiment spec (YAML) with an impact block")
+    predict.add_argument("--predictor", type=Path, help="default: $KEEL_HOME/storage/impact_predictor/predictor.json")
+    predict.set_defaults(func=_experiment_predict)
     causal = esub.add_parser(
         "causal",
         help="a causal analysis with DoWhy: graph, identification, estimates, refuters (exit 1: a refuter failed)",
@@ -198,6 +205,7 @@ def _experiment_control(args: argparse.Namespace) -> int:
     if action == "start":
         c = control.start(store, args.spec, home=home, author=_author(args), reason=args.reason)
         print(f"started: policy version {c.version} ({', '.join(c.changes)})")
+        _print_recorded_prediction(home, c)
         return EXIT_OK
     if action == "status":
         print(json.dumps(control.describe(store, home, args.id), indent=2, default=str))
@@ -226,6 +234,30 @@ def _experiment_control(args: argparse.Namespace) -> int:
     move = {"stop": control.stop, "pause": control.pause, "resume": control.resume}[action]
     c = move(store, home, args.id, author=_author(args), reason=args.reason)
     print(f"{action}: policy version {c.version}")
+    return EXIT_OK
+
+
+def _print_recorded_prediction(home: Path, commit) -> None:
+    from keel.experiments.impact import prediction_path
+
+    exp_id = next(iter(commit.changes.values()))["body"]["experiment"]["id"]
+    path = prediction_path(home, exp_id)
+    if path.exists():
+        p = json.loads(path.read_text())
+        lo, hi = p["interval_80"]
+        print(f"predicted lift of {p['metric']}: {p['predicted_lift']:+.1%} (80 % interval {lo:+.1%} … {hi:+.1%}), "
+              f"recorded in {path}")  # fmt: skip
+    else:
+        print("no lift predicted (the spec has no impact block, or no impact predictor is trained yet)")
+
+
+def _experiment_predict(args: argparse.Namespace) -> int:
+    from keel.experiments.impact import ImpactPredictor, predict_experiment, predictor_path
+    from keel.experiments.spec import load_spec
+
+    spec = load_spec(args.spec)
+    predictor = ImpactPredictor.load(args.predictor or predictor_path(_home()))
+    print(json.dumps(predict_experiment(predictor, spec), indent=2))
     return EXIT_OK
 
 

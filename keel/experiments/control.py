@@ -90,11 +90,15 @@ def start(store, spec_path: str | Path, *, home: Path, author: str, reason: str 
         "spec_sha256": hashlib.sha256(text.encode()).hexdigest(),
         "started_at": datetime.now(UTC).timestamp(),
     }
-    return store.apply(
+    commit = store.apply(
         {split_name(spec.id): ("ab_test", _body(spec, spec.traffic_ratio, meta))},
         author=author,
         reason=reason or f"start experiment {spec.id}: v{spec.treatment_version} vs v{spec.control_version}",
     )
+    from keel.experiments.impact import predict_at_start
+
+    predict_at_start(home, spec, meta["started_at"])  # the lift predicted now, compared with the realized one later
+    return commit
 
 
 def _move(store, home: Path, exp_id: str, to: str, *, author: str, reason: str, allowed: tuple[str, ...]):

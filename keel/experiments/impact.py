@@ -15,13 +15,20 @@ interval is conformalized on held-out past experiments, so its 80 % holds on exp
 
 from __future__ import annotations
 
+import hashlib
+import json
+import time
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import lightgbm as lgb
 import numpy as np
 import polars as pl
 
+from keel.errors import KeelError
 from keel.experiments.simulator import simulate_offers
+from keel.storage import write_json_atomic
 
 FEATURES = ["discount", "target_late", "treatment_share", "base_rate"]
 QUANTILES = (0.1, 0.5, 0.9)
@@ -99,6 +106,32 @@ class ImpactPredictor:
         stacked = np.vstack([preds[q] for q in QUANTILES])
         return stacked.min(axis=0), preds[0.5], stacked.max(axis=0)
 
+    def to_json(self) -> dict[str, Any]:
+        """Text models and the conformal widening: what is stored (JSON; never a pickle)."""
+        return {"quantiles": {str(q): m for q, m in self.models.items()}, "widen": self.widen}
+
+    @classmethod
+    def from_json(cls, raw: dict[str, Any]) -> ImpactPredictor:
+        return cls({float(q): m for q, m in raw["quantiles"].items()}, float(raw["widen"]))
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(json.dumps(self.to_json(), sort_keys=True).encode()).hexdigest()
+
+    def save(self, path: str | Path, **about: Any) -> None:
+        write_json_atomic(self.to_json() | {"about": about}, path)
+
+    @classmethod
+    def load(cls, path: str | Path) -> ImpactPredictor:
+        try:
+            return cls.from_json(json.loads(Path(path).read_text()))
+        except FileNotFoundError:
+            raise ImpactError(
+                f"no impact predictor at {path}: materialize the impact_predictor asset (scripts/up does)"
+            ) from None
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+            raise ImpactError(f"{path}: not an impact predictor ({exc})") from None
+
     def predict(self, configs: pl.DataFrame) -> pl.DataFrame:
         """Per configuration: predicted lift (median) and its 80 % interval."""
         lo, mid, hi = self._quantiles(configs.select(FEATURES).to_numpy().astype(np.float64))
@@ -116,3 +149,104 @@ def compare(predicted: pl.DataFrame, realized: pl.Series) -> dict[str, float]:
     inside = (predicted["lift_low"].to_numpy() <= r) & (r <= predicted["lift_high"].to_numpy())
     err = np.abs(predicted["predicted_lift"].to_numpy() - r)
     return {"coverage_80": float(inside.mean()), "median_abs_error": float(np.median(err)), "n": int(r.size)}
+
+
+class ImpactError(KeelError):
+    """No predictor, or an experiment without the configuration the predictor reads."""
+
+
+def predictor_path(home: str | Path) -> Path:
+    return Path(home) / "storage" / "impact_predictor" / "predictor.json"
+
+
+def prediction_path(home: str | Path, exp_id: str) -> Path:
+    from keel.experiments.control import experiment_dir
+
+    return experiment_dir(Path(home), exp_id) / "impact_prediction.json"
+
+
+def train_predictor(units: pl.DataFrame, *, history: int = 120, held_out: int = 25, seed: int = 2013):
+    """The predictor on a simulated history of experiments over real flights, and how it did on experiments run
+    after it was trained (coverage of its 80 % interval, median error against always predicting the mean)."""
+    past = simulate_history(units, history, seed=seed)
+    predictor = ImpactPredictor.fit(past, seed=seed)
+    later = simulate_history(units, held_out, seed=seed + 1)
+    check = compare(predictor.predict(later), later["realized_lift"])
+    baseline = float(np.median(np.abs(past["realized_lift"].mean() - later["realized_lift"].to_numpy())))
+    return predictor, check | {"always_the_mean_error": baseline, "history": history}
+
+
+def spec_config(spec) -> dict[str, float]:
+    """The predictor's features for an experiment spec (its ``impact`` block and traffic ratio)."""
+    if not spec.impact:
+        raise ImpactError(
+            f"{spec.source}: spec.impact is missing: say what the treatment is ({{metric, discount, target_late}}) "
+            "to predict its lift"
+        )
+    return {
+        "discount": spec.impact["discount"],
+        "target_late": spec.impact["target_late"],
+        "treatment_share": spec.traffic_ratio,
+        "base_rate": spec.impact["base_rate"],
+    }
+
+
+def predict_experiment(predictor: ImpactPredictor, spec) -> dict[str, Any]:
+    """The lift of the spec's impact metric, predicted before the experiment runs, with its 80 % interval."""
+    config = spec_config(spec)
+    row = predictor.predict(pl.DataFrame([config])).row(0, named=True)
+    return {
+        "experiment": spec.id,
+        "metric": spec.impact["metric"],
+        "predicted_lift": row["predicted_lift"],
+        "interval_80": [row["lift_low"], row["lift_high"]],
+        "config": config,
+        "predictor_sha256": predictor.sha256,
+        "predicted_at": time.time(),
+    }
+
+
+def record_prediction(home: str | Path, prediction: dict[str, Any], *, started_at: float | None = None) -> bool:
+    """Keep the prediction made when the experiment started: written once, never replaced by a later one (a
+    prediction made after the data is in would not be a prediction). Returns whether it was written now."""
+    path = prediction_path(home, prediction["experiment"])
+    if path.exists():
+        kept = json.loads(path.read_text())
+        if started_at is None or kept.get("started_at") == started_at:
+            return False
+    write_json_atomic(prediction | {"started_at": started_at}, path)
+    return True
+
+
+def realized_vs_predicted(prediction: dict[str, Any] | None, report: dict[str, Any]) -> dict[str, Any] | None:
+    """Prediction against what the analysis measured: the realized lift of the predicted metric (with its 95 %
+    interval), whether it fell inside the predicted 80 % interval, and the error."""
+    if not prediction:
+        return None
+    metric = next((m for m in report["metrics"] if m["name"] == prediction["metric"] and "lift" in m), None)
+    out = {
+        "metric": prediction["metric"],
+        "predicted_lift": prediction["predicted_lift"],
+        "interval_80": prediction["interval_80"],
+        "predicted_at": prediction["predicted_at"],
+    }
+    if metric is None:
+        return out | {"realized_lift": None, "note": "not measured yet"}
+    lo, hi = prediction["interval_80"]
+    return out | {
+        "realized_lift": metric["lift"],
+        "realized_ci": metric["lift_ci"],
+        "inside_interval": bool(lo <= metric["lift"] <= hi),
+        "error": metric["lift"] - prediction["predicted_lift"],
+    }
+
+
+def predict_at_start(home: str | Path, spec, started_at: float) -> dict[str, Any] | None:
+    """When an experiment starts: predict its lift with the stored predictor and record it. None (nothing
+    recorded) when the spec has no ``impact`` block or no predictor has been trained yet."""
+    path = predictor_path(home)
+    if not spec.impact or not path.exists():
+        return None
+    prediction = predict_experiment(ImpactPredictor.load(path), spec)
+    record_prediction(home, prediction, started_at=started_at)
+    return prediction

@@ -84,6 +84,9 @@ class ExperimentSpec:
     # Simulated business outcomes for the data lake (keel.experiments.simulator; documented, seeded, known truth):
     # {seed, base_rate, lift, planted: {column: value}, planted_lift}. None: the lake has only real outcomes.
     simulation: dict[str, Any] | None = None
+    # What the treatment is, for the impact predictor (keel.experiments.impact): {metric, discount, target_late,
+    # base_rate}. None: no lift is predicted for this experiment.
+    impact: dict[str, Any] | None = None
     source: str = field(default="<dict>", compare=False)
 
     def metric(self, name: str) -> Metric:
@@ -130,7 +133,7 @@ def parse_spec(raw: Any, source: str = "<dict>") -> ExperimentSpec:
     known = {
         "id", "model", "control", "treatment", "traffic_ratio", "unit", "variant_column", "control_label",
         "treatment_label", "metrics", "guardrails", "min_sample", "dimensions", "alpha", "srm_threshold", "msprt_tau",
-        "description", "simulation",
+        "description", "simulation", "impact",
     }  # fmt: skip
     unknown = sorted(set(raw) - known)
     if unknown:
@@ -218,6 +221,7 @@ def parse_spec(raw: Any, source: str = "<dict>") -> ExperimentSpec:
         srm_threshold=_num(source, "srm_threshold", raw.get("srm_threshold", 0.001), lo=0, hi=0.5, lo_open=True),
         msprt_tau=_num(source, "msprt_tau", raw.get("msprt_tau", 0.1), lo=0, hi=10, lo_open=True),
         simulation=_simulation(source, raw.get("simulation")),
+        impact=_impact(source, raw.get("impact"), metrics, raw.get("simulation")),
         source=source,
     )
     if spec.traffic_ratio >= 1:
@@ -225,6 +229,31 @@ def parse_spec(raw: Any, source: str = "<dict>") -> ExperimentSpec:
     if spec.control_version is not None and spec.control_version == spec.treatment_version:
         raise _err(source, "treatment.version", "treatment and control are the same model version")
     return spec
+
+
+def _impact(source: str, raw: Any, metrics: Any, simulation: Any) -> dict[str, Any] | None:
+    """``impact: {metric, discount, target_late, base_rate}``: the configuration the impact predictor reads."""
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise _err(source, "impact", "must be a mapping {metric, discount, target_late, base_rate}")
+    unknown = sorted(set(raw) - {"metric", "discount", "target_late", "base_rate"})
+    if unknown:
+        raise _err(source, f"impact.{unknown[0]}", "unknown field")
+    names = {m.name: m for m in metrics}
+    metric = raw.get("metric")
+    if metric not in names or names[metric].kind != "proportion":
+        raise _err(source, "impact.metric", f"must name a proportion metric of this spec, got {metric!r}")
+    default_base = simulation.get("base_rate", 0.12) if isinstance(simulation, dict) else 0.12
+    target_late = raw.get("target_late", False)
+    if not isinstance(target_late, bool):
+        raise _err(source, "impact.target_late", f"must be true or false, got {target_late!r}")
+    return {
+        "metric": metric,
+        "discount": _num(source, "impact.discount", raw.get("discount"), lo=0, hi=0.3),
+        "target_late": int(target_late),
+        "base_rate": _num(source, "impact.base_rate", raw.get("base_rate", default_base), lo=0, hi=1, lo_open=True),
+    }
 
 
 def _simulation(source: str, raw: Any) -> dict[str, Any] | None:

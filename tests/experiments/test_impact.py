@@ -30,3 +30,95 @@ def test_predictions_cover_the_realized_lift_and_beat_the_mean(units):
     again = ImpactPredictor(dict(predictor.models), predictor.widen).predict(new)
     assert again["predicted_lift"].to_list() == predicted["predicted_lift"].to_list()
     assert all(m.startswith("tree") for m in predictor.models.values())
+
+
+def test_stored_as_json_text_and_reloaded_exactly(units, tmp_path):
+    from keel.experiments.impact import ImpactPredictor
+
+    predictor = ImpactPredictor.fit(simulate_history(units, 40, seed=3))
+    predictor.save(tmp_path / "p.json", note="test")
+    raw = (tmp_path / "p.json").read_text()
+    assert raw.lstrip().startswith("{") and "tree" in raw  # LightGBM text inside JSON, no pickle
+    again = ImpactPredictor.load(tmp_path / "p.json")
+    configs = simulate_history(units, 5, seed=4)
+    assert (
+        again.predict(configs)["predicted_lift"].to_list() == predictor.predict(configs)["predicted_lift"].to_list()
+    )
+    assert again.sha256 == predictor.sha256
+
+
+def test_a_prediction_is_recorded_at_start_and_compared_with_the_realized_lift(units, validated, tmp_path,  # noqa: F811
+                                                                              monkeypatch):  # fmt: skip
+    """`keel experiment predict` and `start` predict from the spec's impact block with the trained predictor; the
+    prediction made at the start is kept; experiment_analysis shows prediction against the realized lift."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    import dagster as dg
+
+    from assets.experiments import experiment_analysis
+    from keel.experiments import control
+    from keel.experiments.impact import predictor_path, train_predictor, true_lift
+    from keel.experiments.lake import wide_rows
+    from keel.exposures import read_exposure_frame, realized_labels
+    from resources import PolicyStoreResource
+    from tests.conftest import REPO
+    from tests.experiments.test_control import SPEC, exposures_of_real_flights, open_store
+
+    home = tmp_path
+    from keel.registry import ModelRegistry
+
+    registry = ModelRegistry(home / "registry")
+    for i in (1, 2):
+        registry.register("flight-delay", f"model text {i}", {})
+    registry.close()
+    spec = home / "offer.yaml"
+    lift = true_lift(0.15, 0)
+    spec.write_text(SPEC.replace("ACTION", "pause").replace("LIFT", str(lift))
+                    + "impact: {metric: accepted, discount: 0.15, target_late: false}\n")  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k != "KEEL_CHAIN_KEY"} | {"KEEL_HOME": str(home)}
+    cli = lambda *a: subprocess.run([sys.executable, "-m", "keel.cli", "experiment", *a], capture_output=True,  # noqa: E731
+                                    text=True, cwd=REPO, env=env)  # fmt: skip
+    missing = cli("predict", "--spec", str(spec))
+    assert missing.returncode == 2 and "no impact predictor at" in missing.stderr
+    predictor, check = train_predictor(units, history=60, held_out=10)
+    predictor.save(predictor_path(home), check=check)
+    out = cli("predict", "--spec", str(spec))
+    assert out.returncode == 0, out.stderr
+    said = json.loads(out.stdout)
+    lo, hi = said["interval_80"]
+    assert said["metric"] == "accepted" and lo <= said["predicted_lift"] <= hi
+    assert said["config"] == {"discount": 0.15, "target_late": 0, "treatment_share": 0.5, "base_rate": 0.2}
+    no_block = home / "plain.yaml"
+    no_block.write_text(SPEC.replace("ACTION", "pause").replace("LIFT", "0"))
+    bad = cli("predict", "--spec", str(no_block))
+    assert bad.returncode == 2 and "spec.impact is missing" in bad.stderr
+
+    started = cli("start", "--spec", str(spec))
+    assert started.returncode == 0 and "predicted lift of accepted" in started.stdout, started.stdout + started.stderr
+    store = open_store(home)
+    meta = control.experiments(store)["rebooking-offer"]
+    recorded = json.loads((home / "experiments" / "rebooking-offer" / "impact_prediction.json").read_text())
+    assert recorded["predicted_lift"] == said["predicted_lift"] and recorded["started_at"] == meta["started_at"]
+
+    exposures_of_real_flights(home, validated, meta["started_at"], offset=0.0, step=0.0)
+    frame = read_exposure_frame(home / "serving" / "exposures")
+    wide = wide_rows(frame, control.stored_spec(home, "rebooking-offer"), meta,
+                     labels=realized_labels(frame["flight_key"], home / "storage"))  # fmt: skip
+    (home / "storage" / "experiment_wide_table").mkdir(parents=True)
+    wide.write_parquet(home / "storage" / "experiment_wide_table" / "2026-01-01.parquet")
+    control.stop(store, home, "rebooking-offer", author="ana", reason="done")
+    store.close()
+    monkeypatch.setenv("KEEL_HOME", str(home))
+    policies = PolicyStoreResource(path=str(home / "policies.sqlite"), registry_root=str(home / "registry"))
+    result = dg.materialize([experiment_analysis], resources={"policies": policies}, raise_on_error=False)
+    assert result.success
+    report = json.loads((home / "storage" / "experiment_analysis" / "rebooking-offer.json").read_text())
+    accepted = next(m for m in report["metrics"] if m["name"] == "accepted")
+    impact = report["impact"]
+    assert impact["predicted_lift"] == said["predicted_lift"] and impact["realized_lift"] == accepted["lift"]
+    assert impact["inside_interval"] == (lo <= accepted["lift"] <= hi)
+    [mat] = result.asset_materializations_for_node("experiment_analysis")
+    assert "impact: predicted" in mat.metadata["report"].value
