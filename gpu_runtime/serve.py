@@ -8,6 +8,10 @@ routes to; written by deployments), ``exposures/`` (the exposure log), ``triton/
 (the Dagster ``model_deployment`` asset, ``TritonResource``) find Triton through it. The model-repository API is
 restricted to holders of ``$KEEL_TRITON_ADMIN_KEY``; when unset, one is generated and written into endpoints.json
 (mode 0600) for deployments on this machine.
+
+Triton is supervised (gpu_runtime.supervisor): when it dies it is restarted and what the routing table serves is
+loaded again; on start, a tritonserver left behind by a killed earlier run is stopped first, and the routed versions
+of an existing KEEL_HOME are loaded before the gateway reports ready.
 """
 
 from __future__ import annotations
@@ -20,7 +24,9 @@ import signal
 import sys
 from pathlib import Path
 
-from gpu_runtime.triton import ADMIN_KEY_ENV, TritonServer, free_port
+from gpu_runtime.repository import ModelRepository
+from gpu_runtime.supervisor import TritonSupervisor, restore_routed
+from gpu_runtime.triton import ADMIN_KEY_ENV, TritonServer, free_port, reap_orphan
 from keel.storage import keel_home
 
 
@@ -46,6 +52,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--triton-grpc-port", type=int, default=0, help="default: a free port")
     parser.add_argument("--policy", type=Path, help="gateway policy YAML (default: built-in defaults)")
+    parser.add_argument(
+        "--max-body-bytes",
+        type=int,
+        default=int(os.environ.get("KEEL_GATEWAY_MAX_BODY_BYTES", str(1 << 20))),
+        help="largest request body the gateway reads; larger ones are answered 413 (default 1 MiB)",
+    )
     args = parser.parse_args(argv)
 
     import uvicorn
@@ -61,9 +73,24 @@ def main(argv: list[str] | None = None) -> int:
     server = TritonServer(
         root / "model_repository", root / "triton", grpc_port=args.triton_grpc_port or None, admin_key=admin_key
     )
+    orphan = reap_orphan(root / "triton")
+    if orphan:
+        print(
+            f"keel serve: stopped a tritonserver left running by an earlier run (process group {orphan})", flush=True
+        )
     print(f"keel serve: starting Triton (log: {server.log_path})", flush=True)
     server.start()
     print(f"keel serve: Triton live — gRPC {server.grpc_url}, HTTP {server.http_url}", flush=True)
+    if not server.admin_key_hidden:
+        print("keel serve: WARNING: could not hide the admin key from tritonserver's command line", flush=True)
+    control = server.client()
+    try:
+        restored = restore_routed(control, ModelRepository(root / "model_repository"), root / "routing.json")
+    finally:
+        control.close()
+    if restored:
+        print(f"keel serve: loaded the routed versions {restored} again (routing.json)", flush=True)
+    supervisor = TritonSupervisor(server, root / "routing.json", log=lambda m: print(m, flush=True))
     policy = GatewayPolicy.load(args.policy) if args.policy else GatewayPolicy()
     gateway = Gateway(
         GatewayConfig(
@@ -72,8 +99,10 @@ def main(argv: list[str] | None = None) -> int:
             exposure_dir=root / "exposures",
             online_store_path=(root.parent / "online" / "features.sqlite"),
             policy_store_path=(root.parent / "policies.sqlite"),
+            max_body_bytes=args.max_body_bytes,
         ),
         policy,
+        runtime=supervisor.status,
     )
     port = args.gateway_port or free_port()
     config = uvicorn.Config(
@@ -105,9 +134,11 @@ def main(argv: list[str] | None = None) -> int:
 
     uv.startup = startup  # type: ignore[method-assign]
     signal.signal(signal.SIGTERM, lambda *_: setattr(uv, "should_exit", True))
+    supervisor.start()
     try:
         uv.run()
     finally:
+        supervisor.stop()
         endpoints.unlink(missing_ok=True)
         server.stop()
         print("keel serve: stopped", flush=True)

@@ -10,11 +10,18 @@ backend stub for the runtime's Python version (what pytriton itself does), and t
 
 Every endpoint binds 127.0.0.1. The model-repository API (load/unload/index) is restricted: requests need the
 header ``keel-admin-key: <KEEL_TRITON_ADMIN_KEY>``, a secret taken from the environment (generated when unset), so
-the gateway — which only infers — cannot load or unload models.
+the gateway — which only infers — cannot load or unload models. tritonserver takes that key only as a command-line
+argument, which any local user can read in /proc; so the moment the server is live, its parent overwrites the key
+in the child's argument memory (``hide_admin_key``: /proc/<pid>/mem, which a parent may write) and checks
+/proc/<pid>/cmdline no longer shows it. What remains is the window between exec and live (docs/serving.md).
+
+The server dies with the process that started it (PR_SET_PDEATHSIG), and its process group id is kept in
+``tritonserver.pid`` so that a later start can stop one left behind by a crash (``reap_orphan``).
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import secrets
@@ -103,6 +110,57 @@ def prepare_dist(work_dir: Path, info: RuntimeInfo) -> Path:
     return dest
 
 
+def _die_with_parent() -> None:
+    """In the child, before exec: SIGKILL when the parent dies (no tritonserver outlives a killed serve)."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def hide_admin_key(pid: int, key: str) -> bool:
+    """Overwrite ``key`` in process ``pid``'s argument memory (its /proc/<pid>/cmdline) and return whether it is
+    gone. Works for a child of this process (a parent may write its child's memory)."""
+    secret = key.encode()
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        fields = stat[stat.rindex(")") + 2 :].split()
+        arg_start, arg_end = int(fields[45]), int(fields[46])  # fields 48 and 49 of proc(5)
+        with open(f"/proc/{pid}/mem", "r+b", buffering=0) as mem:
+            mem.seek(arg_start)
+            args = mem.read(arg_end - arg_start)
+            at = args.find(secret)
+            while at >= 0:
+                mem.seek(arg_start + at)
+                mem.write(b"*" * len(secret))
+                at = args.find(secret, at + len(secret))
+        return secret not in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (OSError, ValueError, IndexError):
+        return False
+
+
+def reap_orphan(work_dir: str | Path) -> int | None:
+    """Stop a tritonserver (and its Python stubs) left running by an earlier serve that was killed: its process
+    group from ``tritonserver.pid``, only when that process is still a tritonserver. Returns the group stopped."""
+    pid_file = Path(work_dir) / "tritonserver.pid"
+    try:
+        pgid = int(pid_file.read_text())
+        cmdline = Path(f"/proc/{pgid}/cmdline").read_bytes()
+    except (OSError, ValueError):
+        return None
+    if b"tritonserver" not in cmdline:
+        return None
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        return None
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and Path(f"/proc/{pgid}").exists():
+        time.sleep(0.05)
+    pid_file.unlink(missing_ok=True)
+    return pgid
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -133,6 +191,7 @@ class TritonServer:
         self.proc: subprocess.Popen | None = None
         self.log_path = self.work_dir / "tritonserver.log"
         self.info: RuntimeInfo | None = None
+        self.admin_key_hidden = False  # True once the key is gone from tritonserver's command line
 
     @property
     def grpc_url(self) -> str:
@@ -180,14 +239,17 @@ class TritonServer:
         self.info = runtime_info()
         dist = prepare_dist(self.work_dir, self.info)
         log = open(self.log_path, "ab")
+        setpriv = shutil.which("setpriv")  # util-linux: sets the death signal, then execs (same pid)
         self.proc = subprocess.Popen(
-            self.command(dist),
+            [setpriv, "--pdeathsig", "KILL", *self.command(dist)] if setpriv else self.command(dist),
             env=self.env(self.info),
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # its Python stubs are children: stop them as a group
+            preexec_fn=None if setpriv else _die_with_parent,  # preexec_fn is not thread-safe: only as a fallback
         )
         log.close()
+        (self.work_dir / "tritonserver.pid").write_text(str(self.proc.pid))
         deadline = time.monotonic() + timeout
         while not self.live():
             if self.proc.poll() is not None:
@@ -196,6 +258,7 @@ class TritonServer:
                 self.stop()
                 raise TritonError(f"tritonserver not live after {timeout:.0f} s:\n{self.log_tail()}")
             time.sleep(0.1)
+        self.admin_key_hidden = hide_admin_key(self.proc.pid, self.admin_key)
         return self
 
     def log_tail(self, chars: int = 4000) -> str:

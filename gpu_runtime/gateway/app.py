@@ -87,11 +87,12 @@ class GatewayConfig:
 
 
 class Gateway:
-    def __init__(self, config: GatewayConfig, policy: GatewayPolicy | None = None):
+    def __init__(self, config: GatewayConfig, policy: GatewayPolicy | None = None, runtime=None):
         from keel.contracts.engine import CompiledContract
         from keel.contracts.spec import load_contract
 
         self.config = config
+        self.runtime = runtime  # the supervisor's RuntimeStatus (None: nobody supervises Triton in this process)
         self.base_policy = policy or GatewayPolicy()  # the file's (or built-in) settings; the store overrides them
         self.policy = self.base_policy
         self.policy_version = 0  # the store version in force (0: none)
@@ -260,9 +261,19 @@ class Gateway:
             self._export_breakers()
             self._export_pools()
             self._export_sla()
+            self._export_runtime()
             await _respond_text(send, 200, self.metrics.render(), "text/plain; version=0.0.4")
         elif path == "/healthz" and method == "GET":
-            await _respond(send, 200, {"status": "ok", "exposure_log": self.exposure_health()})
+            up = self.runtime is None or self.runtime.up
+            await _respond(
+                send,
+                200 if up else 503,
+                {
+                    "status": "ok" if up else "runtime_unavailable",
+                    "runtime": self.runtime.as_dict() if self.runtime is not None else None,
+                    "exposure_log": self.exposure_health(),
+                },
+            )
         elif path == "/readyz" and method == "GET":
             ready, detail = await self.ready()
             await _respond(send, 200 if ready else 503, {"ready": ready, **detail})
@@ -289,6 +300,9 @@ class Gateway:
         self.exposures.close()
 
     async def ready(self) -> tuple[bool, dict[str, Any]]:
+        if self.runtime is not None and not self.runtime.up:
+            return False, {"reason": f"model runtime {self.runtime.state}: {self.runtime.last_failure}",
+                           "runtime": self.runtime.as_dict()}  # fmt: skip
         self.reload_routing()
         if self.routing is None:
             return False, {"reason": f"no routing table at {self.config.routing_path}"}
@@ -300,6 +314,7 @@ class Gateway:
             return False, {"reason": f"Triton at {self.config.triton_url}: {exc}"}
         return True, {
             "exposure_log": self.exposure_health(),
+            "runtime": self.runtime.as_dict() if self.runtime is not None else None,
             "generation": self.routing.generation,
             "versions": self.routing.versions(),
             "policy_version": self.policy_version,
@@ -311,6 +326,11 @@ class Gateway:
         """Whether every answered request reached the exposure log (experiments and canaries are judged on it)."""
         lost = self.exposures.failures
         return {"ok": lost == 0, "lost_records": lost, "last_error": self.exposures.last_error}
+
+    def _export_runtime(self) -> None:
+        if self.runtime is not None:
+            self.metrics.set_gauge("keel_gateway_runtime_up", {}, 1 if self.runtime.up else 0)
+            self.metrics.set_gauge("keel_gateway_runtime_restarts_total", {}, self.runtime.restarts)
 
     def _export_sla(self) -> None:
         if self.routing is None:
@@ -407,6 +427,8 @@ class Gateway:
         if self.routing is None:
             raise RequestError(503, "not_deployed", "no model is deployed yet (no routing table)")
         table = self.routing
+        if self.runtime is not None and not self.runtime.up:
+            return self._runtime_unavailable(req, table, request_id, record)
         tier = self.policy.tier_of(table.model)
         timeout = tier.timeout_ms / 1000
         lane = self.lanes[risk]
@@ -422,7 +444,12 @@ class Gateway:
             degraded += flags
             record.update(variant=variant, routed_version=route.version)  # who was asked, before any fallback
             self.retry_budget.on_request()
-            scores, route, more = await self._score(table, route, x, timeout)
+            try:
+                scores, route, more = await self._score(table, route, x, timeout)
+            except RequestError as err:
+                if err.code == "backend_error" and self.runtime is not None and not self.runtime.up:
+                    return self._runtime_unavailable(req, table, request_id, record)  # it died under this request
+                raise
             degraded += more
         finally:
             lane.release()
@@ -451,6 +478,29 @@ class Gateway:
             **({"predictions": predictions} if len(predictions) > 1 else {}),
         }
         return 200, payload, {"x-model-signature": route.sha256, "x-request-id": request_id}
+
+    def _runtime_unavailable(
+        self, req: dict[str, Any], table: RoutingTable, request_id: str, record: dict[str, Any]
+    ) -> tuple[int, dict[str, Any], dict[str, str]]:
+        """Triton is down (the supervisor is restarting it): the policy's last-resort score flagged
+        ``runtime_unavailable``, or a structured 503 — never a bare error."""
+        self.metrics.inc("keel_gateway_runtime_unavailable_total", {})
+        score = self.policy.last_resort_score
+        if score is None:
+            raise RequestError(
+                503, "runtime_unavailable",
+                f"the model runtime is {self.runtime.state} ({self.runtime.last_failure}); retry shortly",
+                retry_after_s=1,
+            )  # fmt: skip
+        n = len(req["flights"]) if isinstance(req.get("flights"), list) else 1
+        record.update(model=table.model, score=score, degraded=["runtime_unavailable"], variant=None)
+        payload = {
+            "request_id": request_id, "model": table.model, "model_version": None, "release_id": None,
+            "variant": None, "degraded": ["runtime_unavailable"], "score": score,
+            "confidence_score": abs(2 * score - 1),
+            **({"predictions": [{"score": score, "confidence_score": abs(2 * score - 1)}] * n} if n > 1 else {}),
+        }  # fmt: skip
+        return 200, payload, {"x-request-id": request_id}
 
     def _bucket(self, tenant: str) -> TokenBucket:
         """The tenant's token bucket: its own for tenants the policy names, else one from a bounded LRU — state

@@ -28,6 +28,12 @@ HELP = {
         "Committed policy versions this gateway refused (kept the last good).",
     ),
     "keel_gateway_watch_errors_total": ("counter", "Errors while following routing and policies."),
+    "keel_gateway_runtime_unavailable_total": (
+        "counter",
+        "Requests that arrived while the model runtime (Triton) was down: 503 or the last-resort score.",
+    ),
+    "keel_gateway_runtime_up": ("gauge", "1 while Triton is up, 0 while it is down or restarting."),
+    "keel_gateway_runtime_restarts_total": ("counter", "Times the supervisor restarted Triton."),
     "keel_gateway_policy_store_regressions_total": (
         "counter",
         "Times the policy store's version went below the version this gateway applied (refused; last good kept).",

@@ -70,6 +70,10 @@ class GatewayPolicy:
     # Per-model memory budget (bytes) for the feature matrices of requests in flight; × 1.2 headroom is the pool's
     # limit. Over it, that model answers 503 memory_budget_exceeded; other models are unaffected.
     pool_budgets: dict[str, int] = field(default_factory=lambda: {"flight-delay": 64 << 20})
+    # While the model runtime is down (Triton restarting): None → 503 runtime_unavailable; a score in [0, 1] → that
+    # score is the answer, flagged degraded "runtime_unavailable" (a documented last resort for callers that must
+    # get a number).
+    last_resort_score: float | None = None
 
     def tier_of(self, model: str) -> SlaTier:
         return self.tiers[self.model_tiers.get(model, "L2")]
@@ -135,6 +139,11 @@ class GatewayPolicy:
         missing = sorted({t for t in policy.model_tiers.values() if t not in policy.tiers})
         if missing:
             raise PolicyError(f"{source}: policy.model_tiers names unknown tier {missing[0]}")
+        lr = policy.last_resort_score
+        if lr is not None and (isinstance(lr, bool) or not isinstance(lr, int | float) or not 0 <= lr <= 1):
+            raise PolicyError(
+                f"{source}: policy.last_resort_score must be a probability in [0, 1] or null, got {lr!r}"
+            )
         if not 0 < policy.breaker.error_rate < 1:
             raise PolicyError(f"{source}: policy.breaker.error_rate must be in (0, 1)")
         return policy

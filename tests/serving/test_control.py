@@ -196,3 +196,36 @@ def test_the_record_paths_cast_cache_is_bounded_in_bytes():
     for _ in range(3):
         cache.get(("13", str, "int64", None), lambda: calls.append(1) or 13)
     assert calls == [1]  # small repeated values are memoised
+
+
+def test_while_the_runtime_is_down_the_answer_is_structured_or_the_configured_last_resort(tmp_path):
+    """No Triton needed: the supervisor's status says down. Without a last resort the answer is 503
+    runtime_unavailable; with one it is that score, flagged, and logged with a null model version."""
+    import asyncio
+    import json
+
+    from gpu_runtime.deploy import Route, RoutingTable
+    from gpu_runtime.gateway.app import Gateway, GatewayConfig
+    from gpu_runtime.gateway.exposure import read_exposures
+    from gpu_runtime.supervisor import DOWN, RuntimeStatus
+
+    table = RoutingTable(1, "flight-delay", 3, (Route("champion", 1, "a" * 64, 1.0),))
+    (tmp_path / "routing.json").write_text(json.dumps(table.to_dict()))
+    config = GatewayConfig(triton_url="127.0.0.1:1", routing_path=tmp_path / "routing.json",
+                           exposure_dir=tmp_path / "exposures")  # fmt: skip
+    down = RuntimeStatus(state=DOWN, last_failure="tritonserver exited with -9")
+    body = json.dumps({"features": {}, "unit_id": "u1"}).encode()
+    status, payload, _ = asyncio.run(Gateway(config, runtime=down).predict(body, {}))
+    assert (
+        status == 503
+        and payload["error"]["code"] == "runtime_unavailable"
+        and "exited" in payload["error"]["message"]
+    )
+    lenient = Gateway(config, GatewayPolicy(last_resort_score=0.2), runtime=down)
+    status, payload, _ = asyncio.run(lenient.predict(body, {}))
+    assert status == 200 and payload["score"] == 0.2 and payload["degraded"] == ["runtime_unavailable"]
+    assert payload["model_version"] is None
+    lines = read_exposures(tmp_path / "exposures")
+    assert [(e["status"], e["model_version"]) for e in lines] == [(503, None), (200, None)]
+    with pytest.raises(PolicyError, match="last_resort_score must be a probability"):
+        GatewayPolicy.from_dict({"last_resort_score": 3})

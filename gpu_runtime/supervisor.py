@@ -1,0 +1,154 @@
+"""Keeping Triton alive: notice it died, restart it on the same ports, load again what the routing table serves.
+
+``TritonSupervisor`` watches one ``TritonServer`` from a thread of the serving process (``python -m
+gpu_runtime.serve``). Every ``poll_s`` it looks at the process and its liveness endpoint; when Triton is gone it
+marks the runtime down — the gateway then answers ``runtime_unavailable`` (503, or the policy's last-resort score
+flagged as such; never a bare 500) and /healthz and /readyz say so — restarts it with a growing back-off, and loads
+every version the routing table routes to (``restore_routed``) before marking it up again. The same restore runs
+when the runtime starts on an existing KEEL_HOME, so a crash or a reboot does not leave deployed models unserved
+until the next deployment.
+
+Maintenance: while the file ``hold`` exists in Triton's work directory ($KEEL_HOME/serving/triton/hold), the
+supervisor reports the runtime down but does not restart it — an operator can stop Triton without it coming back.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gpu_runtime.deploy import RoutingTable
+from gpu_runtime.repository import ModelRepository, triton_name
+from gpu_runtime.triton import TritonControl, TritonError, TritonServer
+
+UP, DOWN, RESTARTING = "up", "down", "restarting"
+
+
+@dataclass
+class RuntimeStatus:
+    """What the gateway reads about the model runtime (written by the supervisor's thread)."""
+
+    state: str = UP
+    restarts: int = 0
+    since: float = field(default_factory=time.time)
+    last_failure: str | None = None
+    restored_versions: list[int] = field(default_factory=list)
+    admin_key_hidden: bool = True
+
+    @property
+    def up(self) -> bool:
+        return self.state == UP
+
+    def as_dict(self) -> dict:
+        return {
+            "state": self.state,
+            "since": self.since,
+            "restarts": self.restarts,
+            "last_failure": self.last_failure,
+            "restored_versions": self.restored_versions,
+            "admin_key_hidden": self.admin_key_hidden,
+        }
+
+
+def restore_routed(control: TritonControl, repository: ModelRepository, routing_path: Path, timeout_s: float = 60):
+    """Load every version the routing table routes to, with the configuration it was deployed with (kept in the
+    model repository). Returns the versions loaded; raises TritonError naming the one that would not load."""
+    table = RoutingTable.read(routing_path)
+    if table is None:
+        return []
+    loaded = []
+    for version in table.versions():
+        config = repository.loaded_config(table.model, version)
+        if config is None:
+            raise TritonError(
+                f"{table.model} version {version} is routed but has no configuration in {repository.root}"
+            )
+        control.load(config["name"], config)
+        deadline = time.monotonic() + timeout_s
+        while not control.ready(triton_name(table.model, version), version):
+            if time.monotonic() > deadline:
+                raise TritonError(f"{table.model} version {version} not ready {timeout_s:.0f} s after its reload")
+            time.sleep(0.05)
+        loaded.append(version)
+    return loaded
+
+
+class TritonSupervisor:
+    def __init__(
+        self,
+        server: TritonServer,
+        routing_path: Path,
+        *,
+        poll_s: float = 0.5,
+        max_backoff_s: float = 30.0,
+        log=print,
+    ):
+        self.server, self.routing_path = server, Path(routing_path)
+        self.poll_s, self.max_backoff_s, self.log = poll_s, max_backoff_s, log
+        self.status = RuntimeStatus(admin_key_hidden=server.admin_key_hidden)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> TritonSupervisor:
+        self._thread = threading.Thread(target=self._run, name="triton-supervisor", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def _alive(self) -> bool:
+        proc = self.server.proc
+        return proc is not None and proc.poll() is None and self.server.live()
+
+    def _run(self) -> None:
+        misses = 0
+        while not self._stop.wait(self.poll_s):
+            if self._alive():
+                misses = 0
+                continue
+            misses += 1
+            exited = self.server.proc is not None and self.server.proc.poll() is not None
+            if not exited and misses < 3:  # a slow liveness answer under load is not a death: look again
+                continue
+            self._recover(exited)
+            misses = 0
+
+    def _recover(self, exited: bool) -> None:
+        code = self.server.proc.returncode if exited and self.server.proc is not None else None
+        why = f"tritonserver exited with {code}" if exited else "tritonserver stopped answering its liveness check"
+        self.status.state, self.status.since, self.status.last_failure = DOWN, time.time(), why
+        self.log(f"keel serve: {why}; restarting it")
+        backoff = 0.5
+        hold = self.server.work_dir / "hold"
+        while hold.exists():  # an operator's maintenance hold: stay down, say why
+            self.status.last_failure = f"{why}; not restarted: maintenance hold ({hold})"
+            if self._stop.wait(self.poll_s):
+                return
+        while not self._stop.is_set():
+            self.status.state = RESTARTING
+            try:
+                self.server.stop(timeout=5)
+                self.server.start()
+                control = self.server.client()
+                try:
+                    restored = restore_routed(control, ModelRepository(self.server.repository), self.routing_path)
+                finally:
+                    control.close()
+            except Exception as exc:  # noqa: BLE001 - keep trying: the gateway answers runtime_unavailable meanwhile
+                self.status.state, self.status.last_failure = DOWN, f"{why}; restart failed: {exc}"
+                self.log(f"keel serve: Triton restart failed ({exc}); next try in {backoff:.1f} s")
+                if self._stop.wait(backoff):
+                    return
+                backoff = min(backoff * 2, self.max_backoff_s)
+                continue
+            self.status.restarts += 1
+            self.status.restored_versions = restored
+            self.status.admin_key_hidden = self.server.admin_key_hidden
+            self.status.state, self.status.since = UP, time.time()
+            self.log(f"keel serve: Triton restarted (restart {self.status.restarts}); reloaded versions {restored}")
+            return

@@ -1,0 +1,114 @@
+"""Triton supervised, for real: killed, it is restarted and what the routing table serves is loaded again; while it
+is down the gateway answers a structured runtime_unavailable and /healthz and /readyz say so; a restart of the
+runtime on an existing KEEL_HOME serves the deployed models without a new deployment; no tritonserver outlives a
+killed serve process; the admin key is not on tritonserver's command line."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.serving.conftest import MODEL, Runtime, request_body, start_serve, stop_serve
+
+
+def wait_until(condition, what: str, timeout: float = 120.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def triton_pid(home: Path) -> int:
+    return int((home / "serving" / "triton" / "tritonserver.pid").read_text())
+
+
+def gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return Path(f"/proc/{pid}/stat").read_text().split(") ")[1].startswith("Z")  # a zombie is gone too
+
+
+@pytest.fixture(scope="module")
+def runtime(runtime_home, serving_models):
+    proc, endpoints = start_serve(runtime_home)
+    rt = Runtime(runtime_home, proc, endpoints, serving_models[0])
+    try:
+        rt.deployer().deploy(MODEL, [rt.target(1)])
+        rt.wait_ready()
+        yield rt
+    finally:
+        stop_serve(rt.proc)
+
+
+def test_the_admin_key_is_not_on_tritons_command_line(runtime):
+    cmdline = Path(f"/proc/{triton_pid(runtime.home)}/cmdline").read_bytes()
+    assert b"tritonserver" in cmdline and runtime.endpoints["admin_key"].encode() not in cmdline
+    assert httpx.get(f"{runtime.url}/healthz", timeout=5).json()["runtime"]["admin_key_hidden"] is True
+    runtime.deployer().deploy(MODEL, [runtime.target(1)])  # the key still works for deployments
+
+
+def test_a_killed_triton_is_restarted_and_serves_the_routed_version_again(runtime, serving_models):
+    body = request_body(serving_models[1].row(3, named=True))
+    hold = runtime.home / "serving" / "triton" / "hold"
+    hold.touch()  # maintenance hold: the supervisor reports the runtime down but waits, so the test can look
+    try:
+        os.kill(triton_pid(runtime.home), signal.SIGKILL)
+        health = wait_until(
+            lambda: (r := httpx.get(f"{runtime.url}/healthz", timeout=5)).status_code == 503 and r, "healthz 503"
+        )
+        assert (
+            health.json()["status"] == "runtime_unavailable" and "exited" in health.json()["runtime"]["last_failure"]
+        )
+        ready = httpx.get(f"{runtime.url}/readyz", timeout=5)
+        assert ready.status_code == 503 and "model runtime" in ready.json()["reason"]
+        answer = runtime.post(body)
+        assert answer.status_code == 503 and answer.json()["error"]["code"] == "runtime_unavailable"
+        assert answer.json()["request_id"]
+    finally:
+        hold.unlink()
+    wait_until(lambda: httpx.get(f"{runtime.url}/readyz", timeout=5).status_code == 200, "readyz after restart")
+    answer = runtime.post(body)
+    assert answer.status_code == 200 and answer.json()["model_version"] == 1
+    health = httpx.get(f"{runtime.url}/healthz", timeout=5).json()
+    assert health["runtime"]["restarts"] == 1 and health["runtime"]["restored_versions"] == [1]
+    metrics = httpx.get(f"{runtime.url}/metrics", timeout=5).text
+    assert "keel_gateway_runtime_restarts_total 1" in metrics and "keel_gateway_runtime_up 1" in metrics
+    assert "keel_gateway_runtime_unavailable_total 1" in metrics
+
+
+def test_a_restarted_runtime_serves_what_is_deployed_and_a_killed_serve_leaves_no_triton(runtime, serving_models):
+    body = request_body(serving_models[1].row(4, named=True))
+    stop_serve(runtime.proc)
+    proc, endpoints = start_serve(runtime.home)  # same KEEL_HOME, no deployment
+    runtime.proc, runtime.url = proc, f"http://{endpoints['gateway']}"
+    wait_until(lambda: httpx.get(f"{runtime.url}/readyz", timeout=5).status_code == 200, "readyz without a deploy")
+    answer = runtime.post(body)
+    assert answer.status_code == 200 and answer.json()["model_version"] == 1
+    pid = triton_pid(runtime.home)
+    os.killpg(proc.pid, signal.SIGKILL)  # kill -9 of the serve process (and nothing else of ours)
+    proc.wait(timeout=30)
+    wait_until(lambda: gone(pid), "tritonserver to die with its parent", timeout=60)
+    wait_until(lambda: not any(_in_group(p, pid) for p in _pids()), "Triton's Python stubs to exit", timeout=60)
+
+
+def _pids() -> list[int]:
+    return [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()]
+
+
+def _in_group(pid: int, pgid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return int(fields[2]) == pgid and fields[0] != "Z"
