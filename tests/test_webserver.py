@@ -167,7 +167,8 @@ def test_asset_graph_and_checks(dagster_dev):
         }  # fmt: skip
     # The experiment data lake's lineage and its checks, as the UI shows them.
     assert deps("experiment_wide_table") == {"experiment_exposures"}
-    assert deps("experiment_analysis") == {"experiment_wide_table"}
+    assert deps("experiment_analysis") == {"experiment_wide_table", "impact_predictor"}
+    assert deps("impact_predictor") == {"validated_flights"}
     exp_checks = {c["name"] for c in nodes["experiment_analysis"]["assetChecksOrError"]["checks"]}
     assert exp_checks == {"guardrails", "sample_ratio"}
     assert deps("low_visibility_effect") == {"validated_flights", "validated_weather"}
