@@ -433,7 +433,10 @@ class Gateway:
         timeout = tier.timeout_ms / 1000
         lane = self.lanes[risk]
         try:
-            await asyncio.wait_for(lane.acquire(), timeout)
+            if lane.locked():  # full: wait for a place, up to the timeout
+                await asyncio.wait_for(lane.acquire(), timeout)
+            else:  # a place is free: take it without wait_for's task (most requests)
+                await lane.acquire()
         except TimeoutError:
             raise RequestError(503, "overloaded", f"risk level {risk} lane is full", risk_level=risk) from None
         self.metrics.add_gauge("keel_gateway_lane_in_flight", {"risk_level": str(risk)}, 1)

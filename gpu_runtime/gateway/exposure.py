@@ -33,6 +33,7 @@ class ExposureLog:
         self.directory.mkdir(parents=True, exist_ok=True)
         self._day = ""
         self._fd: int | None = None
+        self._size = 0  # bytes in the open day file: where a short write is cut back to
         self.failures = 0  # appends that wrote nothing (disk full, file-size limit, …)
         self.last_error: str | None = None
 
@@ -49,11 +50,12 @@ class ExposureLog:
                 self.close()
                 self._fd = os.open(self.path_for(day), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
                 self._day = day
-            start = os.fstat(self._fd).st_size
+                self._size = os.fstat(self._fd).st_size  # this process is the file's only writer from here on
             written = os.write(self._fd, data)
             if written != len(data):
-                os.ftruncate(self._fd, start)  # a torn line would merge with the next one: cut it back
+                os.ftruncate(self._fd, self._size)  # a torn line would merge with the next one: cut it back
                 raise OSError(errno.EFBIG, f"short write: {written} of {len(data)} bytes")
+            self._size += written
         except OSError as exc:
             self.failures += 1
             self.last_error = f"{self.path_for(day).name}: {exc.strerror or exc}"
