@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import replace
 from datetime import date
 from pathlib import Path
@@ -126,6 +127,21 @@ class Runtime:
         while httpx.get(f"{self.url}/readyz", timeout=5).status_code != 200:
             assert time.monotonic() < deadline, httpx.get(f"{self.url}/readyz").text
             time.sleep(0.1)
+
+
+@contextmanager
+def serving_version_1(home: Path, texts: list[str], policy: dict | None = None):
+    """A running serve process on ``home`` with model version 1 deployed and ready; stopped afterwards (also when
+    a test replaced ``proc`` with a serve process of its own)."""
+    proc, endpoints = start_serve(home, policy)
+    rt = Runtime(home, proc, endpoints, texts)
+    try:
+        report = rt.deployer().deploy(MODEL, [rt.target(1)])
+        assert report.loaded == (1,)
+        rt.wait_ready()
+        yield rt
+    finally:
+        stop_serve(rt.proc)
 
 
 def _sha(text: str) -> str:

@@ -13,7 +13,7 @@ from gpu_runtime.gateway.exposure import read_exposures
 from gpu_runtime.repository import triton_name
 from gpu_runtime.triton import TritonError
 from keel.features.online import SQLiteOnlineStore, get_online_features
-from tests.serving.conftest import MODEL, Runtime, request_body, start_serve, stop_serve
+from tests.serving.conftest import MODEL, request_body, serving_version_1
 
 POLICY = {
     "version": "test-1",
@@ -24,15 +24,8 @@ POLICY = {
 
 @pytest.fixture(scope="module")
 def runtime(runtime_home, serving_models):
-    proc, endpoints = start_serve(runtime_home, POLICY)
-    rt = Runtime(runtime_home, proc, endpoints, serving_models[0])
-    try:
-        report = rt.deployer().deploy(MODEL, [rt.target(1)])
-        assert report.loaded == (1,)
-        rt.wait_ready()
+    with serving_version_1(runtime_home, serving_models[0], POLICY) as rt:
         yield rt
-    finally:
-        stop_serve(proc)
 
 
 def test_triton_serves_the_registered_model_exactly(runtime, serving_models):

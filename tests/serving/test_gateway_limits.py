@@ -16,21 +16,15 @@ import pytest
 
 from gpu_runtime.gateway.exposure import read_exposures, scan_exposures
 from tests.conftest import REPO
-from tests.serving.conftest import MODEL, Runtime, request_body, start_serve, stop_serve
+from tests.serving.conftest import request_body, serving_version_1
 
 POLICY = {"version": "limits-1", "tenant_rate_limits": {"ops": {"rps": 1000, "burst": 1000}}}
 
 
 @pytest.fixture(scope="module")
 def runtime(runtime_home, serving_models):
-    proc, endpoints = start_serve(runtime_home, POLICY)
-    rt = Runtime(runtime_home, proc, endpoints, serving_models[0])
-    try:
-        rt.deployer().deploy(MODEL, [rt.target(1)])
-        rt.wait_ready()
+    with serving_version_1(runtime_home, serving_models[0], POLICY) as rt:
         yield rt
-    finally:
-        stop_serve(proc)
 
 
 @pytest.fixture(scope="module")

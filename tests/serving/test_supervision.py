@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.serving.conftest import MODEL, Runtime, request_body, start_serve, stop_serve
+from tests.serving.conftest import MODEL, request_body, serving_version_1, start_serve, stop_serve
 
 
 def wait_until(condition, what: str, timeout: float = 120.0):
@@ -40,14 +40,8 @@ def gone(pid: int) -> bool:
 
 @pytest.fixture(scope="module")
 def runtime(runtime_home, serving_models):
-    proc, endpoints = start_serve(runtime_home)
-    rt = Runtime(runtime_home, proc, endpoints, serving_models[0])
-    try:
-        rt.deployer().deploy(MODEL, [rt.target(1)])
-        rt.wait_ready()
+    with serving_version_1(runtime_home, serving_models[0]) as rt:
         yield rt
-    finally:
-        stop_serve(rt.proc)
 
 
 def test_the_admin_key_is_not_on_tritons_command_line(runtime):
