@@ -22,7 +22,7 @@ import polars as pl
 from assets.deployment import MODEL_DEPLOYMENT
 from gpu_runtime.gateway.policy import GatewayPolicy, effective_policy
 from keel.canary import FINISHED, PROMOTED, ArmStats, CanaryPlan, CanaryState, decide
-from keel.exposures import arm_stats, read_exposure_frame, realized_labels
+from keel.exposures import arm_stats, read_exposure_scan, realized_labels
 from resources.parquet_io import keel_home
 from resources.policy import PolicyStoreResource
 from resources.registry import ModelRegistryResource
@@ -50,12 +50,13 @@ def canary_salt(name: str, body: dict, state: CanaryState) -> str:
 
 
 def evidence_for(
-    body: dict, state: CanaryState, exposures_dir, storage_dir: Path | None = None
+    body: dict, state: CanaryState, exposures_dir, storage_dir: Path | None = None, problems: list[str] | None = None
 ) -> tuple[ArmStats | None, ArmStats | None]:
     try:
-        frame = read_exposure_frame(exposures_dir, since=state.step_started_at).filter(
-            pl.col("ts") >= state.step_started_at
-        )
+        frame, scan = read_exposure_scan(exposures_dir, since=state.step_started_at)
+        frame = frame.filter(pl.col("ts") >= state.step_started_at)
+        if scan.skipped and problems is not None:
+            problems.append(f"exposure log: {scan.skipped} lines were not whole records, e.g. {scan.examples[0]}")
         labels = realized_labels(frame["flight_key"], storage_dir)
     except Exception:  # noqa: BLE001 - a provider failure is "no data": the controller holds
         return None, None
@@ -86,7 +87,9 @@ def tick(
         if policy.type != "canary":
             continue
         try:
-            done = _tick_one(policies, registry, current, name, dict(policy.body), exposures_dir, now, storage_dir)
+            done = _tick_one(
+                policies, registry, current, name, dict(policy.body), exposures_dir, now, storage_dir, problems
+            )
         except Exception as exc:  # noqa: BLE001 - one bad canary must not stop every other rollout
             if problems is not None:
                 problems.append(f"canary '{name}' skipped: {type(exc).__name__}: {exc}")
@@ -96,7 +99,7 @@ def tick(
     return acted
 
 
-def _tick_one(policies, registry, current, name, body, exposures_dir, now, storage_dir) -> dict | None:
+def _tick_one(policies, registry, current, name, body, exposures_dir, now, storage_dir, problems) -> dict | None:
     raw = body.get("state")
     if raw is None:  # not started: the first step's split, now
         state = CanaryState(started_at=now, step_started_at=now)
@@ -107,7 +110,7 @@ def _tick_one(policies, registry, current, name, body, exposures_dir, now, stora
         if state.status in FINISHED:
             return None
         plan = CanaryPlan.from_policy(body, p99_target_ms=sla_p99_target(current, body["model"]))
-        challenger, champion = evidence_for(body, state, exposures_dir, storage_dir)
+        challenger, champion = evidence_for(body, state, exposures_dir, storage_dir, problems)
         d = decide(plan, state, challenger, champion, now)
         if d.action in ("hold", "none"):
             return None

@@ -273,7 +273,11 @@ def test_an_experiment_that_cannot_be_judged_is_reported_and_the_others_proceed(
              "variants": [{"name": "control", "version": 1, "weight": 1.0}, {"name": "treatment", "version": 2, "weight": 0.0}],
              "experiment": {"id": "ghost", "status": "running", "started_at": commit.committed_at.timestamp()}}  # fmt: skip
     store.apply({"experiment.ghost": ("ab_test", ghost)}, author="ops", reason="started elsewhere, no spec here")
+    [log_file] = (home / "serving" / "exposures").glob("exposures-*.jsonl")
+    with open(log_file, "ab") as fh:
+        fh.write(b'{"ts": 1, "status": 2\n')  # a torn line in the middle of the log
     problems: list[str] = []
     [acted], _ = tick(store, home, problems=problems)
     assert acted["experiment"] == "rebooking-offer" and acted["action"] == "rollback"
-    assert len(problems) == 1 and "experiment 'ghost' skipped" in problems[0] and "never started here" in problems[0]
+    assert len(problems) == 2 and problems[0].startswith("exposure log: 1 lines were not whole records")
+    assert "experiment 'ghost' skipped" in problems[1] and "never started here" in problems[1]
