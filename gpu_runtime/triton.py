@@ -140,25 +140,35 @@ def hide_admin_key(pid: int, key: str) -> bool:
 
 
 def reap_orphan(work_dir: str | Path) -> int | None:
-    """Stop a tritonserver (and its Python stubs) left running by an earlier serve that was killed: its process
-    group from ``tritonserver.pid``, only when that process is still a tritonserver. Returns the group stopped."""
+    """Stop what an earlier, killed serve left of its Triton: every process of the process group recorded in
+    ``tritonserver.pid`` that is a tritonserver or one of its Python stubs (nothing else, whatever reused the id).
+    Returns the group when something was stopped."""
     pid_file = Path(work_dir) / "tritonserver.pid"
     try:
         pgid = int(pid_file.read_text())
-        cmdline = Path(f"/proc/{pgid}/cmdline").read_bytes()
     except (OSError, ValueError):
         return None
-    if b"tritonserver" not in cmdline:
-        return None
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except ProcessLookupError:
-        return None
+    left = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if int(stat[stat.rindex(")") + 2 :].split()[2]) == pgid and b"triton" in cmdline:
+            left.append(int(entry.name))
+    for pid in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and Path(f"/proc/{pgid}").exists():
+    while time.monotonic() < deadline and any(Path(f"/proc/{pid}").exists() for pid in left):
         time.sleep(0.05)
     pid_file.unlink(missing_ok=True)
-    return pgid
+    return pgid if left else None
 
 
 def free_port() -> int:

@@ -92,7 +92,7 @@ def test_a_restarted_runtime_serves_what_is_deployed_and_a_killed_serve_leaves_n
     os.killpg(proc.pid, signal.SIGKILL)  # kill -9 of the serve process (and nothing else of ours)
     proc.wait(timeout=30)
     wait_until(lambda: gone(pid), "tritonserver to die with its parent", timeout=60)
-    wait_until(lambda: not any(_in_group(p, pid) for p in _pids()), "Triton's Python stubs to exit", timeout=60)
+    wait_until(lambda: not any(_in_group(p, pid) for p in _pids()), "Triton's Python stubs to exit", timeout=120)
 
 
 def _pids() -> list[int]:
@@ -106,3 +106,29 @@ def _in_group(pid: int, pgid: int) -> bool:
         return False
     fields = stat[stat.rindex(")") + 2 :].split()
     return int(fields[2]) == pgid and fields[0] != "Z"
+
+
+def test_a_start_stops_what_a_killed_run_left_of_its_triton(tmp_path):
+    """What serve does first: a process left in the recorded Triton process group (here a stand-in named like a
+    Python stub — a real orphan needs a serve killed before the stubs' own exit) is stopped; others are left."""
+    import subprocess
+    import sys
+
+    from gpu_runtime.triton import reap_orphan
+
+    stand_in = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(600)", "triton_python_backend_stub"], start_new_session=True
+    )
+    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
+    try:
+        (tmp_path / "tritonserver.pid").write_text(str(stand_in.pid))
+        assert reap_orphan(tmp_path) == stand_in.pid
+        assert stand_in.wait(timeout=30) == -signal.SIGKILL
+        assert bystander.poll() is None and not (tmp_path / "tritonserver.pid").exists()
+        (tmp_path / "tritonserver.pid").write_text(str(bystander.pid))
+        assert reap_orphan(tmp_path) is None and bystander.poll() is None  # not a Triton process: left alone
+    finally:
+        for p in (stand_in, bystander):
+            if p.poll() is None:
+                p.kill()
+            p.wait()
