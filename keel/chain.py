@@ -25,7 +25,6 @@ import json
 import os
 import secrets
 import sqlite3
-import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +33,7 @@ from keel.errors import KeelError
 
 GENESIS = "0" * 64
 KEY_ENV = "KEEL_CHAIN_KEY"
+HEAD_RECORD_BYTES = 512  # the published head: one JSON record, space-padded to a fixed size
 
 
 class ChainKeyError(KeelError):
@@ -123,7 +123,7 @@ class Checkpoints:
         """Inside the caller's write transaction, before it appends after ``head_seq``: an append on a truncated log
         would overwrite the evidence (the published head), so it is refused."""
         published = self.read_head()
-        if published is None or published.get("unreadable"):
+        if published is None:
             return
         seq = int(published.get("seq", 0))
         if seq > head_seq and hmac.compare_digest(
@@ -140,27 +140,25 @@ class Checkpoints:
         current = self.read_head()
         if current is not None and current.get("seq", 0) > seq:
             return
-        # Atomic (temp file + rename) but not fsynced: after a power loss the file may be older than the log, which
-        # verify accepts (it only has to not be newer); durability here would double the cost of every commit.
-        data = json.dumps({"chain": self.chain, "seq": seq, "hash": digest, "mac": self.mac(seq, digest)})
-        tmp = self.head_path.with_name(f".{self.head_path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-        tmp.write_text(data)
-        os.replace(tmp, self.head_path)
+        # One fixed-size record rewritten in place with a single pwrite, not fsynced and not renamed (a rename over
+        # the old file makes ext4 flush it: 0.7 ms a commit). After a power loss the file may be older than the log,
+        # which verify accepts (it only has to not be newer), or torn, which reads as absent.
+        data = json.dumps({"chain": self.chain, "seq": seq, "hash": digest, "mac": self.mac(seq, digest)}).encode()
+        fd = os.open(self.head_path, os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            os.pwrite(fd, data.ljust(HEAD_RECORD_BYTES - 1) + b"\n", 0)
+        finally:
+            os.close(fd)
 
     def read_head(self) -> dict | None:
-        """The published head, or None when there is none (never published, or left empty by a power loss)."""
+        """The published head, or None when there is none (never published, or torn by a power loss)."""
         try:
-            text = self.head_path.read_text()
+            text = self.head_path.read_bytes().decode()
+            return json.loads(text) if text.strip() else None
         except FileNotFoundError:
             return None
-        except UnicodeDecodeError:
-            return {"seq": -1, "hash": "", "mac": "", "unreadable": True}
-        if not text.strip():
+        except (UnicodeDecodeError, json.JSONDecodeError):
             return None
-        try:
-            return json.loads(text)
-        except json.JSONDecodeError:
-            return {"seq": -1, "hash": "", "mac": "", "unreadable": True}
 
     def valid(self, seq: int, digest: str) -> bool:
         """Whether the stored checkpoint of ``seq`` is a genuine one for ``digest``."""
@@ -185,9 +183,7 @@ class Checkpoints:
             seq, digest = int(published.get("seq", -1)), str(published.get("hash", ""))
             newest = links[-1].seq if links else 0
             by_seq = {link.seq: link for link in links}
-            if published.get("unreadable") or not hmac.compare_digest(
-                str(published.get("mac", "")), self.mac(seq, digest)
-            ):
+            if not hmac.compare_digest(str(published.get("mac", "")), self.mac(seq, digest)):
                 out.append(f"{self.head_path.name}: the published head is not a genuine checkpoint")
             elif seq > newest:
                 out.append(
