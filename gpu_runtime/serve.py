@@ -26,7 +26,7 @@ from pathlib import Path
 
 from gpu_runtime.repository import ModelRepository
 from gpu_runtime.supervisor import TritonSupervisor, restore_routed
-from gpu_runtime.triton import ADMIN_KEY_ENV, TritonServer, free_port, reap_orphan
+from gpu_runtime.triton import ADMIN_KEY_ENV, TritonServer, free_port, reap_orphan, start_watchdog
 from keel.storage import keel_home
 
 
@@ -78,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"keel serve: stopped a tritonserver left running by an earlier run (process group {orphan})", flush=True
         )
+    watchdog = start_watchdog(root / "triton")  # stops Triton and its stubs if this process is killed
     print(f"keel serve: starting Triton (log: {server.log_path})", flush=True)
     server.start()
     print(f"keel serve: Triton live — gRPC {server.grpc_url}, HTTP {server.http_url}", flush=True)
@@ -141,6 +142,9 @@ def main(argv: list[str] | None = None) -> int:
         supervisor.stop()
         endpoints.unlink(missing_ok=True)
         server.stop()
+        if watchdog is not None:
+            watchdog.kill()
+            watchdog.wait()
         print("keel serve: stopped", flush=True)
     return 0
 

@@ -171,6 +171,37 @@ def reap_orphan(work_dir: str | Path) -> int | None:
     return pgid if left else None
 
 
+WATCHDOG = """
+import os, signal, sys
+sys.path.insert(0, sys.argv[1])
+from gpu_runtime.triton import reap_orphan
+def reap(*_):
+    reap_orphan(sys.argv[2])
+    os._exit(0)
+signal.signal(signal.SIGTERM, reap)
+if os.getppid() != int(sys.argv[3]):
+    reap()
+while True:
+    signal.pause()
+"""
+
+
+def start_watchdog(work_dir: str | Path) -> subprocess.Popen | None:
+    """A small process that outlives nothing: when the process that started it dies — even by SIGKILL — the kernel
+    sends it SIGTERM (setpriv --pdeathsig), and it stops every Triton process left in the recorded process group
+    (tritonserver and its Python stubs, which a killed tritonserver cannot stop). None where setpriv is missing."""
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        return None
+    import sys
+
+    return subprocess.Popen(
+        [setpriv, "--pdeathsig", "TERM", sys.executable, "-c", WATCHDOG, str(REPO_ROOT), str(work_dir),
+         str(os.getpid())],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

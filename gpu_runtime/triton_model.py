@@ -12,16 +12,11 @@ Fault injection (named as such; for drills and the circuit-breaker test): when t
 ``keel_fault_file`` names a file (``{version}`` in it is replaced by this version's number) and that file exists,
 ``execute`` answers requests with an error: every request when the file is empty, else the share of inputs the
 file's number says (e.g. ``0.3``), chosen by a hash of the input's bytes — the same input always fails.
-
-The stub exits when tritonserver is gone (``_exit_with_parent``): killed with SIGKILL, tritonserver cannot stop
-its stubs, and an orphaned stub would otherwise live on, holding memory, until someone kills it.
 """
 
 import hashlib
 import json
 import os
-import threading
-import time
 import zlib
 
 import lightgbm as lgb
@@ -29,22 +24,8 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 
-def _exit_with_parent(poll_s: float = 0.5) -> None:
-    """A daemon thread that ends this stub once its parent (tritonserver) is gone, i.e. it was re-parented."""
-    parent = os.getppid()
-
-    def watch() -> None:
-        while True:
-            time.sleep(poll_s)
-            if os.getppid() != parent:
-                os._exit(0)
-
-    threading.Thread(target=watch, name="keel-exit-with-tritonserver", daemon=True).start()
-
-
 class TritonPythonModel:
     def initialize(self, args):
-        _exit_with_parent()
         version_dir = os.path.join(args["model_repository"], args["model_version"])
         with open(os.path.join(version_dir, "meta.json")) as fh:
             meta = json.load(fh)
