@@ -14,6 +14,10 @@ throwaway KEEL_HOME, on 127.0.0.1. Closed loop, one request at a time, the ways 
 Then: cold start (deploy a new version: load call → first response) five times, and end-to-end latency of the
 replay load generator at 200 requests/s for ``--seconds`` from its own process.
 
+Last, where the batch-1 overhead goes: the gateway's own code (a ``Gateway`` in this process, ``predict`` timed
+minus its Triton call, same body), the HTTP hop (uvicorn with the same settings serving a constant answer to the
+same client), and the remainder — the scheduling cost of one more process in the chain on the machine's cores.
+
     .venv/bin/python bench/serving.py [--requests 2000] [--seconds 30]
 """
 
@@ -102,6 +106,102 @@ def flight_of(row: dict) -> dict:
         "distance": float(row["distance"]),
         "time_hour": row["time_hour"].strftime("%Y-%m-%dT%H:%M:%SZ"),
     }
+
+
+FLOOR_APP = """
+import sys, orjson, uvicorn
+async def app(scope, receive, send):
+    if scope["type"] != "http":
+        return
+    more = True
+    while more:
+        more = (await receive()).get("more_body", False)
+    data = orjson.dumps({"request_id": "0" * 32, "score": 0.5, "confidence_score": 0.0})
+    await send({"type": "http.response.start", "status": 200,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]})
+    await send({"type": "http.response.body", "body": data})
+uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning", access_log=False)
+"""
+
+
+def http_floor(bodies: list[bytes]) -> list[float]:
+    """The HTTP hop alone: the same client and bodies against uvicorn answering a constant (no gateway code)."""
+    port = free_port()
+    app = subprocess.Popen([sys.executable, "-c", FLOOR_APP, str(port)], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                conn = http.client.HTTPConnection("127.0.0.1", port)
+                conn.connect()
+                break
+            except ConnectionRefusedError:
+                assert app.poll() is None and time.monotonic() < deadline, "the constant-answer server did not start"
+                time.sleep(0.1)
+        out = []
+        for body in bodies:
+            t0 = time.perf_counter()
+            conn.request("POST", "/v1/predict", body, {"Content-Type": "application/json"})
+            json.loads(conn.getresponse().read())
+            out.append((time.perf_counter() - t0) * 1000)
+        return out
+    finally:
+        app.terminate()
+        app.wait(timeout=30)
+
+
+def gateway_code(home: Path, triton_grpc: str, bodies: list[bytes]) -> list[float]:
+    """The gateway's own time per request: ``Gateway.predict`` in this process minus its Triton call (ms)."""
+    import asyncio
+
+    from gpu_runtime.gateway.app import Gateway, GatewayConfig
+    from gpu_runtime.gateway.policy import GatewayPolicy, RateLimit
+
+    root = home / "serving"
+    gw = Gateway(
+        GatewayConfig(
+            triton_url=triton_grpc,
+            routing_path=root / "routing.json",
+            exposure_dir=home / "bench-exposures",
+            online_store_path=home / "online" / "features.sqlite",
+            policy_store_path=home / "policies.sqlite",
+        ),
+        GatewayPolicy(default_rate_limit=RateLimit(1e9, 1e9)),  # the loop is faster than the default limit
+    )
+    infer_s: list[float] = []
+    timed = gw._infer
+
+    async def infer(*a, **k):
+        t0 = time.perf_counter()
+        try:
+            return await timed(*a, **k)
+        finally:
+            infer_s.append(time.perf_counter() - t0)
+
+    gw._infer = infer  # type: ignore[method-assign]
+
+    async def run() -> list[float]:
+        gw.reload_routing()
+        gw.reload_policies()
+        gw._watcher = asyncio.current_task()  # as under uvicorn's lifespan: the watcher follows routing, not requests
+        out = []
+        for body in bodies:
+            infer_s.clear()
+            t0 = time.perf_counter()
+            status, payload, _ = await gw.predict(body, {})
+            total = time.perf_counter() - t0
+            assert status == 200, payload
+            out.append((total - sum(infer_s)) * 1000)
+        gw._watcher = None
+        await gw.close()
+        return out
+
+    try:
+        import uvloop
+
+        return uvloop.run(run())
+    except ImportError:
+        return asyncio.run(run())
 
 
 def main() -> int:
@@ -216,6 +316,9 @@ def main() -> int:
             text=True,
         )
         summary = json.loads(replay.stdout.strip().splitlines()[-1])
+        one = [features_body(x_all[(i % (len(rows) - 1)) : (i % (len(rows) - 1)) + 1]) for i in range(args.requests)]
+        code_ms = gateway_code(home, ep["triton_grpc"], one)
+        floor_ms = http_floor(one)
     finally:
         os.killpg(serve.pid, 15)
         serve.wait(timeout=60)
@@ -234,6 +337,13 @@ def main() -> int:
         f"max {max(cold) * 1000:.0f} ms"
     )
     print(f"replay 200 req/s for {args.seconds:g} s, end to end: {summary}")
+    g, d = results[("gateway → Triton (features)", 1)], results[("Triton direct (tritonclient)", 1)]
+    overhead = statistics.median(g) - statistics.median(d)
+    code, hop = statistics.median(code_ms), statistics.median(floor_ms)
+    print(
+        f"batch-1 overhead p50 {overhead:+.3f} ms = gateway code {code:.3f} ms + HTTP hop {hop:.3f} ms "
+        f"+ remainder {overhead - code - hop:+.3f} ms (one more process scheduled on {os.cpu_count()} cores)"
+    )
     return 0
 
 
