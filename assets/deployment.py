@@ -8,9 +8,9 @@ from dataclasses import dataclass, replace
 import dagster as dg
 
 from assets.models import DELAY_MODEL, MODEL_NAME, MODEL_PROMOTION
-from gpu_runtime.deploy import Route, Target
+from keel.deploy.routing import Route, Target
 from keel.features.definitions import FEATURE_NAMES
-from keel.policy import PolicyError
+from keel.policies import PolicyError
 from keel.release import infra_snapshot, release_manifest
 from resources.ledger import LedgerResource
 from resources.policy import PolicyStoreResource
@@ -233,7 +233,7 @@ deployment_assets = [model_deployment]
 def rollback_op(
     context: dg.OpExecutionContext, registry: ModelRegistryResource, triton: TritonResource, ledger: LedgerResource
 ) -> None:
-    from gpu_runtime.rollback import rollback
+    from keel.rollback import rollback
 
     reg, led = registry.open(), ledger.open()
     try:

@@ -25,7 +25,8 @@ from keel.experiments.impact import (
 from keel.experiments.lake import WIDE_COLUMNS, wide_rows
 from keel.experiments.simulator import flight_units
 from keel.exposures import read_exposure_scan, realized_labels
-from keel.storage import keel_home, write_json_atomic
+from keel.home import KeelHome
+from keel.storage import write_json_atomic
 from resources.policy import PolicyStoreResource
 
 EXPERIMENTS_GROUP = "experiments"
@@ -49,7 +50,7 @@ CAUSAL_SPEC = Path(__file__).resolve().parent / "causal" / "low_visibility.yaml"
     "answering model version, score, latency, flight key) as Parquet.",
 )
 def experiment_exposures(context: dg.AssetExecutionContext) -> pl.DataFrame:
-    frame, scan = read_exposure_scan(keel_home() / "serving" / "exposures", day=context.partition_key)
+    frame, scan = read_exposure_scan(KeelHome.from_env().serving.exposures, day=context.partition_key)
     if scan.skipped:
         context.log.warning(
             f"{scan.skipped} exposure-log lines were not whole records and were skipped: {scan.examples}"
@@ -80,13 +81,13 @@ def experiment_exposures(context: dg.AssetExecutionContext) -> pl.DataFrame:
 def experiment_wide_table(
     context: dg.AssetExecutionContext, exposures: pl.DataFrame, policies: PolicyStoreResource
 ) -> pl.DataFrame:
-    home = keel_home()
+    home = KeelHome.from_env().root
     store = policies.open()
     try:
         known = experiments(store)
     finally:
         store.close()
-    labels = realized_labels(exposures["flight_key"], home / "storage")
+    labels = realized_labels(exposures["flight_key"], KeelHome(home).storage)
     frames = []
     for exp_id, meta in sorted(known.items()):
         spec = stored_spec(home, exp_id)
@@ -127,8 +128,8 @@ def experiment_wide_table(
     "root-cause drill-down. Reports also go to $KEEL_HOME/storage/experiment_analysis/<id>.json.",
 )
 def experiment_analysis(context: dg.AssetExecutionContext, policies: PolicyStoreResource):
-    home = keel_home()
-    files = sorted((home / "storage" / "experiment_wide_table").glob("*.parquet"))
+    home = KeelHome.from_env().root
+    files = sorted(KeelHome(home).asset_dir("experiment_wide_table").glob("*.parquet"))
     store = policies.open()
     try:
         known = experiments(store)
@@ -156,7 +157,7 @@ def experiment_analysis(context: dg.AssetExecutionContext, policies: PolicyStore
         report = with_decision(report, decision) | {"status": meta["status"]}
         report["impact"] = realized_vs_predicted(_recorded_prediction(home, exp_id), report)
         reports[exp_id] = report
-        write_json_atomic(report, home / "storage" / "experiment_analysis" / f"{exp_id}.json")
+        write_json_atomic(report, KeelHome(home).asset_dir("experiment_analysis") / f"{exp_id}.json")
         breached += _breaches(exp_id, report, meta["status"])
         if report["srm"]["flagged"]:
             flagged.append(f"{exp_id}: {report['withheld_because'][0]}")
@@ -200,7 +201,7 @@ def low_visibility_effect(
 ) -> dg.MaterializeResult:
     spec = load_causal_spec(CAUSAL_SPEC)
     report = run_causal(spec, low_visibility_frame(flights, weather), where="validated_flights × validated_weather")
-    write_json_atomic(report, keel_home() / "storage" / "causal" / f"{spec.id}.json")
+    write_json_atomic(report, KeelHome.from_env().asset_dir("causal") / f"{spec.id}.json")
     lines = [
         f"| {e['method']} | {e['value']:.2f} min | [{e['ci'][0]:.2f}, {e['ci'][1]:.2f}] |"
         for e in report["estimates"]
@@ -237,7 +238,7 @@ def low_visibility_effect(
     "existed get a prediction now, marked as made after the start.",
 )
 def impact_predictor(context: dg.AssetExecutionContext, flights: pl.DataFrame, policies: PolicyStoreResource):
-    home = keel_home()
+    home = KeelHome.from_env().root
     predictor, check = train_predictor(flight_units(flights))
     predictor.save(predictor_path(home), check=check)
     store = policies.open()

@@ -36,12 +36,12 @@ import numpy as np  # noqa: E402
 import polars as pl  # noqa: E402
 from scipy import stats  # noqa: E402
 
-from gpu_runtime.kernels import backend  # noqa: E402
 from keel.cli import partition_window  # noqa: E402
 from keel.contracts.engine import CompiledContract  # noqa: E402
 from keel.contracts.spec import load_contract  # noqa: E402
 from keel.data.nycflights import MONTHS, read_raw, read_raw_month  # noqa: E402
 from keel.drift import DriftConfig, build_reference, compare  # noqa: E402
+from keel.kernels import backend  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent

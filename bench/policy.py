@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from keel.policy import PolicyStore  # noqa: E402
+from keel.policies import PolicyStore  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 T0 = datetime(2013, 6, 1, tzinfo=UTC)

@@ -42,12 +42,12 @@ import lightgbm as lgb  # noqa: E402
 import numpy as np  # noqa: E402
 import polars as pl  # noqa: E402
 
-from gpu_runtime.deploy import Route, Target  # noqa: E402
 from gpu_runtime.repository import triton_name  # noqa: E402
 from gpu_runtime.triton import TritonControl, free_port  # noqa: E402
 from keel.contracts.engine import CompiledContract  # noqa: E402
 from keel.contracts.spec import load_contract  # noqa: E402
 from keel.data.nycflights import read_raw, read_raw_month  # noqa: E402
+from keel.deploy.routing import Route, Target  # noqa: E402
 from keel.features.definitions import FEATURE_NAMES, FEATURES  # noqa: E402
 from keel.features.offline import offline_features  # noqa: E402
 from keel.features.online import SQLiteOnlineStore, build_views  # noqa: E402
@@ -155,7 +155,7 @@ def gateway_code(home: Path, triton_grpc: str, bodies: list[bytes]) -> list[floa
     import asyncio
 
     from gpu_runtime.gateway.app import Gateway, GatewayConfig
-    from gpu_runtime.gateway.policy import GatewayPolicy, RateLimit
+    from keel.policies.gateway import GatewayPolicy, RateLimit
 
     root = home / "serving"
     gw = Gateway(

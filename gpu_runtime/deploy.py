@@ -15,103 +15,20 @@
 
 from __future__ import annotations
 
-import json
 import time
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from gpu_runtime.repository import ModelRepository, ServingConfig, model_config, triton_name
 from gpu_runtime.triton import TritonControl, TritonError
+from keel.deploy.routing import DeployReport, RoutingTable, Target, Variant, next_table
 from keel.storage import write_json_atomic
 
 
-@dataclass(frozen=True)
-class Route:
-    name: str  # champion | challenger | fallback | any label the split uses
-    version: int
-    sha256: str
-    weight: float = 1.0
-    release_id: str | None = None
-
-
-@dataclass(frozen=True)
-class Variant:
-    name: str
-    route: str  # a Route.name
-    weight: float
-
-
-@dataclass(frozen=True)
-class RoutingTable:
-    generation: int
-    model: str
-    n_features: int
-    routes: tuple[Route, ...]
-    fallback: Route | None = None
-    experiments: dict[str, tuple[Variant, ...]] = field(default_factory=dict)
-    updated_at: float = 0.0
-
-    def versions(self) -> list[int]:
-        return sorted({r.version for r in self.routes} | ({self.fallback.version} if self.fallback else set()))
-
-    def route(self, name: str) -> Route:
-        for r in self.routes:
-            if r.name == name:
-                return r
-        raise KeyError(name)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "generation": self.generation,
-            "model": self.model,
-            "n_features": self.n_features,
-            "routes": [asdict(r) for r in self.routes],
-            "fallback": asdict(self.fallback) if self.fallback else None,
-            "experiments": {k: [asdict(v) for v in vs] for k, vs in self.experiments.items()},
-            "updated_at": self.updated_at,
-        }
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> RoutingTable:
-        return cls(
-            generation=int(d["generation"]),
-            model=d["model"],
-            n_features=int(d["n_features"]),
-            routes=tuple(Route(**r) for r in d["routes"]),
-            fallback=Route(**d["fallback"]) if d.get("fallback") else None,
-            experiments={k: tuple(Variant(**v) for v in vs) for k, vs in (d.get("experiments") or {}).items()},
-            updated_at=float(d.get("updated_at", 0.0)),
-        )
-
-    @classmethod
-    def read(cls, path: str | Path) -> RoutingTable | None:
-        try:
-            return cls.from_dict(json.loads(Path(path).read_text()))
-        except FileNotFoundError:
-            return None
-
-
-@dataclass(frozen=True)
-class Target:
-    """A registry version to serve, with its text model."""
-
-    route: Route
-    model_text: str
-    meta: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class DeployReport:
-    generation: int
-    loaded: tuple[int, ...]  # versions (re)loaded: new ones, and serving ones whose configuration changed
-    unloaded: tuple[int, ...]
-    cold_start_s: dict[int, float]  # new version → load call to first response
-
-
 class Deployer:
+    """The Triton implementation of ``keel.deploy.routing.ModelDeployer``."""
+
     def __init__(
         self,
         control: TritonControl,
@@ -171,14 +88,8 @@ class Deployer:
                 if version not in serving_now:
                     self.control.unload(triton_name(model, version))
             raise
-        table = RoutingTable(
-            generation=(current.generation + 1) if current else 1,
-            model=model,
-            n_features=self.serving.n_features,
-            routes=tuple(t.route for t in targets),
-            fallback=fallback.route if fallback else None,
-            experiments=experiments or {},
-            updated_at=time.time(),
+        table = next_table(
+            current, model, self.serving.n_features, targets, fallback=fallback, experiments=experiments
         )
         write_json_atomic(table.to_dict(), self.routing_path)
         retired = sorted(serving_now - set(table.versions()))

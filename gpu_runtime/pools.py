@@ -25,8 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from gpu_runtime.kernels import ArrayBackend, backend
 from keel.errors import KeelError
+from keel.kernels import ArrayBackend, backend
 
 HEADROOM = 1.2  # the design articles' rule: a model's pool may exceed its measured budget by 20 %
 

@@ -27,11 +27,7 @@ from pathlib import Path
 from gpu_runtime.repository import ModelRepository
 from gpu_runtime.supervisor import TritonSupervisor, restore_routed
 from gpu_runtime.triton import ADMIN_KEY_ENV, TritonServer, free_port, reap_orphan, start_watchdog
-from keel.storage import keel_home
-
-
-def serving_dir(home: Path | None = None) -> Path:
-    return (home or keel_home()) / "serving"
+from keel.home import KeelHome
 
 
 def write_endpoints(path: Path, data: dict) -> None:
@@ -63,22 +59,23 @@ def main(argv: list[str] | None = None) -> int:
     import uvicorn
 
     from gpu_runtime.gateway.app import Gateway, GatewayConfig
-    from gpu_runtime.gateway.policy import GatewayPolicy
+    from keel.policies.gateway import GatewayPolicy
 
-    root = serving_dir()
-    root.mkdir(parents=True, exist_ok=True)
-    endpoints = root / "endpoints.json"
+    home = KeelHome.from_env()
+    layout = home.serving
+    layout.root.mkdir(parents=True, exist_ok=True)
+    endpoints = layout.endpoints
     endpoints.unlink(missing_ok=True)  # a stale file from a run that crashed must not point deployments elsewhere
     admin_key = os.environ.get(ADMIN_KEY_ENV) or secrets.token_hex(16)
     server = TritonServer(
-        root / "model_repository", root / "triton", grpc_port=args.triton_grpc_port or None, admin_key=admin_key
+        layout.model_repository, layout.triton_dir, grpc_port=args.triton_grpc_port or None, admin_key=admin_key
     )
-    orphan = reap_orphan(root / "triton")
+    orphan = reap_orphan(layout.triton_dir)
     if orphan:
         print(
             f"keel serve: stopped a tritonserver left running by an earlier run (process group {orphan})", flush=True
         )
-    watchdog = start_watchdog(root / "triton")  # stops Triton and its stubs if this process is killed
+    watchdog = start_watchdog(layout.triton_dir)  # stops Triton and its stubs if this process is killed
     print(f"keel serve: starting Triton (log: {server.log_path})", flush=True)
     server.start()
     print(f"keel serve: Triton live — gRPC {server.grpc_url}, HTTP {server.http_url}", flush=True)
@@ -86,20 +83,20 @@ def main(argv: list[str] | None = None) -> int:
         print("keel serve: WARNING: could not hide the admin key from tritonserver's command line", flush=True)
     control = server.client()
     try:
-        restored = restore_routed(control, ModelRepository(root / "model_repository"), root / "routing.json")
+        restored = restore_routed(control, ModelRepository(layout.model_repository), layout.routing)
     finally:
         control.close()
     if restored:
         print(f"keel serve: loaded the routed versions {restored} again (routing.json)", flush=True)
-    supervisor = TritonSupervisor(server, root / "routing.json", log=lambda m: print(m, flush=True))
+    supervisor = TritonSupervisor(server, layout.routing, log=lambda m: print(m, flush=True))
     policy = GatewayPolicy.load(args.policy) if args.policy else GatewayPolicy()
     gateway = Gateway(
         GatewayConfig(
             triton_url=server.grpc_url,
-            routing_path=root / "routing.json",
-            exposure_dir=root / "exposures",
-            online_store_path=(root.parent / "online" / "features.sqlite"),
-            policy_store_path=(root.parent / "policies.sqlite"),
+            routing_path=layout.routing,
+            exposure_dir=layout.exposures,
+            online_store_path=home.online_store,
+            policy_store_path=home.policies,
             max_body_bytes=args.max_body_bytes,
         ),
         policy,

@@ -19,9 +19,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpu_runtime.deploy import RoutingTable
 from gpu_runtime.repository import ModelRepository, triton_name
 from gpu_runtime.triton import TritonControl, TritonError, TritonServer
+from keel.deploy.routing import RoutingTable
 
 UP, DOWN, RESTARTING = "up", "down", "restarting"
 

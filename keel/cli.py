@@ -217,10 +217,10 @@ def _experiment_control(args: argparse.Namespace) -> int:
         from keel.registry import ModelRegistry
 
         meta = control.experiments(store).get(args.id) or {}
-        log = read_exposure_frame(home / "serving" / "exposures", since=meta.get("started_at"))
+        log = read_exposure_frame(_layout().serving.exposures, since=meta.get("started_at"))
         rows = wide_rows(log, control.stored_spec(home, args.id), meta)
         days = sorted(set(rows["day"].to_list()))
-        ledger, registry = Ledger(home / "ledger.sqlite"), ModelRegistry(args.registry or home / "registry")
+        ledger, registry = Ledger(_layout().ledger), ModelRegistry(args.registry or _layout().registry)
         try:
             c, entry = control.rollback(
                 store, home, args.id, author=_author(args), reason=args.reason, ledger=ledger, registry=registry,
@@ -331,20 +331,20 @@ def _experiment_analyze(args: argparse.Namespace) -> int:
 
 
 def _rollback(args: argparse.Namespace) -> int:
-    from gpu_runtime.rollback import rollback
+    from keel.deploy.runtime import load_deployer
     from keel.features.definitions import FEATURE_NAMES
     from keel.ledger import Ledger
     from keel.registry import ModelRegistry
-    from resources.triton import TritonResource
+    from keel.rollback import rollback
 
-    home = _home()
-    ledger_path = home / "ledger.sqlite"
+    home = _layout()
+    ledger_path = home.ledger
     if not ledger_path.exists():
         raise DataReadError(f"{ledger_path}: no ledger here (set KEEL_HOME)")
-    triton = TritonResource(serving_dir=str(home / "serving"))
-    registry, ledger = ModelRegistry(home / "registry"), Ledger(ledger_path)
+    registry, ledger = ModelRegistry(home.registry), Ledger(ledger_path)
     try:
-        result = rollback(registry, ledger, triton.deployer(len(FEATURE_NAMES)), args.model, args.reason)
+        deployer = load_deployer(home.serving.root, len(FEATURE_NAMES))
+        result = rollback(registry, ledger, deployer, args.model, args.reason)
     finally:
         registry.close()
         ledger.close()
@@ -357,20 +357,24 @@ def _rollback(args: argparse.Namespace) -> int:
 
 
 def _home() -> Path:
-    from keel.storage import keel_home
+    return _layout().root
 
-    return keel_home()
+
+def _layout():
+    from keel.home import KeelHome
+
+    return KeelHome.from_env()
 
 
 def _open_policies(args: argparse.Namespace, *, must_exist: bool = True):
-    from keel.policy import PolicyStore
+    from keel.policies import PolicyStore
 
-    path = args.store or _home() / "policies.sqlite"
+    path = args.store or _layout().policies
     if must_exist and not Path(path).exists():
         raise DataReadError(f"{path}: no policy store here (pass --store FILE or set KEEL_HOME)")
     from keel.registry import versions_lookup
 
-    return PolicyStore(path, versions_of=versions_lookup(args.registry or _home() / "registry"))
+    return PolicyStore(path, versions_of=versions_lookup(args.registry or _layout().registry))
 
 
 def _print_policies(version: int, policies: dict) -> None:
@@ -416,7 +420,7 @@ def _author(args: argparse.Namespace) -> str:
 
 
 def _policy_commit(args: argparse.Namespace) -> int:
-    from keel.policy import load_policy_file
+    from keel.policies import load_policy_file
 
     changes, expected = load_policy_file(args.file)
     store = _open_policies(args, must_exist=False)
@@ -457,7 +461,7 @@ def _report_verify(ok: bool, problems: tuple[str, ...], what: str) -> int:
 
 
 def _ledger_path(args: argparse.Namespace) -> Path:
-    return args.ledger or _home() / "ledger.sqlite"
+    return args.ledger or _layout().ledger
 
 
 def _lineage_graph(args: argparse.Namespace):

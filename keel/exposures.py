@@ -1,6 +1,6 @@
 """What the exposure log says about each model version: the canary controller's (and experiments') evidence.
 
-The gateway writes one JSON line per request (gpu_runtime/gateway/exposure.py). Here they become per-arm
+The gateway writes one JSON line per request (keel/exposure_log.py). Here they become per-arm
 statistics for a time window:
 
 - an arm is the version a request was **routed** to (``routed_version``), not the one that answered: a request
@@ -14,6 +14,7 @@ statistics for a time window:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -22,8 +23,12 @@ import numpy as np
 import polars as pl
 
 from keel.canary import ArmStats
+from keel.exposure_log import scan_exposures
+from keel.flight_key import flight_key_expr, key_month
+from keel.home import asset_file
 
 EPS = 1e-15
+MONTH = re.compile(r"\d{4}-\d{2}")  # a fixed pattern, not user input
 
 
 def read_exposure_frame(directory: str | Path, *, since: float | None = None, day: str | None = None) -> pl.DataFrame:
@@ -35,8 +40,6 @@ def read_exposure_frame(directory: str | Path, *, since: float | None = None, da
 def read_exposure_scan(directory: str | Path, *, since: float | None = None, day: str | None = None):
     """``read_exposure_frame`` and the scan it came from (``.skipped``: lines that were not whole records, with
     located ``.examples``), for readers that report what they skipped."""
-    from gpu_runtime.gateway.exposure import scan_exposures
-
     scan = scan_exposures(directory, since=since, day=day)
     return exposure_frame(scan.records), scan
 
@@ -105,15 +108,7 @@ def outcome_labels(validated_flights: pl.DataFrame, late_minutes: float = 15) ->
     """flight_key → 1 when the flight arrived more than ``late_minutes`` late, for flights whose outcome is in."""
     known = validated_flights.filter(pl.col("arr_delay").is_not_null())
     keys = known.select(
-        pl.concat_str(
-            [
-                pl.col("carrier"),
-                pl.col("flight").cast(pl.String),
-                pl.col("origin"),
-                pl.col("time_hour").dt.strftime("%Y-%m-%dT%H:%M:%SZ"),
-            ],
-            separator="-",
-        ).alias("k"),
+        flight_key_expr().alias("k"),
         (pl.col("arr_delay") > late_minutes).cast(pl.Int8).alias("y"),
     ).unique("k", keep="first")
     return dict(zip(keys["k"].to_list(), keys["y"].to_list(), strict=True))
@@ -128,7 +123,7 @@ def realized_labels(flight_keys: pl.Series, storage_dir: Path | None) -> dict[st
     if storage_dir is None or flight_keys.is_empty():
         return {}
     keys = flight_keys.drop_nulls()
-    months = sorted(set(keys.str.slice(-20, 7).to_list()))  # key = carrier-flight-origin-YYYY-MM-DDTHH:MM:SSZ
-    paths = [Path(storage_dir) / "validated_flights" / f"{m}.parquet" for m in months if len(m) == 7]
+    months = sorted(set(keys.to_frame("k").select(key_month(pl.col("k")))["k"].to_list()))
+    paths = [asset_file(Path(storage_dir), ["validated_flights"], m) for m in months if MONTH.fullmatch(m)]
     frames = [pl.read_parquet(p, columns=LABEL_COLUMNS) for p in paths if p.exists()]
     return outcome_labels(pl.concat(frames)) if frames else {}

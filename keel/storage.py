@@ -16,12 +16,13 @@ from typing import Any, BinaryIO
 
 import polars as pl
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-
 
 def keel_home() -> Path:
-    """Where keel keeps its state: ``$KEEL_HOME``, else ``.keel`` in the repository. Read at call time."""
-    return Path(os.environ.get("KEEL_HOME") or REPO_ROOT / ".keel").resolve()
+    """Where keel keeps its state: ``$KEEL_HOME``, else ``.keel`` in the repository. Read at call time; the layout
+    under it is ``keel.home.KeelHome``'s."""
+    from keel.home import KeelHome
+
+    return KeelHome.from_env().root
 
 
 def connect_durable(path: str | Path, *, busy_timeout_s: float = 30.0) -> sqlite3.Connection:

@@ -3,7 +3,7 @@
 from resources.flink import FlinkResource
 from resources.ledger import LedgerResource
 from resources.online_store import OnlineStoreResource
-from resources.parquet_io import ParquetIOManager, keel_home
+from resources.parquet_io import ParquetIOManager
 from resources.policy import PolicyStoreResource
 from resources.registry import ModelRegistryResource
 from resources.triton import TritonResource
@@ -16,5 +16,4 @@ __all__ = [
     "ParquetIOManager",
     "PolicyStoreResource",
     "TritonResource",
-    "keel_home",
 ]

@@ -6,12 +6,12 @@ from pathlib import Path
 
 import dagster as dg
 
+from keel.home import KeelHome
 from keel.ledger import Ledger
-from resources.parquet_io import keel_home
 
 
 class LedgerResource(dg.ConfigurableResource):
     path: str | None = None
 
     def open(self) -> Ledger:
-        return Ledger(Path(self.path) if self.path else keel_home() / "ledger.sqlite")
+        return Ledger(Path(self.path) if self.path else KeelHome.from_env().ledger)

@@ -7,7 +7,7 @@ from pathlib import Path
 import dagster as dg
 
 from keel.features.online import SQLiteOnlineStore
-from resources.parquet_io import keel_home
+from keel.home import KeelHome
 
 
 class OnlineStoreResource(dg.ConfigurableResource):
@@ -16,7 +16,7 @@ class OnlineStoreResource(dg.ConfigurableResource):
     path: str | None = None
 
     def store_path(self) -> Path:
-        return Path(self.path) if self.path else keel_home() / "online" / "features.sqlite"
+        return Path(self.path) if self.path else KeelHome.from_env().online_store
 
     def open(self) -> SQLiteOnlineStore:
         return SQLiteOnlineStore(self.store_path())

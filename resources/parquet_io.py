@@ -12,8 +12,8 @@ from pathlib import Path
 import dagster as dg
 import polars as pl
 
-from keel.names import validate_name
-from keel.storage import keel_home, write_parquet_atomic
+from keel.home import KeelHome, asset_file
+from keel.storage import write_parquet_atomic
 
 
 class ParquetIOManager(dg.ConfigurableIOManager):
@@ -22,14 +22,10 @@ class ParquetIOManager(dg.ConfigurableIOManager):
     base_dir: str | None = None  # default: $KEEL_HOME/storage
 
     def _root(self) -> Path:
-        return Path(self.base_dir).resolve() if self.base_dir else keel_home() / "storage"
+        return Path(self.base_dir).resolve() if self.base_dir else KeelHome.from_env().storage
 
     def path_for(self, key: dg.AssetKey, partition: str | None) -> Path:
-        parts = [validate_name(p, what="asset key part") for p in key.path]
-        root = self._root()
-        if partition is None:
-            return root.joinpath(*parts[:-1], f"{parts[-1]}.parquet")
-        return root.joinpath(*parts, f"{validate_name(partition, what='partition key')}.parquet")
+        return asset_file(self._root(), list(key.path), partition)
 
     def handle_output(self, context: dg.OutputContext, obj: pl.DataFrame) -> None:
         if obj is None:

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import dagster as dg
 
-from keel.policy import PolicyStore
+from keel.home import KeelHome
+from keel.policies import PolicyStore
 from keel.registry import versions_lookup
-from resources.parquet_io import keel_home
 
 
 class PolicyStoreResource(dg.ConfigurableResource):
@@ -16,8 +16,8 @@ class PolicyStoreResource(dg.ConfigurableResource):
     registry_root: str | None = None
 
     def open(self) -> PolicyStore:
-        registry_root = Path(self.registry_root) if self.registry_root else keel_home() / "registry"
+        registry_root = Path(self.registry_root) if self.registry_root else KeelHome.from_env().registry
         return PolicyStore(
-            Path(self.path) if self.path else keel_home() / "policies.sqlite",
+            Path(self.path) if self.path else KeelHome.from_env().policies,
             versions_of=versions_lookup(registry_root),
         )

@@ -6,12 +6,12 @@ from pathlib import Path
 
 import dagster as dg
 
+from keel.home import KeelHome
 from keel.registry import ModelRegistry
-from resources.parquet_io import keel_home
 
 
 class ModelRegistryResource(dg.ConfigurableResource):
     root: str | None = None
 
     def open(self) -> ModelRegistry:
-        return ModelRegistry(Path(self.root) if self.root else keel_home() / "registry")
+        return ModelRegistry(Path(self.root) if self.root else KeelHome.from_env().registry)

@@ -2,28 +2,29 @@
 
 ``TritonResource`` works against the model runtime that ``python -m gpu_runtime.serve`` runs (scripts/up starts it):
 it reads where Triton listens and the admin key from ``$KEEL_HOME/serving/endpoints.json``. ``server()`` gives a
-``TritonServer`` on the same repository for a process that owns Triton itself (tests, a one-off deployment).
+``TritonServer`` on the same repository for a process that owns Triton itself (tests, a one-off deployment). The
+work is ``gpu_runtime.runtime.TritonRuntime``'s; this class is its configuration, shown in the Dagster UI.
 """
 
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 
 import dagster as dg
 
 from gpu_runtime.deploy import Deployer
 from gpu_runtime.repository import ModelRepository, ServingConfig
-from gpu_runtime.triton import TritonControl, TritonError, TritonServer
-from resources.parquet_io import keel_home
+from gpu_runtime.runtime import RuntimeSettings, TritonRuntime
+from gpu_runtime.triton import TritonControl, TritonServer
+from keel.home import KeelHome, ServingDir
 
 
 class TritonResource(dg.ConfigurableResource):
     serving_dir: str | None = None  # default $KEEL_HOME/serving
     instance_count: int = 1
-    # KIND_CPU here and in CI; KIND_GPU on GPU nodes (the Kubernetes profile sets KEEL_INSTANCE_KIND for runs)
-    instance_kind: str = os.environ.get("KEEL_INSTANCE_KIND", "KIND_CPU")
+    # None: $KEEL_INSTANCE_KIND when the resource is used (the Kubernetes profile sets KIND_GPU on GPU nodes),
+    # else KIND_CPU (here and in CI)
+    instance_kind: str | None = None
     max_batch_size: int = 256
     max_queue_delay_us: int = 200
     drain_s: float = 1.0
@@ -31,47 +32,39 @@ class TritonResource(dg.ConfigurableResource):
     # version fails requests (all, or the share written in the file). gpu_runtime/triton_model.py documents it.
     fault_file: str | None = None
 
+    def layout(self) -> ServingDir:
+        return ServingDir(Path(self.serving_dir)) if self.serving_dir else KeelHome.from_env().serving
+
+    def runtime(self) -> TritonRuntime:
+        return TritonRuntime(
+            self.layout(),
+            RuntimeSettings(
+                instance_count=self.instance_count,
+                instance_kind=self.instance_kind,
+                max_batch_size=self.max_batch_size,
+                max_queue_delay_us=self.max_queue_delay_us,
+                drain_s=self.drain_s,
+                fault_file=self.fault_file,
+            ),
+        )
+
     def root(self) -> Path:
-        return Path(self.serving_dir) if self.serving_dir else keel_home() / "serving"
+        return self.layout().root
 
     def endpoints(self) -> dict:
-        path = self.root() / "endpoints.json"
-        try:
-            return json.loads(path.read_text())
-        except FileNotFoundError:
-            raise TritonError(
-                f"the model runtime is not running: no {path}. Start it with `.venv/bin/python -m gpu_runtime.serve` "
-                "(scripts/up does)"
-            ) from None
+        return self.runtime().endpoints()
 
     def control(self) -> TritonControl:
-        ep = self.endpoints()
-        control = TritonControl(ep["triton_grpc"], ep.get("admin_key"))
-        if not control.server_ready():
-            raise TritonError(f"Triton at {ep['triton_grpc']} (endpoints.json) is not answering")
-        return control
+        return self.runtime().control()
 
     def repository(self) -> ModelRepository:
-        return ModelRepository(self.root() / "model_repository")
+        return self.runtime().repository()
 
     def serving_config(self, n_features: int) -> ServingConfig:
-        return ServingConfig(
-            n_features=n_features,
-            max_batch_size=self.max_batch_size,
-            max_queue_delay_us=self.max_queue_delay_us,
-            instance_count=self.instance_count,
-            instance_kind=self.instance_kind,
-            parameters={"keel_fault_file": self.fault_file} if self.fault_file else {},
-        )
+        return self.runtime().serving_config(n_features)
 
     def deployer(self, n_features: int, control: TritonControl | None = None) -> Deployer:
-        return Deployer(
-            control or self.control(),
-            self.repository(),
-            self.root() / "routing.json",
-            self.serving_config(n_features),
-            drain_s=self.drain_s,
-        )
+        return self.runtime().deployer(n_features, control)
 
     def server(self) -> TritonServer:
-        return TritonServer(self.root() / "model_repository", self.root() / "triton")
+        return self.runtime().server()

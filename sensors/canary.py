@@ -20,10 +20,10 @@ import dagster as dg
 import polars as pl
 
 from assets.deployment import MODEL_DEPLOYMENT
-from gpu_runtime.gateway.policy import GatewayPolicy, effective_policy
 from keel.canary import FINISHED, PROMOTED, ArmStats, CanaryPlan, CanaryState, decide
 from keel.exposures import arm_stats, read_exposure_scan, realized_labels
-from resources.parquet_io import keel_home
+from keel.home import KeelHome
+from keel.policies.gateway import GatewayPolicy, effective_policy
 from resources.policy import PolicyStoreResource
 from resources.registry import ModelRegistryResource
 from sensors.problems import automation_problems
@@ -148,10 +148,8 @@ def canary_sensor(
     store, reg = policies.open(), registry.open()
     problems: list[str] = []
     try:
-        home = keel_home()
-        acted = tick(
-            store, reg, home / "serving" / "exposures", time.time(), storage_dir=home / "storage", problems=problems
-        )
+        home = KeelHome.from_env()
+        acted = tick(store, reg, home.serving.exposures, time.time(), storage_dir=home.storage, problems=problems)
     finally:
         store.close()
         reg.close()

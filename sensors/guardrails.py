@@ -26,7 +26,7 @@ from keel.experiments.analysis import ExperimentDataError, analyze
 from keel.experiments.control import GUARDRAIL_AUTHOR, RUNNING, experiments, pause, rollback, stored_spec
 from keel.experiments.lake import wide_rows
 from keel.exposures import read_exposure_scan, realized_labels
-from keel.storage import keel_home
+from keel.home import KeelHome
 from resources.ledger import LedgerResource
 from resources.policy import PolicyStoreResource
 from resources.registry import ModelRegistryResource
@@ -54,10 +54,11 @@ def tick(
     if not running:
         return acted, cursor
     since = min(m["started_at"] for m in running.values())
-    frame, scan = read_exposure_scan(home / "serving" / "exposures", since=since or None)
+    layout = KeelHome(Path(home))
+    frame, scan = read_exposure_scan(layout.serving.exposures, since=since or None)
     if scan.skipped:
         problems.append(f"exposure log: {scan.skipped} lines were not whole records, e.g. {scan.examples[0]}")
-    labels = realized_labels(frame["flight_key"], home / "storage")
+    labels = realized_labels(frame["flight_key"], layout.storage)
     for exp_id, meta in sorted(running.items()):
         try:
             done = _tick_one(store, home, exp_id, meta, frame, labels, cursor, registry, ledger)
@@ -117,7 +118,9 @@ def guardrail_sensor(
     store, reg, led = policies.open(), registry.open(), ledger.open()
     problems: list[str] = []
     try:
-        acted, cursor = tick(store, keel_home(), registry=reg, ledger=led, cursor=cursor, problems=problems)
+        acted, cursor = tick(
+            store, KeelHome.from_env().root, registry=reg, ledger=led, cursor=cursor, problems=problems
+        )
     finally:
         store.close()
         reg.close()

@@ -31,7 +31,7 @@ def repo() -> Path:
 
 def cupy_backend_or_none():
     """The cupy array backend when cupy sees a CUDA device, else None (GPU-marked tests skip then)."""
-    from gpu_runtime.kernels import ArrayBackend
+    from keel.kernels import ArrayBackend
 
     try:
         import cupy

@@ -15,7 +15,7 @@ import pytest
 
 from keel.chain import ChainKeyError, ChainTruncatedError, key_path
 from keel.ledger import Ledger, entry_hash
-from keel.policy import PolicyStore, commit_hash
+from keel.policies import PolicyStore, commit_hash
 from tests.conftest import REPO
 
 LIMIT = {"default": {"rps": 100, "burst": 200}}

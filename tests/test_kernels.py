@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from gpu_runtime.kernels import backend, bin_counts, finite_sorted, numpy_backend, wasserstein_ks
+from keel.kernels import backend, bin_counts, finite_sorted, numpy_backend, wasserstein_ks
 from tests.conftest import cupy_backend_or_none
 
 BACKENDS = [pytest.param(numpy_backend(), id="numpy")]

@@ -39,7 +39,6 @@ from typing import Any
 import numpy as np
 import orjson
 
-from gpu_runtime.deploy import Route, RoutingTable
 from gpu_runtime.gateway.control import (
     STATE_CODES,
     CircuitBreaker,
@@ -47,7 +46,6 @@ from gpu_runtime.gateway.control import (
     TokenBucket,
     choose_route,
 )
-from gpu_runtime.gateway.exposure import ExposureLog
 from gpu_runtime.gateway.limits import (
     MAX_BODY_BYTES,
     MAX_TENANT_BUCKETS,
@@ -60,12 +58,15 @@ from gpu_runtime.gateway.limits import (
     read_body,
 )
 from gpu_runtime.gateway.metrics import Metrics
-from gpu_runtime.gateway.policy import GatewayPolicy, PolicyError, Split, effective_policy
-from gpu_runtime.kernels import numpy_backend
 from gpu_runtime.pools import PoolBudgetExceeded, PoolRegistry
 from gpu_runtime.repository import triton_name
+from keel.deploy.routing import Route, RoutingTable
+from keel.exposure_log import ExposureLog
 from keel.features.definitions import FEATURE_NAMES, FEATURES
-from keel.policy import PolicyReader
+from keel.flight_key import flight_key
+from keel.kernels import numpy_backend
+from keel.policies import PolicyReader
+from keel.policies.gateway import GatewayPolicy, PolicyError, Split, effective_policy
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_CONTRACT = REPO_ROOT / "assets" / "contracts" / "predict_request.yaml"
@@ -81,7 +82,7 @@ class GatewayConfig:
     online_store_path: Path | None = None
     contract_path: Path = DEFAULT_CONTRACT
     online_cache_size: int = 200_000
-    policy_store_path: Path | None = None  # the versioned policy store this gateway follows (keel.policy)
+    policy_store_path: Path | None = None  # the versioned policy store this gateway follows (keel.policies)
     max_body_bytes: int = MAX_BODY_BYTES  # a larger request body is answered 413
     max_tenant_buckets: int = MAX_TENANT_BUCKETS  # token buckets kept for tenants the policy does not name
 
@@ -697,13 +698,6 @@ class Gateway:
             client_timeout=timeout,
         )
         return result.as_numpy("score")[:, 0].astype(np.float64)
-
-
-def flight_key(flight: dict[str, Any]) -> str:
-    """carrier-flight-origin-scheduled hour (UTC): how exposures meet outcomes (keel.exposures)."""
-    th = flight["time_hour"]
-    stamp = th.strftime("%Y-%m-%dT%H:%M:%SZ") if hasattr(th, "strftime") else str(th)
-    return f"{flight['carrier']}-{flight.get('flight')}-{flight['origin']}-{stamp}"
 
 
 def _parse(body: bytes) -> dict[str, Any]:

@@ -9,8 +9,8 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from gpu_runtime.deploy import Route, RoutingTable
-from gpu_runtime.gateway.policy import BreakerPolicy, RateLimit, RetryPolicy, Split
+from keel.deploy.routing import Route, RoutingTable
+from keel.policies.gateway import BreakerPolicy, RateLimit, RetryPolicy, Split
 
 Clock = Callable[[], float]
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
-from gpu_runtime.kernels import ArrayBackend, bin_counts, finite_sorted, numpy_backend
+from keel.kernels import ArrayBackend, bin_counts, finite_sorted, numpy_backend
 
 DEFAULT_MAX_SKETCH = 2_000_000
 PSI_BINS = 10

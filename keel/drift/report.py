@@ -23,8 +23,8 @@ import polars as pl
 from scipy import stats
 from scipy.spatial.distance import jensenshannon
 
-from gpu_runtime.kernels import ArrayBackend, backend, bin_counts, finite_sorted, wasserstein_ks
 from keel.drift.profile import CategoricalReference, NumericReference, ReferenceProfile
+from keel.kernels import ArrayBackend, backend, bin_counts, finite_sorted, wasserstein_ks
 
 EPS = 1e-4  # proportion floor for PSI and KL, so an empty bin gives a large finite value instead of inf
 KS_EXACT_MAX = 10_000  # at or below this many values per side, the KS p-value is scipy's exact one

@@ -24,6 +24,7 @@ import yaml
 
 from keel.errors import KeelError
 from keel.experiments.spec import ExperimentSpec, load_spec
+from keel.home import KeelHome
 from keel.names import validate_name
 from keel.storage import write_json_atomic, write_text_atomic
 
@@ -41,7 +42,7 @@ def split_name(exp_id: str) -> str:
 
 
 def experiment_dir(home: Path, exp_id: str) -> Path:
-    return Path(home) / "experiments" / validate_name(exp_id, what="experiment id")
+    return KeelHome(Path(home)).experiment(exp_id)
 
 
 def stored_spec(home: Path, exp_id: str) -> ExperimentSpec:

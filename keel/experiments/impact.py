@@ -156,7 +156,9 @@ class ImpactError(KeelError):
 
 
 def predictor_path(home: str | Path) -> Path:
-    return Path(home) / "storage" / "impact_predictor" / "predictor.json"
+    from keel.home import KeelHome
+
+    return KeelHome(Path(home)).impact_predictor
 
 
 def prediction_path(home: str | Path, exp_id: str) -> Path:

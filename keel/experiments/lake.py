@@ -27,6 +27,7 @@ import polars as pl
 
 from keel.experiments.simulator import hour_band, outcome_exprs
 from keel.experiments.spec import ExperimentSpec
+from keel.flight_key import key_carrier, key_hour, key_origin
 
 EPS = 1e-15
 WIDE_COLUMNS = [
@@ -55,7 +56,6 @@ def wide_rows(
     versions = [spec.control_version, spec.treatment_version]
     f = exposures.filter(pl.col("routed_version").is_in(versions) & (pl.col("ts") >= start) & (pl.col("ts") < end))
     key = pl.col("flight_key")
-    parts = key.str.split("-")
     f = f.with_columns(
         pl.lit(spec.id).alias("experiment_id"),
         pl.from_epoch(pl.col("ts"), time_unit="s").dt.strftime("%Y-%m-%d").alias("day"),
@@ -64,9 +64,9 @@ def wide_rows(
         .then(pl.lit(spec.treatment_label))
         .otherwise(pl.lit(spec.control_label))
         .alias("variant"),
-        parts.list.get(0, null_on_oob=True).alias("carrier"),
-        parts.list.get(2, null_on_oob=True).alias("origin"),
-        key.str.slice(-9, 2).cast(pl.Int32, strict=False).alias("hour"),  # …THH:MM:SSZ
+        key_carrier(key).alias("carrier"),
+        key_origin(key).alias("origin"),
+        key_hour(key).alias("hour"),
         key.replace_strict(labels or {}, default=None, return_dtype=pl.Int8).alias("late"),
     ).with_columns(hour_band(pl.col("hour")).alias("hour_band"))
     p = pl.col("score").clip(EPS, 1 - EPS)

@@ -29,6 +29,8 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from keel.flight_key import flight_key_expr
+
 LATE_FACTOR = 1.8
 
 
@@ -52,15 +54,7 @@ def hour_band(hour: pl.Expr) -> pl.Expr:
 def flight_units(flights: pl.DataFrame) -> pl.DataFrame:
     """Validated flights as experiment units: id, segment columns and the real outcome (late > 15 min)."""
     return flights.filter(pl.col("arr_delay").is_not_null()).select(
-        pl.concat_str(
-            [
-                pl.col("carrier"),
-                pl.col("flight").cast(pl.String),
-                pl.col("origin"),
-                pl.col("time_hour").dt.strftime("%Y-%m-%dT%H"),
-            ],
-            separator="-",
-        ).alias("unit_id"),  # fmt: skip
+        flight_key_expr(stamp_format="%Y-%m-%dT%H").alias("unit_id"),
         "carrier",
         "origin",
         pl.col("hour").cast(pl.Int32),

@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 from scipy import stats
 from scipy.spatial.distance import jensenshannon
 
-from gpu_runtime.kernels import numpy_backend
 from keel.drift import DriftConfig, ReferenceProfile, build_reference, compare
+from keel.kernels import numpy_backend
 
 B = numpy_backend()
 

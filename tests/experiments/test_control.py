@@ -12,12 +12,12 @@ import dagster as dg
 import polars as pl
 import pytest
 
-from gpu_runtime.gateway.app import flight_key
-from gpu_runtime.gateway.exposure import ExposureLog
 from keel.experiments import control
 from keel.experiments.control import ExperimentStateError
+from keel.exposure_log import ExposureLog
+from keel.flight_key import flight_key
 from keel.ledger import Ledger
-from keel.policy import PolicyStore
+from keel.policies import PolicyStore
 from keel.registry import ModelRegistry, versions_lookup
 from sensors.guardrails import tick
 from tests.conftest import REPO
@@ -81,9 +81,9 @@ def test_start_pause_resume_stop_and_the_split_in_the_store(home):
 
 def treated_units(store, units):
     """The units the gateway sends to version 2 under the store's split in force (its real routing code)."""
-    from gpu_runtime.deploy import Route, RoutingTable
     from gpu_runtime.gateway.control import choose_route
-    from gpu_runtime.gateway.policy import GatewayPolicy, effective_policy
+    from keel.deploy.routing import Route, RoutingTable
+    from keel.policies.gateway import GatewayPolicy, effective_policy
 
     table = RoutingTable(1, "flight-delay", 3, (Route("champion", 1, "a" * 64, 1.0), Route("v2", 2, "b" * 64, 0.0)))
     _, split, _ = effective_policy(GatewayPolicy(), store.state(), "flight-delay", {1, 2}, store.version())
@@ -109,10 +109,10 @@ def test_consecutive_experiments_assign_units_independently(home):
 
 def test_consecutive_canaries_assign_units_independently():
     """Each canary rollout has its own salt too; within one rollout a unit never moves back to the champion."""
-    from gpu_runtime.deploy import Route, RoutingTable
     from gpu_runtime.gateway.control import choose_route
-    from gpu_runtime.gateway.policy import Split
     from keel.canary import CanaryState
+    from keel.deploy.routing import Route, RoutingTable
+    from keel.policies.gateway import Split
     from sensors.canary import canary_salt, split_for
 
     table = RoutingTable(1, "m", 3, (Route("champion", 1, "a" * 64, 1.0), Route("challenger", 2, "b" * 64, 0.0)))

@@ -9,8 +9,8 @@ import dagster as dg
 import polars as pl
 import pytest
 
-from gpu_runtime.gateway.exposure import ExposureLog
-from keel.policy import PolicyStore
+from keel.exposure_log import ExposureLog
+from keel.policies import PolicyStore
 from keel.registry import ModelRegistry
 from sensors.canary import tick
 from tests.features.conftest import validated  # noqa: F401 - shared session fixture
@@ -121,7 +121,7 @@ def test_the_daemon_path_launches_a_deployment_run(world, tmp_path, monkeypatch)
 def test_quality_on_realized_labels_rolls_back_a_badly_calibrated_challenger(world, tmp_path, validated):  # noqa: F811
     """Real January flights: the champion scores each with the base rate, the challenger says the opposite of what
     happened. The sensor reads the outcomes from the validated flights in storage and rolls the challenger back."""
-    from gpu_runtime.gateway.app import flight_key
+    from keel.flight_key import flight_key
 
     store, registry, log, exposures, shas = world
     flights = validated["flights"].filter(pl.col("time_hour").dt.month() == 1, pl.col("arr_delay").is_not_null())

@@ -11,14 +11,14 @@ import time
 
 import pytest
 
-from keel.policy import PolicyStore
+from keel.policies import PolicyStore
 
 pytestmark = pytest.mark.slow
 
 WRITER = textwrap.dedent(
     """
     import sys
-    from keel.policy import PolicyStore
+    from keel.policies import PolicyStore
     store = PolicyStore(sys.argv[1])
     who, count = sys.argv[2], int(sys.argv[3])
     for i in range(count):

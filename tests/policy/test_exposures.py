@@ -8,10 +8,10 @@ import statistics
 import polars as pl
 import pytest
 
-from gpu_runtime.gateway.app import flight_key
 from keel.contracts.engine import CompiledContract
 from keel.contracts.spec import load_contract
 from keel.exposures import arm_stats, exposure_frame, outcome_labels
+from keel.flight_key import flight_key
 from tests.conftest import CONTRACTS
 from tests.features.conftest import validated  # noqa: F401 - shared session fixture
 

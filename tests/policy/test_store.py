@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from keel.policy import PolicyError, PolicyStore, PolicyValidationError, validate_policy
+from keel.policies import PolicyError, PolicyStore, PolicyValidationError, validate_policy
 
 T0 = datetime(2013, 6, 1, 12, 0, tzinfo=UTC)
 AB = {
@@ -68,7 +68,7 @@ def store(tmp_path):
         ("circuit_breaker", BREAKER | {"min_requests": 2.5}, "min_requests_integer"),
         ("circuit_breaker", {k: v for k, v in BREAKER.items() if k != "open_s"}, "open_present"),
         ("rate_limit", {"default": {"rps": 0, "burst": 5}}, "rps_range"),
-        ("feature_freeze", {"features": {"wind_sped": {"frozen": True}}}, "known_feature"),
+        ("feature_freeze", {"features": {"wind_speed": {"frozen": True}}}, "known_type"),  # retired
         (
             "sla_tier",
             {"tiers": {"L1": {"p99_ms": 15, "availability": 0.999, "timeout_ms": 100}}, "models": {"m": "L9"}},

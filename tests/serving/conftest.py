@@ -19,8 +19,8 @@ import numpy as np
 import polars as pl
 import pytest
 
-from gpu_runtime.deploy import Route, Target
 from gpu_runtime.triton import TritonControl, free_port
+from keel.deploy.routing import Route, Target
 from keel.features.definitions import FEATURE_NAMES
 from keel.features.offline import offline_features
 from keel.features.online import SQLiteOnlineStore, build_views

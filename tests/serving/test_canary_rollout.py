@@ -30,15 +30,15 @@ import pytest
 import definitions
 from assets.deployment import model_deployment
 from assets.models import MODEL_PROMOTION
-from gpu_runtime.gateway.exposure import read_exposures
 from gpu_runtime.replay import held_out_flights
 from keel.contracts.engine import CompiledContract
 from keel.contracts.spec import load_contract
 from keel.data.nycflights import read_raw, read_raw_month
+from keel.exposure_log import read_exposures
 from keel.features.offline import offline_features
 from keel.features.online import SQLiteOnlineStore, build_views
 from keel.ledger import Ledger
-from keel.policy import PolicyStore
+from keel.policies import PolicyStore
 from keel.registry import ModelRegistry, versions_lookup
 from keel.release import release_manifest
 from keel.training.model import TrainingConfig, train_model

@@ -15,7 +15,7 @@ from gpu_runtime.gateway.control import (
     pick_weighted,
     sticky_bucket,
 )
-from gpu_runtime.gateway.policy import BreakerPolicy, GatewayPolicy, PolicyError, RateLimit, RetryPolicy
+from keel.policies.gateway import BreakerPolicy, GatewayPolicy, PolicyError, RateLimit, RetryPolicy
 
 
 class Clock:
@@ -130,8 +130,8 @@ def test_policy_errors_name_the_field():
 def test_the_newest_applicable_split_is_in_force():
     """A finished canary's split stays in the store; the next canary's split supersedes it, and a split to a version
     that is not deployed is skipped with a note — the other policies still apply."""
-    from gpu_runtime.gateway.policy import effective_policy
-    from keel.policy import Policy
+    from keel.policies import Policy
+    from keel.policies.gateway import effective_policy
 
     def split(name, version, weights):
         variants = [{"name": f"v{v}", "version": v, "weight": w} for v, w in weights.items()]
@@ -155,6 +155,22 @@ def test_the_newest_applicable_split_is_in_force():
     assert split is None
 
 
+def test_a_committed_policy_of_a_retired_type_is_skipped_with_a_note():
+    """A store written before feature_freeze was retired still holds one: gateways skip it, say so, and apply the
+    rest (refusing the whole store would keep them on an old policy forever)."""
+    from keel.policies import Policy
+    from keel.policies.gateway import effective_policy
+
+    breaker = {"error_rate": 0.3, "window_s": 5, "min_requests": 10, "open_s": 2, "half_open_probes": 3}
+    policies = {
+        "breaker": Policy("breaker", "circuit_breaker", breaker, 2),
+        "freeze": Policy("freeze", "feature_freeze", {"features": {"wind_speed": {"frozen": True}}}, 1),
+    }
+    policy, _, notes = effective_policy(GatewayPolicy(), policies, "m", {1}, 2)
+    assert policy.breaker.error_rate == 0.3
+    assert len(notes) == 1 and "freeze" in notes[0] and "retired" in notes[0]
+
+
 def test_metric_label_values_cannot_add_lines_to_the_exposition():
     from gpu_runtime.gateway.metrics import Metrics
 
@@ -167,7 +183,7 @@ def test_metric_label_values_cannot_add_lines_to_the_exposition():
 def test_per_tenant_state_is_bounded_whatever_names_callers_invent(tmp_path):
     """Tenants the policy names keep their own bucket; every other name shares a bounded LRU of buckets."""
     from gpu_runtime.gateway.app import Gateway, GatewayConfig
-    from gpu_runtime.gateway.policy import RateLimit
+    from keel.policies.gateway import RateLimit
 
     policy = GatewayPolicy(tenant_rate_limits={"ops": RateLimit(5, 5)})
     config = GatewayConfig(
@@ -204,10 +220,10 @@ def test_while_the_runtime_is_down_the_answer_is_structured_or_the_configured_la
     import asyncio
     import json
 
-    from gpu_runtime.deploy import Route, RoutingTable
     from gpu_runtime.gateway.app import Gateway, GatewayConfig
-    from gpu_runtime.gateway.exposure import read_exposures
     from gpu_runtime.supervisor import DOWN, RuntimeStatus
+    from keel.deploy.routing import Route, RoutingTable
+    from keel.exposure_log import read_exposures
 
     table = RoutingTable(1, "flight-delay", 3, (Route("champion", 1, "a" * 64, 1.0),))
     (tmp_path / "routing.json").write_text(json.dumps(table.to_dict()))

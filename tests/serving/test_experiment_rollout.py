@@ -30,10 +30,10 @@ from assets.experiments import (
     experiment_exposures,
     experiment_wide_table,
 )
-from gpu_runtime.gateway.exposure import read_exposures
 from keel.experiments import control
+from keel.exposure_log import read_exposures
 from keel.ledger import Ledger
-from keel.policy import PolicyStore
+from keel.policies import PolicyStore
 from keel.registry import versions_lookup
 from resources import LedgerResource, ModelRegistryResource, ParquetIOManager, PolicyStoreResource
 from tests.conftest import REPO

@@ -8,13 +8,13 @@ import subprocess
 import sys
 import time
 
-from gpu_runtime.gateway.exposure import ExposureLog, read_exposures, scan_exposures
+from keel.exposure_log import ExposureLog, read_exposures, scan_exposures
 from keel.exposures import read_exposure_scan
 from tests.conftest import REPO
 
 WRITER = """
 import json, resource, sys, time
-from gpu_runtime.gateway.exposure import ExposureLog
+from keel.exposure_log import ExposureLog
 limit = int(sys.argv[2])
 resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 log = ExposureLog(sys.argv[1])

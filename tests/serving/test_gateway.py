@@ -9,9 +9,9 @@ import lightgbm as lgb
 import numpy as np
 import pytest
 
-from gpu_runtime.gateway.exposure import read_exposures
 from gpu_runtime.repository import triton_name
 from gpu_runtime.triton import TritonError
+from keel.exposure_log import read_exposures
 from keel.features.online import SQLiteOnlineStore, get_online_features
 from tests.serving.conftest import MODEL, request_body, serving_version_1
 
@@ -236,7 +236,7 @@ def test_risk_level_1_never_queues_behind_lower_levels(runtime, serving_models):
     import asyncio
 
     from gpu_runtime.gateway.app import Gateway, GatewayConfig
-    from gpu_runtime.gateway.policy import GatewayPolicy
+    from keel.policies.gateway import GatewayPolicy
 
     _, feb = serving_models
     serving = runtime.home / "serving"
@@ -275,7 +275,7 @@ def test_risk_level_1_never_queues_behind_lower_levels(runtime, serving_models):
 def test_weighted_split_and_experiments_are_sticky_per_unit(runtime, serving_models):
     """Champion and challenger at 70/30, and experiment exp-1 at 50/50 between them: each unit always lands on the
     same version, the shares follow the weights, and the header picks the experiment's assignment."""
-    from gpu_runtime.deploy import Variant
+    from keel.deploy.routing import Variant
 
     _, feb = serving_models
     body = request_body(feb.row(4, named=True))

@@ -14,7 +14,7 @@ import time
 import httpx
 import pytest
 
-from gpu_runtime.gateway.exposure import read_exposures, scan_exposures
+from keel.exposure_log import read_exposures, scan_exposures
 from tests.conftest import REPO
 from tests.serving.conftest import request_body, serving_version_1
 
@@ -117,7 +117,7 @@ def test_the_callers_request_id_is_used_echoed_and_logged_with_the_model_version
 def test_a_policy_store_that_went_backwards_is_refused_and_the_last_good_policy_stays(runtime, good):
     """The review's probe against the gateway: two commits, the newest deleted with the triggers dropped. The
     gateway keeps the version it applied, says so on /readyz and /metrics, and `keel policy verify` fails."""
-    from keel.policy import PolicyStore
+    from keel.policies import PolicyStore
 
     store = PolicyStore(runtime.home / "policies.sqlite")
     limits = lambda rps: {"default": {"rps": 1000, "burst": 1000}, "tenants": {"tiny": {"rps": rps, "burst": 2}}}  # noqa: E731

@@ -10,9 +10,9 @@ import time
 
 import pytest
 
-from gpu_runtime.gateway.exposure import read_exposures
 from gpu_runtime.repository import triton_name
 from gpu_runtime.triton import TritonError
+from keel.exposure_log import read_exposures
 from tests.conftest import REPO
 from tests.serving.conftest import MODEL, Runtime, start_serve, stop_serve
 

@@ -10,7 +10,7 @@ import time
 import httpx
 import pytest
 
-from keel.policy import PolicyStore, commit_hash
+from keel.policies import PolicyStore, commit_hash
 from keel.registry import ModelRegistry
 from tests.serving.conftest import MODEL, Runtime, request_body, start_serve, stop_serve
 

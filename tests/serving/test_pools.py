@@ -9,9 +9,9 @@ import numpy as np
 import polars as pl
 import pytest
 
-from gpu_runtime.kernels import numpy_backend
 from gpu_runtime.pools import HEADROOM, ModelMemoryPool, PoolBudgetExceeded, PoolRegistry
 from keel.drift import build_reference, compare
+from keel.kernels import numpy_backend
 from tests.conftest import cupy_backend_or_none
 
 GPU = cupy_backend_or_none()

@@ -4,14 +4,15 @@
 with another release id. It deploys that release's model (its registry version, hash-verified on load) as the
 champion with a hot swap — the release being replaced stays loaded as the breaker's fallback — makes it the
 registry's champion again, and appends a revert entry pointing at the earlier one. Nothing is rewritten.
-Used by the `keel rollback` command and the Dagster `rollback` job.
+Used by the `keel rollback` command and the Dagster `rollback` job, with any ``ModelDeployer`` (Triton's, or the
+named fake in unit tests).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpu_runtime.deploy import Deployer, DeployReport, Route, Target
+from keel.deploy.routing import DeployReport, ModelDeployer, Route, Target
 from keel.errors import KeelError
 from keel.ledger import Ledger, LedgerEntry
 from keel.registry import ModelRegistry
@@ -40,7 +41,9 @@ def previous_release(ledger: Ledger) -> tuple[LedgerEntry, LedgerEntry]:
     raise RollbackError(f"release {live.release_id} is the only release in the ledger: nothing to roll back to")
 
 
-def rollback(registry: ModelRegistry, ledger: Ledger, deployer: Deployer, model: str, reason: str) -> RollbackResult:
+def rollback(
+    registry: ModelRegistry, ledger: Ledger, deployer: ModelDeployer, model: str, reason: str
+) -> RollbackResult:
     live, target = previous_release(ledger)
     sha = target.manifest.get("model", {}).get("parts", {}).get("sha256")
     live_sha = live.manifest.get("model", {}).get("parts", {}).get("sha256")

@@ -1,7 +1,7 @@
 """The policy store: versioned serving policies with an immutable, hash-chained commit log in SQLite.
 
-The store holds named policies of six types — ``ab_test`` (variant weights), ``canary`` (steps, interval,
-thresholds), ``circuit_breaker``, ``rate_limit``, ``feature_freeze``, ``sla_tier``. A *commit* changes one or more of
+The store holds named policies of the types in ``keel.policies.types`` — ``ab_test`` (variant weights), ``canary``
+(steps, interval, thresholds), ``circuit_breaker``, ``rate_limit``, ``sla_tier``. A *commit* changes one or more of
 them and gets the next version of the whole set (version = current + 1, gap-free); the state at version V is, per
 name, the latest body committed at or before V. So ``at(time)``, ``diff(A, B)`` and ``revert(V)`` (a new commit
 that sets every policy back to its body at V) are questions about the whole set, as an operator asks them.
@@ -17,7 +17,6 @@ never reaches a caller.
 from __future__ import annotations
 
 import json
-import math
 import sqlite3
 import time
 from collections.abc import Callable, Mapping
@@ -27,24 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from keel.chain import GENESIS, Checkpoints, Link, link_hash, verify_chain
-from keel.errors import KeelError
+from keel.policies.errors import PolicyError, PolicyValidationError
+from keel.policies.types import validate_policy
 from keel.storage import connect_durable
-
-POLICY_TYPES = ("ab_test", "canary", "circuit_breaker", "rate_limit", "feature_freeze", "sla_tier")
-WEIGHT_TOLERANCE = 1e-9
-EXPERIMENT_STATUSES = ("running", "paused", "stopped", "rolled_back")
-
-
-class PolicyError(KeelError):
-    """A policy store operation was refused (version conflict, unknown version or name)."""
-
-
-class PolicyValidationError(PolicyError):
-    """A policy breaks a rule of its type's schema; ``rule`` names which."""
-
-    def __init__(self, name: str, rule: str, message: str):
-        super().__init__(f"policy '{name}': rule {rule}: {message}")
-        self.name, self.rule = name, rule
 
 
 @dataclass(frozen=True)
@@ -72,220 +56,6 @@ class VerifyResult:
     ok: bool
     commits: int
     problems: tuple[str, ...]
-
-
-# -- validation -------------------------------------------------------------------------------------------------
-
-
-def _num(
-    name: str,
-    rule: str,
-    body: Mapping[str, Any],
-    key: str,
-    *,
-    lo: float | None = None,
-    hi: float | None = None,
-    lo_open: bool = False,
-    integer: bool = False,
-    required: bool = True,
-) -> float | None:
-    if key not in body:
-        if required:
-            raise PolicyValidationError(name, f"{rule}_present", f"'{key}' is required")
-        return None
-    v = body[key]
-    if isinstance(v, bool) or not isinstance(v, int | float) or (isinstance(v, float) and not math.isfinite(v)):
-        raise PolicyValidationError(name, f"{rule}_number", f"'{key}' must be a finite number, got {v!r}")
-    if integer and int(v) != v:
-        raise PolicyValidationError(name, f"{rule}_integer", f"'{key}' must be a whole number, got {v!r}")
-    if lo is not None and (v <= lo if lo_open else v < lo):
-        raise PolicyValidationError(
-            name, f"{rule}_range", f"'{key}' must be {'>' if lo_open else '≥'} {lo}, got {v!r}"
-        )
-    if hi is not None and v > hi:
-        raise PolicyValidationError(name, f"{rule}_range", f"'{key}' must be ≤ {hi}, got {v!r}")
-    return float(v)
-
-
-def _keys(name: str, body: Mapping[str, Any], allowed: set[str]) -> None:
-    unknown = sorted(set(body) - allowed)
-    if unknown:
-        raise PolicyValidationError(
-            name, "known_fields", f"unknown field '{unknown[0]}' (allowed: {', '.join(sorted(allowed))})"
-        )
-
-
-def _model_version(
-    name: str, model: Any, version: Any, versions_of: Callable[[str], set[int]] | None, what: str
-) -> None:
-    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
-        raise PolicyValidationError(
-            name, "model_version_integer", f"{what} must be a registry version ≥ 1, got {version!r}"
-        )
-    if versions_of is not None:
-        known = versions_of(model)
-        if version not in known:
-            raise PolicyValidationError(
-                name,
-                "model_version_registered",
-                f"{what} {model} version {version} is not in the registry (registered: {sorted(known) or 'none'})",
-            )
-
-
-def validate_policy(name: str, type_: str, body: Any, versions_of: Callable[[str], set[int]] | None = None) -> None:
-    """Raise PolicyValidationError naming the violated rule; return None when the policy is valid."""
-    if not isinstance(name, str) or not name or len(name) > 128:
-        raise PolicyValidationError(str(name), "name", "a policy needs a name of 1–128 characters")
-    if type_ not in POLICY_TYPES:
-        raise PolicyValidationError(
-            name, "known_type", f"type must be one of {', '.join(POLICY_TYPES)}, got {type_!r}"
-        )
-    if not isinstance(body, dict):
-        raise PolicyValidationError(name, "body_mapping", "the policy body must be a mapping")
-    if type_ == "ab_test":
-        _keys(name, body, {"model", "variants", "salt", "experiment"})
-        exp = body.get("experiment")
-        if exp is not None:
-            if not isinstance(exp, dict) or not isinstance(exp.get("id"), str):
-                raise PolicyValidationError(name, "experiment_shape", "'experiment' needs id and status")
-            if exp.get("status") not in EXPERIMENT_STATUSES:
-                raise PolicyValidationError(
-                    name, "experiment_status", f"experiment status must be one of {', '.join(EXPERIMENT_STATUSES)}"
-                )
-        model, variants = body.get("model"), body.get("variants")
-        if not isinstance(model, str) or not model:
-            raise PolicyValidationError(name, "model_present", "'model' names the registry model")
-        if not isinstance(variants, list) or not variants:
-            raise PolicyValidationError(name, "variants_present", "'variants' must be a non-empty list")
-        seen = set()
-        for i, v in enumerate(variants):
-            if not isinstance(v, dict) or not isinstance(v.get("name"), str):
-                raise PolicyValidationError(name, "variant_shape", f"variants[{i}] needs name, version, weight")
-            if v["name"] in seen:
-                raise PolicyValidationError(name, "variant_names_unique", f"variant '{v['name']}' appears twice")
-            seen.add(v["name"])
-            _num(name, "variant_weight", v, "weight", lo=0, hi=1)
-            _model_version(name, model, v.get("version"), versions_of, f"variants[{i}]")
-        total = math.fsum(v["weight"] for v in variants)
-        if abs(total - 1.0) > WEIGHT_TOLERANCE:
-            raise PolicyValidationError(name, "weights_sum_to_1", f"variant weights sum to {total!r}, not 1 (±1e-9)")
-    elif type_ == "canary":
-        _keys(
-            name,
-            body,
-            {
-                "model",
-                "champion_version",
-                "challenger_version",
-                "steps",
-                "interval_s",
-                "min_samples",
-                "error_ratio",
-                "alpha",
-                "max_log_loss_increase",
-                "min_labelled",
-                "progress_deadline_s",
-                "on_breach",
-                "state",
-            },
-        )
-        model = body.get("model")
-        if not isinstance(model, str) or not model:
-            raise PolicyValidationError(name, "model_present", "'model' names the registry model")
-        _model_version(name, model, body.get("champion_version"), versions_of, "champion_version")
-        _model_version(name, model, body.get("challenger_version"), versions_of, "challenger_version")
-        if body.get("champion_version") == body.get("challenger_version"):
-            raise PolicyValidationError(
-                name, "distinct_versions", "champion and challenger must be different versions"
-            )
-        steps = body.get("steps", [1, 10, 30, 50, 100])
-        if (
-            not isinstance(steps, list)
-            or not steps
-            or not all(isinstance(s, int | float) and not isinstance(s, bool) and 0 < s <= 100 for s in steps)
-        ):
-            raise PolicyValidationError(
-                name, "steps_percentages", f"steps are percentages in (0, 100], got {steps!r}"
-            )
-        if any(b <= a for a, b in zip(steps, steps[1:], strict=False)):
-            raise PolicyValidationError(name, "steps_increasing", f"steps must increase, got {steps!r}")
-        if steps[-1] != 100:
-            raise PolicyValidationError(name, "steps_end_at_100", f"the last step must be 100, got {steps[-1]!r}")
-        _num(name, "interval", body, "interval_s", lo=0, lo_open=True)
-        _num(name, "min_samples", body, "min_samples", lo=1, integer=True, required=False)
-        _num(name, "error_ratio", body, "error_ratio", lo=1, required=False)
-        _num(name, "alpha", body, "alpha", lo=0, hi=0.5, lo_open=True, required=False)
-        _num(name, "max_log_loss_increase", body, "max_log_loss_increase", lo=0, required=False)
-        _num(name, "min_labelled", body, "min_labelled", lo=1, integer=True, required=False)
-        _num(name, "progress_deadline", body, "progress_deadline_s", lo=0, lo_open=True, required=False)
-        rollout = body.get("state")
-        if rollout is not None:
-            if not isinstance(rollout, dict) or rollout.get("status") not in (
-                "running",
-                "promoted",
-                "rolled_back",
-                "paused",
-            ):
-                raise PolicyValidationError(
-                    name,
-                    "state_status",
-                    f"state.status must be running, promoted, rolled_back or paused, got {rollout!r}",
-                )
-            _num(name, "state_step", rollout, "step", lo=0, hi=len(steps) - 1, integer=True)
-            _num(name, "state_started", rollout, "started_at", lo=0)
-            _num(name, "state_step_started", rollout, "step_started_at", lo=0)
-        if body.get("on_breach", "rollback") not in ("rollback", "pause"):
-            raise PolicyValidationError(
-                name, "on_breach", f"on_breach is rollback or pause, got {body.get('on_breach')!r}"
-            )
-    elif type_ == "circuit_breaker":
-        _keys(name, body, {"error_rate", "window_s", "min_requests", "open_s", "half_open_probes"})
-        _num(name, "error_rate", body, "error_rate", lo=0, hi=1, lo_open=True)
-        _num(name, "window", body, "window_s", lo=0, lo_open=True)
-        _num(name, "min_requests", body, "min_requests", lo=1, integer=True)
-        _num(name, "open", body, "open_s", lo=0, lo_open=True)
-        _num(name, "half_open_probes", body, "half_open_probes", lo=1, integer=True)
-    elif type_ == "rate_limit":
-        _keys(name, body, {"default", "tenants"})
-        limits = {"default": body.get("default")} | {
-            f"tenants.{k}": v for k, v in (body.get("tenants") or {}).items()
-        }
-        for where, lim in limits.items():
-            if not isinstance(lim, dict):
-                raise PolicyValidationError(name, "limit_shape", f"'{where}' needs rps and burst")
-            _num(name, "rps", lim, "rps", lo=0, lo_open=True)
-            burst = _num(name, "burst", lim, "burst", lo=1)
-            if burst is not None and burst < 1:
-                raise PolicyValidationError(name, "burst_range", f"'{where}.burst' must be ≥ 1")
-    elif type_ == "feature_freeze":
-        from keel.features.definitions import FEATURE_NAMES
-
-        _keys(name, body, {"features"})
-        feats = body.get("features")
-        if not isinstance(feats, dict):
-            raise PolicyValidationError(name, "features_mapping", "'features' maps feature names to freeze settings")
-        for f, setting in feats.items():
-            if f not in FEATURE_NAMES:
-                raise PolicyValidationError(
-                    name, "known_feature", f"'{f}' is not a feature ({', '.join(FEATURE_NAMES)})"
-                )
-            if not isinstance(setting, dict) or not isinstance(setting.get("frozen"), bool):
-                raise PolicyValidationError(name, "freeze_shape", f"features.{f} needs frozen: true|false")
-            _num(name, "freeze_value", setting, "value", required=False)
-    elif type_ == "sla_tier":
-        _keys(name, body, {"tiers", "models"})
-        tiers = body.get("tiers")
-        if not isinstance(tiers, dict) or not tiers:
-            raise PolicyValidationError(name, "tiers_present", "'tiers' maps tier names to targets")
-        for t, target in tiers.items():
-            if not isinstance(target, dict):
-                raise PolicyValidationError(name, "tier_shape", f"tiers.{t} needs p99_ms, availability, timeout_ms")
-            _num(name, "p99", target, "p99_ms", lo=0, lo_open=True)
-            _num(name, "availability", target, "availability", lo=0, hi=1, lo_open=True)
-            _num(name, "timeout", target, "timeout_ms", lo=0, lo_open=True)
-        for model, t in (body.get("models") or {}).items():
-            if t not in tiers:
-                raise PolicyValidationError(name, "tier_known", f"models.{model} names unknown tier {t!r}")
 
 
 # -- the store --------------------------------------------------------------------------------------------------

@@ -1,8 +1,9 @@
 """The gateway's policy: routing split, circuit breaker, rate limits, priority lanes, retries, timeouts, SLA tiers.
 
-One object for now, read from a YAML file or built in code; the control-plane work moves it into the versioned policy
-store. Every field has a default a careful operator would pick; ``GatewayPolicy.from_dict`` names the field of a
-bad value.
+A base read from a YAML file (``gpu_runtime.serve --policy``) or built in code, with the committed policies of the
+store laid over it (``effective_policy``, each through its type's ``apply``). Every field has a default a careful
+operator would pick; ``GatewayPolicy.from_dict`` names the field of a bad value. Pure values: the gateway, the
+canary sensor and the CLI use the same code.
 """
 
 from __future__ import annotations
@@ -11,11 +12,8 @@ from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
-from keel.errors import KeelError
-
-
-class PolicyError(KeelError):
-    """A policy value is missing, of the wrong type or out of range."""
+from keel.policies.errors import PolicyError, PolicyValidationError
+from keel.policies.types import POLICY_TYPES, RETIRED_TYPES, validate_policy
 
 
 @dataclass(frozen=True)
@@ -189,7 +187,7 @@ def split_salt(policy_name: str, body: dict[str, Any]) -> str:
 def effective_policy(
     base: GatewayPolicy, policies: dict[str, Any], model: str | None, routed_versions: set[int], store_version: int
 ) -> tuple[GatewayPolicy, Split | None, list[str]]:
-    """The gateway's policy once the committed policies (keel.policy.Policy by name) are laid over ``base``, the
+    """The gateway's policy once the committed policies (keel.policies.store.Policy by name) are laid over ``base``, the
     model's split from its ab_test policy (weights by model version and the split's salt; None: the routing table's
     weights stand), and notes on what was not applied.
 
@@ -199,8 +197,6 @@ def effective_policy(
     since been retired) is valid but not applicable: it is not applied — the deployment's weights stand — and a note
     says why; the other policies still apply. With several splits of the model, the newest committed applicable one
     is in force (a new canary's split supersedes a finished one's); of the other types, the first by name."""
-    from keel.policy import PolicyValidationError, validate_policy
-
     raw = base.to_dict()
     split: Split | None = None
     notes: list[str] = []
@@ -208,6 +204,9 @@ def effective_policy(
     seen: set[str] = set()
     for name in sorted(policies):
         p = policies[name]
+        if p.type in RETIRED_TYPES:  # committed before the type was retired: nothing reads it
+            notes.append(f"policy '{p.name}' not applied: type {p.type} is retired ({RETIRED_TYPES[p.type]})")
+            continue
         try:
             validate_policy(p.name, p.type, p.body)
         except PolicyValidationError as exc:
@@ -215,16 +214,10 @@ def effective_policy(
         if p.type in seen and p.type != "ab_test":
             continue
         seen.add(p.type)
-        body = p.body
-        if p.type == "circuit_breaker":
-            raw["breaker"] = dict(body)
-        elif p.type == "rate_limit":
-            raw["default_rate_limit"] = dict(body["default"])
-            raw["tenant_rate_limits"] = {k: dict(v) for k, v in (body.get("tenants") or {}).items()}
-        elif p.type == "sla_tier":
-            raw["tiers"] = {k: dict(v) for k, v in body["tiers"].items()}
-            raw["model_tiers"] = dict(body.get("models") or {})
-        elif p.type == "ab_test" and body["model"] == model:
+        kind = POLICY_TYPES[p.type]
+        if kind.shapes_gateway:
+            kind.apply(raw, p.body)
+        elif p.type == "ab_test" and p.body["model"] == model:
             splits.append(p)
     for p in sorted(splits, key=lambda p: p.version, reverse=True):  # the newest applicable split is in force
         wanted = {int(v["version"]): float(v["weight"]) for v in p.body["variants"]}

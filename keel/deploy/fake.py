@@ -1,0 +1,57 @@
+"""``FakeDeployer`` — a named fake of the model runtime, for unit tests of rollout decisions (no Triton).
+
+It does what ``gpu_runtime.deploy.Deployer`` does to the state around Triton — checks each target's text against
+its sha256 (Triton's load refuses a tampered file the same way), keeps which versions are "loaded", writes the
+next routing table atomically where the gateway would read it — and nothing to a server. Rollback, canary and
+experiment decisions are tested against it in milliseconds; the real deployer is tested against a real Triton.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from keel.deploy.routing import DeployReport, RoutingTable, Target, Variant, next_table
+from keel.errors import KeelError
+from keel.storage import write_json_atomic
+
+
+class FakeDeployError(KeelError):
+    """A target whose text does not match its sha256: what a tampered model file makes Triton's load do."""
+
+
+class FakeDeployer:
+    """In-memory ``ModelDeployer`` (a fake): ``loaded`` is what would be in Triton, ``routing_path`` is real."""
+
+    def __init__(self, routing_path: str | Path, n_features: int):
+        self.routing_path = Path(routing_path)
+        self.n_features = n_features
+        self.loaded: dict[tuple[str, int], str] = {}  # (model, version) → sha256
+        self.deploys: list[RoutingTable] = []
+
+    def current(self) -> RoutingTable | None:
+        return RoutingTable.read(self.routing_path)
+
+    def deploy(
+        self,
+        model: str,
+        targets: list[Target],
+        *,
+        fallback: Target | None = None,
+        experiments: dict[str, tuple[Variant, ...]] | None = None,
+    ) -> DeployReport:
+        current = self.current()
+        table = next_table(current, model, self.n_features, targets, fallback=fallback, experiments=experiments)
+        for t in [*targets, *([fallback] if fallback else [])]:
+            if hashlib.sha256(t.model_text.encode()).hexdigest() != t.route.sha256:
+                raise FakeDeployError(f"{model} v{t.route.version}: the model text does not match its sha256")
+        serving_now = set(current.versions()) if current and current.model == model else set()
+        new = sorted(set(table.versions()) - serving_now)
+        retired = sorted(serving_now - set(table.versions()))
+        for t in [*targets, *([fallback] if fallback else [])]:
+            self.loaded[(model, t.route.version)] = t.route.sha256
+        for v in retired:
+            self.loaded.pop((model, v), None)
+        write_json_atomic(table.to_dict(), self.routing_path)
+        self.deploys.append(table)
+        return DeployReport(table.generation, tuple(new), tuple(retired), {v: 0.0 for v in new})

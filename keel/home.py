@@ -1,0 +1,126 @@
+"""The state layout under ``$KEEL_HOME``: every path keel reads or writes there comes from ``KeelHome``.
+
+::
+
+    $KEEL_HOME/
+      storage/<asset>/<partition>.parquet   assets' values (the Parquet IO manager; ``asset_file``), reports beside them
+      registry/                             model registry (text models + metadata)
+      ledger.sqlite                         release ledger (hash-chained)
+      policies.sqlite                       policy store (hash-chained)
+      keys/chain.key                        the chain checkpoints' HMAC key (0600), unless $KEEL_CHAIN_KEY
+      online/features.sqlite                online feature store
+      experiments/<id>/spec.yaml            experiments started with ``keel experiment start``
+      serving/                              the model runtime's (python -m gpu_runtime.serve)
+        model_repository/                   Triton's model repository
+        triton/                             Triton's work directory (log, pid, maintenance ``hold``)
+        routing.json                        what the gateway routes to
+        endpoints.json                      where the running runtime listens
+        exposures/exposures-YYYYMMDD.jsonl  the exposure log (keel.exposure_log)
+
+``KeelHome.from_env()`` reads ``$KEEL_HOME`` at call time (else ``.keel`` in the repository), so tests and
+commands that set it after import see their own home.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from keel.names import validate_name
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class KeelHome:
+    root: Path
+
+    @classmethod
+    def from_env(cls) -> KeelHome:
+        return cls(Path(os.environ.get("KEEL_HOME") or REPO_ROOT / ".keel").resolve())
+
+    @classmethod
+    def of(cls, root: str | Path | None) -> KeelHome:
+        """``root`` when given, else the environment's."""
+        return cls(Path(root).resolve()) if root else cls.from_env()
+
+    # -- the control plane ---------------------------------------------------------------------------------------
+    @property
+    def registry(self) -> Path:
+        return self.root / "registry"
+
+    @property
+    def ledger(self) -> Path:
+        return self.root / "ledger.sqlite"
+
+    @property
+    def policies(self) -> Path:
+        return self.root / "policies.sqlite"
+
+    @property
+    def online_store(self) -> Path:
+        return self.root / "online" / "features.sqlite"
+
+    @property
+    def experiments(self) -> Path:
+        return self.root / "experiments"
+
+    def experiment(self, exp_id: str) -> Path:
+        return self.experiments / validate_name(exp_id, what="experiment id")
+
+    # -- asset storage -------------------------------------------------------------------------------------------
+    @property
+    def storage(self) -> Path:
+        return self.root / "storage"
+
+    def asset_dir(self, asset: str) -> Path:
+        return self.storage / validate_name(asset, what="asset name")
+
+    def asset_file(self, asset: str, partition: str | None = None) -> Path:
+        return asset_file(self.storage, [asset], partition)
+
+    @property
+    def impact_predictor(self) -> Path:
+        return self.asset_dir("impact_predictor") / "predictor.json"
+
+    # -- the model runtime ---------------------------------------------------------------------------------------
+    @property
+    def serving(self) -> ServingDir:
+        return ServingDir(self.root / "serving")
+
+
+def asset_file(storage: Path, key_path: list[str], partition: str | None = None) -> Path:
+    """Where the Parquet IO manager keeps an asset's value: ``<storage>/<key…>.parquet``, or for a partitioned asset
+    ``<storage>/<key…>/<partition>.parquet``. Every part is validated (names become paths)."""
+    parts = [validate_name(p, what="asset key part") for p in key_path]
+    if partition is None:
+        return Path(storage).joinpath(*parts[:-1], f"{parts[-1]}.parquet")
+    return Path(storage).joinpath(*parts, f"{validate_name(partition, what='partition key')}.parquet")
+
+
+@dataclass(frozen=True)
+class ServingDir:
+    """The model runtime's directory (``$KEEL_HOME/serving`` unless a resource names another)."""
+
+    root: Path
+
+    @property
+    def model_repository(self) -> Path:
+        return self.root / "model_repository"
+
+    @property
+    def triton_dir(self) -> Path:
+        return self.root / "triton"
+
+    @property
+    def routing(self) -> Path:
+        return self.root / "routing.json"
+
+    @property
+    def endpoints(self) -> Path:
+        return self.root / "endpoints.json"
+
+    @property
+    def exposures(self) -> Path:
+        return self.root / "exposures"

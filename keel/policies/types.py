@@ -1,0 +1,302 @@
+"""The policy types: one class each, its schema checked in one place, registered in ``POLICY_TYPES``.
+
+A type validates a body (every error names the violated rule: ``PolicyValidationError.rule``) and, when it shapes
+the gateway, lays itself over the gateway's policy (``apply``; keel/policies/gateway.py). The store validates each
+commit with it, every gateway validates again what it reads (a gateway trusts no writer), and the CLI's
+``keel policy validate`` runs the same code. Adding a type is one class here and its line in ``POLICY_TYPES``
+(docs/policy.md shows one).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar
+
+from keel.policies.errors import PolicyValidationError
+
+VersionsOf = Callable[[str], set[int]]
+WEIGHT_TOLERANCE = 1e-9
+EXPERIMENT_STATUSES = ("running", "paused", "stopped", "rolled_back")
+
+
+def number(
+    name: str,
+    rule: str,
+    body: Mapping[str, Any],
+    key: str,
+    *,
+    lo: float | None = None,
+    hi: float | None = None,
+    lo_open: bool = False,
+    integer: bool = False,
+    required: bool = True,
+) -> float | None:
+    if key not in body:
+        if required:
+            raise PolicyValidationError(name, f"{rule}_present", f"'{key}' is required")
+        return None
+    v = body[key]
+    if isinstance(v, bool) or not isinstance(v, int | float) or (isinstance(v, float) and not math.isfinite(v)):
+        raise PolicyValidationError(name, f"{rule}_number", f"'{key}' must be a finite number, got {v!r}")
+    if integer and int(v) != v:
+        raise PolicyValidationError(name, f"{rule}_integer", f"'{key}' must be a whole number, got {v!r}")
+    if lo is not None and (v <= lo if lo_open else v < lo):
+        raise PolicyValidationError(
+            name, f"{rule}_range", f"'{key}' must be {'>' if lo_open else '≥'} {lo}, got {v!r}"
+        )
+    if hi is not None and v > hi:
+        raise PolicyValidationError(name, f"{rule}_range", f"'{key}' must be ≤ {hi}, got {v!r}")
+    return float(v)
+
+
+def known_keys(name: str, body: Mapping[str, Any], allowed: set[str]) -> None:
+    unknown = sorted(set(body) - allowed)
+    if unknown:
+        raise PolicyValidationError(
+            name, "known_fields", f"unknown field '{unknown[0]}' (allowed: {', '.join(sorted(allowed))})"
+        )
+
+
+def registry_version(
+    name: str, model: Any, version: Any, versions_of: Callable[[str], set[int]] | None, what: str
+) -> None:
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise PolicyValidationError(
+            name, "model_version_integer", f"{what} must be a registry version ≥ 1, got {version!r}"
+        )
+    if versions_of is not None:
+        known = versions_of(model)
+        if version not in known:
+            raise PolicyValidationError(
+                name,
+                "model_version_registered",
+                f"{what} {model} version {version} is not in the registry (registered: {sorted(known) or 'none'})",
+            )
+
+
+class PolicyType:
+    """A policy type: ``validate`` raises PolicyValidationError or returns None; ``apply`` lays a valid body over
+    the gateway policy's fields (a dict of ``GatewayPolicy.to_dict()``), for the types that shape the gateway."""
+
+    type: ClassVar[str]
+    shapes_gateway: ClassVar[bool] = False
+
+    @classmethod
+    def validate(cls, name: str, body: dict[str, Any], versions_of: VersionsOf | None = None) -> None:
+        raise NotImplementedError
+
+    @classmethod
+    def apply(cls, gateway: dict[str, Any], body: dict[str, Any]) -> None:
+        """Only types with ``shapes_gateway`` are applied."""
+
+
+class AbTest(PolicyType):
+    """A traffic split: variants (registry versions) with weights summing to 1, an optional experiment."""
+
+    type = "ab_test"
+
+    @classmethod
+    def validate(cls, name: str, body: dict[str, Any], versions_of: VersionsOf | None = None) -> None:
+        known_keys(name, body, {"model", "variants", "salt", "experiment"})
+        exp = body.get("experiment")
+        if exp is not None:
+            if not isinstance(exp, dict) or not isinstance(exp.get("id"), str):
+                raise PolicyValidationError(name, "experiment_shape", "'experiment' needs id and status")
+            if exp.get("status") not in EXPERIMENT_STATUSES:
+                raise PolicyValidationError(
+                    name, "experiment_status", f"experiment status must be one of {', '.join(EXPERIMENT_STATUSES)}"
+                )
+        model, variants = body.get("model"), body.get("variants")
+        if not isinstance(model, str) or not model:
+            raise PolicyValidationError(name, "model_present", "'model' names the registry model")
+        if not isinstance(variants, list) or not variants:
+            raise PolicyValidationError(name, "variants_present", "'variants' must be a non-empty list")
+        seen = set()
+        for i, v in enumerate(variants):
+            if not isinstance(v, dict) or not isinstance(v.get("name"), str):
+                raise PolicyValidationError(name, "variant_shape", f"variants[{i}] needs name, version, weight")
+            if v["name"] in seen:
+                raise PolicyValidationError(name, "variant_names_unique", f"variant '{v['name']}' appears twice")
+            seen.add(v["name"])
+            number(name, "variant_weight", v, "weight", lo=0, hi=1)
+            registry_version(name, model, v.get("version"), versions_of, f"variants[{i}]")
+        total = math.fsum(v["weight"] for v in variants)
+        if abs(total - 1.0) > WEIGHT_TOLERANCE:
+            raise PolicyValidationError(name, "weights_sum_to_1", f"variant weights sum to {total!r}, not 1 (±1e-9)")
+
+
+class Canary(PolicyType):
+    """A progressive rollout of a challenger: steps, interval, thresholds, and its state (keel/canary.py)."""
+
+    type = "canary"
+
+    @classmethod
+    def validate(cls, name: str, body: dict[str, Any], versions_of: VersionsOf | None = None) -> None:
+        known_keys(
+            name,
+            body,
+            {
+                "model",
+                "champion_version",
+                "challenger_version",
+                "steps",
+                "interval_s",
+                "min_samples",
+                "error_ratio",
+                "alpha",
+                "max_log_loss_increase",
+                "min_labelled",
+                "progress_deadline_s",
+                "on_breach",
+                "state",
+            },
+        )
+        model = body.get("model")
+        if not isinstance(model, str) or not model:
+            raise PolicyValidationError(name, "model_present", "'model' names the registry model")
+        registry_version(name, model, body.get("champion_version"), versions_of, "champion_version")
+        registry_version(name, model, body.get("challenger_version"), versions_of, "challenger_version")
+        if body.get("champion_version") == body.get("challenger_version"):
+            raise PolicyValidationError(
+                name, "distinct_versions", "champion and challenger must be different versions"
+            )
+        steps = body.get("steps", [1, 10, 30, 50, 100])
+        if (
+            not isinstance(steps, list)
+            or not steps
+            or not all(isinstance(s, int | float) and not isinstance(s, bool) and 0 < s <= 100 for s in steps)
+        ):
+            raise PolicyValidationError(
+                name, "steps_percentages", f"steps are percentages in (0, 100], got {steps!r}"
+            )
+        if any(b <= a for a, b in zip(steps, steps[1:], strict=False)):
+            raise PolicyValidationError(name, "steps_increasing", f"steps must increase, got {steps!r}")
+        if steps[-1] != 100:
+            raise PolicyValidationError(name, "steps_end_at_100", f"the last step must be 100, got {steps[-1]!r}")
+        number(name, "interval", body, "interval_s", lo=0, lo_open=True)
+        number(name, "min_samples", body, "min_samples", lo=1, integer=True, required=False)
+        number(name, "error_ratio", body, "error_ratio", lo=1, required=False)
+        number(name, "alpha", body, "alpha", lo=0, hi=0.5, lo_open=True, required=False)
+        number(name, "max_log_loss_increase", body, "max_log_loss_increase", lo=0, required=False)
+        number(name, "min_labelled", body, "min_labelled", lo=1, integer=True, required=False)
+        number(name, "progress_deadline", body, "progress_deadline_s", lo=0, lo_open=True, required=False)
+        rollout = body.get("state")
+        if rollout is not None:
+            if not isinstance(rollout, dict) or rollout.get("status") not in (
+                "running",
+                "promoted",
+                "rolled_back",
+                "paused",
+            ):
+                raise PolicyValidationError(
+                    name,
+                    "state_status",
+                    f"state.status must be running, promoted, rolled_back or paused, got {rollout!r}",
+                )
+            number(name, "state_step", rollout, "step", lo=0, hi=len(steps) - 1, integer=True)
+            number(name, "state_started", rollout, "started_at", lo=0)
+            number(name, "state_step_started", rollout, "step_started_at", lo=0)
+        if body.get("on_breach", "rollback") not in ("rollback", "pause"):
+            raise PolicyValidationError(
+                name, "on_breach", f"on_breach is rollback or pause, got {body.get('on_breach')!r}"
+            )
+
+
+class CircuitBreaker(PolicyType):
+    """When a model version's breaker opens and for how long (the gateway's ``breaker``)."""
+
+    type = "circuit_breaker"
+    shapes_gateway = True
+
+    @classmethod
+    def apply(cls, gateway: dict[str, Any], body: dict[str, Any]) -> None:
+        gateway["breaker"] = dict(body)
+
+    @classmethod
+    def validate(cls, name: str, body: dict[str, Any], versions_of: VersionsOf | None = None) -> None:
+        known_keys(name, body, {"error_rate", "window_s", "min_requests", "open_s", "half_open_probes"})
+        number(name, "error_rate", body, "error_rate", lo=0, hi=1, lo_open=True)
+        number(name, "window", body, "window_s", lo=0, lo_open=True)
+        number(name, "min_requests", body, "min_requests", lo=1, integer=True)
+        number(name, "open", body, "open_s", lo=0, lo_open=True)
+        number(name, "half_open_probes", body, "half_open_probes", lo=1, integer=True)
+
+
+class RateLimitType(PolicyType):
+    """Requests per second and burst: the default for every tenant, and per named tenant."""
+
+    type = "rate_limit"
+    shapes_gateway = True
+
+    @classmethod
+    def apply(cls, gateway: dict[str, Any], body: dict[str, Any]) -> None:
+        gateway["default_rate_limit"] = dict(body["default"])
+        gateway["tenant_rate_limits"] = {k: dict(v) for k, v in (body.get("tenants") or {}).items()}
+
+    @classmethod
+    def validate(cls, name: str, body: dict[str, Any], versions_of: VersionsOf | None = None) -> None:
+        known_keys(name, body, {"default", "tenants"})
+        limits = {"default": body.get("default")} | {
+            f"tenants.{k}": v for k, v in (body.get("tenants") or {}).items()
+        }
+        for where, lim in limits.items():
+            if not isinstance(lim, dict):
+                raise PolicyValidationError(name, "limit_shape", f"'{where}' needs rps and burst")
+            number(name, "rps", lim, "rps", lo=0, lo_open=True)
+            burst = number(name, "burst", lim, "burst", lo=1)
+            if burst is not None and burst < 1:
+                raise PolicyValidationError(name, "burst_range", f"'{where}.burst' must be ≥ 1")
+
+
+class SlaTierType(PolicyType):
+    """Latency, availability and timeout targets by tier, and which tier each model is in."""
+
+    type = "sla_tier"
+    shapes_gateway = True
+
+    @classmethod
+    def apply(cls, gateway: dict[str, Any], body: dict[str, Any]) -> None:
+        gateway["tiers"] = {k: dict(v) for k, v in body["tiers"].items()}
+        gateway["model_tiers"] = dict(body.get("models") or {})
+
+    @classmethod
+    def validate(cls, name: str, body: dict[str, Any], versions_of: VersionsOf | None = None) -> None:
+        known_keys(name, body, {"tiers", "models"})
+        tiers = body.get("tiers")
+        if not isinstance(tiers, dict) or not tiers:
+            raise PolicyValidationError(name, "tiers_present", "'tiers' maps tier names to targets")
+        for t, target in tiers.items():
+            if not isinstance(target, dict):
+                raise PolicyValidationError(name, "tier_shape", f"tiers.{t} needs p99_ms, availability, timeout_ms")
+            number(name, "p99", target, "p99_ms", lo=0, lo_open=True)
+            number(name, "availability", target, "availability", lo=0, hi=1, lo_open=True)
+            number(name, "timeout", target, "timeout_ms", lo=0, lo_open=True)
+        for model, t in (body.get("models") or {}).items():
+            if t not in tiers:
+                raise PolicyValidationError(name, "tier_known", f"models.{model} names unknown tier {t!r}")
+
+
+# Types that existed once: the store refuses new commits of them, gateways skip committed ones with a note.
+RETIRED_TYPES = {
+    "feature_freeze": "freezes are the drift sensor's, in the online store (docs/drift.md); nothing read this type",
+}
+
+POLICY_TYPES: dict[str, type[PolicyType]] = {
+    t.type: t for t in (AbTest, Canary, CircuitBreaker, RateLimitType, SlaTierType)
+}
+
+
+def validate_policy(name: str, type_: str, body: Any, versions_of: VersionsOf | None = None) -> None:
+    """Raise PolicyValidationError naming the violated rule; return None when the policy is valid."""
+    if not isinstance(name, str) or not name or len(name) > 128:
+        raise PolicyValidationError(str(name), "name", "a policy needs a name of 1–128 characters")
+    if type_ in RETIRED_TYPES:
+        raise PolicyValidationError(name, "known_type", f"type {type_} is retired: {RETIRED_TYPES[type_]}")
+    if type_ not in POLICY_TYPES:
+        raise PolicyValidationError(
+            name, "known_type", f"type must be one of {', '.join(POLICY_TYPES)}, got {type_!r}"
+        )
+    if not isinstance(body, dict):
+        raise PolicyValidationError(name, "body_mapping", "the policy body must be a mapping")
+    POLICY_TYPES[type_].validate(name, body, versions_of)

@@ -1,0 +1,70 @@
+"""The layering rules of the repository, read from the imports themselves (so they keep holding).
+
+- ``keel/`` (the library) imports none of ``gpu_runtime/``, ``resources/``, ``assets/``, ``sensors/``,
+  ``definitions``: the runtime is reached through the ``keel.runtimes`` entry points (keel/deploy/runtime.py);
+- ``gpu_runtime/`` (the model runtime) imports none of ``assets/``, ``sensors/``, ``resources/``, ``definitions``.
+
+Every import counts: module level, inside functions, ``if TYPE_CHECKING`` blocks, and ``importlib.import_module``
+with a literal name.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+RULES = {
+    "keel": {"gpu_runtime", "resources", "assets", "sensors", "definitions"},
+    "gpu_runtime": {"assets", "sensors", "resources", "definitions"},
+}
+
+
+def imported_modules(path: Path) -> list[tuple[int, str]]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.append((node.lineno, node.module))
+        elif (
+            isinstance(node, ast.Call)
+            and getattr(node.func, "attr", getattr(node.func, "id", None)) in ("import_module", "__import__")
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+        ):
+            found.append((node.lineno, node.args[0].value))
+    return found
+
+
+def violations(package: str) -> list[str]:
+    banned = RULES[package]
+    out = []
+    for path in sorted((REPO / package).rglob("*.py")):
+        for line, module in imported_modules(path):
+            if module.split(".")[0] in banned:
+                out.append(f"{path.relative_to(REPO)}:{line} imports {module}")
+    return out
+
+
+@pytest.mark.parametrize("package", sorted(RULES))
+def test_layers_import_only_downwards(package):
+    assert violations(package) == []
+
+
+def test_the_rule_reader_sees_every_kind_of_import(tmp_path):
+    """The reader itself: a banned import in each form is found (so an empty list above means something)."""
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        "import gpu_runtime.triton\n"
+        "from resources.triton import TritonResource\n"
+        "def f():\n    from assets import deployment\n"
+        "import importlib\nimportlib.import_module('sensors.canary')\n"
+        "from . import sibling\n"
+    )
+    got = sorted(m for _, m in imported_modules(sample))
+    assert got == ["assets", "gpu_runtime.triton", "importlib", "resources.triton", "sensors.canary"]

@@ -1,0 +1,68 @@
+"""Rollback as a decision over the ledger and the registry, against ``FakeDeployer`` (a named fake of the model
+runtime: no Triton). The same function against the real Triton is tests/serving/test_deployment_asset.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from keel.deploy.fake import FakeDeployer
+from keel.deploy.routing import Route, RoutingTable, Target
+from keel.ledger import Ledger
+from keel.registry import ModelRegistry, RegistryError
+from keel.rollback import RollbackError, rollback
+
+MODEL = "flight-delay"
+
+
+def manifest(sha: str) -> dict:
+    return {"model": {"parts": {"sha256": sha}}}
+
+
+@pytest.fixture
+def released(tmp_path):
+    """Two releases in the ledger (model one, then model two live) and the fake runtime serving model two."""
+    registry, ledger = ModelRegistry(tmp_path / "registry"), Ledger(tmp_path / "ledger.sqlite")
+    one = registry.register(MODEL, "model one", {}).sha256
+    two = registry.register(MODEL, "model two", {}).sha256
+    ledger.append("rel-1", manifest(one))
+    ledger.append("rel-2", manifest(two))
+    registry.promote(MODEL, two, "test")
+    deployer = FakeDeployer(tmp_path / "serving" / "routing.json", n_features=3)
+
+    deployer.deploy(MODEL, [Target(Route("champion", registry.version(MODEL, two), two, 1.0, "rel-2"), "model two")])
+    yield registry, ledger, deployer, one, two
+    registry.close()
+    ledger.close()
+
+
+def test_rollback_serves_the_previous_release_with_the_replaced_one_as_fallback(released):
+    registry, ledger, deployer, one, two = released
+    result = rollback(registry, ledger, deployer, MODEL, "challenger looks wrong")
+    table = RoutingTable.read(deployer.routing_path)
+    assert [(r.name, r.sha256, r.release_id) for r in table.routes] == [("champion", one, "rel-1")]
+    assert table.fallback.sha256 == two and table.generation == 2
+    assert deployer.loaded == {(MODEL, 1): one, (MODEL, 2): two}
+    assert registry.alias(MODEL, "champion") == one
+    log = ledger.log()
+    assert [e.release_id for e in log] == ["rel-1", "rel-2", "rel-1"] and log[-1].reverts == log[0].seq
+    assert result.replaced.release_id == "rel-2" and result.restored.seq == 3
+    assert ledger.verify().ok
+
+
+def test_a_tampered_model_stops_the_rollback_before_anything_changes(released):
+    registry, ledger, deployer, one, _ = released
+    registry.path_of(one).write_text("model one, edited")
+    with pytest.raises(RegistryError, match="corrupt or was modified"):
+        rollback(registry, ledger, deployer, MODEL, "undo")
+    assert RoutingTable.read(deployer.routing_path).generation == 1 and len(ledger.log()) == 2
+
+
+def test_nothing_to_roll_back_to_is_a_clear_error(tmp_path):
+    registry, ledger = ModelRegistry(tmp_path / "registry"), Ledger(tmp_path / "ledger.sqlite")
+    deployer = FakeDeployer(tmp_path / "routing.json", n_features=3)
+    with pytest.raises(RollbackError, match="ledger is empty"):
+        rollback(registry, ledger, deployer, MODEL, "undo")
+    only = registry.register(MODEL, "model one", {}).sha256
+    ledger.append("rel-1", manifest(only))
+    with pytest.raises(RollbackError, match="only release"):
+        rollback(registry, ledger, deployer, MODEL, "undo")
