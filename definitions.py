@@ -15,15 +15,7 @@ from assets.models import model_assets
 from assets.raw import raw_assets
 from assets.streaming import streaming_assets
 from assets.validated import build_validated_assets
-from resources import (
-    FlinkResource,
-    LedgerResource,
-    ModelRegistryResource,
-    OnlineStoreResource,
-    ParquetIOManager,
-    PolicyStoreResource,
-    TritonResource,
-)
+from resources import keel_resources
 from sensors.canary import canary_sensor
 from sensors.drift import drift_sensor
 from sensors.guardrails import guardrail_sensor
@@ -51,13 +43,5 @@ defs = dg.Definitions(
     ],
     jobs=[pipeline_job, rollback_job],
     sensors=[drift_sensor, canary_sensor, guardrail_sensor],
-    resources={
-        "io_manager": ParquetIOManager(),
-        "online_store": OnlineStoreResource(),
-        "registry": ModelRegistryResource(),
-        "ledger": LedgerResource(),
-        "triton": TritonResource(),
-        "policies": PolicyStoreResource(),
-        "flink": FlinkResource(),
-    },
+    resources=keel_resources(dg.EnvVar("KEEL_HOME")),  # scripts/env.sh sets it (default: .keel in the repository)
 )

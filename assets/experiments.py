@@ -25,8 +25,8 @@ from keel.experiments.impact import (
 from keel.experiments.lake import WIDE_COLUMNS, wide_rows
 from keel.experiments.simulator import flight_units
 from keel.exposures import read_exposure_scan, realized_labels
-from keel.home import KeelHome
 from keel.storage import write_json_atomic
+from resources.home import KeelHomeResource
 from resources.policy import PolicyStoreResource
 
 EXPERIMENTS_GROUP = "experiments"
@@ -49,8 +49,8 @@ CAUSAL_SPEC = Path(__file__).resolve().parent / "causal" / "low_visibility.yaml"
     description="The gateway's exposure log of one UTC day (one row per answered request: unit, variant, routed and "
     "answering model version, score, latency, flight key) as Parquet.",
 )
-def experiment_exposures(context: dg.AssetExecutionContext) -> pl.DataFrame:
-    frame, scan = read_exposure_scan(KeelHome.from_env().serving.exposures, day=context.partition_key)
+def experiment_exposures(context: dg.AssetExecutionContext, keel_home: KeelHomeResource) -> pl.DataFrame:
+    frame, scan = read_exposure_scan(keel_home.layout().serving.exposures, day=context.partition_key)
     if scan.skipped:
         context.log.warning(
             f"{scan.skipped} exposure-log lines were not whole records and were skipped: {scan.examples}"
@@ -79,15 +79,16 @@ def experiment_exposures(context: dg.AssetExecutionContext) -> pl.DataFrame:
     "storage/experiment_wide_table/*.parquet').",
 )
 def experiment_wide_table(
-    context: dg.AssetExecutionContext, exposures: pl.DataFrame, policies: PolicyStoreResource
+    context: dg.AssetExecutionContext,
+    exposures: pl.DataFrame,
+    policies: PolicyStoreResource,
+    keel_home: KeelHomeResource,
 ) -> pl.DataFrame:
-    home = KeelHome.from_env().root
-    store = policies.open()
-    try:
+    layout = keel_home.layout()
+    home = layout.root
+    with policies.open() as store:
         known = experiments(store)
-    finally:
-        store.close()
-    labels = realized_labels(exposures["flight_key"], KeelHome(home).storage)
+    labels = realized_labels(exposures["flight_key"], layout.storage)
     frames = []
     for exp_id, meta in sorted(known.items()):
         spec = stored_spec(home, exp_id)
@@ -127,15 +128,15 @@ def experiment_wide_table(
     "interval (Welch / Newcombe / delta method, CUPED), Benjamini–Hochberg, guardrails on the sequential test, the "
     "root-cause drill-down. Reports also go to $KEEL_HOME/storage/experiment_analysis/<id>.json.",
 )
-def experiment_analysis(context: dg.AssetExecutionContext, policies: PolicyStoreResource):
-    home = KeelHome.from_env().root
-    files = sorted(KeelHome(home).asset_dir("experiment_wide_table").glob("*.parquet"))
-    store = policies.open()
-    try:
+def experiment_analysis(
+    context: dg.AssetExecutionContext, policies: PolicyStoreResource, keel_home: KeelHomeResource
+):
+    layout = keel_home.layout()
+    home = layout.root
+    files = sorted(layout.asset_dir("experiment_wide_table").glob("*.parquet"))
+    with policies.open() as store:
         known = experiments(store)
         decisions = {exp_id: guardrail_decision(store, exp_id, meta) for exp_id, meta in known.items()}
-    finally:
-        store.close()
     wide = pl.concat([pl.read_parquet(f) for f in files], how="vertical_relaxed") if files else None
     reports, breached, flagged = {}, [], []
     for exp_id, meta in sorted(known.items()):
@@ -157,7 +158,7 @@ def experiment_analysis(context: dg.AssetExecutionContext, policies: PolicyStore
         report = with_decision(report, decision) | {"status": meta["status"]}
         report["impact"] = realized_vs_predicted(_recorded_prediction(home, exp_id), report)
         reports[exp_id] = report
-        write_json_atomic(report, KeelHome(home).asset_dir("experiment_analysis") / f"{exp_id}.json")
+        write_json_atomic(report, layout.asset_dir("experiment_analysis") / f"{exp_id}.json")
         breached += _breaches(exp_id, report, meta["status"])
         if report["srm"]["flagged"]:
             flagged.append(f"{exp_id}: {report['withheld_because'][0]}")
@@ -197,11 +198,11 @@ def experiment_analysis(context: dg.AssetExecutionContext, policies: PolicyStore
     "carrier? Backdoor identification, linear regression and propensity weighting, three refuters, the assumptions.",
 )
 def low_visibility_effect(
-    context: dg.AssetExecutionContext, flights: pl.DataFrame, weather: pl.DataFrame
+    context: dg.AssetExecutionContext, flights: pl.DataFrame, weather: pl.DataFrame, keel_home: KeelHomeResource
 ) -> dg.MaterializeResult:
     spec = load_causal_spec(CAUSAL_SPEC)
     report = run_causal(spec, low_visibility_frame(flights, weather), where="validated_flights × validated_weather")
-    write_json_atomic(report, KeelHome.from_env().asset_dir("causal") / f"{spec.id}.json")
+    write_json_atomic(report, keel_home.layout().asset_dir("causal") / f"{spec.id}.json")
     lines = [
         f"| {e['method']} | {e['value']:.2f} min | [{e['ci'][0]:.2f}, {e['ci'][1]:.2f}] |"
         for e in report["estimates"]
@@ -237,15 +238,17 @@ def low_visibility_effect(
     "experiment_analysis compares prediction and realized lift. Running experiments that started before it "
     "existed get a prediction now, marked as made after the start.",
 )
-def impact_predictor(context: dg.AssetExecutionContext, flights: pl.DataFrame, policies: PolicyStoreResource):
-    home = KeelHome.from_env().root
+def impact_predictor(
+    context: dg.AssetExecutionContext,
+    flights: pl.DataFrame,
+    policies: PolicyStoreResource,
+    keel_home: KeelHomeResource,
+):
+    home = keel_home.layout().root
     predictor, check = train_predictor(flight_units(flights))
     predictor.save(predictor_path(home), check=check)
-    store = policies.open()
-    try:
+    with policies.open() as store:
         known = experiments(store)
-    finally:
-        store.close()
     late = []
     for exp_id, meta in sorted(known.items()):
         if meta["status"] != RUNNING or prediction_path(home, exp_id).exists():

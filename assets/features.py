@@ -162,8 +162,7 @@ def online_features(
     offline: pl.DataFrame,
 ):
     as_of = _month_end(context.partition_key)
-    store = online_store.open()
-    try:
+    with online_store.open() as store:
         views = build_views(weather, planes, history, as_of=as_of)
         store.write_snapshot(views, as_of=as_of, partition=context.partition_key)
         yield dg.MaterializeResult(
@@ -226,8 +225,6 @@ def online_features(
                 "problems": dg.MetadataValue.json(health.problems),
             },
         )
-    finally:
-        store.close()
 
 
 feature_assets = [flight_features, online_features]

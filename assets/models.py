@@ -77,8 +77,7 @@ def build_model_assets(
         context: dg.AssetExecutionContext, registry: ModelRegistryResource, features: pl.DataFrame
     ) -> dg.Output[pl.DataFrame]:
         model = train_model(features, config)
-        reg = registry.open()
-        try:
+        with registry.open() as reg:
             reg.register(
                 MODEL_NAME,
                 model.text,
@@ -99,8 +98,6 @@ def build_model_assets(
                 },
             )
             reg.set_alias(MODEL_NAME, "challenger", model.sha256, f"trained in run {_run_id(context)}")
-        finally:
-            reg.close()
         record = pl.DataFrame(
             {"model": [MODEL_NAME], "sha256": [model.sha256], "best_iteration": [model.best_iteration]}
         )
@@ -136,8 +133,7 @@ def build_model_assets(
     ):
         sha = model["sha256"][0]
         holdout = month_of(holdout, HOLDOUT_MONTH)
-        reg = registry.open()
-        try:
+        with registry.open() as reg:
             candidate = evaluate(reg.load(sha), holdout)
             champion_sha = reg.alias(MODEL_NAME, "champion")
             champion = (
@@ -145,11 +141,8 @@ def build_model_assets(
                 if champion_sha and champion_sha != sha
                 else None
             )
-        finally:
-            reg.close()
         decision = quality_gate(candidate.as_metrics(), champion, GATE)
-        reg = registry.open()
-        try:
+        with registry.open() as reg:
             reg.annotate(
                 MODEL_NAME,
                 sha,
@@ -159,8 +152,6 @@ def build_model_assets(
                     "gate": {"passed": decision.passed, "reasons": list(decision.reasons)},
                 },
             )
-        finally:
-            reg.close()
         table = pl.DataFrame(
             {
                 "model": [MODEL_NAME],
@@ -218,11 +209,8 @@ def build_model_assets(
         evaluation: pl.DataFrame,
     ) -> dg.MaterializeResult:
         sha = evaluation["sha256"][0]
-        reg = registry.open()
-        try:
+        with registry.open() as reg:
             reg.promote(MODEL_NAME, sha, f"quality gate passed in run {_run_id(context)}")
-        finally:
-            reg.close()
         manifest = release_manifest(
             data={
                 "flight_features": _data_versions(context, [*config.train_months, config.valid_month]),

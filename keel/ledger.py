@@ -17,7 +17,7 @@ from typing import Any
 
 from keel.chain import GENESIS, Checkpoints, Link, link_hash, verify_chain
 from keel.errors import KeelError
-from keel.storage import connect_durable
+from keel.storage import Closing, connect_durable
 
 
 class LedgerError(KeelError):
@@ -53,7 +53,7 @@ def entry_hash(
     return link_hash(prev_hash, [seq, release_id, live_from, manifest_json, reverts])
 
 
-class Ledger:
+class Ledger(Closing):
     def __init__(self, path: str | Path, *, key: bytes | None = None):
         self.path = Path(path)
         self._db = connect_durable(self.path)

@@ -18,7 +18,7 @@ from typing import Any
 
 from keel.errors import KeelError
 from keel.names import validate_name
-from keel.storage import _atomic, connect_durable
+from keel.storage import Closing, _atomic, connect_durable
 
 ALIASES = ("champion", "challenger", "archived")
 
@@ -35,7 +35,7 @@ class RegisteredModel:
     registered_at: datetime
 
 
-class ModelRegistry:
+class ModelRegistry(Closing):
     def __init__(self, root: str | Path):
         self.root = Path(root)
         (self.root / "models").mkdir(parents=True, exist_ok=True)

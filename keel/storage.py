@@ -25,6 +25,19 @@ def keel_home() -> Path:
     return KeelHome.from_env().root
 
 
+class Closing:
+    """``with store:`` closes it at the end of the block (the stores: registry, ledger, policies, online)."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 def connect_durable(path: str | Path, *, busy_timeout_s: float = 30.0) -> sqlite3.Connection:
     """A SQLite connection for the control-plane logs (registry, ledger, policies): autocommit (callers open their
     own BEGIN IMMEDIATE), WAL so readers never block the writer, synchronous=FULL so a commit that returned survives

@@ -12,6 +12,7 @@ from keel.ledger import Ledger
 
 class LedgerResource(dg.ConfigurableResource):
     path: str | None = None
+    home: str | None = None  # KEEL_HOME (definitions.py: the KEEL_HOME environment variable); None: read when used
 
     def open(self) -> Ledger:
-        return Ledger(Path(self.path) if self.path else KeelHome.from_env().ledger)
+        return Ledger(Path(self.path) if self.path else KeelHome.of(self.home).ledger)

@@ -19,10 +19,11 @@ from keel.storage import write_parquet_atomic
 class ParquetIOManager(dg.ConfigurableIOManager):
     """Stores polars DataFrames as Parquet files (zstd), atomically (temp file + fsync + rename)."""
 
-    base_dir: str | None = None  # default: $KEEL_HOME/storage
+    base_dir: str | None = None  # default: <home>/storage
+    home: str | None = None  # KEEL_HOME (definitions.py: the KEEL_HOME environment variable); None: read when used
 
     def _root(self) -> Path:
-        return Path(self.base_dir).resolve() if self.base_dir else KeelHome.from_env().storage
+        return Path(self.base_dir).resolve() if self.base_dir else KeelHome.of(self.home).storage
 
     def path_for(self, key: dg.AssetKey, partition: str | None) -> Path:
         return asset_file(self._root(), list(key.path), partition)

@@ -14,10 +14,11 @@ from keel.registry import versions_lookup
 class PolicyStoreResource(dg.ConfigurableResource):
     path: str | None = None
     registry_root: str | None = None
+    home: str | None = None  # KEEL_HOME (definitions.py: the KEEL_HOME environment variable); None: read when used
 
     def open(self) -> PolicyStore:
-        registry_root = Path(self.registry_root) if self.registry_root else KeelHome.from_env().registry
+        registry_root = Path(self.registry_root) if self.registry_root else KeelHome.of(self.home).registry
         return PolicyStore(
-            Path(self.path) if self.path else KeelHome.from_env().policies,
+            Path(self.path) if self.path else KeelHome.of(self.home).policies,
             versions_of=versions_lookup(registry_root),
         )

@@ -12,6 +12,7 @@ from keel.registry import ModelRegistry
 
 class ModelRegistryResource(dg.ConfigurableResource):
     root: str | None = None
+    home: str | None = None  # KEEL_HOME (definitions.py: the KEEL_HOME environment variable); None: read when used
 
     def open(self) -> ModelRegistry:
-        return ModelRegistry(Path(self.root) if self.root else KeelHome.from_env().registry)
+        return ModelRegistry(Path(self.root) if self.root else KeelHome.of(self.home).registry)

@@ -20,7 +20,8 @@ from keel.home import KeelHome, ServingDir
 
 
 class TritonResource(dg.ConfigurableResource):
-    serving_dir: str | None = None  # default $KEEL_HOME/serving
+    serving_dir: str | None = None  # default <home>/serving
+    home: str | None = None  # KEEL_HOME (definitions.py: the KEEL_HOME environment variable); None: read when used
     instance_count: int = 1
     # None: $KEEL_INSTANCE_KIND when the resource is used (the Kubernetes profile sets KIND_GPU on GPU nodes),
     # else KIND_CPU (here and in CI)
@@ -33,7 +34,7 @@ class TritonResource(dg.ConfigurableResource):
     fault_file: str | None = None
 
     def layout(self) -> ServingDir:
-        return ServingDir(Path(self.serving_dir)) if self.serving_dir else KeelHome.from_env().serving
+        return ServingDir(Path(self.serving_dir)) if self.serving_dir else KeelHome.of(self.home).serving
 
     def runtime(self) -> TritonRuntime:
         return TritonRuntime(

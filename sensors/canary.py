@@ -22,8 +22,8 @@ import polars as pl
 from assets.deployment import MODEL_DEPLOYMENT
 from keel.canary import FINISHED, PROMOTED, ArmStats, CanaryPlan, CanaryState, decide
 from keel.exposures import arm_stats, read_exposure_scan, realized_labels
-from keel.home import KeelHome
 from keel.policies.gateway import GatewayPolicy, effective_policy
+from resources.home import KeelHomeResource
 from resources.policy import PolicyStoreResource
 from resources.registry import ModelRegistryResource
 from sensors.problems import automation_problems
@@ -143,16 +143,15 @@ def _tick_one(policies, registry, current, name, body, exposures_dir, now, stora
     "decision a policy commit with its evidence, and a model_deployment run.",
 )
 def canary_sensor(
-    context: dg.SensorEvaluationContext, policies: PolicyStoreResource, registry: ModelRegistryResource
+    context: dg.SensorEvaluationContext,
+    policies: PolicyStoreResource,
+    registry: ModelRegistryResource,
+    keel_home: KeelHomeResource,
 ):
-    store, reg = policies.open(), registry.open()
     problems: list[str] = []
-    try:
-        home = KeelHome.from_env()
+    with policies.open() as store, registry.open() as reg:
+        home = keel_home.layout()
         acted = tick(store, reg, home.serving.exposures, time.time(), storage_dir=home.storage, problems=problems)
-    finally:
-        store.close()
-        reg.close()
     for p in problems:
         context.log.error(p)
     requests = [

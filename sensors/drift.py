@@ -53,9 +53,8 @@ def drift_sensor(context: dg.SensorEvaluationContext, online_store: OnlineStoreR
     if not records:
         return dg.SkipReason(f"no drift report after event {after}")
     models = models_downstream(context.repository_def.asset_graph, FLIGHT_FEATURES)
-    store = online_store.open()
     requests, problems = [], []
-    try:
+    with online_store.open() as store:
         for record in records:
             window = record.asset_materialization.partition or "unpartitioned"
             try:
@@ -67,8 +66,6 @@ def drift_sensor(context: dg.SensorEvaluationContext, online_store: OnlineStoreR
                 continue
             if request is not None:
                 requests.append(request)
-    finally:
-        store.close()
     for p in problems:
         context.log.error(p)
     return dg.SensorResult(

@@ -27,6 +27,7 @@ from keel.experiments.control import GUARDRAIL_AUTHOR, RUNNING, experiments, pau
 from keel.experiments.lake import wide_rows
 from keel.exposures import read_exposure_scan, realized_labels
 from keel.home import KeelHome
+from resources.home import KeelHomeResource
 from resources.ledger import LedgerResource
 from resources.policy import PolicyStoreResource
 from resources.registry import ModelRegistryResource
@@ -113,18 +114,14 @@ def guardrail_sensor(
     policies: PolicyStoreResource,
     registry: ModelRegistryResource,
     ledger: LedgerResource,
+    keel_home: KeelHomeResource,
 ):
     cursor = json.loads(context.cursor) if context.cursor else {}
-    store, reg, led = policies.open(), registry.open(), ledger.open()
     problems: list[str] = []
-    try:
+    with policies.open() as store, registry.open() as reg, ledger.open() as led:
         acted, cursor = tick(
-            store, KeelHome.from_env().root, registry=reg, ledger=led, cursor=cursor, problems=problems
+            store, keel_home.layout().root, registry=reg, ledger=led, cursor=cursor, problems=problems
         )
-    finally:
-        store.close()
-        reg.close()
-        led.close()
     for p in problems:
         context.log.error(p)
     today = time.strftime("%Y-%m-%d", time.gmtime())

@@ -49,27 +49,9 @@ def contract_file(tmp_path) -> Path:
 
 @pytest.fixture
 def io(tmp_path):
-    from resources import (
-        FlinkResource,
-        LedgerResource,
-        ModelRegistryResource,
-        OnlineStoreResource,
-        ParquetIOManager,
-        PolicyStoreResource,
-        TritonResource,
-    )
+    from resources import keel_resources
 
-    return {
-        "io_manager": ParquetIOManager(base_dir=str(tmp_path / "storage")),
-        "online_store": OnlineStoreResource(path=str(tmp_path / "online.sqlite")),
-        "registry": ModelRegistryResource(root=str(tmp_path / "registry")),
-        "ledger": LedgerResource(path=str(tmp_path / "ledger.sqlite")),
-        "triton": TritonResource(serving_dir=str(tmp_path / "serving")),
-        "policies": PolicyStoreResource(
-            path=str(tmp_path / "policies.sqlite"), registry_root=str(tmp_path / "registry")
-        ),
-        "flink": FlinkResource(),
-    }
+    return keel_resources(tmp_path)
 
 
 def checks_of(result) -> dict[str, bool]:

@@ -42,6 +42,7 @@ from keel.features.definitions import (
     request_features,
     smoothed_rate,
 )
+from keel.storage import Closing
 
 REQUEST_COLUMNS = ("carrier", "origin", "dest", "tailnum", "sched_date", "hour", "time_hour", "distance")
 # The values each view stores per key (as REAL columns v0…v4 of entity_values).
@@ -75,7 +76,10 @@ class FreezeEvent:
     value: float | None
 
 
-class OnlineStore(ABC):
+class OnlineStore(Closing, ABC):
+    """What serving and the drift sensor need of an online store: snapshots in, lookups out, and freezes (a feature
+    frozen is served at a fixed value, flagged degraded). ``with store:`` closes it."""
+
     @abstractmethod
     def write_snapshot(self, views: Mapping[str, pl.DataFrame], *, as_of: date, partition: str) -> None: ...
 
@@ -96,6 +100,18 @@ class OnlineStore(ABC):
 
     @abstractmethod
     def frozen(self) -> dict[str, float]: ...
+
+    @abstractmethod
+    def freeze(self, feature: str, reason: str, value: float | None = None) -> None: ...
+
+    @abstractmethod
+    def unfreeze(self, feature: str, reason: str) -> None: ...
+
+    @abstractmethod
+    def freeze_log(self) -> list[FreezeEvent]: ...
+
+    @abstractmethod
+    def close(self) -> None: ...
 
     def get_online_features(self, entity_rows: Iterable[Mapping[str, Any]]) -> FeatureBatch:
         return get_online_features(self, entity_rows)

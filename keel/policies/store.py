@@ -28,7 +28,7 @@ from typing import Any
 from keel.chain import GENESIS, Checkpoints, Link, link_hash, verify_chain
 from keel.policies.errors import PolicyError, PolicyValidationError
 from keel.policies.types import validate_policy
-from keel.storage import connect_durable
+from keel.storage import Closing, connect_durable
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,7 @@ def _utc(ts: datetime | str) -> datetime:
     return dt.replace(tzinfo=UTC) if dt.tzinfo is None else dt.astimezone(UTC)
 
 
-class PolicyStore:
+class PolicyStore(Closing):
     def __init__(
         self,
         path: str | Path,
@@ -347,7 +347,7 @@ def load_policy_file(path: str | Path) -> tuple[dict[str, tuple[str, dict[str, A
     return changes, expected
 
 
-class PolicyReader:
+class PolicyReader(Closing):
     """A read-only view of a policy store for the processes that follow it (the gateway): it never writes, never
     creates the file, and answers "is there a newer version?" with one indexed query."""
 

@@ -19,6 +19,7 @@ from keel.flight_key import flight_key
 from keel.ledger import Ledger
 from keel.policies import PolicyStore
 from keel.registry import ModelRegistry, versions_lookup
+from resources import keel_resources
 from sensors.guardrails import tick
 from tests.conftest import REPO
 from tests.features.conftest import validated  # noqa: F401 - shared session fixture
@@ -188,7 +189,6 @@ def test_a_harmless_treatment_runs_on_and_pause_is_an_action(home, validated):  
 
 def test_the_daemon_path_and_the_cli(home, validated, monkeypatch):  # noqa: F811
     import definitions
-    from resources import LedgerResource, ModelRegistryResource, PolicyStoreResource
 
     env = os.environ | {"KEEL_HOME": str(home)}
     run = lambda *a: subprocess.run([sys.executable, "-m", "keel.cli", "experiment", *a], capture_output=True,  # noqa: E731
@@ -200,11 +200,7 @@ def test_the_daemon_path_and_the_cli(home, validated, monkeypatch):  # noqa: F81
         home, validated, store.get("experiment.rebooking-offer").body["experiment"]["started_at"]
     )
     monkeypatch.setenv("KEEL_HOME", str(home))
-    resources = {
-        "policies": PolicyStoreResource(path=str(home / "policies.sqlite"), registry_root=str(home / "registry")),
-        "registry": ModelRegistryResource(root=str(home / "registry")),
-        "ledger": LedgerResource(path=str(home / "ledger.sqlite")),
-    }
+    resources = keel_resources(home)
     with dg.instance_for_test() as instance:
         ctx = dg.build_sensor_context(instance=instance, definitions=definitions.defs, resources=resources)
         data = definitions.defs.get_sensor_def("guardrail_sensor").evaluate_tick(ctx)
@@ -226,7 +222,6 @@ def test_the_analysis_shows_the_guardrail_decision_that_rolled_the_experiment_ba
     from assets.experiments import EXPERIMENT_ANALYSIS, experiment_analysis
     from keel.experiments.lake import wide_rows
     from keel.exposures import read_exposure_frame, realized_labels
-    from resources import PolicyStoreResource
 
     store = open_store(home)
     commit = control.start(store, write_spec(home, "rollback", 0.0), home=home, author="ana")
@@ -251,8 +246,7 @@ def test_the_analysis_shows_the_guardrail_decision_that_rolled_the_experiment_ba
     store.close()
 
     monkeypatch.setenv("KEEL_HOME", str(home))
-    policies = PolicyStoreResource(path=str(home / "policies.sqlite"), registry_root=str(home / "registry"))
-    result = dg.materialize([experiment_analysis], resources={"policies": policies}, raise_on_error=False)
+    result = dg.materialize([experiment_analysis], resources=keel_resources(home), raise_on_error=False)
     [check] = [e for e in result.get_asset_check_evaluations() if e.check_name == "guardrails"]
     assert not check.passed
     assert "rollback by the guardrail sensor" in check.metadata["breached"].value

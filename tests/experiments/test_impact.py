@@ -8,6 +8,7 @@ import pytest
 
 from keel.experiments.impact import ImpactPredictor, compare, simulate_history
 from keel.experiments.simulator import flight_units
+from resources import keel_resources
 from tests.features.conftest import validated  # noqa: F401 - shared session fixture
 
 
@@ -63,7 +64,6 @@ def test_a_prediction_is_recorded_at_start_and_compared_with_the_realized_lift(u
     from keel.experiments.impact import predictor_path, train_predictor, true_lift
     from keel.experiments.lake import wide_rows
     from keel.exposures import read_exposure_frame, realized_labels
-    from resources import PolicyStoreResource
     from tests.conftest import REPO
     from tests.experiments.test_control import SPEC, exposures_of_real_flights, open_store
 
@@ -112,8 +112,7 @@ def test_a_prediction_is_recorded_at_start_and_compared_with_the_realized_lift(u
     control.stop(store, home, "rebooking-offer", author="ana", reason="done")
     store.close()
     monkeypatch.setenv("KEEL_HOME", str(home))
-    policies = PolicyStoreResource(path=str(home / "policies.sqlite"), registry_root=str(home / "registry"))
-    result = dg.materialize([experiment_analysis], resources={"policies": policies}, raise_on_error=False)
+    result = dg.materialize([experiment_analysis], resources=keel_resources(home), raise_on_error=False)
     assert result.success
     report = json.loads((home / "storage" / "experiment_analysis" / "rebooking-offer.json").read_text())
     accepted = next(m for m in report["metrics"] if m["name"] == "accepted")

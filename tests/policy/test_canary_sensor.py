@@ -12,6 +12,7 @@ import pytest
 from keel.exposure_log import ExposureLog
 from keel.policies import PolicyStore
 from keel.registry import ModelRegistry
+from resources import keel_resources
 from sensors.canary import tick
 from tests.features.conftest import validated  # noqa: F401 - shared session fixture
 
@@ -101,15 +102,9 @@ def test_a_breach_rolls_back_once_and_never_promotes(world):
 def test_the_daemon_path_launches_a_deployment_run(world, tmp_path, monkeypatch):
     """evaluate_tick (what the daemon calls) resolves the sensor's run request against its target."""
     import definitions
-    from resources import ModelRegistryResource, PolicyStoreResource
 
     monkeypatch.setenv("KEEL_HOME", str(tmp_path))
-    resources = {
-        "policies": PolicyStoreResource(
-            path=str(tmp_path / "policies.sqlite"), registry_root=str(tmp_path / "registry")
-        ),
-        "registry": ModelRegistryResource(root=str(tmp_path / "registry")),
-    }
+    resources = keel_resources(tmp_path)
     with dg.instance_for_test() as instance:
         ctx = dg.build_sensor_context(instance=instance, definitions=definitions.defs, resources=resources)
         data = definitions.defs.get_sensor_def("canary_sensor").evaluate_tick(ctx)
@@ -178,7 +173,7 @@ def test_the_sla_tier_in_the_store_sets_the_latency_target(world):
 
 def test_the_deployment_follows_an_unfinished_canary(world):
     """model_deployment keeps a rollout's challenger deployed at its step's share, and drops it once finished."""
-    from assets.deployment import running_canary
+    from keel.deploy.plan import running_canary
 
     store, registry, log, exposures, shas = world
     before = running_canary(store.state(), "flight-delay")
@@ -194,7 +189,6 @@ def test_the_deployment_follows_an_unfinished_canary(world):
 
 def test_a_malformed_canary_is_reported_and_the_others_proceed(world, tmp_path, monkeypatch):
     import definitions
-    from resources import ModelRegistryResource, PolicyStoreResource
 
     store, registry, log, exposures, shas = world
     state = {"status": "running", "step": 0, "started_at": T0, "step_started_at": T0, "owner": "keel 2.0"}
@@ -207,10 +201,7 @@ def test_a_malformed_canary_is_reported_and_the_others_proceed(world, tmp_path, 
     # The daemon path: the run request for the good canary, the bad one on model_deployment's page.
     store.apply({"rollout2": ("canary", CANARY)}, author="ops", reason="another rollout")
     monkeypatch.setenv("KEEL_HOME", str(tmp_path))
-    resources = {
-        "policies": PolicyStoreResource(path=str(tmp_path / "policies.sqlite"), registry_root=str(tmp_path / "registry")),
-        "registry": ModelRegistryResource(root=str(tmp_path / "registry")),
-    }  # fmt: skip
+    resources = keel_resources(tmp_path)
     with dg.instance_for_test() as instance:
         ctx = dg.build_sensor_context(instance=instance, definitions=definitions.defs, resources=resources)
         data = definitions.defs.get_sensor_def("canary_sensor").evaluate_tick(ctx)

@@ -42,7 +42,7 @@ from keel.policies import PolicyStore
 from keel.registry import ModelRegistry, versions_lookup
 from keel.release import release_manifest
 from keel.training.model import TrainingConfig, train_model
-from resources import LedgerResource, ModelRegistryResource, PolicyStoreResource, TritonResource
+from resources import TritonResource, keel_resources
 from tests.conftest import CONTRACTS, REPO
 from tests.serving.conftest import MODEL, start_serve, stop_serve
 
@@ -95,15 +95,10 @@ def home(tmp_path_factory):
 
 
 def resources_for(home) -> dict:
-    return {
-        "registry": ModelRegistryResource(root=str(home / "registry")),
-        # fault injection (named as such): version N fails the share of inputs written in fault-N, while it exists
-        "triton": TritonResource(
-            serving_dir=str(home / "serving"), drain_s=0.3, fault_file=str(home / "fault-{version}")
-        ),
-        "ledger": LedgerResource(path=str(home / "ledger.sqlite")),
-        "policies": PolicyStoreResource(path=str(home / "policies.sqlite"), registry_root=str(home / "registry")),
-    }
+    # fault injection (named as such): version N fails the share of inputs written in fault-N, while it exists
+    return keel_resources(
+        home, triton=TritonResource(home=str(home), drain_s=0.3, fault_file=str(home / "fault-{version}"))
+    )
 
 
 def canary(champion: int, challenger: int, interval_s: float) -> dict:

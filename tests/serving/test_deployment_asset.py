@@ -15,7 +15,7 @@ from assets.models import MODEL_PROMOTION
 from keel.ledger import Ledger
 from keel.registry import ModelRegistry
 from keel.release import release_manifest
-from resources import LedgerResource, ModelRegistryResource, PolicyStoreResource, TritonResource
+from resources import TritonResource, keel_resources
 from tests.conftest import REPO
 from tests.serving.conftest import MODEL, Runtime, request_body, start_serve, stop_serve
 
@@ -47,14 +47,7 @@ def promote(runtime: Runtime, instance: dg.DagsterInstance, index: int) -> dict:
 
 
 def deploy(runtime: Runtime, instance: dg.DagsterInstance) -> dict:
-    resources = {
-        "registry": ModelRegistryResource(root=str(runtime.home / "registry")),
-        "triton": TritonResource(serving_dir=str(runtime.home / "serving"), drain_s=0.3),
-        "ledger": LedgerResource(path=str(runtime.home / "ledger.sqlite")),
-        "policies": PolicyStoreResource(
-            path=str(runtime.home / "policies.sqlite"), registry_root=str(runtime.home / "registry")
-        ),
-    }
+    resources = keel_resources(runtime.home, triton=TritonResource(home=str(runtime.home), drain_s=0.3))
     result = dg.materialize([model_deployment], resources=resources, instance=instance)
     assert result.success
     [event] = result.get_asset_materialization_events()
@@ -150,11 +143,7 @@ def test_rollback_from_the_shell_and_as_a_dagster_job(runtime, serving_models):
     assert Ledger(ledger_path).verify().ok
 
     result = rollback_job.execute_in_process(
-        resources={
-            "registry": ModelRegistryResource(root=str(runtime.home / "registry")),
-            "triton": TritonResource(serving_dir=str(runtime.home / "serving"), drain_s=0.3),
-            "ledger": LedgerResource(path=str(ledger_path)),
-        },
+        resources=keel_resources(runtime.home, triton=TritonResource(home=str(runtime.home), drain_s=0.3)),
         run_config={"ops": {"rollback_op": {"config": {"reason": "undo the rollback"}}}},
     )
     assert result.success

@@ -35,7 +35,7 @@ from keel.exposure_log import read_exposures
 from keel.ledger import Ledger
 from keel.policies import PolicyStore
 from keel.registry import versions_lookup
-from resources import LedgerResource, ModelRegistryResource, ParquetIOManager, PolicyStoreResource
+from resources import keel_resources
 from tests.conftest import REPO
 from tests.serving.conftest import MODEL, Runtime, start_serve, stop_serve
 
@@ -67,12 +67,7 @@ def test_a_harmful_treatment_is_rolled_back_by_the_guardrail_sensor(runtime_home
     feb = validated["flights"].filter(pl.col("time_hour").dt.month() == 2)
     feb.write_parquet(home / "storage" / "validated_flights" / "2013-02.parquet")  # the outcomes, as the pipeline has
     monkeypatch.setenv("KEEL_HOME", str(home))
-    resources = {
-        "io_manager": ParquetIOManager(base_dir=str(home / "storage")),
-        "policies": PolicyStoreResource(path=str(home / "policies.sqlite"), registry_root=str(home / "registry")),
-        "registry": ModelRegistryResource(root=str(home / "registry")),
-        "ledger": LedgerResource(path=str(home / "ledger.sqlite")),
-    }
+    resources = keel_resources(home)
     proc, endpoints = start_serve(home)
     rt = Runtime(home, proc, endpoints, serving_models[0])
     replay = None

@@ -10,7 +10,7 @@ import assets.models as models
 from assets.partitions import monthly_2013
 from keel.registry import ModelRegistry
 from keel.training.model import GatePolicy
-from resources import LedgerResource, ModelRegistryResource, ParquetIOManager
+from resources import keel_resources
 
 
 @pytest.fixture
@@ -20,11 +20,7 @@ def setup(tmp_path, feature_months):
         """Stands in for the real asset: real features for 2013-01…02, February's rows moved on for 03…05."""
         return feature_months.filter(pl.col("sched_date").dt.strftime("%Y-%m") == context.partition_key)
 
-    resources = {
-        "io_manager": ParquetIOManager(base_dir=str(tmp_path / "storage")),
-        "registry": ModelRegistryResource(root=str(tmp_path / "registry")),
-        "ledger": LedgerResource(path=str(tmp_path / "ledger.sqlite")),
-    }
+    resources = keel_resources(tmp_path)
     instance = dg.DagsterInstance.ephemeral()
     for month in ("2013-01", "2013-02", "2013-03", "2013-04", "2013-05"):
         assert dg.materialize([flight_features], partition_key=month, resources=resources, instance=instance).success
