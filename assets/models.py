@@ -15,7 +15,7 @@ from dagster._core.errors import DagsterInvalidPropertyError
 
 import keel.training.model as training_module
 from assets.features import FEATURE_CODE_VERSION, FLIGHT_FEATURES
-from assets.validated import FLIGHTS_CONTRACT, WEATHER_CONTRACT
+from keel.contracts.catalog import contract_path
 from keel.contracts.spec import load_contract
 from keel.factories.markdown import frame_to_markdown
 from keel.release import infra_snapshot, release_manifest
@@ -31,7 +31,7 @@ GATE_CHECK = "quality_gate"
 CONFIG = TrainingConfig()
 HOLDOUT_MONTH = "2013-05"
 GATE = GatePolicy()
-CONTRACTS = (FLIGHTS_CONTRACT, WEATHER_CONTRACT)
+CONTRACTS = (contract_path("flights"), contract_path("weather"))
 
 
 def contract_hashes(paths: tuple[Path, ...] = CONTRACTS) -> dict[str, str]:

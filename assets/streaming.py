@@ -17,12 +17,13 @@ import polars as pl
 
 from assets.partitions import monthly_2013
 from assets.raw import RAW_WEATHER
+from keel.contracts.catalog import contract_path
 from keel.contracts.spec import load_contract
 from keel.streaming.drift_windows import reference_bins
 from resources.flink import FlinkResource
 
 STREAMING_GROUP = "streaming"
-CONTRACT = Path(__file__).resolve().parent / "contracts" / "weather.yaml"
+CONTRACT = contract_path("weather")
 # Partition-wide rules (a unique key over the month, freshness against the partition window) have no streaming form:
 # the stream skips them, and its parity with the batch path is over the other 33.
 SKIP = ["one_reading_per_local_hour", "observed_in_window"]

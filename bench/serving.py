@@ -44,8 +44,7 @@ import polars as pl  # noqa: E402
 
 from gpu_runtime.repository import triton_name  # noqa: E402
 from gpu_runtime.triton import TritonControl, free_port  # noqa: E402
-from keel.contracts.engine import CompiledContract  # noqa: E402
-from keel.contracts.spec import load_contract  # noqa: E402
+from keel.contracts.catalog import compiled_contract  # noqa: E402
 from keel.data.nycflights import read_raw, read_raw_month  # noqa: E402
 from keel.deploy.routing import Route, Target  # noqa: E402
 from keel.features.definitions import FEATURE_NAMES, FEATURES  # noqa: E402
@@ -69,7 +68,7 @@ def setup(home: Path) -> tuple[list[str], pl.DataFrame]:
     refs = {"planes.tailnum": read_raw("planes")["tailnum"]}
     v = {}
     for t in ("flights", "weather"):
-        c = CompiledContract(load_contract(REPO / "assets" / "contracts" / f"{t}.yaml"))
+        c = compiled_contract(t)
         v[t] = pl.concat([c.validate(read_raw_month(t, m), references=refs).valid for m in ("2013-01", "2013-02")])
     planes = read_raw("planes")
     store = SQLiteOnlineStore(home / "online" / "features.sqlite")

@@ -38,8 +38,7 @@ import polars as pl  # noqa: E402
 import assets.models as models  # noqa: E402
 from assets.features import FLIGHT_FEATURES  # noqa: E402
 from assets.partitions import monthly_2013  # noqa: E402
-from keel.contracts.engine import CompiledContract  # noqa: E402
-from keel.contracts.spec import load_contract  # noqa: E402
+from keel.contracts.catalog import compiled_contract  # noqa: E402
 from keel.data.nycflights import MONTHS, read_raw, read_raw_month  # noqa: E402
 from keel.features.definitions import FEATURE_NAMES  # noqa: E402
 from keel.features.offline import LABEL, offline_features  # noqa: E402
@@ -62,7 +61,7 @@ def build_features(months: list[str], io: ParquetIOManager) -> int:
     refs = {"planes.tailnum": read_raw("planes")["tailnum"]}
     validated = {}
     for table in ("flights", "weather"):
-        compiled = CompiledContract(load_contract(REPO / "assets" / "contracts" / f"{table}.yaml"))
+        compiled = compiled_contract(table)
         upto = MONTHS[: MONTHS.index(max(months)) + 1]  # delay rates need every earlier month
         validated[table] = pl.concat(
             [compiled.validate(read_raw_month(table, m), references=refs).valid for m in upto]

@@ -28,12 +28,10 @@ REQUEST_FIELDS = ("carrier", "flight", "origin", "dest", "tailnum", "year", "mon
 def held_out_flights(month: str, limit: int = 20_000) -> list[dict]:
     import polars as pl
 
-    from keel.contracts.engine import CompiledContract
-    from keel.contracts.spec import load_contract
+    from keel.contracts.catalog import compiled_contract
     from keel.data.nycflights import read_raw, read_raw_month
 
-    repo = Path(__file__).resolve().parent.parent
-    contract = CompiledContract(load_contract(repo / "assets" / "contracts" / "flights.yaml"))
+    contract = compiled_contract("flights")
     valid = contract.validate(
         read_raw_month("flights", month), references={"planes.tailnum": read_raw("planes")["tailnum"]}
     ).valid

@@ -1,4 +1,5 @@
-"""What the gateway accepts: bounded bodies, identifiers and headers, and the structured error for anything else.
+"""What the gateway accepts and how it answers: bounded bodies, identifiers and headers, the JSON body, the
+structured error for anything else, and the two ways a response is written (JSON, text).
 
 Every limit here protects the gateway's memory and the files it writes from what a caller sends (docs/serving.md,
 "Limits"): the body size (413), identifiers that end up in the exposure log and in metric labels (422), header bytes
@@ -12,6 +13,8 @@ import string
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
+
+import orjson
 
 MAX_BODY_BYTES = 1 << 20  # 1 MiB; GatewayConfig.max_body_bytes / --max-body-bytes / KEEL_GATEWAY_MAX_BODY_BYTES
 MAX_ID_CHARS = 128
@@ -108,3 +111,33 @@ class BoundedLRU(Generic[K, V]):
 
     def __len__(self) -> int:
         return len(self._items)
+
+
+def parse_json(body: bytes) -> dict[str, Any]:
+    try:
+        req = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise RequestError(400, "bad_json", f"the body is not JSON: {exc}") from None
+    if not isinstance(req, dict):
+        raise RequestError(400, "bad_json", "the body must be a JSON object")
+    return req
+
+
+async def respond(send: Any, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
+    data = orjson.dumps(payload, option=orjson.OPT_SERIALIZE_NUMPY)
+    raw = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]
+    raw += [(k.encode(), v.encode()) for k, v in (headers or {}).items()]
+    await send({"type": "http.response.start", "status": status, "headers": raw})
+    await send({"type": "http.response.body", "body": data})
+
+
+async def respond_text(send: Any, status: int, text: str, content_type: str) -> None:
+    data = text.encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", content_type.encode()), (b"content-length", str(len(data)).encode())],
+        }
+    )
+    await send({"type": "http.response.body", "body": data})

@@ -1,0 +1,71 @@
+"""What a gateway reports about itself: readiness (``/readyz``: runtime up, routing loaded, every routed version ready
+in Triton, the policy in force), the exposure log's health, and the gauges ``/metrics`` renders (breakers, memory
+pools, SLA targets, the runtime's restarts).
+
+A mixin of ``Gateway`` (gpu_runtime/gateway/app.py), which owns the state it reads.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpu_runtime.gateway.control import STATE_CODES
+from gpu_runtime.repository import triton_name
+
+
+class ReportsHealth:
+    async def ready(self) -> tuple[bool, dict[str, Any]]:
+        if self.runtime is not None and not self.runtime.up:
+            return False, {"reason": f"model runtime {self.runtime.state}: {self.runtime.last_failure}",
+                           "runtime": self.runtime.as_dict()}  # fmt: skip
+        self.reload_routing()
+        if self.routing is None:
+            return False, {"reason": f"no routing table at {self.config.routing_path}"}
+        try:
+            for v in self.routing.versions():
+                if not await self.client.is_model_ready(triton_name(self.routing.model, v), str(v)):
+                    return False, {"reason": f"{self.routing.model} version {v} is not ready in Triton"}
+        except Exception as exc:  # noqa: BLE001 - any failure to reach Triton means not ready
+            return False, {"reason": f"Triton at {self.config.triton_url}: {exc}"}
+        return True, {
+            "exposure_log": self.exposure_health(),
+            "runtime": self.runtime.as_dict() if self.runtime is not None else None,
+            "generation": self.routing.generation,
+            "versions": self.routing.versions(),
+            "policy_version": self.policy_version,
+            "policy_error": self.policy_error,
+            "policy_notes": self.policy_notes,
+        }
+
+    def exposure_health(self) -> dict[str, Any]:
+        """Whether every answered request reached the exposure log (experiments and canaries are judged on it)."""
+        lost = self.exposures.failures
+        return {"ok": lost == 0, "lost_records": lost, "last_error": self.exposures.last_error}
+
+    def _export_runtime(self) -> None:
+        if self.runtime is not None:
+            self.metrics.set_gauge("keel_gateway_runtime_up", {}, 1 if self.runtime.up else 0)
+            self.metrics.set_gauge("keel_gateway_runtime_restarts_total", {}, self.runtime.restarts)
+
+    def _export_sla(self) -> None:
+        if self.routing is None:
+            return
+        model = self.routing.model
+        name = self.policy.model_tiers.get(model, "L2")
+        tier = self.policy.tiers[name]
+        labels = {"model": model, "tier": name}
+        self.metrics.set_gauge("keel_gateway_sla_target_p99_seconds", labels, tier.p99_ms / 1000)
+        self.metrics.set_gauge("keel_gateway_sla_target_availability", labels, tier.availability)
+
+    def _export_pools(self) -> None:
+        for model, pool in self.pools.items():
+            labels = {"model": model, "device": "gpu" if pool.on_gpu else "cpu"}
+            self.metrics.set_gauge("keel_gpu_pool_bytes_in_use", labels, pool.bytes_in_use())
+            self.metrics.set_gauge("keel_gpu_pool_limit_bytes", labels, pool.limit_bytes)
+
+    def _export_breakers(self) -> None:
+        for version, b in self.breakers.items():
+            labels = {"model_version": str(version)}
+            self.metrics.set_gauge("keel_gateway_breaker_state", labels, STATE_CODES[b.state])
+            for state, n in b.transition_counts.items():
+                self.metrics.set_gauge("keel_gateway_breaker_transitions", labels | {"to": state}, n)

@@ -1,0 +1,145 @@
+"""What a request is scored on: the [batch, n_features] matrix from the flights (contract ``predict_request`` on the
+record path, the online store's features, frozen ones flagged) or from feature values sent directly, range-checked;
+held in the model's memory pool while the request is in flight.
+
+A mixin of ``Gateway`` (gpu_runtime/gateway/app.py), which owns ``contract``, ``store``, ``policy``, ``pools`` and
+the defaults and ranges (``defaults``, ``lo``, ``hi``).
+"""
+
+from __future__ import annotations
+
+from datetime import date
+from typing import Any
+
+import numpy as np
+
+from gpu_runtime.gateway.limits import RequestError
+from gpu_runtime.pools import PoolBudgetExceeded
+from keel.features.definitions import FEATURE_NAMES
+from keel.flight_key import flight_key
+
+MAX_BATCH = 1024
+
+
+class BuildsInputs:
+    def _features(self, req: dict[str, Any], record: dict[str, Any] | None = None) -> tuple[np.ndarray, list[str]]:
+        """The [batch, n_features] float32 matrix for the request, and degraded flags. For one flight, its key goes
+        into the exposure record so that outcomes can be joined later (canary quality, experiments)."""
+        if "features" in req:
+            return self._direct_features(req["features"]), []
+        flights = req.get("flights") if "flights" in req else [req.get("flight")]
+        if not isinstance(flights, list) or not flights or len(flights) > MAX_BATCH:
+            raise RequestError(422, "invalid_input", f"'flights' must be a list of 1…{MAX_BATCH} flight objects")
+        degraded: list[str] = []
+        entities, invalid = [], []
+        for i, flight in enumerate(flights):
+            if not isinstance(flight, dict):
+                raise RequestError(422, "invalid_input", "each flight must be a JSON object", index=i)
+            verdict = self.contract.validate_record(flight)
+            if verdict.sink != "valid":
+                invalid.append({"index": i, "rules": list(verdict.failed_rules)})
+                entities.append(None)
+                continue
+            r = verdict.record
+            try:
+                entities.append(r | {"sched_date": date(r["year"], r["month"], r["day"])})
+            except ValueError as exc:  # each field in range, the date impossible (2013-02-31)
+                invalid.append(
+                    {"index": i, "rules": ["calendar_date"], "field": "day",
+                     "message": f"flight.day {r['day']} of {r['year']}-{r['month']:02d}: {exc}"}
+                )  # fmt: skip
+                entities.append(None)
+        if record is not None and len(entities) == 1 and entities[0] is not None:
+            record["flight_key"] = flight_key(entities[0])
+        if invalid and self.policy.invalid_input == "reject":
+            raise RequestError(
+                422, "invalid_input", "the request breaks contract predict_request", violations=invalid
+            )
+        x = np.tile(self.defaults, (len(flights), 1))
+        good = [i for i, e in enumerate(entities) if e is not None]
+        if invalid:
+            degraded.append("invalid_input_defaults")
+        if good:
+            store = self.store
+            if store is None:
+                degraded.append("no_online_store")
+            else:
+                from keel.features.online import get_online_features
+
+                batch = get_online_features(store, [entities[i] for i in good])
+                m = batch.matrix.T  # flights × features
+                missing = np.isnan(m)
+                if missing.any():
+                    degraded.append("missing_features_defaulted")
+                    m = np.where(missing, self.defaults, m)
+                x[good] = m
+                degraded += [f"frozen:{name}" for name in batch.degraded]
+        return x.astype(np.float32), degraded
+
+    def _pooled(self, model: str, x: np.ndarray) -> np.ndarray:
+        """The request matrix, held in the model's memory pool while the request is in flight."""
+        if model not in self.pools:
+            return x
+        try:
+            return self.pools[model].asarray(x, dtype=np.float32)
+        except PoolBudgetExceeded as exc:
+            raise RequestError(503, "memory_budget_exceeded", str(exc), model=model) from None
+
+    def _direct_features(self, given: Any) -> np.ndarray:
+        """Feature values sent with the request: one object {name: value}, a list of them, or the columnar form
+        {"columns": [names], "rows": [[values], …]} (the cheapest to send and to parse for big batches)."""
+        if isinstance(given, dict) and "rows" in given:
+            columns, rows = given.get("columns"), given.get("rows")
+            if not isinstance(rows, list) or not isinstance(columns, list):
+                raise RequestError(422, "invalid_input", "columnar features need 'columns' and 'rows' lists")
+            absent = [n for n in FEATURE_NAMES if n not in columns]
+            if absent:
+                raise RequestError(422, "missing_input", f"features missing: {', '.join(absent)}", missing=absent)
+            order = [columns.index(n) for n in FEATURE_NAMES]
+        else:
+            rows = given if isinstance(given, list) else [given]
+            order = None
+        if not rows or len(rows) > MAX_BATCH:
+            raise RequestError(422, "invalid_input", f"'features' must hold 1…{MAX_BATCH} rows")
+        try:
+            if order is None:
+                x = np.array([[row[n] for n in FEATURE_NAMES] for row in rows], dtype=np.float64)
+            else:
+                x = np.array(rows, dtype=np.float64)
+                if x.ndim != 2 or x.shape[1] != len(columns):
+                    raise ValueError("ragged rows")
+                x = x[:, order]
+        except (KeyError, TypeError, ValueError, IndexError):
+            raise self._explain_features(rows, order) from None
+        bad = (x < self.lo) | (x > self.hi) | ~np.isfinite(x)
+        if bad.any():
+            i, j = np.argwhere(bad)[0]
+            raise RequestError(
+                422,
+                "out_of_range",
+                f"feature {FEATURE_NAMES[j]} = {x[i, j]} is outside [{self.lo[j]:g}, {self.hi[j]:g}]",
+                index=int(i),
+                feature=FEATURE_NAMES[j],
+            )
+        return x.astype(np.float32)
+
+    @staticmethod
+    def _explain_features(rows: list[Any], order: list[int] | None) -> RequestError:
+        """The slow path, only for a bad request: which row, and what is wrong with it."""
+        for i, row in enumerate(rows):
+            if order is None:
+                if not isinstance(row, dict):
+                    return RequestError(422, "invalid_input", "each features entry must be a JSON object", index=i)
+                absent = [n for n in FEATURE_NAMES if n not in row]
+                if absent:
+                    return RequestError(
+                        422, "missing_input", f"features missing: {', '.join(absent)}", index=i, missing=absent
+                    )
+                values = [row[n] for n in FEATURE_NAMES]
+            else:
+                if not isinstance(row, list) or len(row) <= max(order):
+                    return RequestError(422, "invalid_input", "each row must list a value per column", index=i)
+                values = [row[j] for j in order]
+            if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
+                return RequestError(422, "invalid_input", "feature values must be numbers", index=i)
+        return RequestError(422, "invalid_input", "features must be numbers")

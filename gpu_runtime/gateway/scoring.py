@@ -1,0 +1,85 @@
+"""Scoring a request on Triton: the circuit breaker of each model version (an open one sends traffic to the
+fallback), retries within the retry budget (on another version first when the version itself failed), and the gRPC
+call with the route's or the SLA tier's timeout.
+
+A mixin of ``Gateway`` (gpu_runtime/gateway/app.py), which owns ``client``, ``breakers``, ``policy``,
+``retry_budget``, ``routing`` (``reload_routing``) and ``metrics``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gpu_runtime.gateway.control import CircuitBreaker
+from gpu_runtime.gateway.limits import RequestError
+from gpu_runtime.repository import triton_name
+from keel.deploy.routing import Route, RoutingTable
+
+
+class ScoresOnTriton:
+    def breaker(self, version: int) -> CircuitBreaker:
+        b = self.breakers.get(version)
+        if b is None:
+            b = self.breakers[version] = CircuitBreaker(self.policy.breaker)
+        return b
+
+    def _alternatives(self, table: RoutingTable, failed: Route) -> list[Route]:
+        out = [table.fallback] if table.fallback and table.fallback.version != failed.version else []
+        out += [r for r in table.routes if r.version != failed.version and r not in out]
+        return out
+
+    async def _score(
+        self, table: RoutingTable, route: Route, x: np.ndarray, timeout: float
+    ) -> tuple[np.ndarray, Route, list[str]]:
+        flags: list[str] = []
+        if not self.breaker(route.version).allow():
+            flags.append("breaker_open")
+            alt = next((r for r in self._alternatives(table, route) if self.breaker(r.version).allow()), None)
+            if alt is None:
+                raise RequestError(503, "no_healthy_model", f"every version of {table.model} has an open breaker")
+            route = alt
+            flags.append("fallback")
+        attempts = 0
+        last: Exception | None = None
+        while attempts < self.policy.retry.max_attempts:
+            attempts += 1
+            try:
+                limit = self.policy.route_timeout_ms.get(route.name)
+                scores = await self._infer(table.model, route.version, x, limit / 1000 if limit else timeout)
+                self.breaker(route.version).record(True)
+                if attempts > 1:
+                    flags.append("retried")
+                return scores, route, flags
+            except Exception as exc:  # noqa: BLE001 - every Triton failure counts against the version
+                last = exc
+                self.breaker(route.version).record(False)
+                self.metrics.inc("keel_gateway_backend_errors_total", {"model_version": str(route.version)})
+                if attempts >= self.policy.retry.max_attempts or not self.retry_budget.try_retry():
+                    break
+                self.reload_routing(force=True)  # a swap may have retired the version we picked
+                fresh = self.routing or table
+                if route.version in fresh.versions():  # the version itself failed: another one first
+                    candidates = [*self._alternatives(fresh, route), route]
+                else:  # a swap retired it: what now serves its route, then the others
+                    candidates = [r for r in fresh.routes if r.name == route.name] + self._alternatives(fresh, route)
+                nxt = next((r for r in candidates if self.breaker(r.version).allow()), None)
+                if nxt is None:
+                    break
+                if nxt.version != route.version:
+                    flags.append("fallback")
+                route, table = nxt, fresh
+        raise RequestError(502, "backend_error", f"Triton failed for {table.model} v{route.version}: {last}")
+
+    async def _infer(self, model: str, version: int, x: np.ndarray, timeout: float) -> np.ndarray:
+        import tritonclient.grpc.aio as aio
+
+        inp = aio.InferInput("features", list(x.shape), "FP32")
+        inp.set_data_from_numpy(x)
+        result = await self.client.infer(
+            triton_name(model, version),
+            [inp],
+            model_version=str(version),
+            outputs=[aio.InferRequestedOutput("score")],
+            client_timeout=timeout,
+        )
+        return result.as_numpy("score")[:, 0].astype(np.float64)

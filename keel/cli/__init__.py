@@ -1,0 +1,37 @@
+"""The ``keel`` command line: one module per command group (contracts, drift, ledger and rollback, lineage, policy,
+experiment, k8s), each with its ``register(sub)``.
+
+Exit codes, the same for every command: 0 ok, 1 the check found a problem, 2 bad input or usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from keel import __version__
+from keel.cli import contracts, drift, experiment, k8s, ledger, lineage, policy
+from keel.cli.common import EXIT_BAD_INPUT, EXIT_OK, EXIT_PROBLEM, Parser
+from keel.cli.contracts import partition_window
+from keel.errors import KeelError
+
+__all__ = ["EXIT_BAD_INPUT", "EXIT_OK", "EXIT_PROBLEM", "build_parser", "main", "partition_window"]
+GROUPS = (contracts, drift, ledger, lineage, policy, experiment, k8s)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(prog="keel", description="keel: an AI-engineering platform on Dagster assets.")
+    parser.add_argument("--version", action="version", version=f"keel {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
+    for group in GROUPS:
+        group.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except KeelError as exc:
+        print(f"keel: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT

@@ -1,0 +1,56 @@
+"""What every command group shares: exit codes, where KEEL_HOME is, who is acting, how a verify result is told."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from keel.errors import DataReadError
+
+EXIT_OK, EXIT_PROBLEM, EXIT_BAD_INPUT = 0, 1, 2
+
+
+def home_root() -> Path:
+    return home_layout().root
+
+
+def home_layout():
+    from keel.home import KeelHome
+
+    return KeelHome.from_env()
+
+
+def author_of(args: argparse.Namespace) -> str:
+    import getpass
+
+    return args.author or getpass.getuser()
+
+
+def report_verify(ok: bool, problems: tuple[str, ...], what: str) -> int:
+    """How both hash-chained logs (ledger, policies) report a verify: each problem, then the verdict."""
+    for problem in problems:
+        print(f"  {problem}")
+    print(f"{what}: {'ok' if ok else 'TAMPERED'}")
+    return EXIT_OK if ok else EXIT_PROBLEM
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse exits 2 on usage errors, which matches our convention
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_BAD_INPUT, f"keel: error: {message}\n")
+
+
+def open_policies(args: argparse.Namespace, *, must_exist: bool = True):
+    from keel.policies import PolicyStore
+
+    path = args.store or home_layout().policies
+    if must_exist and not Path(path).exists():
+        raise DataReadError(f"{path}: no policy store here (pass --store FILE or set KEEL_HOME)")
+    from keel.registry import versions_lookup
+
+    return PolicyStore(path, versions_of=versions_lookup(args.registry or home_layout().registry))
+
+
+def ledger_path(args: argparse.Namespace) -> Path:
+    return args.ledger or home_layout().ledger

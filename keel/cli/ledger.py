@@ -1,0 +1,97 @@
+"""``keel ledger``: the release ledger, and rollback to the previous release."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from keel.cli.common import EXIT_OK, EXIT_PROBLEM, Parser, home_layout, ledger_path, report_verify
+from keel.errors import DataReadError
+
+
+def register(sub) -> None:
+    ledger = sub.add_parser("ledger", help="the release ledger: what was live when, and is the log intact")
+    ledger.add_argument("--ledger", type=Path, help="ledger file (default: $KEEL_HOME/ledger.sqlite)")
+    lsub = ledger.add_subparsers(dest="action", required=True, parser_class=Parser)
+    at = lsub.add_parser("at", help="the release live at a UTC instant (ISO 8601)")
+    at.add_argument("timestamp")
+    at.set_defaults(func=_ledger_at)
+    lsub.add_parser("log", help="every entry, oldest first").set_defaults(func=_ledger_log)
+    lsub.add_parser(
+        "verify", help="check the hash chain (exit 1 when an entry was edited, reordered or removed)"
+    ).set_defaults(func=_ledger_verify)
+    rb = sub.add_parser(
+        "rollback", help="put the previous release back in service (Triton, routing, registry, ledger)"
+    )
+    rb.add_argument("--reason", required=True)
+    rb.add_argument("--model", default="flight-delay")
+    rb.set_defaults(func=_rollback)
+
+
+def _open_ledger(args: argparse.Namespace):
+    from keel.ledger import Ledger
+
+    path = ledger_path(args)
+    if not Path(path).exists():
+        raise DataReadError(f"{path}: no ledger here (pass --ledger FILE or set KEEL_HOME)")
+    return Ledger(path)
+
+
+def _print_entry(entry) -> None:
+    revert = f" (revert of entry {entry.reverts})" if entry.reverts else ""
+    print(f"#{entry.seq} {entry.release_id} live from {entry.live_from.isoformat()}{revert}  hash {entry.hash[:12]}")
+    for key, value in entry.manifest.items():
+        print(f"    {key}: {json.dumps(value, default=str)}")
+
+
+def _ledger_at(args: argparse.Namespace) -> int:
+    from datetime import datetime
+
+    try:
+        when = datetime.fromisoformat(args.timestamp.replace("Z", "+00:00"))
+    except ValueError:
+        raise DataReadError(f"not an ISO 8601 timestamp: {args.timestamp!r}") from None
+    entry = _open_ledger(args).at(when)
+    if entry is None:
+        print(f"nothing was live at {args.timestamp}")
+        return EXIT_PROBLEM
+    _print_entry(entry)
+    return EXIT_OK
+
+
+def _ledger_log(args: argparse.Namespace) -> int:
+    for entry in _open_ledger(args).log():
+        _print_entry(entry)
+    return EXIT_OK
+
+
+def _ledger_verify(args: argparse.Namespace) -> int:
+    result = _open_ledger(args).verify()
+    return report_verify(result.ok, result.problems, f"{result.entries} entries")
+
+
+def _rollback(args: argparse.Namespace) -> int:
+    from keel.deploy.runtime import load_deployer
+    from keel.features.definitions import FEATURE_NAMES
+    from keel.ledger import Ledger
+    from keel.registry import ModelRegistry
+    from keel.rollback import rollback
+
+    home = home_layout()
+    ledger_path = home.ledger
+    if not ledger_path.exists():
+        raise DataReadError(f"{ledger_path}: no ledger here (set KEEL_HOME)")
+    registry, ledger = ModelRegistry(home.registry), Ledger(ledger_path)
+    try:
+        deployer = load_deployer(home.serving.root, len(FEATURE_NAMES))
+        result = rollback(registry, ledger, deployer, args.model, args.reason)
+    finally:
+        registry.close()
+        ledger.close()
+    print(
+        f"rolled back {result.replaced.release_id} → {result.restored.release_id} "
+        f"(ledger entry #{result.restored.seq}, reverts #{result.restored.reverts}); "
+        f"routing generation {result.report.generation}, loaded {list(result.report.loaded)}"
+    )
+    return EXIT_OK

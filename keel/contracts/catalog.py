@@ -1,0 +1,29 @@
+"""Where this deployment's data contracts live — the one place that says so: ``$KEEL_CONTRACTS_DIR``, else
+``assets/contracts/`` in the repository (flights, weather, predict_request, …; one YAML file per contract)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from keel.names import validate_name
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+CONTRACTS_ENV = "KEEL_CONTRACTS_DIR"
+
+
+def contracts_dir() -> Path:
+    return Path(os.environ.get(CONTRACTS_ENV) or REPO_ROOT / "assets" / "contracts")
+
+
+def contract_path(name: str) -> Path:
+    """The YAML file of contract ``name`` (a validated name: it becomes a path)."""
+    return contracts_dir() / f"{validate_name(name, what='contract name')}.yaml"
+
+
+def compiled_contract(name: str):
+    """Contract ``name``, loaded and compiled (``keel.contracts.engine.CompiledContract``)."""
+    from keel.contracts.engine import CompiledContract
+    from keel.contracts.spec import load_contract
+
+    return CompiledContract(load_contract(contract_path(name)))
