@@ -22,153 +22,39 @@ with ``unexpected_columns: quarantine``, quarantine every row.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 import polars as pl
 
-from keel.contracts.dsl import parse_condition
-from keel.contracts.spec import ContractSpec, RuleSpec
+from keel.contracts.model import ContractSpec, RuleSpec
+from keel.contracts.record import RecordValidator
+from keel.contracts.results import (
+    ENRICHED,
+    SOURCE_ROW,
+    CompiledRule,
+    PartitionWindow,
+    RecordVerdict,
+    RuleOutcome,
+    ValidationReport,
+    ValidationResult,
+)
+from keel.contracts.rules import RULES, BatchContext
+from keel.contracts.sinks import (
+    MASK,
+    RAW,
+    REJECTED_SCHEMA,
+    apply_enrichment,
+    empty_quarantine,
+    quarantine_rows,
+    rejected_rows,
+)
+from keel.contracts.values import cast_expr
 from keel.errors import ContractError
 
-SOURCE_ROW = "_source_row"
-ENRICHED = "_enriched"
-_MASK = "__fail__"  # prefix of the per-rule violation columns while validating
-_RAW = "__raw__"  # prefix of original values kept for the quarantine table
 _REPLACEMENT_CHAR = "\ufffd"
-
-QUARANTINE_META_SCHEMA: dict[str, pl.DataType] = {
-    "_contract": pl.String(),
-    "_contract_version": pl.Int64(),
-    "_contract_hash": pl.String(),
-    "_rule_id": pl.String(),
-    "_failed_rules": pl.String(),
-    "_severity": pl.String(),
-    "_reason": pl.String(),
-    "_partition": pl.String(),
-    SOURCE_ROW: pl.Int64(),
-    "_extra_columns": pl.String(),
-    "_replay_status": pl.String(),
-    "_quarantined_at": pl.Datetime("us", "UTC"),
-}
-REJECTED_SCHEMA: dict[str, pl.DataType] = {
-    SOURCE_ROW: pl.Int64(),
-    "_rule_id": pl.String(),
-    "_failed_rules": pl.String(),
-    "_reason": pl.String(),
-    "_partition": pl.String(),
-}
-
-
-@dataclass(frozen=True)
-class PartitionWindow:
-    """The partition being validated: its key and [start, end) in UTC (freshness is measured against end)."""
-
-    key: str
-    start: datetime | None = None
-    end: datetime | None = None
-
-
-@dataclass(frozen=True)
-class CompiledRule:
-    id: str
-    type: str
-    severity: str
-    action: str
-    reason: str
-    columns: tuple[str, ...]
-    max_failure_fraction: float
-    spec: RuleSpec | None  # None for the schema rules keel derives from the schema
-
-
-@dataclass
-class RuleOutcome:
-    id: str
-    type: str
-    severity: str
-    action: str
-    failed: int
-    pass_rate: float
-    max_failure_fraction: float
-    reason: str
-
-    @property
-    def within_threshold(self) -> bool:
-        return self.failed == 0 or (1.0 - self.pass_rate) <= self.max_failure_fraction
-
-
-@dataclass
-class ValidationReport:
-    contract: str
-    contract_version: int
-    contract_hash: str
-    partition: str | None
-    dry_run: bool
-    rows_in: int
-    valid: int
-    quarantined: int
-    rejected: int
-    enriched: int
-    flagged: int
-    critical_failed_rows: int
-    critical_budget_fraction: float
-    missing_columns: list[str]
-    unexpected_columns: list[str]
-    rules: list[RuleOutcome]
-    # What a real run would have done; equals the sinks above unless dry_run.
-    planned: dict[str, int] = field(default_factory=dict)
-
-    @property
-    def conserved(self) -> bool:
-        return self.rows_in == self.valid + self.quarantined + self.rejected
-
-    @property
-    def critical_failed_fraction(self) -> float:
-        return self.critical_failed_rows / self.rows_in if self.rows_in else 0.0
-
-    @property
-    def budget_exceeded(self) -> bool:
-        return self.critical_failed_fraction > self.critical_budget_fraction
-
-    def rule(self, rule_id: str) -> RuleOutcome:
-        for r in self.rules:
-            if r.id == rule_id:
-                return r
-        raise KeyError(rule_id)
-
-    def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["conserved"] = self.conserved
-        out["critical_failed_fraction"] = self.critical_failed_fraction
-        out["budget_exceeded"] = self.budget_exceeded
-        return out
-
-    def rules_markdown(self) -> str:
-        lines = ["| rule | type | severity | action | failed | pass rate |", "|---|---|---|---|---:|---:|"]
-        for r in self.rules:
-            lines.append(f"| {r.id} | {r.type} | {r.severity} | {r.action} | {r.failed:,} | {r.pass_rate:.4%} |")
-        return "\n".join(lines)
-
-
-@dataclass
-class ValidationResult:
-    valid: pl.DataFrame
-    quarantine: pl.DataFrame
-    rejected: pl.DataFrame
-    report: ValidationReport
-
-
-@dataclass(frozen=True)
-class RecordVerdict:
-    """The single-record result: its sink, the rules it broke, and the (typed, enriched) record."""
-
-    sink: str  # valid | quarantine | rejected
-    failed_rules: tuple[str, ...]
-    record: dict[str, Any]
-    enriched: bool
 
 
 @dataclass(frozen=True)
@@ -188,9 +74,7 @@ class CompiledContract:
     def __init__(self, spec: ContractSpec):
         self.spec = spec
         self.rules: list[CompiledRule] = self._schema_rules() + [self._user_rule(r) for r in spec.rules]
-        self._conditions = {
-            r.id: parse_condition(r.params["expr"]).violation for r in spec.rules if r.type == "condition"
-        }
+        self.prepared = {r.id: RULES[r.type].prepare(r, spec) for r in spec.rules}  # per rule type, once
         self._uses_now = any(r.params.get("relative_to") == "now" for r in spec.rules if r.type == "freshness")
         self._stage_cache: dict[tuple, _Stages] = {}
         self._record_validator: Any = None
@@ -250,7 +134,7 @@ class CompiledContract:
             r.type,
             r.severity,
             r.action,
-            r.description or _default_reason(r),
+            r.description or RULES[r.type].reason(r.params),
             r.columns,
             r.max_failure_fraction,
             r,
@@ -264,7 +148,7 @@ class CompiledContract:
         src = pl.col(name)
         if dtype.is_nested() or dtype == pl.Object:
             return pl.lit(None, dtype=target), src.is_not_null()
-        typed = _cast_expr(src, dtype, cspec.dtype, cspec.format)
+        typed = cast_expr(src, dtype, cspec.dtype, cspec.format)
         # Same type in and out: nothing to parse, so nothing can fail to parse.
         parts = [] if dtype == target else [src.is_not_null() & typed.is_null()]
         if cspec.dtype in ("float32", "float64") and not cspec.allow_non_finite:
@@ -278,48 +162,7 @@ class CompiledContract:
     def _rule_violation(self, rule: CompiledRule, ref_time: pl.Expr, references: Mapping[str, pl.Series]) -> pl.Expr:
         r = rule.spec
         assert r is not None
-        p = r.params
-        c = pl.col(p["column"]) if "column" in p else None
-        if r.type == "not_null":
-            return c.is_null()
-        if r.type == "parseable":
-            as_text = c.cast(pl.String)
-            return c.is_not_null() & _cast_expr(as_text, pl.String(), p["as"], p.get("format")).is_null()
-        if r.type == "range":
-            dtype = self.spec.column(p["column"]).dtype
-            bad = pl.lit(False)
-            if p["min"] is not None:
-                lo = _literal_for(p["min"], dtype)
-                bad = bad | ((c < lo) if p["min_inclusive"] else (c <= lo))
-            if p["max"] is not None:
-                hi = _literal_for(p["max"], dtype)
-                bad = bad | ((c > hi) if p["max_inclusive"] else (c >= hi))
-            return bad
-        if r.type == "in_set":
-            dtype = self.spec.column(p["column"]).polars_dtype
-            raw_values = references[p["reference"]] if "reference" in p else pl.Series(p["values"])
-            values = raw_values.cast(dtype, strict=False).drop_nulls().unique()
-            return c.is_not_null() & ~c.is_in(values.implode())
-        if r.type == "regex":
-            return c.is_not_null() & ~c.str.contains(p["pattern"])
-        if r.type == "max_length":
-            return c.str.len_chars() > p["max"]
-        if r.type == "decimal":
-            scaled = c.cast(pl.Float64) * (10 ** p["scale"])
-            off_scale = (scaled - scaled.round(0)).abs() > 1e-6 * pl.max_horizontal(pl.lit(1.0), scaled.abs())
-            too_wide = c.cast(pl.Float64).abs() >= 10 ** (p["precision"] - p["scale"])
-            return off_scale | too_wide
-        if r.type == "freshness":
-            col_dtype = self.spec.column(p["column"]).dtype
-            ts = c.cast(pl.Datetime("us", "UTC")) if col_dtype == "date" else c
-            return (ref_time - ts) > pl.lit(p["max_age"])
-        if r.type == "unique":
-            cols = p["columns"]
-            key = pl.col(cols[0]) if len(cols) == 1 else pl.struct(cols)
-            return pl.all_horizontal([pl.col(x).is_not_null() for x in cols]) & ~key.is_first_distinct()
-        if r.type == "condition":
-            return self._conditions[r.id]
-        raise AssertionError(f"unhandled rule type {r.type}")
+        return RULES[r.type].batch(r, self.prepared[r.id], BatchContext(self.spec, ref_time, references))
 
     def _freshness_reference(self, rule: CompiledRule, partition: PartitionWindow | None) -> pl.Expr:
         p = rule.spec.params if rule.spec else {}
@@ -357,7 +200,7 @@ class CompiledContract:
             lf = lf.with_columns(stages.raw_keep)
         lf = lf.with_columns(stages.typed_and_type_masks)
         if stages.unexpected:
-            lf = lf.with_columns(pl.struct(stages.unexpected).struct.json_encode().alias(_RAW + "_extra")).drop(
+            lf = lf.with_columns(pl.struct(stages.unexpected).struct.json_encode().alias(RAW + "_extra")).drop(
                 stages.unexpected
             )
         lf = lf.with_columns(stages.rule_masks)
@@ -385,17 +228,17 @@ class CompiledContract:
         schema_columns_fail = bool(missing) or (bool(unexpected) and spec.unexpected_columns == "quarantine")
         active = set()
         if schema_columns_fail:
-            masks.append(pl.lit(True).alias(_MASK + "schema_columns"))
+            masks.append(pl.lit(True).alias(MASK + "schema_columns"))
             active.add("schema_columns")
         for c in spec.columns:
             if c.name in dtypes:
                 dtype = dtypes[c.name]
                 typed, bad = self._typed_column(c.name, dtype)
                 if dtype != c.polars_dtype:
-                    raw_keep.append(pl.col(c.name).alias(_RAW + c.name))
+                    raw_keep.append(pl.col(c.name).alias(RAW + c.name))
                 typed_exprs.append(typed.alias(c.name))
                 if bad is not None:
-                    masks.append(bad.alias(_MASK + f"schema_type_{c.name}".lower()))
+                    masks.append(bad.alias(MASK + f"schema_type_{c.name}".lower()))
                     active.add(f"schema_type_{c.name}".lower())
             else:
                 typed_exprs.append(pl.lit(None, dtype=c.polars_dtype).alias(c.name))
@@ -403,11 +246,11 @@ class CompiledContract:
         for rule in self.rules:
             if rule.spec is None:
                 if rule.id.startswith("schema_not_null_"):
-                    rule_masks.append(pl.col(rule.columns[0]).is_null().alias(_MASK + rule.id))
+                    rule_masks.append(pl.col(rule.columns[0]).is_null().alias(MASK + rule.id))
                     active.add(rule.id)
                 continue
             ref = self._freshness_reference(rule, partition) if rule.type == "freshness" else pl.lit(None)
-            rule_masks.append(self._rule_violation(rule, ref, references).fill_null(False).alias(_MASK + rule.id))
+            rule_masks.append(self._rule_violation(rule, ref, references).fill_null(False).alias(MASK + rule.id))
             active.add(rule.id)
         stages = _Stages(
             raw_keep, typed_exprs + masks, rule_masks, missing, unexpected, references, frozenset(active)
@@ -433,10 +276,10 @@ class CompiledContract:
         active = [r for r in self.rules if r.id in stages.active]
 
         def any_of(action: str) -> pl.Expr:
-            cols = [pl.col(_MASK + r.id) for r in active if r.action == action]
+            cols = [pl.col(MASK + r.id) for r in active if r.action == action]
             return pl.any_horizontal(cols) if cols else pl.lit(False)
 
-        critical = [pl.col(_MASK + r.id) for r in active if r.severity == "critical"]
+        critical = [pl.col(MASK + r.id) for r in active if r.severity == "critical"]
         lf = lf.with_columns(
             any_of("quarantine").alias("__q"),
             any_of("reject").alias("__r"),
@@ -444,14 +287,12 @@ class CompiledContract:
             any_of("flag").alias("__flag"),
         ).with_columns((pl.col("__r") & ~pl.col("__q")).alias("__r"))
         enrich_rules = [r for r in active if r.action == "enrich"]
-        enrich_any = (
-            pl.any_horizontal([pl.col(_MASK + r.id) for r in enrich_rules]) if enrich_rules else pl.lit(False)
-        )
+        enrich_any = pl.any_horizontal([pl.col(MASK + r.id) for r in enrich_rules]) if enrich_rules else pl.lit(False)
         lf = lf.with_columns((enrich_any & ~pl.col("__q") & ~pl.col("__r")).alias("__e"))
         frame = lf.collect()
 
         counts = {r.id: 0 for r in self.rules} | frame.select(
-            [pl.col(_MASK + r.id).sum().alias(r.id) for r in active]
+            [pl.col(MASK + r.id).sum().alias(r.id) for r in active]
             + [pl.col(x).sum().alias(x) for x in ("__q", "__r", "__crit", "__e", "__flag")]
         ).row(0, named=True)
         n = frame.height
@@ -478,18 +319,18 @@ class CompiledContract:
         contract_cols = list(spec.column_names)
         if dry:
             valid = frame.select(contract_cols + [SOURCE_ROW]).with_columns(pl.lit(False).alias(ENRICHED))
-            quarantine = self._empty_quarantine()
+            quarantine = empty_quarantine(spec)
             rejected = pl.DataFrame(schema=REJECTED_SCHEMA)
         else:
             keep = ~pl.col("__q") & ~pl.col("__r")
             # Project before filtering: the mask columns are not copied into the outputs.
-            valid_cols = contract_cols + [SOURCE_ROW, "__e"] + [_MASK + r.id for r in enrich_rules]
+            valid_cols = contract_cols + [SOURCE_ROW, "__e"] + [MASK + r.id for r in enrich_rules]
             valid_frame = frame.lazy().filter(keep).select(valid_cols).collect()
-            valid = self._apply_enrichment(valid_frame, enrich_rules).select(
+            valid = apply_enrichment(spec, valid_frame, enrich_rules).select(
                 contract_cols + [SOURCE_ROW, pl.col("__e").alias(ENRICHED)]
             )
-            quarantine = self._quarantine_rows(frame.filter(pl.col("__q")), partition_key, bool(unexpected), active)
-            rejected = self._rejected_rows(frame.filter(pl.col("__r")), partition_key, active)
+            quarantine = quarantine_rows(spec, frame.filter(pl.col("__q")), partition_key, bool(unexpected), active)
+            rejected = rejected_rows(frame.filter(pl.col("__r")), partition_key, active)
         report = ValidationReport(
             contract=spec.name,
             contract_version=spec.version,
@@ -511,87 +352,6 @@ class CompiledContract:
         )
         return ValidationResult(valid=valid, quarantine=quarantine, rejected=rejected, report=report)
 
-    def _first_failing(self, rules: list[CompiledRule], attr: str) -> pl.Expr:
-        return pl.coalesce(
-            [pl.when(pl.col(_MASK + r.id)).then(pl.lit(getattr(r, attr))) for r in rules] + [pl.lit(None, pl.String)]
-        )
-
-    def _failed_list(self, active: list[CompiledRule]) -> pl.Expr:
-        return pl.concat_str(
-            [pl.when(pl.col(_MASK + r.id)).then(pl.lit(r.id)) for r in active], separator=",", ignore_nulls=True
-        )
-
-    def _quarantine_rows(
-        self, rows: pl.DataFrame, partition_key: str | None, has_extra: bool, active: list[CompiledRule]
-    ) -> pl.DataFrame:
-        if rows.height == 0:
-            return self._empty_quarantine()
-        q_rules = [r for r in active if r.action == "quarantine"]
-        values = []
-        for c in self.spec.column_names:
-            src = _RAW + c if (_RAW + c) in rows.columns else c
-            values.append(_to_text(pl.col(src), rows.schema[src]).alias(c))
-        meta = [
-            pl.lit(self.spec.name).alias("_contract"),
-            pl.lit(self.spec.version, pl.Int64).alias("_contract_version"),
-            pl.lit(self.spec.content_hash).alias("_contract_hash"),
-            self._first_failing(q_rules, "id").alias("_rule_id"),
-            self._failed_list(active).alias("_failed_rules"),
-            self._first_failing(q_rules, "severity").alias("_severity"),
-            self._first_failing(q_rules, "reason").alias("_reason"),
-            pl.lit(partition_key, pl.String).alias("_partition"),
-            pl.col(SOURCE_ROW),
-            (pl.col(_RAW + "_extra") if has_extra else pl.lit(None, pl.String)).alias("_extra_columns"),
-            pl.lit("pending").alias("_replay_status"),
-            pl.lit(datetime.now(UTC)).cast(pl.Datetime("us", "UTC")).alias("_quarantined_at"),
-        ]
-        return rows.select(values + meta)
-
-    def _empty_quarantine(self) -> pl.DataFrame:
-        schema = {c: pl.String() for c in self.spec.column_names} | QUARANTINE_META_SCHEMA
-        return pl.DataFrame(schema=schema)
-
-    def _rejected_rows(
-        self, rows: pl.DataFrame, partition_key: str | None, active: list[CompiledRule]
-    ) -> pl.DataFrame:
-        if rows.height == 0:
-            return pl.DataFrame(schema=REJECTED_SCHEMA)
-        r_rules = [r for r in active if r.action == "reject"]
-        return rows.select(
-            pl.col(SOURCE_ROW),
-            self._first_failing(r_rules, "id").alias("_rule_id"),
-            self._failed_list(active).alias("_failed_rules"),
-            self._first_failing(r_rules, "reason").alias("_reason"),
-            pl.lit(partition_key, pl.String).alias("_partition"),
-        )
-
-    def _apply_enrichment(self, frame: pl.DataFrame, enrich_rules: list[CompiledRule]) -> pl.DataFrame:
-        for rule in enrich_rules:
-            assert rule.spec is not None and rule.spec.enrich is not None
-            e = rule.spec.enrich
-            mask = frame[_MASK + rule.id]
-            if not mask.any():
-                continue
-            target = self.spec.column(e.column).polars_dtype
-            if e.md5_of:
-                idx = mask.arg_true()
-                keys = frame[idx].select(
-                    pl.concat_str([pl.col(c).cast(pl.String).fill_null("") for c in e.md5_of], separator="|").alias(
-                        "k"
-                    )
-                )["k"]
-                filled = [e.prefix + hashlib.md5(k.encode("utf-8")).hexdigest() for k in keys]  # noqa: S324 - an id, not security
-                new = frame[e.column].cast(pl.String).scatter(idx, filled)
-                frame = frame.with_columns(new.alias(e.column))
-            else:
-                frame = frame.with_columns(
-                    pl.when(pl.col(_MASK + rule.id))
-                    .then(pl.lit(e.value).cast(target))
-                    .otherwise(pl.col(e.column))
-                    .alias(e.column)
-                )
-        return frame
-
     # -- the single-record path
     def validate_record(
         self,
@@ -601,8 +361,6 @@ class CompiledContract:
     ) -> RecordVerdict:
         """Validate one record with the batch semantics (see keel.contracts.record); ``unique`` cannot fail here."""
         if self._record_validator is None:
-            from keel.contracts.record import RecordValidator
-
             self._record_validator = RecordValidator(self)
         return self._record_validator.validate(record, partition, references)
 
@@ -620,105 +378,3 @@ def validate_frame(
 
 
 # -- helpers ---------------------------------------------------------------------------------------------------
-
-
-def _cast_expr(src: pl.Expr, src_dtype: pl.DataType, target: str, fmt: str | None) -> pl.Expr:
-    """Parse/cast ``src`` to the contract type; values that do not fit become null (never an exception)."""
-    from keel.contracts.spec import DTYPES
-
-    tdtype = DTYPES[target]
-    if src_dtype == tdtype:
-        return src
-    is_text = src_dtype in (pl.String, pl.Categorical) or isinstance(src_dtype, pl.Enum)
-    if is_text:
-        text = src.cast(pl.String).str.strip_chars()
-        if target == "bool":
-            lowered = text.str.to_lowercase()
-            return (
-                pl.when(lowered.is_in(["true", "t", "yes", "1"]))
-                .then(True)
-                .when(lowered.is_in(["false", "f", "no", "0"]))
-                .then(False)
-                .otherwise(None)
-            )
-        if target == "datetime":
-            if fmt and "%z" in fmt:
-                return text.str.strptime(pl.Datetime("us"), fmt, strict=False).dt.convert_time_zone("UTC")
-            if fmt:
-                return text.str.strptime(pl.Datetime("us"), fmt, strict=False).dt.replace_time_zone("UTC")
-            return text.str.strptime(pl.Datetime("us"), "%Y-%m-%dT%H:%M:%S", strict=False).dt.replace_time_zone("UTC")
-        if target == "date":
-            return text.str.strptime(pl.Date, fmt or "%Y-%m-%d", strict=False)
-        if target == "string":
-            return src.cast(pl.String)
-        return text.cast(tdtype, strict=False)
-    if target == "string":
-        return src.cast(pl.String, strict=False)
-    if target in ("date", "datetime") and not src_dtype.is_temporal():
-        # A bare number is not a timestamp: epoch units are ambiguous and out-of-range values cannot be represented.
-        return pl.lit(None, dtype=tdtype)
-    if target.startswith("int") and src_dtype.is_float():
-        # 1.5 must not silently become 1: only whole, finite numbers are valid integers.
-        return pl.when(src.is_finite() & (src == src.round(0))).then(src).otherwise(None).cast(tdtype, strict=False)
-    if target == "datetime" and isinstance(src_dtype, pl.Datetime):
-        aware = src.dt.replace_time_zone("UTC") if src_dtype.time_zone is None else src.dt.convert_time_zone("UTC")
-        return aware.cast(pl.Datetime("us", "UTC"))
-    if target == "bool" and src_dtype.is_numeric():
-        return pl.when(src == 1).then(True).when(src == 0).then(False).otherwise(None)
-    return src.cast(tdtype, strict=False)
-
-
-def _to_text(expr: pl.Expr, dtype: pl.DataType) -> pl.Expr:
-    if dtype == pl.String:
-        return expr
-    if dtype.is_nested():
-        return pl.struct(expr.alias("v")).struct.json_encode()
-    return expr.cast(pl.String, strict=False)
-
-
-def _literal_value(value: Any, dtype: str) -> Any:
-    """A range bound as the Python value it means for a column of ``dtype``."""
-    from datetime import date
-
-    if dtype == "datetime" and isinstance(value, str):
-        dt = datetime.fromisoformat(value)
-        return dt.replace(tzinfo=UTC) if dt.tzinfo is None else dt.astimezone(UTC)
-    if dtype == "date" and isinstance(value, str):
-        return date.fromisoformat(value)
-    return value
-
-
-def _literal_for(value: Any, dtype: str) -> pl.Expr:
-    lit = _literal_value(value, dtype)
-    if dtype == "datetime":
-        return pl.lit(lit).cast(pl.Datetime("us", "UTC"))
-    return pl.lit(lit)
-
-
-def _default_reason(r: RuleSpec) -> str:
-    p = r.params
-    if r.type == "not_null":
-        return f"{p['column']} is null"
-    if r.type == "parseable":
-        return f"{p['column']} does not parse as {p['as']}"
-    if r.type == "range":
-        lo = ("[" if p["min_inclusive"] else "(") + ("-inf" if p["min"] is None else str(p["min"]))
-        hi = ("inf" if p["max"] is None else str(p["max"])) + ("]" if p["max_inclusive"] else ")")
-        return f"{p['column']} outside {lo}, {hi}"
-    if r.type == "in_set":
-        return (
-            f"{p['column']} not in {p['reference']}" if "reference" in p else f"{p['column']} not in the allowed set"
-        )
-    if r.type == "regex":
-        return f"{p['column']} does not match {p['pattern']}"
-    if r.type == "max_length":
-        return f"{p['column']} longer than {p['max']} characters"
-    if r.type == "decimal":
-        return f"{p['column']} does not fit decimal({p['precision']},{p['scale']})"
-    if r.type == "freshness":
-        return f"{p['column']} older than {p['max_age_text']} before the {p['relative_to'].replace('_', ' ')}"
-    if r.type == "unique":
-        return f"duplicate key ({', '.join(p['columns'])})"
-    if r.type == "condition":
-        return f"condition violated: {p['expr']}"
-    return r.type

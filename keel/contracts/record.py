@@ -15,19 +15,19 @@ import math
 import threading
 from collections import OrderedDict
 from datetime import UTC, date, datetime
-from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
-import flpc
 import polars as pl
 
-from keel.contracts.dsl import compare_values, parse_condition
-from keel.contracts.spec import DTYPES, ColumnSpec
+from keel.contracts.model import DTYPES, ColumnSpec
+from keel.contracts.results import SOURCE_ROW, PartitionWindow, RecordVerdict
+from keel.contracts.rules import RULES, RecordContext
+from keel.contracts.values import cast_expr, polars_text, polars_value
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from keel.contracts.engine import CompiledContract, PartitionWindow, RecordVerdict
+    from keel.contracts.engine import CompiledContract
 
 _INT_RANGE = {
     "int8": (-(2**7), 2**7 - 1),
@@ -36,25 +36,6 @@ _INT_RANGE = {
     "int64": (-(2**63), 2**63 - 1),
 }
 _ASCII_INT = frozenset("0123456789")
-
-
-@lru_cache(maxsize=1024)
-def _compiled(pattern: str) -> Any:
-    return flpc.compile(pattern)
-
-
-def _regex_matches(pattern: str, value: str) -> bool:
-    """Search semantics of polars' ``str.contains``, on the same Rust ``regex`` crate (via flpc), compiled once.
-
-    polars compiles the pattern on every call (~300 µs); flpc keeps the compiled automaton (<1 µs a match).
-    """
-    return flpc.search(_compiled(pattern), value) is not None
-
-
-def _polars_value(value: Any, expr_for: Any) -> Any:
-    """Apply a polars expression builder to a one-value frame, exactly as the batch path would on that value."""
-    frame = pl.DataFrame({"v": [value]})
-    return frame.select(expr_for(pl.col("v"), frame.schema["v"]).alias("v")).item()
 
 
 class ByteBoundedCache:
@@ -106,10 +87,9 @@ CAST_CACHE = ByteBoundedCache(max_bytes=16 << 20)  # 16 MiB at most, whatever th
 
 def _cast_via_polars(value: Any, target: str, fmt: str | None) -> Any:
     """The batch cast of one value; memoised (bounded in bytes), since serving traffic repeats values."""
-    from keel.contracts.engine import _cast_expr
 
     def compute() -> Any:
-        return _polars_value(value, lambda c, dt: _cast_expr(c, dt, target, fmt))
+        return polars_value(value, lambda c, dt: cast_expr(c, dt, target, fmt))
 
     try:
         hash(value)
@@ -148,15 +128,6 @@ def _fast_datetime(text: str, fmt: str | None) -> datetime | None:
         return None
 
 
-def _polars_text(value: Any) -> str | None:
-    """``value`` cast to text the way polars does it (floats, booleans and timestamps differ from Python's str)."""
-    if value is None or isinstance(value, str):
-        return value
-    if isinstance(value, int) and not isinstance(value, bool):
-        return str(value)
-    return pl.Series([value]).cast(pl.String, strict=False).item()
-
-
 def _is_ascii_int(text: str) -> bool:
     body = text[1:] if text[:1] == "-" else text
     return 0 < len(body) <= 18 and all(ch in _ASCII_INT for ch in body)
@@ -183,7 +154,7 @@ def to_typed(value: Any, column: ColumnSpec) -> tuple[Any, bool]:
         return None, True
     typed: Any
     if t == "string":
-        typed = value if isinstance(value, str) else _polars_text(value)
+        typed = value if isinstance(value, str) else polars_text(value)
         return typed, typed is None or "\ufffd" in typed
     if t in _INT_RANGE:
         lo, hi = _INT_RANGE[t]
@@ -244,27 +215,10 @@ class RecordValidator:
     """Evaluates a compiled contract's rules on one record. Built once per contract; cheap per call."""
 
     def __init__(self, compiled: CompiledContract):
-        from keel.contracts.engine import _literal_value
-
         self.compiled = compiled
         self.spec = compiled.spec
         self._columns = {c.name: c for c in self.spec.columns}
-        self._bounds: dict[str, tuple[Any, Any]] = {}
-        self._sets: dict[str, set[Any]] = {}
-        self._conditions = {}
-        for rule in self.spec.rules:
-            p = rule.params
-            if rule.type == "range":
-                dtype = self._columns[p["column"]].dtype
-                self._bounds[rule.id] = (
-                    None if p["min"] is None else _literal_value(p["min"], dtype),
-                    None if p["max"] is None else _literal_value(p["max"], dtype),
-                )
-            elif rule.type == "in_set" and "values" in p:
-                dtype = DTYPES[self._columns[p["column"]].dtype]
-                self._sets[rule.id] = set(pl.Series(p["values"]).cast(dtype, strict=False).drop_nulls().to_list())
-            elif rule.type == "condition":
-                self._conditions[rule.id] = parse_condition(p["expr"])
+        self._prepared = compiled.prepared  # per rule, what its type prepared once (bounds, value sets, …)
         self._reference_sets: dict[tuple[str, int], tuple[pl.Series, set[Any]]] = {}
 
     def _reference_set(self, rule_id: str, ref: str, series: pl.Series) -> set[Any]:
@@ -280,8 +234,6 @@ class RecordValidator:
     def validate(
         self, record: Mapping[str, Any], partition: PartitionWindow | None, references: Mapping[str, pl.Series] | None
     ) -> RecordVerdict:
-        from keel.contracts.engine import SOURCE_ROW, RecordVerdict, _cast_expr
-
         spec = self.spec
         absent = [r for r in spec.references if r not in (references or {})]
         if absent:
@@ -304,63 +256,14 @@ class RecordValidator:
             fails[f"schema_type_{c.name}".lower()] = bad
             if not c.nullable:
                 fails[f"schema_not_null_{c.name}".lower()] = value is None
+        end = None if partition is None else partition.end
+        ctx = RecordContext(
+            typed, end, lambda r: self._reference_set(r.id, r.params["reference"], references[r.params["reference"]])
+        )
         for rule in spec.rules:
             p = rule.params
             v = typed.get(p["column"]) if "column" in p else None
-            bad = False
-            if rule.type == "not_null":
-                bad = v is None
-            elif rule.type == "range":
-                lo, hi = self._bounds[rule.id]
-                if v is not None:
-                    if lo is not None:
-                        bad = compare_values("<" if p["min_inclusive"] else "<=", v, lo)
-                    if hi is not None and not bad:
-                        bad = compare_values(">" if p["max_inclusive"] else ">=", v, hi)
-            elif rule.type == "in_set":
-                allowed = (
-                    self._reference_set(rule.id, p["reference"], references[p["reference"]])
-                    if "reference" in p
-                    else self._sets[rule.id]
-                )
-                bad = v is not None and v not in allowed
-            elif rule.type == "regex":
-                bad = v is not None and not _regex_matches(p["pattern"], v)
-            elif rule.type == "max_length":
-                bad = v is not None and len(v) > p["max"]
-            elif rule.type == "decimal":
-                if v is not None:
-                    f = float(v)
-                    if not math.isfinite(f):
-                        bad = True
-                    else:
-                        scaled = f * (10 ** p["scale"])
-                        bad = (
-                            not math.isfinite(scaled)  # overflowed: polars gets NaN here, which fails
-                            or abs(scaled - round(scaled)) > 1e-6 * max(1.0, abs(scaled))
-                            or abs(f) >= 10 ** (p["precision"] - p["scale"])
-                        )
-            elif rule.type == "freshness":
-                if v is not None:
-                    ts = datetime(v.year, v.month, v.day, tzinfo=UTC) if not isinstance(v, datetime) else v
-                    if p["relative_to"] == "now":
-                        ref = datetime.now(UTC)
-                    elif partition is not None and partition.end is not None:
-                        ref = partition.end if partition.end.tzinfo else partition.end.replace(tzinfo=UTC)
-                    else:
-                        ref = ts  # a one-row batch measures against its own newest event: itself
-                    bad = (ref - ts) > p["max_age"]
-            elif rule.type == "unique":
-                bad = False  # a single record cannot repeat a key
-            elif rule.type == "condition":
-                bad = self._conditions[rule.id].violated_by(typed)
-            elif rule.type == "parseable":
-                if v is not None:
-                    as_type, fmt = p["as"], p.get("format")
-                    parsed = _polars_value(
-                        _polars_text(v), lambda c, dt, t=as_type, f=fmt: _cast_expr(c, pl.String(), t, f)
-                    )
-                    bad = parsed is None
+            bad = RULES[rule.type].record(v, rule, self._prepared[rule.id], ctx)
             fails[rule.id] = bad
         failed = [r.id for r in self.compiled.rules if fails[r.id]]
         actions = {r.action for r in self.compiled.rules if fails[r.id]}
@@ -375,10 +278,10 @@ class RecordValidator:
             e = r.spec.enrich
             enriched = True
             if e.md5_of:
-                key = "|".join(_polars_text(typed[c]) or "" for c in e.md5_of)
+                key = "|".join(polars_text(typed[c]) or "" for c in e.md5_of)
                 typed[e.column] = e.prefix + hashlib.md5(key.encode("utf-8")).hexdigest()  # noqa: S324 - an id, not security
             else:
-                typed[e.column] = _polars_value(
+                typed[e.column] = polars_value(
                     e.value, lambda c, dt, e=e: c.cast(DTYPES[self._columns[e.column].dtype])
                 )
         return RecordVerdict("valid", tuple(failed), typed, enriched)

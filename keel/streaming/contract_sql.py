@@ -15,20 +15,18 @@ second type and ``in_set`` with a ``reference`` of another dataset; ``compile_co
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass
-from typing import Any
 
-from keel.contracts.dsl import Node, parse_condition
+from keel.contracts.rules import RULES, NoStreamForm
 from keel.contracts.spec import ContractSpec
+from keel.contracts.values import sql_column, sql_string
 from keel.errors import ContractError
 
 SQL_TYPES = {
     "int8": "TINYINT", "int16": "SMALLINT", "int32": "INT", "int64": "BIGINT", "float32": "FLOAT",
     "float64": "DOUBLE", "string": "STRING", "bool": "BOOLEAN", "datetime": "TIMESTAMP(3)", "date": "DATE",
 }  # fmt: skip
-NO_STREAM_FORM = ("unique", "freshness", "parseable")
 STRFTIME_TO_JAVA = {"%Y": "yyyy", "%m": "MM", "%d": "dd", "%H": "HH", "%M": "mm", "%S": "ss"}
 IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -60,11 +58,12 @@ class StreamPlan:
         def first(rules: list[StreamRule], attr: str) -> str:
             if not rules:
                 return "CAST(NULL AS STRING)"
-            whens = " ".join(f"WHEN `__m_{r.id}` THEN {_str(getattr(r, attr))}" for r in rules)
+            whens = " ".join(f"WHEN `__m_{r.id}` THEN {sql_string(getattr(r, attr))}" for r in rules)
             return f"CASE {whens} END"
 
         failed = (
-            ", ".join(f"CASE WHEN `__m_{r.id}` THEN {_str(r.id)} END" for r in self.rules) or "CAST(NULL AS STRING)"
+            ", ".join(f"CASE WHEN `__m_{r.id}` THEN {sql_string(r.id)} END" for r in self.rules)
+            or "CAST(NULL AS STRING)"
         )
         any_q = " OR ".join(f"`__m_{r.id}`" for r in q) or "FALSE"
         any_r = " OR ".join(f"`__m_{r.id}`" for r in rj) or "FALSE"
@@ -79,30 +78,6 @@ class StreamPlan:
             f"  {first(q, 'severity')} AS _severity, {first(q, 'reason')} AS _reason\n"
             f"FROM (SELECT *,\n  {masks}\nFROM (SELECT _source_row, {extra}\n  {typed}\nFROM {source}))"
         )
-
-
-def _str(value: Any) -> str:
-    return "'" + str(value).replace("'", "''") + "'"
-
-
-def _lit(value: Any, dtype: str | None = None) -> str:
-    if value is None:
-        return "NULL"
-    if isinstance(value, bool):
-        return "TRUE" if value else "FALSE"
-    if isinstance(value, int | float):
-        if isinstance(value, float) and not math.isfinite(value):
-            raise ContractError(f"non-finite literal {value!r} has no SQL form")
-        if dtype in ("float32", "float64") or isinstance(value, float):
-            return f"CAST({float(value)!r} AS DOUBLE)"  # a bare 10.35 is a DECIMAL in Flink SQL
-        return str(value)
-    return _str(value)
-
-
-def _col(name: str) -> str:
-    if not IDENT.match(name):
-        raise ContractError(f"column name {name!r} cannot be used in the streaming path")
-    return f"`{name}`"
 
 
 def java_pattern(fmt: str) -> str:
@@ -122,14 +97,14 @@ def java_pattern(fmt: str) -> str:
 
 
 def _typed(name: str, dtype: str, fmt: str | None) -> str:
-    raw = f"NULLIF(TRIM({_col(name)}), '')"
+    raw = f"NULLIF(TRIM({sql_column(name)}), '')"
     if dtype == "string":
-        return f"{_col(name)}"
+        return f"{sql_column(name)}"
     if dtype == "datetime":
         pattern = java_pattern(fmt or "%Y-%m-%dT%H:%M:%S")
-        return f"TO_TIMESTAMP({raw}, {_str(pattern)})"
+        return f"TO_TIMESTAMP({raw}, {sql_string(pattern)})"
     if dtype == "date":
-        return f"TO_DATE({raw}, {_str(java_pattern(fmt or '%Y-%m-%d'))})"
+        return f"TO_DATE({raw}, {sql_string(java_pattern(fmt or '%Y-%m-%d'))})"
     if dtype == "bool":
         low = f"LOWER({raw})"
         return (
@@ -139,45 +114,14 @@ def _typed(name: str, dtype: str, fmt: str | None) -> str:
     return f"TRY_CAST({raw} AS {SQL_TYPES[dtype]})"
 
 
-def dsl_sql(node: Node) -> str:
-    """The contract condition language in SQL (same three-valued meaning as its polars backend)."""
-    op, a = node.op, node.args
-    if op == "col":
-        return _col(a[0])
-    if op == "lit":
-        return _lit(a[0])
-    if op == "neg":
-        return f"(-{dsl_sql(a[0])})"
-    if op == "arith":
-        left, right = dsl_sql(a[1]), dsl_sql(a[2])
-        if a[0] == "/":
-            return f"(CAST({left} AS DOUBLE) / NULLIF(CAST({right} AS DOUBLE), 0))"
-        return f"({left} {a[0]} {right})"
-    if op == "cmp":
-        sym = {"==": "=", "!=": "<>"}.get(a[0], a[0])
-        return f"({dsl_sql(a[1])} {sym} {dsl_sql(a[2])})"
-    if op in ("and", "or"):
-        return f"({dsl_sql(a[0])} {op.upper()} {dsl_sql(a[1])})"
-    if op == "not":
-        return f"(NOT {dsl_sql(a[0])})"
-    if op == "isnull":
-        return f"({dsl_sql(a[0])} IS NULL)"
-    if op == "notnull":
-        return f"({dsl_sql(a[0])} IS NOT NULL)"
-    if op in ("in", "notin"):
-        values = ", ".join(_lit(v) for v in a[1])
-        return f"({dsl_sql(a[0])} {'NOT IN' if op == 'notin' else 'IN'} ({values}))"
-    raise AssertionError(op)
-
-
 def compile_contract(spec: ContractSpec, *, skip: frozenset[str] | set[str] = frozenset()) -> StreamPlan:
     """The plan for ``spec``: its rules in the batch engine's order (so the first failing rule is the same one)."""
     from keel.contracts.engine import CompiledContract
 
     typed: list[str] = []
     for c in spec.columns:
-        typed.append(f"{_typed(c.name, c.dtype, c.format)} AS {_col(c.name)}")
-        typed.append(f"{_col(c.name)} AS `__raw_{c.name}`")
+        typed.append(f"{_typed(c.name, c.dtype, c.format)} AS {sql_column(c.name)}")
+        typed.append(f"{sql_column(c.name)} AS `__raw_{c.name}`")
     rules: list[StreamRule] = []
     regex_rules: list[tuple[str, str, str]] = []
     for rule in CompiledContract(spec).rules:
@@ -195,7 +139,7 @@ def compile_contract(spec: ContractSpec, *, skip: frozenset[str] | set[str] = fr
                 # NaN is the one value unequal to itself; ±inf is beyond the largest double
                 v = f"{v} OR `{c.name}` <> `{c.name}` OR ABS(`{c.name}`) > 1.7976931348623157E308"
         elif rule.spec is None and rule.id.startswith("schema_not_null_"):
-            v = f"{_col(rule.columns[0])} IS NULL"
+            v = f"{sql_column(rule.columns[0])} IS NULL"
         else:
             v = _rule_sql(spec, rule.spec, regex_rules)
         rules.append(StreamRule(rule.id, rule.action, rule.severity, rule.reason, f"COALESCE({v}, FALSE)"))
@@ -204,38 +148,13 @@ def compile_contract(spec: ContractSpec, *, skip: frozenset[str] | set[str] = fr
 
 def _rule_sql(spec: ContractSpec, r, regex_rules: list) -> str:
     p = r.params
-    col = _col(p["column"]) if "column" in p else None
+    col = sql_column(p["column"]) if "column" in p else None
     dtype = spec.column(p["column"]).dtype if "column" in p else None
-    if r.type in NO_STREAM_FORM or (r.type == "in_set" and "reference" in p):
+    try:
+        return RULES[r.type].sql(r, col, dtype, regex_rules)
+    except NoStreamForm:
         raise ContractError(
             f"rule '{r.id}' ({r.type}) has no streaming form: it needs the whole partition or another dataset; "
             "skip it in both paths (skip=…) or check that property in the batch path",
             source=spec.source,
-        )
-    if r.type == "not_null":
-        return f"{col} IS NULL"
-    if r.type == "range":
-        parts = []
-        if p["min"] is not None:
-            parts.append(f"{col} {'<' if p['min_inclusive'] else '<='} {_lit(p['min'], dtype)}")
-        if p["max"] is not None:
-            parts.append(f"{col} {'>' if p['max_inclusive'] else '>='} {_lit(p['max'], dtype)}")
-        return " OR ".join(parts) or "FALSE"
-    if r.type == "in_set":
-        return f"{col} NOT IN ({', '.join(_lit(x, dtype) for x in p['values'])})"
-    if r.type == "max_length":
-        return f"CHAR_LENGTH({col}) > {int(p['max'])}"
-    if r.type == "decimal":
-        scaled = f"(CAST({col} AS DOUBLE) * {float(10 ** p['scale'])})"
-        return (
-            f"ABS({scaled} - ROUND({scaled}, 0)) > 1e-6 * GREATEST(1.0, ABS({scaled})) "
-            f"OR ABS(CAST({col} AS DOUBLE)) >= {float(10 ** (p['precision'] - p['scale']))}"
-        )
-    if r.type == "condition":
-        cond = parse_condition(p["expr"])
-        check = f"({dsl_sql(cond.check)}) IS FALSE"
-        return f"({dsl_sql(cond.guard)}) IS TRUE AND {check}" if cond.guard is not None else check
-    if r.type == "regex":
-        regex_rules.append((r.id, p["column"], p["pattern"]))
-        return f"{col} IS NOT NULL AND NOT keel_regex_{len(regex_rules) - 1}({col})"
-    raise ContractError(f"rule '{r.id}': type {r.type} has no streaming form", source=spec.source)
+        ) from None

@@ -56,12 +56,12 @@ def test_record_and_batch_regex_engines_agree():
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
-    from keel.contracts.record import _regex_matches
+    from keel.contracts.values import regex_matches
 
     @settings(max_examples=300, deadline=None)
     @given(st.sampled_from(PATTERNS), st.text(max_size=12))
     def check(pattern, text):
         batch = pl.Series([text], dtype=pl.String).str.contains(pattern).item()
-        assert _regex_matches(pattern, text) == batch
+        assert regex_matches(pattern, text) == batch
 
     check()
