@@ -5,11 +5,11 @@ import polars as pl
 
 from assets.features import FEATURE_CODE_VERSION, FLIGHT_FEATURES
 from assets.partitions import monthly_2013
-from gpu_runtime.pools import PoolRegistry
 from keel.drift import DriftConfig, DriftReport, ReferenceProfile, build_reference, compare
 from keel.drift.plot import drift_svg_markdown
 from keel.features.definitions import FEATURE_NAMES
 from keel.features.offline import LABEL
+from resources.pools import MemoryPoolsResource
 
 DRIFT_GROUP = "drift"
 DRIFT_REFERENCE = dg.AssetKey("drift_reference")
@@ -25,10 +25,8 @@ MONITORED_CATEGORICAL = ["carrier", "origin"]
 SEASONAL = {name: 0.5 for name in ("temp", "humid", "visib", "wind_speed", "precip")}
 HISTORY_RATES = {name: 0.25 for name in ("carrier_delay_rate", "route_delay_rate", "origin_hour_delay_rate")}
 DRIFT_CONFIG = DriftConfig(thresholds=SEASONAL | HISTORY_RATES)
-# Per-model memory pools for the drift kernels (gpu_runtime/pools.py): a month of flight features is ~30k rows ×
-# 15 columns, a few MB; the budget leaves room for a year's worth, × 1.2 headroom.
+# The drift kernels' arrays live in the delay model's memory pool (resources/pools.py: these features feed it).
 POOL_MODEL = "flight-delay"
-DRIFT_POOLS = PoolRegistry({POOL_MODEL: 64 << 20})
 
 
 def drift_check_name(feature: str) -> str:
@@ -96,8 +94,13 @@ def report_metadata(report: DriftReport) -> dict:
     description="Per feature: normalised Wasserstein, KS, PSI, KL (numeric); Jensen-Shannon, chi-square, PSI, unseen "
     "categories (categorical) — the month against 2013-01…03, with a verdict the drift sensor acts on.",
 )
-def drift_report(context: dg.AssetExecutionContext, features: pl.DataFrame, reference: pl.DataFrame):
-    pool = DRIFT_POOLS[POOL_MODEL]  # these features feed the delay model: its pool holds the kernels' arrays
+def drift_report(
+    context: dg.AssetExecutionContext,
+    features: pl.DataFrame,
+    reference: pl.DataFrame,
+    memory_pools: MemoryPoolsResource,
+):
+    pool = memory_pools.pool(POOL_MODEL)
     report = compare(
         ReferenceProfile.from_frame(reference), features, window=context.partition_key, config=DRIFT_CONFIG, pool=pool
     )

@@ -15,6 +15,7 @@ from resources.ledger import LedgerResource
 from resources.online_store import OnlineStoreResource
 from resources.parquet_io import ParquetIOManager
 from resources.policy import PolicyStoreResource
+from resources.pools import MemoryPoolsResource
 from resources.registry import ModelRegistryResource
 from resources.triton import TritonResource
 
@@ -32,6 +33,7 @@ def keel_resources(home: str | Path | None = None, **overrides: Any) -> dict[str
         "policies": PolicyStoreResource(home=h),
         "flink": FlinkResource(),
         "keel_home": KeelHomeResource(home=h),
+        "memory_pools": MemoryPoolsResource(),
     } | overrides
 
 
@@ -39,6 +41,7 @@ __all__ = [
     "FlinkResource",
     "KeelHomeResource",
     "LedgerResource",
+    "MemoryPoolsResource",
     "ModelRegistryResource",
     "OnlineStoreResource",
     "ParquetIOManager",

@@ -14,13 +14,13 @@ import pytest
 
 from keel.experiments import control
 from keel.experiments.control import ExperimentStateError
+from keel.experiments.guardrails import tick
 from keel.exposure_log import ExposureLog
 from keel.flight_key import flight_key
 from keel.ledger import Ledger
 from keel.policies import PolicyStore
 from keel.registry import ModelRegistry, versions_lookup
 from resources import keel_resources
-from sensors.guardrails import tick
 from tests.conftest import REPO
 from tests.features.conftest import validated  # noqa: F401 - shared session fixture
 
@@ -112,9 +112,9 @@ def test_consecutive_canaries_assign_units_independently():
     """Each canary rollout has its own salt too; within one rollout a unit never moves back to the champion."""
     from gpu_runtime.gateway.control import choose_route
     from keel.canary import CanaryState
+    from keel.canary_control import canary_salt, split_for
     from keel.deploy.routing import Route, RoutingTable
     from keel.policies.gateway import Split
-    from sensors.canary import canary_salt, split_for
 
     table = RoutingTable(1, "m", 3, (Route("champion", 1, "a" * 64, 1.0), Route("challenger", 2, "b" * 64, 0.0)))
     units = [f"user-{i}" for i in range(20_000)]

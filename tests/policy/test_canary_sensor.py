@@ -9,11 +9,11 @@ import dagster as dg
 import polars as pl
 import pytest
 
+from keel.canary_control import tick
 from keel.exposure_log import ExposureLog
 from keel.policies import PolicyStore
 from keel.registry import ModelRegistry
 from resources import keel_resources
-from sensors.canary import tick
 from tests.features.conftest import validated  # noqa: F401 - shared session fixture
 
 T0 = 1_900_000_000.0  # 2030-03-17: the exposure log's day files follow it

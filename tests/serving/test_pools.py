@@ -66,3 +66,16 @@ def test_drift_kernels_run_in_the_models_pool_and_fail_only_over_budget(b):
     tight = ModelMemoryPool("flight-delay", 1 * MB, array_backend=b)  # 1.2 MB cannot hold 1.6 MB of samples
     with pytest.raises(PoolBudgetExceeded, match="flight-delay"):
         compare(profile, cur, window="cur", pool=tight)
+
+
+def test_the_pools_resource_makes_its_pools_when_a_run_asks_not_when_the_code_loads():
+    """The drift assets' pools come from the ``memory_pools`` resource: its budgets are configuration, and no pool
+    (on a GPU machine: no cupy memory pool) exists until an asset asks for one; then the same one each time."""
+    from resources import MemoryPoolsResource
+
+    resource = MemoryPoolsResource(budgets={"flight-delay": 8 * MB})
+    assert resource._registry is None
+    pool = resource.pool("flight-delay")
+    assert pool is resource.pool("flight-delay") and pool.limit_bytes == int(8 * MB * HEADROOM)
+    with pytest.raises(KeyError, match="no memory budget configured"):
+        resource.pool("another-model")

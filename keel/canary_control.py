@@ -1,0 +1,126 @@
+"""The canary controller's tick, as code a test can call: each running canary policy gets one decision per tick.
+
+The rollout state lives in the canary policy itself (``state``: status, step, started_at, step_started_at; absent =
+not started). Each arm's evidence comes from the exposure log since the step started (keel.exposures) — with the
+realized outcomes of the flights it scored and the p99 target of the model's SLA tier — and keel.canary.decide says
+what to do. For every action but *hold*, the new state and the traffic split (an ``ab_test`` policy named
+``<canary>.split``: the challenger gets the step's percent) are one policy commit whose reason is the evidence;
+gateways follow the store, so the commit *is* the action. A promotion makes the challenger the registry's champion
+first. The canary sensor (sensors/canary.py) calls ``tick`` and turns each commit into a deployment run.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+
+from keel.canary import FINISHED, PROMOTED, ArmStats, CanaryPlan, CanaryState, decide
+from keel.exposures import arm_stats, read_exposure_scan, realized_labels
+from keel.policies.gateway import GatewayPolicy, effective_policy
+
+AUTHOR = "canary-controller"
+
+
+def split_for(body: dict, percent: float, salt: str) -> dict:
+    share = round(percent / 100.0, 12)
+    return {
+        "model": body["model"],
+        "salt": salt,
+        "variants": [
+            {"name": "champion", "version": body["champion_version"], "weight": round(1.0 - share, 12)},
+            {"name": "challenger", "version": body["challenger_version"], "weight": share},
+        ],
+    }
+
+
+def canary_salt(name: str, body: dict, state: CanaryState) -> str:
+    """This rollout's own salt: the canary, its two versions and when it started — the next canary (or this one run
+    again) places units independently of this one, while every step of one rollout keeps units where they were."""
+    return f"{name}:v{body['champion_version']}->v{body['challenger_version']}@{state.started_at:.0f}"
+
+
+def evidence_for(
+    body: dict, state: CanaryState, exposures_dir, storage_dir: Path | None = None, problems: list[str] | None = None
+) -> tuple[ArmStats | None, ArmStats | None]:
+    try:
+        frame, scan = read_exposure_scan(exposures_dir, since=state.step_started_at)
+        frame = frame.filter(pl.col("ts") >= state.step_started_at)
+        if scan.skipped and problems is not None:
+            problems.append(f"exposure log: {scan.skipped} lines were not whole records, e.g. {scan.examples[0]}")
+        labels = realized_labels(frame["flight_key"], storage_dir)
+    except Exception:  # noqa: BLE001 - a provider failure is "no data": the controller holds
+        return None, None
+    since = state.step_started_at
+    return (
+        arm_stats(frame, body["challenger_version"], since=since, labels=labels),
+        arm_stats(frame, body["champion_version"], since=since, labels=labels),
+    )
+
+
+def sla_p99_target(policies: dict, model: str) -> float:
+    """The p99 target of ``model``'s SLA tier, read as the gateways read it (committed policies over defaults)."""
+    try:
+        policy, _, _ = effective_policy(GatewayPolicy(), policies, None, set(), 0)
+    except Exception:  # noqa: BLE001 - an invalid store state: the gateways keep their defaults, so do we
+        policy = GatewayPolicy()
+    return policy.tier_of(model).p99_ms
+
+
+def tick(
+    policies, registry, exposures_dir, now: float, storage_dir: Path | None = None, problems: list[str] | None = None
+) -> list[dict]:
+    """One pass over the canary policies; returns what was committed (for run requests and logs). A canary whose
+    policy is malformed, or whose step fails, is reported in ``problems`` and skipped: the others proceed."""
+    acted = []
+    current = policies.state()
+    for name, policy in sorted(current.items()):
+        if policy.type != "canary":
+            continue
+        try:
+            done = _tick_one(
+                policies, registry, current, name, dict(policy.body), exposures_dir, now, storage_dir, problems
+            )
+        except Exception as exc:  # noqa: BLE001 - one bad canary must not stop every other rollout
+            if problems is not None:
+                problems.append(f"canary '{name}' skipped: {type(exc).__name__}: {exc}")
+            continue
+        if done is not None:
+            acted.append(done)
+    return acted
+
+
+def _tick_one(policies, registry, current, name, body, exposures_dir, now, storage_dir, problems) -> dict | None:
+    raw = body.get("state")
+    if raw is None:  # not started: the first step's split, now
+        state = CanaryState(started_at=now, step_started_at=now)
+        plan = CanaryPlan.from_policy(body)
+        action, percent, reasons, evidence = "start", plan.steps[0], ("rollout started",), {}
+    else:
+        state = CanaryState(**raw)
+        if state.status in FINISHED:
+            return None
+        plan = CanaryPlan.from_policy(body, p99_target_ms=sla_p99_target(current, body["model"]))
+        challenger, champion = evidence_for(body, state, exposures_dir, storage_dir, problems)
+        d = decide(plan, state, challenger, champion, now)
+        if d.action in ("hold", "none"):
+            return None
+        action, percent, reasons, evidence, state = d.action, d.percent, d.reasons, d.evidence, d.state
+    if action == "promote":
+        sha = registry.sha_of_version(body["model"], body["challenger_version"])
+        registry.promote(body["model"], sha, f"canary {name} promoted")
+    commit = policies.apply(
+        {
+            name: ("canary", body | {"state": state.__dict__}),
+            f"{name}.split": (
+                "ab_test",
+                split_for(body, percent if state.status != PROMOTED else 100.0, canary_salt(name, body, state)),
+            ),
+        },
+        author=AUTHOR,
+        reason=json.dumps(
+            {"action": action, "percent": percent, "reasons": list(reasons), "evidence": evidence}, default=str
+        ),
+    )
+    return {"name": name, "action": action, "percent": percent, "version": commit.version}
