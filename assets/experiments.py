@@ -27,6 +27,7 @@ from keel.experiments.simulator import flight_units
 from keel.exposures import read_exposure_scan, realized_labels
 from keel.storage import write_json_atomic
 from resources.home import KeelHomeResource
+from resources.parquet_io import ALLOW_MISSING_PARTITIONS
 from resources.policy import PolicyStoreResource
 
 EXPERIMENTS_GROUP = "experiments"
@@ -117,7 +118,14 @@ def experiment_wide_table(
     group_name=EXPERIMENTS_GROUP,
     kinds={"scipy", "polars"},
     tags=ON_DEMAND,
-    deps=[EXPERIMENT_WIDE, IMPACT_PREDICTOR],
+    ins={
+        "wide": dg.AssetIn(
+            EXPERIMENT_WIDE,
+            partition_mapping=dg.AllPartitionMapping(),
+            metadata={ALLOW_MISSING_PARTITIONS: True},  # the days with experiment traffic
+        )
+    },
+    deps=[IMPACT_PREDICTOR],
     check_specs=[
         dg.AssetCheckSpec("guardrails", asset=EXPERIMENT_ANALYSIS, description="no experiment breaches a guardrail"),
         dg.AssetCheckSpec(
@@ -129,15 +137,14 @@ def experiment_wide_table(
     "root-cause drill-down. Reports also go to $KEEL_HOME/storage/experiment_analysis/<id>.json.",
 )
 def experiment_analysis(
-    context: dg.AssetExecutionContext, policies: PolicyStoreResource, keel_home: KeelHomeResource
+    context: dg.AssetExecutionContext, wide: pl.DataFrame, policies: PolicyStoreResource, keel_home: KeelHomeResource
 ):
     layout = keel_home.layout()
     home = layout.root
-    files = sorted(layout.asset_dir("experiment_wide_table").glob("*.parquet"))
     with policies.open() as store:
         known = experiments(store)
         decisions = {exp_id: guardrail_decision(store, exp_id, meta) for exp_id, meta in known.items()}
-    wide = pl.concat([pl.read_parquet(f) for f in files], how="vertical_relaxed") if files else None
+    wide = wide if "experiment_id" in wide.columns else None  # no day with experiment traffic yet
     reports, breached, flagged = {}, [], []
     for exp_id, meta in sorted(known.items()):
         rows = wide.filter(pl.col("experiment_id") == exp_id) if wide is not None else None

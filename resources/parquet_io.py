@@ -15,6 +15,8 @@ import polars as pl
 from keel.home import KeelHome, asset_file
 from keel.storage import write_parquet_atomic
 
+ALLOW_MISSING_PARTITIONS = "keel/allow_missing_partitions"  # AssetIn metadata: read the partitions that exist
+
 
 class ParquetIOManager(dg.ConfigurableIOManager):
     """Stores polars DataFrames as Parquet files (zstd), atomically (temp file + fsync + rename)."""
@@ -47,6 +49,12 @@ class ParquetIOManager(dg.ConfigurableIOManager):
         else:
             paths = [self.path_for(key, None)]
         missing = [str(p) for p in paths if not p.exists()]
+        if missing and (context.definition_metadata or {}).get(ALLOW_MISSING_PARTITIONS):
+            # An input that reads whatever partitions exist (experiment days with traffic): skip the others.
+            paths = [p for p in paths if p.exists()]
+            if not paths:
+                return pl.DataFrame()
+            missing = []
         if missing:
             raise FileNotFoundError(
                 f"{key.to_user_string()}: not materialized yet, no file at {', '.join(missing[:3])}"

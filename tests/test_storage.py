@@ -78,6 +78,43 @@ def test_io_manager_round_trip_partitioned(tmp_path):
     assert pl.read_parquet(tmp_path / "total.parquet")["n"].to_list() == [3]
 
 
+def test_an_input_that_allows_missing_partitions_reads_those_that_exist(tmp_path):
+    """experiment_analysis reads the wide table's days with traffic: the others are skipped, not an error — while an
+    ordinary input still names the file it misses."""
+    from resources.parquet_io import ALLOW_MISSING_PARTITIONS
+
+    parts = dg.StaticPartitionsDefinition(["2026-01-01", "2026-01-02", "2026-01-03"])
+
+    @dg.asset(partitions_def=parts)
+    def days(context: dg.AssetExecutionContext) -> pl.DataFrame:
+        return pl.DataFrame({"day": [context.partition_key]})
+
+    @dg.asset(
+        ins={
+            "days": dg.AssetIn(partition_mapping=dg.AllPartitionMapping(), metadata={ALLOW_MISSING_PARTITIONS: True})
+        }
+    )
+    def seen(days: pl.DataFrame) -> pl.DataFrame:
+        return days
+
+    @dg.asset(ins={"days": dg.AssetIn(partition_mapping=dg.AllPartitionMapping())})
+    def strict(days: pl.DataFrame) -> pl.DataFrame:
+        return days
+
+    io = {"io_manager": ParquetIOManager(base_dir=str(tmp_path))}
+    instance = dg.DagsterInstance.ephemeral()
+    assert dg.materialize([days, seen], selection=[seen], resources=io, instance=instance).success
+    assert pl.read_parquet(tmp_path / "seen.parquet").is_empty()  # no day yet: an empty frame
+    for key in ("2026-01-01", "2026-01-03"):
+        assert dg.materialize([days], partition_key=key, resources=io, instance=instance).success
+    assert dg.materialize([days, seen], selection=[seen], resources=io, instance=instance).success
+    assert sorted(pl.read_parquet(tmp_path / "seen.parquet")["day"]) == ["2026-01-01", "2026-01-03"]
+    result = dg.materialize([days, strict], selection=[strict], resources=io, instance=instance, raise_on_error=False)
+    assert not result.success
+    [failure] = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
+    assert "2026-01-02.parquet" in str(failure.event_specific_data.error)
+
+
 @pytest.mark.parametrize("partition", ["../../etc", "A-UPPER", "a/b", ""])
 def test_partition_keys_that_would_escape_are_refused(tmp_path, partition):
     io = ParquetIOManager(base_dir=str(tmp_path))

@@ -219,7 +219,12 @@ def test_the_analysis_shows_the_guardrail_decision_that_rolled_the_experiment_ba
     """The decision that acted and the analysis tell one story: the sensor's rollback (an always-valid p below α at
     the look it acted on) fails the analysis's guardrails check with that evidence, even where a single look at the
     final data — here a harmless treatment — would not breach on its own."""
-    from assets.experiments import EXPERIMENT_ANALYSIS, experiment_analysis
+    from assets.experiments import (
+        EXPERIMENT_ANALYSIS,
+        experiment_analysis,
+        experiment_exposures,
+        experiment_wide_table,
+    )
     from keel.experiments.lake import wide_rows
     from keel.exposures import read_exposure_frame, realized_labels
 
@@ -246,7 +251,12 @@ def test_the_analysis_shows_the_guardrail_decision_that_rolled_the_experiment_ba
     store.close()
 
     monkeypatch.setenv("KEEL_HOME", str(home))
-    result = dg.materialize([experiment_analysis], resources=keel_resources(home), raise_on_error=False)
+    result = dg.materialize(
+        [experiment_exposures, experiment_wide_table, experiment_analysis],
+        selection=[experiment_analysis],
+        resources=keel_resources(home),
+        raise_on_error=False,
+    )
     [check] = [e for e in result.get_asset_check_evaluations() if e.check_name == "guardrails"]
     assert not check.passed
     assert "rollback by the guardrail sensor" in check.metadata["breached"].value

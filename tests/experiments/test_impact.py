@@ -59,7 +59,7 @@ def test_a_prediction_is_recorded_at_start_and_compared_with_the_realized_lift(u
 
     import dagster as dg
 
-    from assets.experiments import experiment_analysis
+    from assets.experiments import experiment_analysis, experiment_exposures, experiment_wide_table
     from keel.experiments import control
     from keel.experiments.impact import predictor_path, train_predictor, true_lift
     from keel.experiments.lake import wide_rows
@@ -112,7 +112,12 @@ def test_a_prediction_is_recorded_at_start_and_compared_with_the_realized_lift(u
     control.stop(store, home, "rebooking-offer", author="ana", reason="done")
     store.close()
     monkeypatch.setenv("KEEL_HOME", str(home))
-    result = dg.materialize([experiment_analysis], resources=keel_resources(home), raise_on_error=False)
+    result = dg.materialize(
+        [experiment_exposures, experiment_wide_table, experiment_analysis],
+        selection=[experiment_analysis],
+        resources=keel_resources(home),
+        raise_on_error=False,
+    )
     assert result.success
     report = json.loads((home / "storage" / "experiment_analysis" / "rebooking-offer.json").read_text())
     accepted = next(m for m in report["metrics"] if m["name"] == "accepted")
