@@ -119,7 +119,8 @@ def online_latency(
     calls: int = 5000, batch: int = 100, cache_size: int = 0, as_rows: bool = False
 ) -> dict[str, float]:
     from keel.features.offline import offline_features
-    from keel.features.online import REQUEST_COLUMNS, SQLiteOnlineStore, build_views, get_online_features
+    from keel.features.online import REQUEST_COLUMNS, build_views, get_online_features
+    from keel.features.sqlite_store import SQLiteOnlineStore
 
     flights, weather = validated("flights"), validated("weather")
     jan_feb = flights.filter(pl.col("month") <= 2)

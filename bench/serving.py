@@ -49,7 +49,8 @@ from keel.data.nycflights import read_raw, read_raw_month  # noqa: E402
 from keel.deploy.routing import Route, Target  # noqa: E402
 from keel.features.definitions import FEATURE_NAMES, FEATURES  # noqa: E402
 from keel.features.offline import offline_features  # noqa: E402
-from keel.features.online import SQLiteOnlineStore, build_views  # noqa: E402
+from keel.features.online import build_views  # noqa: E402
+from keel.features.sqlite_store import SQLiteOnlineStore  # noqa: E402
 from keel.registry import ModelRegistry  # noqa: E402
 from keel.training.model import TrainingConfig, train_model  # noqa: E402
 from resources.triton import TritonResource  # noqa: E402

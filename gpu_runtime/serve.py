@@ -24,9 +24,10 @@ import signal
 import sys
 from pathlib import Path
 
+from gpu_runtime.process import reap_orphan, start_watchdog
 from gpu_runtime.repository import ModelRepository
 from gpu_runtime.supervisor import TritonSupervisor, restore_routed
-from gpu_runtime.triton import ADMIN_KEY_ENV, TritonServer, free_port, reap_orphan, start_watchdog
+from gpu_runtime.triton import ADMIN_KEY_ENV, TritonServer, free_port
 from keel.home import KeelHome
 
 

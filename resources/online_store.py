@@ -6,7 +6,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from keel.features.online import SQLiteOnlineStore
+from keel.features.sqlite_store import SQLiteOnlineStore
 from keel.home import KeelHome
 
 

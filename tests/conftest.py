@@ -41,3 +41,17 @@ def cupy_backend_or_none():
     except Exception:
         return None
     return None
+
+
+def evaluate_sensor(name: str, home, monkeypatch):
+    """One tick of the deployment's sensor ``name`` as the daemon runs it (``evaluate_tick``), with every resource on
+    ``home`` — the sensors read KEEL_HOME through ``dg.EnvVar``, so it is set for the tick."""
+    import dagster as dg
+
+    import definitions
+    from resources import keel_resources
+
+    monkeypatch.setenv("KEEL_HOME", str(home))
+    with dg.instance_for_test() as instance:
+        ctx = dg.build_sensor_context(instance=instance, definitions=definitions.defs, resources=keel_resources(home))
+        return definitions.defs.get_sensor_def(name).evaluate_tick(ctx)

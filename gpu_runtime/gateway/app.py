@@ -143,7 +143,7 @@ class Gateway(FollowsRoutingAndPolicies, BuildsInputs, ScoresOnTriton, ReportsHe
     @property
     def store(self):
         if self._store is None and self.config.online_store_path is not None:
-            from keel.features.online import SQLiteOnlineStore
+            from keel.features.sqlite_store import SQLiteOnlineStore
 
             if Path(self.config.online_store_path).exists():
                 self._store = SQLiteOnlineStore(

@@ -21,7 +21,7 @@ from keel.ledger import Ledger
 from keel.policies import PolicyStore
 from keel.registry import ModelRegistry, versions_lookup
 from resources import keel_resources
-from tests.conftest import REPO
+from tests.conftest import REPO, evaluate_sensor
 from tests.features.conftest import validated  # noqa: F401 - shared session fixture
 
 SPEC = """\
@@ -188,8 +188,6 @@ def test_a_harmless_treatment_runs_on_and_pause_is_an_action(home, validated):  
 
 
 def test_the_daemon_path_and_the_cli(home, validated, monkeypatch):  # noqa: F811
-    import definitions
-
     env = os.environ | {"KEEL_HOME": str(home)}
     run = lambda *a: subprocess.run([sys.executable, "-m", "keel.cli", "experiment", *a], capture_output=True,  # noqa: E731
                                     text=True, cwd=REPO, env=env)  # fmt: skip
@@ -199,11 +197,7 @@ def test_the_daemon_path_and_the_cli(home, validated, monkeypatch):  # noqa: F81
     exposures_of_real_flights(
         home, validated, store.get("experiment.rebooking-offer").body["experiment"]["started_at"]
     )
-    monkeypatch.setenv("KEEL_HOME", str(home))
-    resources = keel_resources(home)
-    with dg.instance_for_test() as instance:
-        ctx = dg.build_sensor_context(instance=instance, definitions=definitions.defs, resources=resources)
-        data = definitions.defs.get_sensor_def("guardrail_sensor").evaluate_tick(ctx)
+    data = evaluate_sensor("guardrail_sensor", home, monkeypatch)
     [request] = data.run_requests
     assert request.tags["keel/guardrail_action"] == "rollback" and request.partition_key
     assert set(request.asset_selection) == {dg.AssetKey("experiment_exposures"), dg.AssetKey("experiment_wide_table")}

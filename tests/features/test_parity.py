@@ -9,7 +9,8 @@ import pytest
 
 from keel.features.definitions import FEATURE_NAMES, FEATURES
 from keel.features.offline import offline_features
-from keel.features.online import REQUEST_COLUMNS, SQLiteOnlineStore, build_views, get_online_features
+from keel.features.online import REQUEST_COLUMNS, build_views, get_online_features
+from keel.features.sqlite_store import SQLiteOnlineStore
 
 DAY = date(2013, 2, 15)
 

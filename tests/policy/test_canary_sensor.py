@@ -13,7 +13,7 @@ from keel.canary_control import tick
 from keel.exposure_log import ExposureLog
 from keel.policies import PolicyStore
 from keel.registry import ModelRegistry
-from resources import keel_resources
+from tests.conftest import evaluate_sensor
 from tests.features.conftest import validated  # noqa: F401 - shared session fixture
 
 T0 = 1_900_000_000.0  # 2030-03-17: the exposure log's day files follow it
@@ -101,13 +101,8 @@ def test_a_breach_rolls_back_once_and_never_promotes(world):
 
 def test_the_daemon_path_launches_a_deployment_run(world, tmp_path, monkeypatch):
     """evaluate_tick (what the daemon calls) resolves the sensor's run request against its target."""
-    import definitions
 
-    monkeypatch.setenv("KEEL_HOME", str(tmp_path))
-    resources = keel_resources(tmp_path)
-    with dg.instance_for_test() as instance:
-        ctx = dg.build_sensor_context(instance=instance, definitions=definitions.defs, resources=resources)
-        data = definitions.defs.get_sensor_def("canary_sensor").evaluate_tick(ctx)
+    data = evaluate_sensor("canary_sensor", tmp_path, monkeypatch)
     [request] = data.run_requests
     assert request.asset_selection == [dg.AssetKey("model_deployment")]
     assert request.tags["keel/canary_action"] == "start" and request.run_key.startswith("canary:rollout:")
@@ -188,8 +183,6 @@ def test_the_deployment_follows_an_unfinished_canary(world):
 
 
 def test_a_malformed_canary_is_reported_and_the_others_proceed(world, tmp_path, monkeypatch):
-    import definitions
-
     store, registry, log, exposures, shas = world
     state = {"status": "running", "step": 0, "started_at": T0, "step_started_at": T0, "owner": "keel 2.0"}
     store.apply({"broken": ("canary", CANARY | {"state": state})}, author="ops",
@@ -200,11 +193,7 @@ def test_a_malformed_canary_is_reported_and_the_others_proceed(world, tmp_path, 
     assert len(problems) == 1 and problems[0].startswith("canary 'broken' skipped")
     # The daemon path: the run request for the good canary, the bad one on model_deployment's page.
     store.apply({"rollout2": ("canary", CANARY)}, author="ops", reason="another rollout")
-    monkeypatch.setenv("KEEL_HOME", str(tmp_path))
-    resources = keel_resources(tmp_path)
-    with dg.instance_for_test() as instance:
-        ctx = dg.build_sensor_context(instance=instance, definitions=definitions.defs, resources=resources)
-        data = definitions.defs.get_sensor_def("canary_sensor").evaluate_tick(ctx)
+    data = evaluate_sensor("canary_sensor", tmp_path, monkeypatch)
     assert [r.tags["keel/canary"] for r in data.run_requests] == ["rollout2"]
     [observation] = data.asset_events
     assert observation.asset_key == dg.AssetKey("model_deployment")

@@ -23,7 +23,8 @@ from gpu_runtime.triton import TritonControl, free_port
 from keel.deploy.routing import Route, Target
 from keel.features.definitions import FEATURE_NAMES
 from keel.features.offline import offline_features
-from keel.features.online import SQLiteOnlineStore, build_views
+from keel.features.online import build_views
+from keel.features.sqlite_store import SQLiteOnlineStore
 from keel.registry import ModelRegistry
 from keel.training.model import TrainingConfig, train_model
 from resources.triton import TritonResource

@@ -36,7 +36,8 @@ from keel.contracts.spec import load_contract
 from keel.data.nycflights import read_raw, read_raw_month
 from keel.exposure_log import read_exposures
 from keel.features.offline import offline_features
-from keel.features.online import SQLiteOnlineStore, build_views
+from keel.features.online import build_views
+from keel.features.sqlite_store import SQLiteOnlineStore
 from keel.ledger import Ledger
 from keel.policies import PolicyStore
 from keel.registry import ModelRegistry, versions_lookup

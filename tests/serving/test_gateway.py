@@ -12,7 +12,8 @@ import pytest
 from gpu_runtime.repository import triton_name
 from gpu_runtime.triton import TritonError
 from keel.exposure_log import read_exposures
-from keel.features.online import SQLiteOnlineStore, get_online_features
+from keel.features.online import get_online_features
+from keel.features.sqlite_store import SQLiteOnlineStore
 from tests.serving.conftest import MODEL, request_body, serving_version_1
 
 POLICY = {

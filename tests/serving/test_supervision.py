@@ -114,7 +114,7 @@ def test_a_start_stops_what_a_killed_run_left_of_its_triton(tmp_path):
     import subprocess
     import sys
 
-    from gpu_runtime.triton import reap_orphan
+    from gpu_runtime.process import reap_orphan
 
     stand_in = subprocess.Popen(
         [sys.executable, "-c", "import time; time.sleep(600)", "triton_python_backend_stub"], start_new_session=True
