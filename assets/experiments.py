@@ -11,6 +11,7 @@ from pathlib import Path
 import dagster as dg
 import polars as pl
 
+from assets.validated import VALIDATED_FLIGHTS, VALIDATED_WEATHER
 from keel.experiments.analysis import analyze, decision_p_values, with_decision
 from keel.experiments.causal import load_causal_spec, low_visibility_frame, run_causal
 from keel.experiments.control import RUNNING, experiments, guardrail_decision, rolled_back_days, stored_spec
@@ -197,8 +198,8 @@ def experiment_analysis(
     group_name=EXPERIMENTS_GROUP,
     kinds={"dowhy"},
     ins={
-        "flights": dg.AssetIn("validated_flights", partition_mapping=dg.AllPartitionMapping()),
-        "weather": dg.AssetIn("validated_weather", partition_mapping=dg.AllPartitionMapping()),
+        "flights": dg.AssetIn(VALIDATED_FLIGHTS, partition_mapping=dg.AllPartitionMapping()),
+        "weather": dg.AssetIn(VALIDATED_WEATHER, partition_mapping=dg.AllPartitionMapping()),
     },
     description="An observational question on the real data, answered with DoWhy (assets/causal/low_visibility.yaml): "
     "how much does visibility under 3 miles at the origin delay departures, adjusting for month, hour, origin and "
@@ -238,7 +239,7 @@ def low_visibility_effect(
     key=IMPACT_PREDICTOR,
     group_name=EXPERIMENTS_GROUP,
     kinds={"lightgbm"},
-    ins={"flights": dg.AssetIn("validated_flights", partition_mapping=dg.AllPartitionMapping())},
+    ins={"flights": dg.AssetIn(VALIDATED_FLIGHTS, partition_mapping=dg.AllPartitionMapping())},
     description="Predicts an experiment's lift before it runs: LightGBM quantile models (stored as text) with a "
     "conformalized 80 % interval, learned from a history of past experiments simulated on the real flights "
     "(keel.experiments.impact). `keel experiment start` records each new experiment's prediction with it; "

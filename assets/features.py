@@ -11,6 +11,8 @@ import polars as pl
 import keel.features.definitions as definitions_module
 import keel.features.offline as offline_module
 from assets.partitions import monthly_2013
+from assets.raw import RAW_PLANES
+from assets.validated import VALIDATED_FLIGHTS, VALIDATED_WEATHER
 from keel.factories.markdown import frame_to_markdown
 from keel.features.checks import feature_health, online_distribution, training_serving_skew
 from keel.features.definitions import BY_NAME, COLUMN_SOURCES, FEATURE_NAMES, FEATURES
@@ -71,9 +73,9 @@ def _month_end(partition_key: str) -> date:
     kinds={"polars", "parquet"},
     code_version=FEATURE_CODE_VERSION,
     ins={
-        "history": dg.AssetIn("validated_flights", partition_mapping=HISTORY),
-        "weather": dg.AssetIn("validated_weather"),
-        "planes": dg.AssetIn("raw_planes"),
+        "history": dg.AssetIn(VALIDATED_FLIGHTS, partition_mapping=HISTORY),
+        "weather": dg.AssetIn(VALIDATED_WEATHER),
+        "planes": dg.AssetIn(RAW_PLANES),
     },
     metadata={
         "dagster/column_schema": dg.TableSchema(
@@ -128,9 +130,9 @@ def flight_features(
     kinds={"sqlite"},
     code_version=FEATURE_CODE_VERSION,
     ins={
-        "history": dg.AssetIn("validated_flights", partition_mapping=HISTORY),
-        "weather": dg.AssetIn("validated_weather"),
-        "planes": dg.AssetIn("raw_planes"),
+        "history": dg.AssetIn(VALIDATED_FLIGHTS, partition_mapping=HISTORY),
+        "weather": dg.AssetIn(VALIDATED_WEATHER),
+        "planes": dg.AssetIn(RAW_PLANES),
         "offline": dg.AssetIn(FLIGHT_FEATURES),
     },
     check_specs=[

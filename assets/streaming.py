@@ -17,6 +17,7 @@ import polars as pl
 
 from assets.partitions import monthly_2013
 from assets.raw import RAW_WEATHER
+from assets.validated import VALIDATED_WEATHER
 from keel.contracts.catalog import contract_path
 from keel.contracts.spec import load_contract
 from keel.streaming.drift_windows import reference_bins
@@ -43,7 +44,7 @@ DRIFT_FEATURES = ["temp", "humid", "wind_speed", "visib"]
         ),
     },
     partitions_def=monthly_2013,
-    ins={"raw": dg.AssetIn(RAW_WEATHER), "batch_valid": dg.AssetIn("validated_weather")},
+    ins={"raw": dg.AssetIn(RAW_WEATHER), "batch_valid": dg.AssetIn(VALIDATED_WEATHER)},
 )  # fmt: skip
 def stream_weather(
     context: dg.AssetExecutionContext, raw: pl.DataFrame, batch_valid: pl.DataFrame, flink: FlinkResource

@@ -83,15 +83,14 @@ def _experiment_control(args: argparse.Namespace) -> int:
         log = read_exposure_frame(home_layout().serving.exposures, since=meta.get("started_at"))
         rows = wide_rows(log, control.stored_spec(home, args.id), meta)
         days = sorted(set(rows["day"].to_list()))
-        ledger, registry = Ledger(home_layout().ledger), ModelRegistry(args.registry or home_layout().registry)
-        try:
+        with (
+            Ledger(home_layout().ledger) as ledger,
+            ModelRegistry(args.registry or home_layout().registry) as registry,
+        ):
             c, entry = control.rollback(
                 store, home, args.id, author=author_of(args), reason=args.reason, ledger=ledger, registry=registry,
                 exposure_days=days,
             )  # fmt: skip
-        finally:
-            ledger.close()
-            registry.close()
         print(f"rolled back: policy version {c.version}; ledger entry {entry.seq} ({entry.release_id})")
         return EXIT_OK
     move = {"stop": control.stop, "pause": control.pause, "resume": control.resume}[action]

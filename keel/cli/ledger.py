@@ -82,13 +82,9 @@ def _rollback(args: argparse.Namespace) -> int:
     ledger_path = home.ledger
     if not ledger_path.exists():
         raise DataReadError(f"{ledger_path}: no ledger here (set KEEL_HOME)")
-    registry, ledger = ModelRegistry(home.registry), Ledger(ledger_path)
-    try:
+    with ModelRegistry(home.registry) as registry, Ledger(ledger_path) as ledger:
         deployer = load_deployer(home.serving.root, len(FEATURE_NAMES))
         result = rollback(registry, ledger, deployer, args.model, args.reason)
-    finally:
-        registry.close()
-        ledger.close()
     print(
         f"rolled back {result.replaced.release_id} → {result.restored.release_id} "
         f"(ledger entry #{result.restored.seq}, reverts #{result.restored.reverts}); "
