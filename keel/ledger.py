@@ -17,7 +17,7 @@ from typing import Any
 
 from keel.chain import GENESIS, Checkpoints, Link, link_hash, verify_chain
 from keel.errors import KeelError
-from keel.storage import Closing, connect_durable
+from keel.storage import Closing, connect_durable, immediate
 
 
 class LedgerError(KeelError):
@@ -86,8 +86,7 @@ class Ledger(Closing):
         """Record that ``release_id`` is live from ``live_from`` (default now). Returns once durable."""
         when = _utc(live_from) if live_from is not None else datetime.now(UTC)
         manifest_json = json.dumps(manifest, sort_keys=True, separators=(",", ":"), default=str)
-        self._db.execute("BEGIN IMMEDIATE")
-        try:
+        with immediate(self._db):
             last = self._db.execute("SELECT seq, live_from, hash FROM entries ORDER BY seq DESC LIMIT 1").fetchone()
             seq, prev = (last[0] + 1, last[2]) if last else (1, GENESIS)
             self.checkpoints.refuse_if_truncated(seq - 1)
@@ -102,11 +101,6 @@ class Ledger(Closing):
                 (seq, release_id, stamp, manifest_json, reverts, prev, digest),
             )
             self.checkpoints.record(seq, digest)
-            self._db.execute("COMMIT")
-        except BaseException:
-            if self._db.in_transaction:
-                self._db.execute("ROLLBACK")
-            raise
         self.checkpoints.publish(seq, digest)
         return LedgerEntry(seq, release_id, when, manifest, reverts, prev, digest)
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from keel.errors import KeelError
 from keel.names import validate_name
-from keel.storage import Closing, _atomic, connect_durable
+from keel.storage import Closing, _atomic, connect_durable, immediate
 
 ALIASES = ("champion", "challenger", "archived")
 
@@ -146,9 +146,8 @@ class ModelRegistry(Closing):
         if alias not in ALIASES:
             raise RegistryError(f"unknown alias {alias!r} (known: {', '.join(ALIASES)})")
         self.get(name, sha256)
-        self._db.execute("BEGIN IMMEDIATE")
-        self._set(name, alias, sha256, reason)
-        self._db.execute("COMMIT")
+        with immediate(self._db):
+            self._set(name, alias, sha256, reason)
 
     def _set(self, name: str, alias: str, sha256: str, reason: str) -> None:
         previous = self.alias(name, alias)
@@ -164,12 +163,11 @@ class ModelRegistry(Closing):
     def promote(self, name: str, sha256: str, reason: str) -> None:
         """Make ``sha256`` the champion; the previous champion becomes archived. One transaction."""
         self.get(name, sha256)
-        self._db.execute("BEGIN IMMEDIATE")
-        previous = self.alias(name, "champion")
-        if previous and previous != sha256:
-            self._set(name, "archived", previous, f"replaced by {sha256[:12]}: {reason}")
-        self._set(name, "champion", sha256, reason)
-        self._db.execute("COMMIT")
+        with immediate(self._db):
+            previous = self.alias(name, "champion")
+            if previous and previous != sha256:
+                self._set(name, "archived", previous, f"replaced by {sha256[:12]}: {reason}")
+            self._set(name, "champion", sha256, reason)
 
     def rollback(self, name: str, reason: str) -> str:
         """Restore the previous champion (the archived one); returns its sha256."""

@@ -10,7 +10,8 @@ import json
 import os
 import sqlite3
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -36,6 +37,20 @@ class Closing:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+@contextmanager
+def immediate(db: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """One write transaction on an autocommit connection (``connect_durable``): BEGIN IMMEDIATE (writers queue here,
+    not at the first write), COMMIT at the end of the block, ROLLBACK if the block raises — the store is as before."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        yield db
+        db.execute("COMMIT")
+    except BaseException:
+        if db.in_transaction:
+            db.execute("ROLLBACK")
+        raise
 
 
 def connect_durable(path: str | Path, *, busy_timeout_s: float = 30.0) -> sqlite3.Connection:

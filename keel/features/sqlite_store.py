@@ -20,6 +20,7 @@ from keel.features.online import (
     OnlineStoreError,
     StoreHealth,
 )
+from keel.storage import immediate
 
 _MISS = object()
 
@@ -67,8 +68,7 @@ class SQLiteOnlineStore(OnlineStore):
 
     def write_snapshot(self, views: Mapping[str, pl.DataFrame], *, as_of: date, partition: str) -> None:
         now = datetime.now(UTC).isoformat()
-        try:
-            self._db.execute("BEGIN IMMEDIATE")
+        with immediate(self._db):
             for view, frame in views.items():
                 self._db.execute("DELETE FROM entity_values WHERE view = ?", (view,))
                 fields = VIEW_FIELDS[view]
@@ -81,11 +81,6 @@ class SQLiteOnlineStore(OnlineStore):
                 self._db.execute(
                     "INSERT INTO meta (k, v) VALUES (?, ?) ON CONFLICT(k) DO UPDATE SET v = excluded.v", (k, v)
                 )
-            self._db.execute("COMMIT")
-        except BaseException:
-            if self._db.in_transaction:
-                self._db.execute("ROLLBACK")
-            raise
 
     def lookup(self, view: str, keys: list[str]) -> dict[str, dict[str, Any]]:
         if not keys:
@@ -167,28 +162,26 @@ class SQLiteOnlineStore(OnlineStore):
             raise KeyError(f"unknown feature '{feature}'")
         value = BY_NAME[feature].default if value is None else value
         now = datetime.now(UTC).isoformat()
-        self._db.execute("BEGIN IMMEDIATE")
-        self._db.execute(
-            "INSERT INTO freezes (feature, value, reason, frozen_at) VALUES (?, ?, ?, ?) "
-            "ON CONFLICT(feature) DO UPDATE SET value = excluded.value, reason = excluded.reason, frozen_at = excluded.frozen_at",
-            (feature, value, reason, now),
-        )
-        self._db.execute(
-            "INSERT INTO freeze_log (feature, action, reason, at, value) VALUES (?, 'freeze', ?, ?, ?)",
-            (feature, reason, now, value),
-        )
-        self._db.execute("COMMIT")
+        with immediate(self._db):
+            self._db.execute(
+                "INSERT INTO freezes (feature, value, reason, frozen_at) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT(feature) DO UPDATE SET value = excluded.value, reason = excluded.reason, frozen_at = excluded.frozen_at",
+                (feature, value, reason, now),
+            )
+            self._db.execute(
+                "INSERT INTO freeze_log (feature, action, reason, at, value) VALUES (?, 'freeze', ?, ?, ?)",
+                (feature, reason, now, value),
+            )
 
     def unfreeze(self, feature: str, reason: str) -> None:
         now = datetime.now(UTC).isoformat()
-        self._db.execute("BEGIN IMMEDIATE")
-        deleted = self._db.execute("DELETE FROM freezes WHERE feature = ?", (feature,)).rowcount
-        if deleted:
-            self._db.execute(
-                "INSERT INTO freeze_log (feature, action, reason, at, value) VALUES (?, 'unfreeze', ?, ?, NULL)",
-                (feature, reason, now),
-            )
-        self._db.execute("COMMIT")
+        with immediate(self._db):
+            deleted = self._db.execute("DELETE FROM freezes WHERE feature = ?", (feature,)).rowcount
+            if deleted:
+                self._db.execute(
+                    "INSERT INTO freeze_log (feature, action, reason, at, value) VALUES (?, 'unfreeze', ?, ?, NULL)",
+                    (feature, reason, now),
+                )
 
     def frozen(self) -> dict[str, float]:
         return dict(self._db.execute("SELECT feature, value FROM freezes"))

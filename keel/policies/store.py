@@ -28,7 +28,7 @@ from typing import Any
 from keel.chain import GENESIS, Checkpoints, Link, link_hash, verify_chain
 from keel.policies.errors import PolicyError, PolicyValidationError
 from keel.policies.types import validate_policy
-from keel.storage import Closing, connect_durable
+from keel.storage import Closing, connect_durable, immediate
 
 
 @dataclass(frozen=True)
@@ -214,8 +214,7 @@ class PolicyStore(Closing):
         payload = {name: {"type": t, "body": b} for name, (t, b) in sorted(changes.items())}
 
         def write() -> Commit:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
+            with immediate(self._db):
                 last = self._db.execute(
                     "SELECT version, hash, committed_at FROM commits ORDER BY version DESC LIMIT 1"
                 ).fetchone()
@@ -251,11 +250,6 @@ class PolicyStore(Closing):
                         (name, version, type_, json.dumps(body, sort_keys=True)),
                     )
                 self.checkpoints.record(version, h)
-                self._db.execute("COMMIT")
-            except BaseException:
-                if self._db.in_transaction:
-                    self._db.execute("ROLLBACK")
-                raise
             return Commit(version, author, reason, when, reverts, payload, prev_hash, h)
 
         commit = self._retry(write)
