@@ -65,6 +65,19 @@ def runtime_home(tmp_path_factory, validated, serving_models):  # noqa: F811
     return home
 
 
+# The gateway policy of the tests that count lost requests under replayed load (hot swaps, canaries, experiments):
+# lanes and timeouts so generous that a slow, shared machine makes requests wait instead of shedding them. What
+# those tests count is requests lost to a swap, a rollout or a rollback — not load shedding, which
+# tests/serving/test_gateway.py tests on purpose. A swap that broke requests still fails them: errors are not waits.
+PATIENT = {
+    "lanes": {1: 1024, 2: 1024, 3: 1024},
+    "tiers": {
+        name: {"p99_ms": p99, "availability": 0.99, "timeout_ms": 30_000.0}
+        for name, p99 in (("L1", 15.0), ("L2", 50.0), ("L3", 250.0))
+    },
+}
+
+
 def start_serve(home: Path, policy: dict | None = None) -> tuple[subprocess.Popen, dict]:
     env = os.environ | {"KEEL_HOME": str(home)}
     env.pop("KEEL_TRITON_ADMIN_KEY", None)

@@ -45,7 +45,7 @@ from keel.release import release_manifest
 from keel.training.model import TrainingConfig, train_model
 from resources import TritonResource, keel_resources
 from tests.conftest import CONTRACTS, REPO
-from tests.serving.conftest import MODEL, start_serve, stop_serve
+from tests.serving.conftest import MODEL, PATIENT, start_serve, stop_serve
 
 pytestmark = pytest.mark.slow
 
@@ -172,7 +172,7 @@ def test_a_good_challenger_is_promoted_and_a_bad_one_rolled_back_under_replayed_
     instance.report_runless_asset_event(
         dg.AssetMaterialization(MODEL_PROMOTION, metadata={"manifest": dg.MetadataValue.json(manifest)})
     )
-    proc, endpoints = start_serve(home)
+    proc, endpoints = start_serve(home, PATIENT)
     url = f"http://{endpoints['gateway']}"
     store = PolicyStore(home / "policies.sqlite", versions_of=versions_lookup(home / "registry"))
     replay = None
@@ -206,9 +206,10 @@ def test_a_good_challenger_is_promoted_and_a_bad_one_rolled_back_under_replayed_
         # -- 1. a challenger trained on later months: rolled out step by step, promoted --------------------------
         # flight-delay's SLA tier for this machine: L3 (p99 250 ms). This 2-core box runs Triton, the gateway, the
         # replay, Dagster runs and pytest at once; under the default L2 (50 ms) a scheduling stall of the shared
-        # CPU can breach a p99 over a few dozen requests. The latency check itself is table-tested.
+        # CPU can breach a p99 over a few dozen requests. The latency check itself is table-tested. The timeout is
+        # generous for the same reason (conftest.PATIENT): a slow machine makes requests wait, it does not fail them.
         store.apply(
-            {"tiers": ("sla_tier", {"tiers": {"L3": {"p99_ms": 250.0, "availability": 0.99, "timeout_ms": 1000.0}},
+            {"tiers": ("sla_tier", {"tiers": {"L3": {"p99_ms": 250.0, "availability": 0.99, "timeout_ms": 30000.0}},
                                     "models": {MODEL: "L3"}})},
             author="ops",
             reason="batch-scoring tier on a shared 2-core machine",

@@ -37,7 +37,7 @@ from keel.policies import PolicyStore
 from keel.registry import versions_lookup
 from resources import keel_resources
 from tests.conftest import REPO
-from tests.serving.conftest import MODEL, Runtime, start_serve, stop_serve
+from tests.serving.conftest import MODEL, PATIENT, Runtime, start_serve, stop_serve
 
 pytestmark = pytest.mark.slow
 LAKE = [experiment_exposures, experiment_wide_table, experiment_analysis]
@@ -68,7 +68,7 @@ def test_a_harmful_treatment_is_rolled_back_by_the_guardrail_sensor(runtime_home
     feb.write_parquet(home / "storage" / "validated_flights" / "2013-02.parquet")  # the outcomes, as the pipeline has
     monkeypatch.setenv("KEEL_HOME", str(home))
     resources = keel_resources(home)
-    proc, endpoints = start_serve(home)
+    proc, endpoints = start_serve(home, PATIENT)
     rt = Runtime(home, proc, endpoints, serving_models[0])
     replay = None
     try:

@@ -14,7 +14,7 @@ from gpu_runtime.repository import triton_name
 from gpu_runtime.triton import TritonError
 from keel.exposure_log import read_exposures
 from tests.conftest import REPO
-from tests.serving.conftest import MODEL, Runtime, start_serve, stop_serve
+from tests.serving.conftest import MODEL, PATIENT, Runtime, start_serve, stop_serve
 
 pytestmark = pytest.mark.slow
 
@@ -22,7 +22,7 @@ RPS, SECONDS = 200, 60
 
 
 def test_ten_swaps_under_load_lose_no_request(runtime_home, serving_models, tmp_path):
-    proc, endpoints = start_serve(runtime_home)
+    proc, endpoints = start_serve(runtime_home, PATIENT)
     rt = Runtime(runtime_home, proc, endpoints, serving_models[0])
     try:
         rt.deployer().deploy(MODEL, [rt.target(1)])
