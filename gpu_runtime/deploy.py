@@ -22,11 +22,11 @@ import numpy as np
 
 from gpu_runtime.repository import ModelRepository, ServingConfig, model_config, triton_name
 from gpu_runtime.triton import TritonControl, TritonError
-from keel.deploy.routing import DeployReport, RoutingTable, Target, Variant, next_table
+from keel.deploy.routing import DeployReport, ModelDeployer, Target, Variant, next_table
 from keel.storage import write_json_atomic
 
 
-class Deployer:
+class Deployer(ModelDeployer):
     """The Triton implementation of ``keel.deploy.routing.ModelDeployer``."""
 
     def __init__(
@@ -39,15 +39,12 @@ class Deployer:
         drain_s: float = 1.0,
         ready_timeout_s: float = 60.0,
     ):
+        super().__init__(routing_path)
         self.control = control
         self.repository = repository
-        self.routing_path = Path(routing_path)
         self.serving = serving
         self.drain_s = drain_s
         self.ready_timeout_s = ready_timeout_s
-
-    def current(self) -> RoutingTable | None:
-        return RoutingTable.read(self.routing_path)
 
     def deploy(
         self,

@@ -18,14 +18,6 @@ from typing import Any, BinaryIO
 import polars as pl
 
 
-def keel_home() -> Path:
-    """Where keel keeps its state: ``$KEEL_HOME``, else ``.keel`` in the repository. Read at call time; the layout
-    under it is ``keel.home.KeelHome``'s."""
-    from keel.home import KeelHome
-
-    return KeelHome.from_env().root
-
-
 class Closing:
     """``with store:`` closes it at the end of the block (the stores: registry, ledger, policies, online)."""
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from keel.deploy.routing import DeployReport, RoutingTable, Target, Variant, next_table
+from keel.deploy.routing import DeployReport, ModelDeployer, RoutingTable, Target, Variant, next_table
 from keel.errors import KeelError
 from keel.storage import write_json_atomic
 
@@ -20,17 +20,14 @@ class FakeDeployError(KeelError):
     """A target whose text does not match its sha256: what a tampered model file makes Triton's load do."""
 
 
-class FakeDeployer:
+class FakeDeployer(ModelDeployer):
     """In-memory ``ModelDeployer`` (a fake): ``loaded`` is what would be in Triton, ``routing_path`` is real."""
 
     def __init__(self, routing_path: str | Path, n_features: int):
-        self.routing_path = Path(routing_path)
+        super().__init__(routing_path)
         self.n_features = n_features
         self.loaded: dict[tuple[str, int], str] = {}  # (model, version) → sha256
         self.deploys: list[RoutingTable] = []
-
-    def current(self) -> RoutingTable | None:
-        return RoutingTable.read(self.routing_path)
 
     def deploy(
         self,

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import json
 import time
+from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -99,11 +100,16 @@ class DeployReport:
     cold_start_s: dict[int, float]  # new version → load call to first response
 
 
-class ModelDeployer(Protocol):
-    """Puts registry versions into service and says what serves now."""
+class ModelDeployer(ABC):
+    """Puts registry versions into service; what serves now is the routing table it writes at ``routing_path``."""
 
-    def current(self) -> RoutingTable | None: ...
+    def __init__(self, routing_path: str | Path):
+        self.routing_path = Path(routing_path)
 
+    def current(self) -> RoutingTable | None:
+        return RoutingTable.read(self.routing_path)
+
+    @abstractmethod
     def deploy(
         self,
         model: str,
