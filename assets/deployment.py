@@ -63,13 +63,32 @@ def model_deployment(
             "release_id": done.manifest["release_id"],
             "ledger_seq": done.entry.seq,
             "routing_generation": report.generation,
-            "routes": dg.MetadataValue.json(plan.routes()),
-            "fallback_version": plan.fallback.route.version if plan.fallback else -1,
-            "loaded_versions": dg.MetadataValue.json(list(report.loaded)),
-            "unloaded_versions": dg.MetadataValue.json(list(report.unloaded)),
-            "cold_start_ms": dg.MetadataValue.json(
-                {str(k): round(v * 1000, 1) for k, v in report.cold_start_s.items()}
+            "routes": dg.MetadataValue.table(
+                records=[
+                    dg.TableRecord(
+                        r
+                        | {
+                            "loaded_now": r["version"] in report.loaded,
+                            "cold_start_ms": round(report.cold_start_s[r["version"]] * 1000, 1)
+                            if r["version"] in report.cold_start_s
+                            else None,
+                        }
+                    )
+                    for r in plan.routes()
+                ],
+                schema=dg.TableSchema(
+                    columns=[
+                        dg.TableColumn("name", "string"),
+                        dg.TableColumn("version", "int"),
+                        dg.TableColumn("weight", "float", description="share of traffic"),
+                        dg.TableColumn("loaded_now", "bool", description="loaded into Triton by this deployment"),
+                        dg.TableColumn("cold_start_ms", "float", description="load until ready"),
+                    ]
+                ),
             ),
+            "fallback_version": plan.fallback.route.version if plan.fallback else dg.MetadataValue.null(),
+            "loaded_versions": ", ".join(str(v) for v in report.loaded) or "none",
+            "unloaded_versions": ", ".join(str(v) for v in report.unloaded) or "none",
             "gateway": f"http://{endpoints['gateway']}",
             "manifest": dg.MetadataValue.json(done.manifest),
             "policy_store_version": store_version,
@@ -106,7 +125,9 @@ def _latest_manifest(context: dg.AssetExecutionContext) -> dict:
     records = context.instance.fetch_materializations(MODEL_PROMOTION, limit=1).records
     if not records:
         raise dg.Failure("model_promotion has never been materialized: nothing to deploy")
-    return records[0].asset_materialization.metadata["manifest"].value
+    metadata = records[0].asset_materialization.metadata
+    # "manifest": how promotions recorded it before it was named a candidate (an instance from an older keel)
+    return (metadata.get("candidate_manifest") or metadata["manifest"]).value
 
 
 deployment_assets = [model_deployment]

@@ -1,12 +1,15 @@
 """Drift of the flight features: a reference profile of 2013-01…03 and a monthly drift report with checks."""
 
+import math
+
 import dagster as dg
 import polars as pl
 
 from assets.features import FEATURE_CODE_VERSION, FLIGHT_FEATURES
-from assets.partitions import monthly_2013
+from assets.partitions import MONTHLY_CADENCE, monthly_2013
 from keel.drift import DriftConfig, DriftReport, ReferenceProfile, build_reference, compare
 from keel.drift.plot import drift_svg_markdown
+from keel.factories.checks import partitioned_check
 from keel.features.definitions import FEATURE_NAMES
 from keel.features.offline import LABEL
 from resources.pools import MemoryPoolsResource
@@ -56,26 +59,58 @@ def drift_reference(features: pl.DataFrame) -> dg.Output[pl.DataFrame]:
     )
 
 
+def _num(value: float | None, digits: int = 4) -> float | None:
+    """A rounded finite number, or None (an explicit null in the UI, never NaN)."""
+    return None if value is None or not math.isfinite(value) else round(value, digits)
+
+
+FEATURES_SCHEMA = dg.TableSchema(
+    columns=[
+        dg.TableColumn("feature", "string"),
+        dg.TableColumn("drifted", "bool"),
+        dg.TableColumn("severity", "string", description="none | warn | error"),
+        dg.TableColumn("metric", "string", description="the statistic the verdict uses"),
+        dg.TableColumn("value", "float"),
+        dg.TableColumn("threshold", "float"),
+        dg.TableColumn("ratio", "float", description="value ÷ threshold: drifted above 1 (the chart's bars)"),
+        dg.TableColumn("psi", "float"),
+        dg.TableColumn("ks_pvalue", "float"),
+        dg.TableColumn("reference_mean", "float", description="the value a frozen feature is served with"),
+        dg.TableColumn("status", "string", description="ok | drift | no_data | missing"),
+    ]
+)
+
+
 def report_metadata(report: DriftReport) -> dict:
-    drifted = {
-        f.feature: {
-            "drifted": f.drifted,
-            "severity": f.severity,
-            "value": f.value,
-            "threshold": f.threshold,
-            "metric": f.metric,
-            "reference_mean": f.reference_mean,
-        }
-        for f in report.features
-    }
+    """What the UI shows of a report: the verdict, numbers Dagster plots across partitions, a per-feature table
+    (the drift sensor reads it too) and the chart."""
+    records = []
+    for f in report.features:
+        ratio = f.value / f.threshold if f.value is not None and f.threshold else None
+        records.append(
+            dg.TableRecord(
+                {
+                    "feature": f.feature,
+                    "drifted": f.drifted,
+                    "severity": f.severity,
+                    "metric": f.metric,
+                    "value": _num(f.value),
+                    "threshold": _num(f.threshold),
+                    "ratio": _num(ratio, 3),
+                    "psi": _num(f.psi),
+                    "ks_pvalue": _num(f.ks_pvalue, 6),
+                    "reference_mean": _num(f.reference_mean, 6),
+                    "status": f.status,
+                }
+            )
+        )
+    share = report.drifted_share
     return {
         "verdict": report.verdict,
-        "drifted_share": dg.MetadataValue.float(
-            report.drifted_share if report.drifted_share is not None else float("nan")
-        ),
+        "drifted_share": dg.MetadataValue.float(round(share, 4)) if share is not None else dg.MetadataValue.null(),
+        "drifted_count": len(report.drifted_features),
         "drifted_features": ", ".join(report.drifted_features) or "none",
-        "features": dg.MetadataValue.json(drifted),
-        "report": dg.MetadataValue.md(report.markdown()),
+        "features": dg.MetadataValue.table(records=records, schema=FEATURES_SCHEMA),
         "plot": dg.MetadataValue.md(drift_svg_markdown(report)),
     }
 
@@ -83,12 +118,18 @@ def report_metadata(report: DriftReport) -> dict:
 @dg.asset(
     key=DRIFT_REPORT,
     partitions_def=monthly_2013,
+    freshness_policy=MONTHLY_CADENCE,
     group_name=DRIFT_GROUP,
     kinds={"numpy", "parquet"},
     code_version=FEATURE_CODE_VERSION,
     ins={"features": dg.AssetIn(FLIGHT_FEATURES), "reference": dg.AssetIn(DRIFT_REFERENCE)},
     check_specs=[
-        dg.AssetCheckSpec(drift_check_name(f), asset=DRIFT_REPORT, description=f"{f} has not drifted from 2013-01…03")
+        partitioned_check(
+            drift_check_name(f),
+            asset=DRIFT_REPORT,
+            partitions_def=monthly_2013,
+            description=f"{f} has not drifted from 2013-01…03",
+        )
         for f in MONITORED_NUMERIC + MONITORED_CATEGORICAL
     ],
     description="Per feature: normalised Wasserstein, KS, PSI, KL (numeric); Jensen-Shannon, chi-square, PSI, unseen "
@@ -129,8 +170,10 @@ def drift_report(
             severity=dg.AssetCheckSeverity.ERROR if f.severity == "error" else dg.AssetCheckSeverity.WARN,
             metadata={
                 "status": f.status,
-                f.metric: dg.MetadataValue.float(f.value if f.value is not None else float("nan")),
-                "threshold": f.threshold,
+                f.metric: dg.MetadataValue.float(_num(f.value))
+                if _num(f.value) is not None
+                else dg.MetadataValue.null(),
+                "threshold": dg.MetadataValue.float(f.threshold),
             },
         )
 

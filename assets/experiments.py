@@ -135,7 +135,7 @@ def experiment_wide_table(
     ],
     description="Per experiment, from the wide table: arm counts and the SRM check, each metric's difference, lift and "
     "interval (Welch / Newcombe / delta method, CUPED), Benjamini–Hochberg, guardrails on the sequential test, the "
-    "root-cause drill-down. Reports also go to $KEEL_HOME/storage/experiment_analysis/<id>.json.",
+    "root-cause drill-down. Reports also go to `$KEEL_HOME/storage/experiment_analysis/<experiment id>.json`.",
 )
 def experiment_analysis(
     context: dg.AssetExecutionContext, wide: pl.DataFrame, policies: PolicyStoreResource, keel_home: KeelHomeResource

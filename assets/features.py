@@ -10,14 +10,15 @@ import polars as pl
 
 import keel.features.definitions as definitions_module
 import keel.features.offline as offline_module
-from assets.partitions import monthly_2013
+from assets.partitions import MONTHLY_CADENCE, monthly_2013
 from assets.raw import RAW_PLANES
 from assets.validated import VALIDATED_FLIGHTS, VALIDATED_WEATHER
-from keel.factories.markdown import frame_to_markdown
-from keel.features.checks import feature_health, online_distribution, training_serving_skew
+from keel.factories.checks import partitioned_check
+from keel.features.checks import FeatureStability, feature_health, online_distribution, training_serving_skew
 from keel.features.definitions import BY_NAME, COLUMN_SOURCES, FEATURE_NAMES, FEATURES
 from keel.features.offline import LABEL, offline_features
 from keel.features.online import REQUEST_COLUMNS, build_views, get_online_features
+from keel.home import KeelHome
 from resources.online_store import OnlineStoreResource
 
 FEATURES_GROUP = "features"
@@ -27,6 +28,7 @@ SKEW_CHECK = "training_serving_skew"
 DISTRIBUTION_CHECK = "online_distribution"
 HEALTH_CHECK = "feature_health"
 SKEW_SAMPLE = 300
+DISTRIBUTION_SAMPLE = 1000
 PSI_WARN = 0.25
 HEALTH_MAX_AGE = timedelta(hours=36)
 
@@ -54,6 +56,30 @@ KEY_COLUMN_NOTES = {
 
 # Delay rates need every earlier month: map each partition to itself and all months before it.
 HISTORY = dg.TimeWindowPartitionMapping(start_offset=-12, end_offset=0, allow_nonexistent_upstream_partitions=True)
+
+
+def stability_table(stability: list[FeatureStability]) -> dg.TableMetadataValue:
+    return dg.MetadataValue.table(
+        records=[
+            dg.TableRecord(
+                {
+                    "feature": s.feature,
+                    "psi": None if s.psi is None else round(s.psi, 4),
+                    "measure": s.measure,
+                    "distinct_values": s.distinct,
+                }
+            )
+            for s in stability
+        ],
+        schema=dg.TableSchema(
+            columns=[
+                dg.TableColumn("feature", "string"),
+                dg.TableColumn("psi", "float", description=f"population stability index; warns above {PSI_WARN}"),
+                dg.TableColumn("measure", "string", description="values: one bin per value; bins: 20 equal-width"),
+                dg.TableColumn("distinct_values", "int", description="distinct offline values in the sample"),
+            ]
+        ),
+    )
 
 
 def _month_of(history: pl.DataFrame, partition_key: str) -> pl.DataFrame:
@@ -113,11 +139,19 @@ def flight_features(
         table,
         metadata={
             "dagster/row_count": table.height,
-            "late_share": dg.MetadataValue.float(float(table[LABEL].drop_nulls().mean() or 0.0)),
-            "features": dg.MetadataValue.md(
-                frame_to_markdown(
-                    summary.join(nulls, on="feature").with_columns(pl.col("mean").round(4)), max_rows=50
-                )
+            "late_share": dg.MetadataValue.float(round(float(table[LABEL].drop_nulls().mean() or 0.0), 4)),
+            "features": dg.MetadataValue.table(
+                records=[
+                    dg.TableRecord({"feature": f, "mean": None if m is None else round(m, 4), "nulls": n})
+                    for f, m, n in summary.join(nulls, on="feature").iter_rows()
+                ],
+                schema=dg.TableSchema(
+                    columns=[
+                        dg.TableColumn("feature", "string"),
+                        dg.TableColumn("mean", "float"),
+                        dg.TableColumn("nulls", "int"),
+                    ]
+                ),
             ),
         },
     )
@@ -126,6 +160,7 @@ def flight_features(
 @dg.asset(
     key=ONLINE_FEATURES,
     partitions_def=monthly_2013,
+    freshness_policy=MONTHLY_CADENCE,
     group_name=FEATURES_GROUP,
     kinds={"sqlite"},
     code_version=FEATURE_CODE_VERSION,
@@ -133,22 +168,28 @@ def flight_features(
         "history": dg.AssetIn(VALIDATED_FLIGHTS, partition_mapping=HISTORY),
         "weather": dg.AssetIn(VALIDATED_WEATHER),
         "planes": dg.AssetIn(RAW_PLANES),
-        "offline": dg.AssetIn(FLIGHT_FEATURES),
     },
+    # Its checks compare the store with the offline path (the code that builds flight_features), recomputed as of
+    # the store's snapshot; the dependency keeps them in order and in the lineage.
+    deps=[FLIGHT_FEATURES],
     check_specs=[
-        dg.AssetCheckSpec(
+        partitioned_check(
             SKEW_CHECK,
             asset=ONLINE_FEATURES,
+            partitions_def=monthly_2013,
             description="a sample of flights through the offline and the online path, compared field by field",
         ),
-        dg.AssetCheckSpec(
+        partitioned_check(
             DISTRIBUTION_CHECK,
             asset=ONLINE_FEATURES,
-            description=f"PSI of sampled online values against the offline partition ≤ {PSI_WARN}",
+            partitions_def=monthly_2013,
+            description=f"PSI ≤ {PSI_WARN} per feature between the store's answers and the offline path for the same "
+            "1,000 flights of the month's last week, both as of the month's end (few-valued features value by value)",
         ),
-        dg.AssetCheckSpec(
+        partitioned_check(
             HEALTH_CHECK,
             asset=ONLINE_FEATURES,
+            partitions_def=monthly_2013,
             description="store reachable, written recently, hot keys non-null and in their declared ranges",
         ),
     ],
@@ -161,7 +202,6 @@ def online_features(
     history: pl.DataFrame,
     weather: pl.DataFrame,
     planes: pl.DataFrame,
-    offline: pl.DataFrame,
 ):
     as_of = _month_end(context.partition_key)
     with online_store.open() as store:
@@ -171,7 +211,7 @@ def online_features(
             asset_key=ONLINE_FEATURES,
             metadata={
                 "as_of": as_of.isoformat(),
-                "path": dg.MetadataValue.path(str(online_store.store_path())),
+                "store": KeelHome.of(online_store.home).shown(online_store.store_path()),
                 "rows_per_view": dg.MetadataValue.json({k: v.height for k, v in views.items()}),
             },
         )
@@ -194,22 +234,24 @@ def online_features(
                 "examples": dg.MetadataValue.json(skew.examples),
             },
         )
-        # Distribution: online answers for flights of the month's last week against the offline rows of that week
-        # (the store is as of the month's end; earlier weeks had less history behind their rates).
-        last_week = offline.filter(pl.col("sched_date") > pl.col("sched_date").max() - timedelta(days=7))
-        served_sample = get_online_features(
-            store, last_week.sample(min(1000, last_week.height), seed=7).select(REQUEST_COLUMNS).to_dicts()
-        )
-        psi = online_distribution(last_week, served_sample)
-        worst = {k: v for k, v in psi.items() if v is not None and v > PSI_WARN}
+        # Distribution: like with like — the offline path as of the store's snapshot (the month's end) for a sample
+        # of the last week's flights, against the store's answers for the same flights.
+        week = month.filter(pl.col("day") > pl.col("day").max() - 7)
+        week = week.sample(min(DISTRIBUTION_SAMPLE, week.height), seed=7)
+        offline_as_of = offline_features(week, weather, planes, history, as_of=as_of)
+        served_week = get_online_features(store, offline_as_of.select(REQUEST_COLUMNS).to_dicts())
+        stability = online_distribution(offline_as_of, served_week)
+        worst = [s.feature for s in stability if s.psi is not None and s.psi > PSI_WARN]
         yield dg.AssetCheckResult(
             asset_key=ONLINE_FEATURES,
             check_name=DISTRIBUTION_CHECK,
             passed=not worst,
             severity=dg.AssetCheckSeverity.WARN,
             metadata={
-                "psi": dg.MetadataValue.json({k: (round(v, 4) if v is not None else None) for k, v in psi.items()}),
-                "over_threshold": dg.MetadataValue.json(worst),
+                "compared": len(served_week),
+                "max_psi": dg.MetadataValue.float(round(max((s.psi or 0.0) for s in stability), 4)),
+                "over_threshold": ", ".join(worst) or "none",
+                "psi": stability_table(stability),
             },
         )
         # Hot keys: the sampled flights whose every feature has a value offline; the store must serve them too.

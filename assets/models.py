@@ -169,7 +169,7 @@ def build_model_assets(
         yield dg.Output(
             table,
             metadata={
-                **{k: dg.MetadataValue.float(v) for k, v in candidate.as_metrics().items()},
+                **{k: dg.MetadataValue.float(round(v, 4)) for k, v in candidate.as_metrics().items()},
                 "holdout_rows": candidate.rows,
                 "champion": dg.MetadataValue.json(champion or {}),
                 "importance": dg.MetadataValue.md(
@@ -189,8 +189,10 @@ def build_model_assets(
             severity=dg.AssetCheckSeverity.ERROR,
             metadata={
                 "reasons": "; ".join(decision.reasons),
-                "candidate_auc": candidate.auc,
-                "champion_auc": (champion or {}).get("auc", float("nan")),
+                "candidate_auc": dg.MetadataValue.float(round(candidate.auc, 4)),
+                "champion_auc": dg.MetadataValue.float(round(champion["auc"], 4))
+                if champion and champion.get("auc") is not None
+                else dg.MetadataValue.null(),
             },
         )
 
@@ -229,8 +231,10 @@ def build_model_assets(
         return dg.MaterializeResult(
             metadata={
                 "champion": sha,
-                "release_id": manifest["release_id"],
-                "manifest": dg.MetadataValue.json(manifest),
+                # Not yet a release: model_deployment completes the manifest (the Triton server's version, the
+                # policies in force) and records the release id that goes live.
+                "candidate_release_id": manifest["release_id"],
+                "candidate_manifest": dg.MetadataValue.json(manifest),
             }
         )
 

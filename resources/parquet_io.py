@@ -40,7 +40,8 @@ class ParquetIOManager(dg.ConfigurableIOManager):
         partition = context.asset_partition_key if context.has_asset_partitions else None
         path = self.path_for(context.asset_key, partition)
         write_parquet_atomic(obj, path)
-        context.add_output_metadata({"path": dg.MetadataValue.path(str(path)), "dagster/row_count": obj.height})
+        shown = KeelHome.of(self.home).shown(path) if not self.base_dir else str(path)
+        context.add_output_metadata({"path": shown, "dagster/row_count": obj.height})
 
     def load_input(self, context: dg.InputContext) -> pl.DataFrame:
         key = context.asset_key

@@ -2,7 +2,7 @@
 
 Each tick reads drift_report materializations after its cursor (an event-log storage id; it only moves forward),
 computes a ``DriftDecision`` (keel.drift.policy) per report, then acts: freezes and unfreezes in the online store
-(recorded with what, why and when in its freeze log) and a run request for the models downstream of the flight
+(recorded with what, why and when in its freeze log, and observed on the ``feature_freezes`` asset) and a run request for the models downstream of the flight
 features, found through the asset graph. Run keys are derived from the report's event id, so a restarted daemon or
 a replayed cursor never launches the same retraining twice, and a freeze that is already in place is not repeated.
 """
@@ -13,6 +13,7 @@ import dagster as dg
 
 from assets.drift import DRIFT_REPORT
 from assets.features import FLIGHT_FEATURES
+from assets.freezes import freeze_observation
 from keel.drift.policy import DriftPolicy, decide
 from keel.features.definitions import FEATURE_NAMES
 from resources.online_store import OnlineStoreResource
@@ -55,6 +56,7 @@ def drift_sensor(context: dg.SensorEvaluationContext, online_store: OnlineStoreR
     models = models_downstream(context.repository_def.asset_graph, FLIGHT_FEATURES)
     requests, problems = [], []
     with online_store.open() as store:
+        frozen_before = store.frozen()
         for record in records:
             window = record.asset_materialization.partition or "unpartitioned"
             try:
@@ -66,26 +68,36 @@ def drift_sensor(context: dg.SensorEvaluationContext, online_store: OnlineStoreR
                 continue
             if request is not None:
                 requests.append(request)
+        # What is served frozen now, on the feature_freezes asset (first tick, and whenever it changed).
+        changed = store.frozen() != frozen_before or after == 0
+        observations = [freeze_observation(store, "drift_sensor")] if changed else []
     for p in problems:
         context.log.error(p)
     return dg.SensorResult(
         run_requests=requests,
         cursor=str(max(after, records[-1].storage_id)),
-        asset_events=automation_problems(DRIFT_REPORT, "drift_sensor", problems),
+        asset_events=observations + automation_problems(DRIFT_REPORT, "drift_sensor", problems),
     )
+
+
+def report_features(value: dg.MetadataValue) -> dict[str, dict]:
+    """A drift report's per-feature summary, {feature: {drifted, severity, value, threshold, metric,
+    reference_mean, ...}}: from its table (assets/drift.py), or from the JSON that reports before the table carried."""
+    if isinstance(value, dg.TableMetadataValue):
+        return {r.data["feature"]: dict(r.data) for r in value.records}
+    return json.loads(json.dumps(value.value))
 
 
 def act_on_report(context, store, record, window: str, models: list[dg.AssetKey]) -> dg.RunRequest | None:
     """The decision for one drift report, carried out: freezes and unfreezes in the online store (each freeze on
     its own — a freeze the store refuses is reported, the others happen), and the retraining request."""
-    mat = record.asset_materialization
-    features = json.loads(json.dumps(mat.metadata["features"].value))
+    features = report_features(record.asset_materialization.metadata["features"])
     decision = decide(window, features, DRIFT_POLICY, set(store.frozen()), freezable=set(FEATURE_NAMES))
     context.log.info(f"drift decision for {window}: {decision}")
     for name in decision.not_frozen:
         context.log.info(f"{name} drifted in {window} but is not a served feature: retraining only, no freeze")
     for f in decision.freeze:
-        store.freeze(f.feature, f.reason, f.value)
+        store.freeze(f.feature, f"{f.reason} (drift_report {window}, event {record.storage_id})", f.value)
     for name in decision.unfreeze:
         store.unfreeze(name, f"no drift in {window}")
     if not (decision.retrain and models):

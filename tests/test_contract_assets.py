@@ -95,8 +95,25 @@ def test_materialization_metadata_tells_the_story(contract_file, io):
     }
     md = by_key["validated_toy"]
     assert md["rows_in"].value == 6 and md["valid"].value == 4 and md["quarantined"].value == 2
-    assert "| speed_physical | range | critical | quarantine | 1 |" in md["per_rule"].value
-    assert "1048.36" in by_key["toy_quarantine"]["sample"].value
+    rules = {r.data["rule"]: r.data for r in md["per_rule"].value.records}
+    assert rules["speed_physical"] == {
+        "rule": "speed_physical",
+        "test": "speed outside [0, 250]",
+        "severity": "critical",
+        "action": "quarantine",
+        "failed_rows": 1,
+        "pass_rate": round(5 / 6, 6),
+    }
+    # the quarantine sample shows the failing rule's column first, with the bad value in view
+    sample = by_key["toy_quarantine"]["sample"].value
+    assert [c.name for c in sample.schema.columns][:4] == ["_rule_id", "_reason", "_source_row", "speed"]
+    assert "1048.36" in {r.data["speed"] for r in sample.records}
+    # the rule's check names its test, and its result shows the offending row, for this partition
+    [check] = [e for e in result.get_asset_check_evaluations() if e.check_name == "rule_speed_physical"]
+    assert not check.passed and check.partition == "good"
+    assert check.description.startswith("1 of 6 rows fail: speed outside [0, 250]")
+    [row] = check.metadata["failing_rows"].value.records
+    assert row.data["speed"] == "1048.36" and isinstance(row.data["_source_row"], int)
 
 
 def test_editing_the_contract_marks_validated_and_downstream_stale(contract_file, io):

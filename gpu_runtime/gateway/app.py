@@ -188,6 +188,7 @@ class Gateway(FollowsRoutingAndPolicies, BuildsInputs, ScoresOnTriton, ReportsHe
             self._export_pools()
             self._export_sla()
             self._export_runtime()
+            self._export_freezes()
             await respond_text(send, 200, self.metrics.render(), "text/plain; version=0.0.4")
         elif path == "/healthz" and method == "GET":
             up = self.runtime is None or self.runtime.up
@@ -336,6 +337,7 @@ class Gateway(FollowsRoutingAndPolicies, BuildsInputs, ScoresOnTriton, ReportsHe
             score=float(scores[0]) if len(scores) == 1 else np.round(scores, 6).tolist(),
             degraded=sorted(set(degraded)) or None,
         )
+        self._count_degraded(degraded)
         predictions = [
             {"score": s, "confidence_score": c} for s, c in zip(scores.tolist(), confidence.tolist(), strict=True)
         ]
@@ -367,6 +369,7 @@ class Gateway(FollowsRoutingAndPolicies, BuildsInputs, ScoresOnTriton, ReportsHe
             )  # fmt: skip
         n = len(req["flights"]) if isinstance(req.get("flights"), list) else 1
         record.update(model=table.model, score=score, degraded=["runtime_unavailable"], variant=None)
+        self._count_degraded(["runtime_unavailable"])
         payload = {
             "request_id": request_id, "model": table.model, "model_version": None, "release_id": None,
             "variant": None, "degraded": ["runtime_unavailable"], "score": score,

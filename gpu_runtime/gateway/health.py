@@ -1,6 +1,6 @@
 """What a gateway reports about itself: readiness (``/readyz``: runtime up, routing loaded, every routed version ready
-in Triton, the policy in force), the exposure log's health, and the gauges ``/metrics`` renders (breakers, memory
-pools, SLA targets, the runtime's restarts).
+in Triton, the policy in force), the exposure log's health, and what ``/metrics`` renders (breakers, memory pools,
+SLA targets, the runtime's restarts, the features served frozen and the answers served degraded).
 
 A mixin of ``Gateway`` (gpu_runtime/gateway/app.py), which owns the state it reads.
 """
@@ -11,6 +11,7 @@ from typing import Any
 
 from gpu_runtime.gateway.control import STATE_CODES
 from gpu_runtime.repository import triton_name
+from keel.features.definitions import FEATURE_NAMES
 
 
 class ReportsHealth:
@@ -41,6 +42,25 @@ class ReportsHealth:
         """Whether every answered request reached the exposure log (experiments and canaries are judged on it)."""
         lost = self.exposures.failures
         return {"ok": lost == 0, "lost_records": lost, "last_error": self.exposures.last_error}
+
+    def _count_degraded(self, flags: list[str]) -> None:
+        """One count per answered request and flag (``frozen:<feature>``, ``missing_features_defaulted``, ...): the
+        flags are a fixed vocabulary and the served features, so the label set stays bounded."""
+        for flag in set(flags):
+            self.metrics.inc("keel_gateway_degraded_answers_total", {"flag": flag})
+
+    def _export_freezes(self) -> None:
+        """``keel_features_frozen{feature}``: 1 while the online store serves the feature with its freeze value (every
+        served feature is listed, 0 when live), read from the store at scrape time."""
+        store = self.store
+        if store is None:
+            return
+        try:
+            frozen = store.frozen()
+        except Exception:  # noqa: BLE001 - a busy or missing store must not break /metrics
+            return
+        for name in FEATURE_NAMES:
+            self.metrics.set_gauge("keel_features_frozen", {"feature": name}, 1 if name in frozen else 0)
 
     def _export_runtime(self) -> None:
         if self.runtime is not None:

@@ -134,7 +134,7 @@ class CompiledContract:
             r.type,
             r.severity,
             r.action,
-            r.description or RULES[r.type].reason(r.params),
+            RULES[r.type].reason(r.params),
             r.columns,
             r.max_failure_fraction,
             r,
@@ -312,6 +312,8 @@ class CompiledContract:
                 pass_rate=1.0 - counts[r.id] / n if n else 1.0,
                 max_failure_fraction=r.max_failure_fraction,
                 reason=r.reason,
+                columns=r.columns,
+                sample=_failing_sample(frame, r) if counts[r.id] else [],
             )
             for r in self.rules
         ]
@@ -378,3 +380,19 @@ def validate_frame(
 
 
 # -- helpers ---------------------------------------------------------------------------------------------------
+
+
+FAILING_SAMPLE_ROWS = 5
+
+
+def _failing_sample(frame: pl.DataFrame, rule: CompiledRule) -> list[dict[str, Any]]:
+    """Up to ``FAILING_SAMPLE_ROWS`` rows that fail ``rule``: source row and the rule's columns as they arrived."""
+    columns = [c for c in rule.columns if (RAW + c) in frame.columns or c in frame.columns]
+    rows = frame.filter(pl.col(MASK + rule.id)).head(FAILING_SAMPLE_ROWS)
+    sources = [pl.col(RAW + c if (RAW + c) in frame.columns else c).alias(c) for c in columns]
+    out = []
+    for row in rows.select(pl.col(SOURCE_ROW), *sources).iter_rows(named=True):
+        out.append(
+            {k: (v if v is None or isinstance(v, (int, float, str, bool)) else str(v)) for k, v in row.items()}
+        )
+    return out

@@ -46,6 +46,9 @@ class RuleOutcome:
     pass_rate: float
     max_failure_fraction: float
     reason: str
+    columns: tuple[str, ...] = ()
+    # A few failing rows: the source row number and the rule's columns as they arrived (text), for the UI.
+    sample: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def within_threshold(self) -> bool:

@@ -11,7 +11,7 @@ from keel.drift.report import DriftReport
 def drift_svg(report: DriftReport, width: int = 640) -> str:
     feats = [f for f in report.features if f.value is not None]
     feats.sort(key=lambda f: -(f.value / f.threshold if f.threshold else 0))
-    row, left, right = 22, 170, 60
+    row, left, right = 22, 170, 150
     height = row * len(feats) + 40
     ratios = [min(f.value / f.threshold, 10.0) if f.threshold and not math.isinf(f.value) else 10.0 for f in feats]
     scale = (width - left - right) / max(max(ratios, default=1.0), 1.5)
@@ -30,7 +30,11 @@ def drift_svg(report: DriftReport, width: int = 640) -> str:
         parts.append(
             f'<rect x="{left}" y="{y + 2}" width="{max(r * scale, 1):.1f}" height="{row - 6}" fill="{color}"/>'
         )
-        label = "∞" if math.isinf(f.value) else f"{f.value:.2f}"
+        # the label says what the bar shows — distance ÷ threshold — and then the distance and its threshold
+        if math.isinf(f.value) or not f.threshold:
+            label = "∞"
+        else:
+            label = f"{f.value / f.threshold:.2f}× ({f.value:.2f} of {f.threshold:g})"
         parts.append(f'<text x="{left + max(r * scale, 1) + 4:.1f}" y="{y + 13}">{label}</text>')
     parts.append("</svg>")
     return "".join(parts)

@@ -27,8 +27,11 @@ import dagster as dg
 import polars as pl
 
 from keel.contracts.engine import CompiledContract, PartitionWindow, ValidationReport
+from keel.contracts.model import RuleSpec
+from keel.contracts.results import SOURCE_ROW, RuleOutcome
+from keel.contracts.rules import RULES
 from keel.contracts.spec import ContractSpec, load_contract
-from keel.factories.markdown import frame_to_markdown
+from keel.factories.checks import partitioned_check
 
 CONSERVATION_CHECK = "conservation"
 BUDGET_CHECK = "critical_budget"
@@ -48,37 +51,65 @@ def rule_check_name(rule_id: str) -> str:
     return f"rule_{rule_id}"
 
 
-def contract_check_specs(spec: ContractSpec) -> list[dg.AssetCheckSpec]:
+def contract_check_specs(
+    spec: ContractSpec, partitions_def: dg.PartitionsDefinition | None = None
+) -> list[dg.AssetCheckSpec]:
+    """The contract's checks. With the asset's ``partitions_def`` each result belongs to the partition it was
+    evaluated on, so the asset's partitions view shows which months fail which rules."""
     key = validated_key(spec.name)
     specs = [
-        dg.AssetCheckSpec(
+        partitioned_check(
             CONSERVATION_CHECK,
             asset=key,
+            partitions_def=partitions_def,
             blocking=True,
             description="rows in = valid + quarantined + rejected, exactly",
         ),
-        dg.AssetCheckSpec(
+        partitioned_check(
             BUDGET_CHECK,
             asset=key,
+            partitions_def=partitions_def,
             blocking=True,
             description=f"rows breaking a critical rule ≤ {spec.critical_budget_fraction:.2%} of the partition; blocks downstream",
         ),
-        dg.AssetCheckSpec(
+        partitioned_check(
             SCHEMA_CHECK,
             asset=key,
+            partitions_def=partitions_def,
             description="columns present, values of the declared types, non-nullable columns filled",
         ),
     ]
     for rule in spec.rules:
         specs.append(
-            dg.AssetCheckSpec(
+            partitioned_check(
                 rule_check_name(rule.id),
                 asset=key,
-                description=f"[{rule.severity}/{rule.action}] {rule.description or rule.type}"
-                + (f" — allowed failure fraction {rule.max_failure_fraction:g}" if rule.max_failure_fraction else ""),
+                partitions_def=partitions_def,
+                description=rule_check_description(rule),
             )
         )
     return specs
+
+
+ACTION_WORDS = {
+    "quarantine": "quarantined",
+    "reject": "rejected",
+    "flag": "flagged and kept",
+    "enrich": "filled in and kept",
+}
+
+
+def rule_check_description(rule: RuleSpec) -> str:
+    """What the rule's check says in the UI: the rule, its column and bounds, what happens to a failing row, when
+    the check fails, and the contract's own words on why the rule exists."""
+    reason = RULES[rule.type].reason(rule.params)
+    if rule.severity == "info":
+        verdict = "reports only (never fails)"
+    else:
+        kind = "fails" if rule.severity == "critical" else "warns"
+        verdict = f"{kind} when more than {rule.max_failure_fraction:.2%} of the partition's rows fail"
+    text = f"{rule.id}: a row fails when {reason}; failing rows are {ACTION_WORDS[rule.action]}. The check {verdict}."
+    return text + (f" Why: {' '.join(rule.description.split())}" if rule.description else "")
 
 
 def _window(context: dg.AssetExecutionContext) -> PartitionWindow | None:
@@ -113,7 +144,7 @@ def _check_results(spec: ContractSpec, report: ValidationReport) -> Iterator[dg.
         severity=dg.AssetCheckSeverity.ERROR,
         metadata={
             "critical_failed_rows": report.critical_failed_rows,
-            "critical_failed_fraction": dg.MetadataValue.float(report.critical_failed_fraction),
+            "critical_failed_fraction": dg.MetadataValue.float(round(report.critical_failed_fraction, 6)),
             "budget_fraction": dg.MetadataValue.float(report.critical_budget_fraction),
             "failing_critical_rules": ", ".join(r.id for r in report.rules if r.severity == "critical" and r.failed)
             or "none",
@@ -136,19 +167,81 @@ def _check_results(spec: ContractSpec, report: ValidationReport) -> Iterator[dg.
         if rule.type == "schema":
             continue
         passed = True if rule.severity == "info" else rule.within_threshold
+        failed_fraction = 1.0 - rule.pass_rate
         yield dg.AssetCheckResult(
             asset_key=key,
             check_name=rule_check_name(rule.id),
             passed=passed,
             severity=dg.AssetCheckSeverity.ERROR if rule.severity == "critical" else dg.AssetCheckSeverity.WARN,
+            description=f"{rule.failed:,} of {report.rows_in:,} rows fail: {rule.reason}"
+            + (f" ({failed_fraction:.3%}; allowed {rule.max_failure_fraction:.3%})" if rule.failed else ""),
             metadata={
+                "rule": rule.reason,
                 "failed_rows": rule.failed,
-                "pass_rate": dg.MetadataValue.float(rule.pass_rate),
+                "failed_fraction": dg.MetadataValue.float(round(failed_fraction, 6)),
                 "allowed_failure_fraction": dg.MetadataValue.float(rule.max_failure_fraction),
                 "action": rule.action,
                 "severity": rule.severity,
+                **({"failing_rows": failing_rows_table(rule)} if rule.sample else {}),
             },
         )
+
+
+def failing_rows_table(rule: RuleOutcome) -> dg.TableMetadataValue:
+    """A few rows that fail ``rule``: the source row and the rule's columns as they arrived."""
+    columns = [SOURCE_ROW, *(c for c in rule.columns if c in rule.sample[0])]
+    return dg.MetadataValue.table(
+        records=[dg.TableRecord({c: row.get(c) for c in columns}) for row in rule.sample],
+        schema=dg.TableSchema(
+            columns=[dg.TableColumn(SOURCE_ROW, "int", description="row number in the delivery")]
+            + [dg.TableColumn(c, "string") for c in columns[1:]]
+        ),
+    )
+
+
+def rules_table(report: ValidationReport) -> dg.TableMetadataValue:
+    """One row per rule: what it tests, what it did to this partition. A table Dagster renders and sorts."""
+    return dg.MetadataValue.table(
+        records=[
+            dg.TableRecord(
+                {
+                    "rule": r.id,
+                    "test": r.reason,
+                    "severity": r.severity,
+                    "action": r.action,
+                    "failed_rows": r.failed,
+                    "pass_rate": round(r.pass_rate, 6),
+                }
+            )
+            for r in report.rules
+        ],
+        schema=dg.TableSchema(
+            columns=[
+                dg.TableColumn("rule", "string"),
+                dg.TableColumn("test", "string", description="a row fails when…"),
+                dg.TableColumn("severity", "string"),
+                dg.TableColumn("action", "string", description="what happens to a failing row"),
+                dg.TableColumn("failed_rows", "int"),
+                dg.TableColumn("pass_rate", "float"),
+            ]
+        ),
+    )
+
+
+def quarantine_sample(spec: ContractSpec, quarantine: pl.DataFrame, rows: int = 10) -> dg.TableMetadataValue:
+    """The first quarantined rows, the failing rule's columns first (so the bad value is in view), then the rest."""
+    sample = quarantine.head(rows)
+    rule_columns: list[str] = []
+    by_id = {r.id: r for r in spec.rules}
+    for rule_id in sample["_rule_id"].drop_nulls().unique(maintain_order=True):
+        rule = by_id.get(rule_id)
+        rule_columns += [c for c in (rule.columns if rule else ()) if c not in rule_columns]
+    columns = [c for c in QUARANTINE_SAMPLE_COLUMNS if c in sample.columns]
+    columns += rule_columns + [c for c in spec.column_names if c not in rule_columns]
+    return dg.MetadataValue.table(
+        records=[dg.TableRecord(row) for row in sample.select(columns).iter_rows(named=True)],
+        schema=dg.TableSchema(columns=[dg.TableColumn(c, "int" if c == SOURCE_ROW else "string") for c in columns]),
+    )
 
 
 def _column_metadata(spec: ContractSpec, raw_key: dg.AssetKey, ref_keys: dict[str, dg.AssetKey]) -> dict[str, Any]:
@@ -227,7 +320,7 @@ def contract_assets(
         },
         ins=ins,
         partitions_def=partitions_def,
-        check_specs=contract_check_specs(spec),
+        check_specs=contract_check_specs(spec, partitions_def),
         description=f"Apply data contract '{name}' ({Path(contract_path).name})",
     )
     def _validate(context: dg.AssetExecutionContext, raw: pl.DataFrame, **refs: pl.DataFrame) -> Iterator[Any]:
@@ -249,7 +342,6 @@ def contract_assets(
         for r in rep.rules:
             if r.failed and r.action == "reject":
                 context.log.warning(f"rejected {r.failed:,} rows: rule {r.id}: {r.reason}")
-        per_rule = dg.MetadataValue.md(rep.rules_markdown())
         yield dg.Output(
             result.valid,
             output_name="valid",
@@ -260,29 +352,29 @@ def contract_assets(
                 "rejected": rep.rejected,
                 "enriched": rep.enriched,
                 "flagged": rep.flagged,
-                "critical_failed_fraction": dg.MetadataValue.float(rep.critical_failed_fraction),
+                "critical_failed_fraction": dg.MetadataValue.float(round(rep.critical_failed_fraction, 6)),
                 "contract_version": spec.version,
                 "contract_hash": spec.content_hash,
-                "per_rule": per_rule,
+                "per_rule": rules_table(rep),
                 "dagster/row_count": rep.valid,
             },
-        )
-        sample_cols = [c for c in QUARANTINE_SAMPLE_COLUMNS if c in result.quarantine.columns] + list(
-            spec.column_names
         )
         yield dg.Output(
             result.quarantine,
             output_name="quarantine",
             metadata={
                 "quarantined": rep.quarantined,
-                "by_rule": dg.MetadataValue.json(
-                    dict(result.quarantine.group_by("_rule_id").len().sort("len", descending=True).iter_rows())
-                    if rep.quarantined
-                    else {}
+                "by_rule": dg.MetadataValue.table(
+                    records=[
+                        dg.TableRecord({"rule": rule_id, "rows": n})
+                        for rule_id, n in result.quarantine.group_by("_rule_id")
+                        .len()
+                        .sort("len", descending=True)
+                        .iter_rows()
+                    ],
+                    schema=dg.TableSchema(columns=[dg.TableColumn("rule", "string"), dg.TableColumn("rows", "int")]),
                 ),
-                "sample": dg.MetadataValue.md(
-                    frame_to_markdown(result.quarantine.select(sample_cols), max_rows=10, max_width=24)
-                ),
+                "sample": quarantine_sample(spec, result.quarantine),
                 "contract_version": spec.version,
                 "dagster/row_count": rep.quarantined,
             },

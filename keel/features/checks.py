@@ -67,18 +67,53 @@ def population_stability(
     return float(np.sum((a - e) * np.log(a / e)))
 
 
+def value_centred_stability(expected: np.ndarray, actual: np.ndarray, eps: float = 1e-4) -> float | None:
+    """PSI for few-valued features: one bin per distinct ``expected`` value, with edges half-way between
+    neighbouring values. Fixed-width bins put a 0.001 move across an edge into another bin (16 delay rates in
+    0.05-wide bins); here a value has to move half the gap to its neighbour to change bins."""
+    expected = expected[np.isfinite(expected)]
+    values = np.unique(np.round(expected, 9))
+    edges = (values[1:] + values[:-1]) / 2
+    return population_stability(expected, actual, edges, eps)
+
+
+@dataclass(frozen=True)
+class FeatureStability:
+    feature: str
+    # "values" (few-valued: one bin per value, edges half-way between values), "bins" (equal-width bins of the declared range), or "frozen" (served
+    # with its freeze value on purpose: not compared)
+    measure: str
+    psi: float | None
+    distinct: int  # distinct offline values
+
+
 def online_distribution(
-    offline_partition: pl.DataFrame, online: list[dict[str, Any]], bins: int = 20
-) -> dict[str, float | None]:
-    """Per feature, PSI of the sampled online values against the offline rows, over equal-width bins of the
-    feature's declared range (quantile bins would split near-identical values, e.g. a carrier's rate on two days)."""
-    out = {}
+    offline_rows: pl.DataFrame, online: list[dict[str, Any]], *, bins: int = 20, max_values: int = 32
+) -> list[FeatureStability]:
+    """Per feature, PSI of the online answers against the offline rows *for the same flights as of the same time*
+    (the caller computes both sides as of the store's snapshot), so a difference is the serving path's, not time's.
+
+    A feature with at most ``max_values`` distinct offline values (delay rates early in the year, categorical
+    codes) is binned around its values (``value_centred_stability``); others over ``bins`` equal-width bins of the
+    feature's declared range. A frozen feature is served with its freeze value on purpose and is not compared."""
+    out = []
     for f in FEATURES:
-        served = np.asarray([r[f.name] for r in online if r[f.name] is not None], dtype=np.float64)
-        edges = np.linspace(f.lo, f.hi, bins + 1)[1:-1]
-        out[f.name] = population_stability(
-            offline_partition[f.name].drop_nulls().cast(pl.Float64).to_numpy(), served, edges
+        expected = offline_rows[f.name].drop_nulls().cast(pl.Float64).to_numpy()
+        distinct = int(np.unique(np.round(expected[np.isfinite(expected)], 9)).size)
+        if online and all(f.name in r.get("degraded", ()) for r in online):
+            out.append(
+                FeatureStability(f.name, "frozen", None, distinct)
+            )  # served frozen on purpose: nothing to compare
+            continue
+        served = np.asarray(
+            [r[f.name] for r in online if r[f.name] is not None and f.name not in r.get("degraded", ())],
+            dtype=np.float64,
         )
+        if distinct <= max_values:
+            out.append(FeatureStability(f.name, "values", value_centred_stability(expected, served), distinct))
+        else:
+            edges = np.linspace(f.lo, f.hi, bins + 1)[1:-1]
+            out.append(FeatureStability(f.name, "bins", population_stability(expected, served, edges), distinct))
     return out
 
 

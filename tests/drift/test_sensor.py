@@ -70,6 +70,12 @@ def test_drift_freezes_and_requests_retraining_once(setup):
     assert store.frozen() == {"temp": 38.5}  # served value: the reference default (its mean)
     [event] = store.freeze_log()
     assert (event.feature, event.action) == ("temp", "freeze") and "2013-12" in event.reason and event.at is not None
+    # …and what is served frozen is on the feature_freezes asset: which, at what value, since when, by which report
+    [seen] = [e for e in result.asset_events if e.asset_key == dg.AssetKey("feature_freezes")]
+    assert seen.metadata["frozen"].value == 1 and seen.metadata["frozen_features"].value == "temp"
+    [row] = seen.metadata["freezes"].value.records
+    assert row.data["feature"] == "temp" and row.data["value"] == 38.5 and row.data["since"]
+    assert "drift_report 2013-12" in row.data["decision"]
     cursor = result.cursor
 
     # a duplicate tick with the new cursor: nothing new, cursor unchanged
@@ -93,15 +99,20 @@ def test_cursor_moves_forward_and_clear_windows_unfreeze(setup):
     store = store_resource.open()
     assert store.frozen() == {}
     assert [(e.feature, e.action) for e in store.freeze_log()] == [("temp", "freeze"), ("temp", "unfreeze")]
+    [seen] = [e for e in second.asset_events if e.asset_key == dg.AssetKey("feature_freezes")]
+    assert seen.metadata["frozen"].value == 0 and seen.metadata["frozen_features"].value == "none"
     # an old cursor never moves the cursor backwards
     replay, _ = tick(instance, defs, "0")
     assert int(replay.cursor) >= int(second.cursor)
 
 
+MODEL_KEYS = {key for a in model_assets for key in a.keys}
+
+
 def test_without_models_downstream_it_still_freezes(setup, tmp_path):
     instance, _, store_resource = setup
     defs = dg.Definitions(
-        assets=[a for a in definitions.defs.assets if a not in model_assets],
+        assets=[a for a in definitions.defs.assets if not set(getattr(a, "keys", ())) & MODEL_KEYS],
         sensors=[drift_sensor],
         resources=dict(definitions.defs.resources) | {"online_store": store_resource},
     )
@@ -138,7 +149,7 @@ def test_a_drifted_label_or_category_is_not_frozen_and_a_bad_report_stops_nothin
     result, _ = tick(instance, defs, None)
     assert [r.tags["keel/drift_window"] for r in result.run_requests] == ["2013-09", "2013-12"]
     assert store_resource.open().frozen() == {"temp": 38.5}
-    [observation] = result.asset_events
+    [observation] = [e for e in result.asset_events if e.asset_key == DRIFT_REPORT]
     assert observation.asset_key == DRIFT_REPORT and observation.metadata["automation_problems"].value == 1
     assert "drift report 2013-10" in observation.metadata["skipped"].value
     report(instance, "2014-01", {"temp": feat(False)})

@@ -170,7 +170,7 @@ def test_a_good_challenger_is_promoted_and_a_bad_one_rolled_back_under_replayed_
         policy={},
     )
     instance.report_runless_asset_event(
-        dg.AssetMaterialization(MODEL_PROMOTION, metadata={"manifest": dg.MetadataValue.json(manifest)})
+        dg.AssetMaterialization(MODEL_PROMOTION, metadata={"candidate_manifest": dg.MetadataValue.json(manifest)})
     )
     proc, endpoints = start_serve(home, PATIENT)
     url = f"http://{endpoints['gateway']}"

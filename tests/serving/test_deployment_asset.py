@@ -41,7 +41,7 @@ def promote(runtime: Runtime, instance: dg.DagsterInstance, index: int) -> dict:
         policy={},
     )
     instance.report_runless_asset_event(
-        dg.AssetMaterialization(MODEL_PROMOTION, metadata={"manifest": dg.MetadataValue.json(manifest)})
+        dg.AssetMaterialization(MODEL_PROMOTION, metadata={"candidate_manifest": dg.MetadataValue.json(manifest)})
     )
     return manifest
 
@@ -78,11 +78,11 @@ def test_deploy_promote_redeploy_and_the_ledger(runtime, serving_models):
     manifest = first["manifest"]
     assert manifest["infra"]["parts"]["triton"].startswith("2.")  # the server's own version
     assert manifest["model"]["parts"]["sha256"] == runtime.shas[0]
-    assert manifest["policy"]["parts"]["gateway"] == "builtin-1" and first["fallback_version"] == -1
+    assert manifest["policy"]["parts"]["gateway"] == "builtin-1" and first["fallback_version"] is None
 
     promote(runtime, instance, 1)  # model 2 becomes champion, model 1 archived
     second = deploy(runtime, instance)
-    assert second["loaded_versions"] == [2]  # model 1 keeps serving, now as the fallback: not reloaded
+    assert second["loaded_versions"] == "2"  # model 1 keeps serving, now as the fallback: not reloaded
     resp = serving_version(runtime, body, 2)
     assert resp.headers["x-model-signature"] == runtime.shas[1] and resp.json()["release_id"] == second["release_id"]
     assert second["fallback_version"] == 1  # the previous champion stays loaded as the breaker's fallback
@@ -108,7 +108,7 @@ def test_deploy_promote_redeploy_and_the_ledger(runtime, serving_models):
     )
     assert at.returncode == 0 and first["release_id"] in at.stdout and runtime.shas[0] in at.stdout
     again = deploy(runtime, instance)  # nothing changed: no reload, no new ledger entry
-    assert again["loaded_versions"] == [] and len(Ledger(runtime.home / "ledger.sqlite").log()) == 2
+    assert again["loaded_versions"] == "none" and len(Ledger(runtime.home / "ledger.sqlite").log()) == 2
 
 
 def test_rollback_from_the_shell_and_as_a_dagster_job(runtime, serving_models):

@@ -304,3 +304,29 @@ def test_weighted_split_and_experiments_are_sticky_per_unit(runtime, serving_mod
     lines = [e for e in read_exposures(runtime.home / "serving" / "exposures") if e.get("experiment_id") == "exp-1"]
     assert len(lines) == len(units) and {e["variant"] for e in lines} == {"control", "treatment"}
     runtime.deployer().deploy(MODEL, [runtime.target(1)])
+
+
+def test_a_frozen_feature_shows_in_metrics_and_counts_degraded_answers(runtime, serving_models):
+    """Served degradation is observable: /metrics lists the frozen features and counts the answers flagged by it."""
+    body = request_body(serving_models[1].row(11, named=True))
+    assert metric(runtime, "keel_features_frozen", feature="temp") == 0
+    before = metric(runtime, "keel_gateway_degraded_answers_total", flag="frozen:temp")
+    store = SQLiteOnlineStore(runtime.home / "online" / "features.sqlite")
+    store.freeze("temp", reason="test: drift in 2013-07", value=41.5)
+    try:
+        deadline = time.monotonic() + 30  # the gateway's store reader follows the new freeze
+        while "frozen:temp" not in (answer := runtime.post(body).json())["degraded"]:
+            assert time.monotonic() < deadline, answer
+            time.sleep(0.05)
+        runtime.post(body)
+        assert metric(runtime, "keel_features_frozen", feature="temp") == 1
+        assert metric(runtime, "keel_features_frozen", feature="wind_speed") == 0
+        assert metric(runtime, "keel_gateway_degraded_answers_total", flag="frozen:temp") >= before + 2
+    finally:
+        store.unfreeze("temp", reason="test done")
+        store.close()
+    deadline = time.monotonic() + 30
+    while "frozen:temp" in runtime.post(body).json()["degraded"]:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert metric(runtime, "keel_features_frozen", feature="temp") == 0

@@ -72,7 +72,7 @@ def test_promotion_builds_the_candidate_release_manifest(setup, monkeypatch, tmp
     promotion = {
         e.asset_key.to_user_string(): e.materialization.metadata for e in result.get_asset_materialization_events()
     }["model_promotion"]
-    manifest = promotion["manifest"].value
+    manifest = promotion["candidate_manifest"].value
     assert set(manifest) == {"release_id", "data", "model", "infra", "policy"}
     assert manifest["model"]["parts"]["sha256"] == promotion["champion"].value
     assert set(manifest["data"]["parts"]["flight_features"]) == {"2013-01", "2013-02", "2013-03", "2013-04"}
@@ -161,7 +161,7 @@ def test_a_new_release_diffs_to_the_partition_and_the_model_that_changed(
     first, second = (
         {e.asset_key.to_user_string(): e.materialization.metadata for e in r.get_asset_materialization_events()}[
             "model_promotion"
-        ]["manifest"].value
+        ]["candidate_manifest"].value
         for r in (first_run, second)
     )
     (tmp_path / "a.json").write_text(json.dumps(first))

@@ -41,9 +41,11 @@ class InSet(RuleType):
         return {"values": list(values)}
 
     def reason(self, p):
-        return (
-            f"{p['column']} not in {p['reference']}" if "reference" in p else f"{p['column']} not in the allowed set"
-        )
+        if "reference" in p:
+            return f"{p['column']} not in {p['reference']}"
+        values = p["values"]
+        shown = ", ".join(str(v) for v in values[:12]) + (f", … ({len(values)} values)" if len(values) > 12 else "")
+        return f"{p['column']} not in {{{shown}}}"
 
     def prepare(self, rule, spec):
         p = rule.params

@@ -1,0 +1,91 @@
+"""What the online store serves frozen, as an asset the UI shows: which features, at what value, since when, why.
+
+The drift sensor freezes and unfreezes features in the online store (sensors/drift.py). The store keeps the state
+and its log; ``feature_freezes`` is an external asset — keel does not materialize it, the drift sensor observes it
+each time it acts — so that served degradation is on an asset page with its history, not only in tick logs and
+response bodies. The gateway's /metrics says the same (``keel_features_frozen``).
+"""
+
+from __future__ import annotations
+
+import dagster as dg
+
+from assets.drift import DRIFT_REPORT
+from assets.features import FEATURES_GROUP
+from keel.features.online import OnlineStore
+
+FEATURE_FREEZES = dg.AssetKey("feature_freezes")
+RECENT_CHANGES = 20
+
+feature_freezes = dg.AssetSpec(
+    FEATURE_FREEZES,
+    group_name=FEATURES_GROUP,
+    kinds={"sqlite"},
+    deps=[DRIFT_REPORT],
+    description="Features the online store serves frozen (a fixed value, every answer flagged `frozen:<feature>`), "
+    "with the value, since when and the drift decision behind each; observed by the drift sensor whenever it "
+    "freezes or unfreezes. `frozen` plots the count over time.",
+)
+
+
+def freeze_observation(store: OnlineStore, sensor: str) -> dg.AssetObservation:
+    frozen = store.frozen()
+    log = store.freeze_log()
+    since = {}
+    for event in log:  # the latest freeze of each feature still frozen
+        if event.action == "freeze":
+            since[event.feature] = event
+    current = [
+        dg.TableRecord(
+            {
+                "feature": name,
+                "value": value,
+                "since": since[name].at.isoformat(timespec="seconds") if name in since else None,
+                "decision": since[name].reason if name in since else None,
+            }
+        )
+        for name, value in sorted(frozen.items())
+    ]
+    changes = [
+        dg.TableRecord(
+            {
+                "at": e.at.isoformat(timespec="seconds"),
+                "feature": e.feature,
+                "action": e.action,
+                "value": e.value,
+                "reason": e.reason,
+            }
+        )
+        for e in reversed(log[-RECENT_CHANGES:])
+    ]
+    return dg.AssetObservation(
+        asset_key=FEATURE_FREEZES,
+        metadata={
+            "frozen": len(frozen),
+            "frozen_features": ", ".join(sorted(frozen)) or "none",
+            "freezes": dg.MetadataValue.table(
+                records=current,
+                schema=dg.TableSchema(
+                    columns=[
+                        dg.TableColumn("feature", "string"),
+                        dg.TableColumn("value", "float", description="what every answer uses instead"),
+                        dg.TableColumn("since", "string", description="UTC"),
+                        dg.TableColumn("decision", "string", description="the drift decision and its report"),
+                    ]
+                ),
+            ),
+            "recent_changes": dg.MetadataValue.table(
+                records=changes,
+                schema=dg.TableSchema(
+                    columns=[
+                        dg.TableColumn("at", "string", description="UTC"),
+                        dg.TableColumn("feature", "string"),
+                        dg.TableColumn("action", "string"),
+                        dg.TableColumn("value", "float"),
+                        dg.TableColumn("reason", "string"),
+                    ]
+                ),
+            ),
+            "observed_by": sensor,
+        },
+    )
