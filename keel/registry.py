@@ -61,7 +61,9 @@ class ModelRegistry(Closing):
         return self.root / "models" / f"{sha256}.txt"
 
     def register(self, name: str, model_text: str, metadata: dict[str, Any]) -> RegisteredModel:
-        """Store the model (idempotent: the same text is the same model) and its metadata."""
+        """Store the model (idempotent: the same text is the same model) and its metadata. Registering the same
+        text again (a retraining that reproduced the model) updates the keys it gives and keeps the others — the
+        evaluation metrics and gate verdict annotated since stay with the model."""
         validate_name(name, what="model name")
         data = model_text.encode()
         sha = hashlib.sha256(data).hexdigest()
@@ -69,12 +71,17 @@ class ModelRegistry(Closing):
         if not path.exists():
             _atomic(path, lambda fh: fh.write(data))
         now = datetime.now(UTC)
-        self._db.execute(
-            "INSERT INTO models (name, sha256, metadata, registered_at) VALUES (?, ?, ?, ?) "
-            "ON CONFLICT(name, sha256) DO UPDATE SET metadata = excluded.metadata",
-            (name, sha, json.dumps(metadata, sort_keys=True, default=str), now.isoformat()),
-        )
-        return RegisteredModel(name, sha, metadata, now)
+        with immediate(self._db):  # read-merge-write as one transaction: concurrent annotations are not lost
+            row = self._db.execute(
+                "SELECT metadata, registered_at FROM models WHERE name = ? AND sha256 = ?", (name, sha)
+            ).fetchone()
+            merged = {**json.loads(row[0]), **metadata} if row else dict(metadata)
+            self._db.execute(
+                "INSERT INTO models (name, sha256, metadata, registered_at) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT(name, sha256) DO UPDATE SET metadata = excluded.metadata",
+                (name, sha, json.dumps(merged, sort_keys=True, default=str), now.isoformat()),
+            )
+        return RegisteredModel(name, sha, merged, datetime.fromisoformat(row[1]) if row else now)
 
     def annotate(self, name: str, sha256: str, extra: dict[str, Any]) -> RegisteredModel:
         """Add keys to a registered model's metadata (evaluation metrics, gate verdict); the model file is untouched."""

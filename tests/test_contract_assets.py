@@ -95,7 +95,9 @@ def test_materialization_metadata_tells_the_story(contract_file, io):
     }
     md = by_key["validated_toy"]
     assert md["rows_in"].value == 6 and md["valid"].value == 4 and md["quarantined"].value == 2
+    assert md["checks_not_passed"].value == "rule_speed_physical (1 row: speed outside [0, 250])"
     rules = {r.data["rule"]: r.data for r in md["per_rule"].value.records}
+    assert md["per_rule"].value.records[0].data["rule"] == "speed_physical"  # failing rules first
     assert rules["speed_physical"] == {
         "rule": "speed_physical",
         "test": "speed outside [0, 250]",

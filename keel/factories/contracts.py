@@ -107,7 +107,8 @@ def rule_check_description(rule: RuleSpec) -> str:
         verdict = "reports only (never fails)"
     else:
         kind = "fails" if rule.severity == "critical" else "warns"
-        verdict = f"{kind} when more than {rule.max_failure_fraction:.2%} of the partition's rows fail"
+        share = f"more than {rule.max_failure_fraction:.2%} of" if rule.max_failure_fraction else "any of"
+        verdict = f"{kind} when {share} the partition's rows fail"
     text = f"{rule.id}: a row fails when {reason}; failing rows are {ACTION_WORDS[rule.action]}. The check {verdict}."
     return text + (f" Why: {' '.join(rule.description.split())}" if rule.description else "")
 
@@ -199,8 +200,21 @@ def failing_rows_table(rule: RuleOutcome) -> dg.TableMetadataValue:
     )
 
 
+def checks_not_passed(report: ValidationReport) -> str:
+    """The rule checks this partition failed or warned on, with what failed — on the materialization, so that the
+    partition's own page (which lists no check results) says it."""
+    out = [
+        f"{rule_check_name(r.id)} ({r.failed:,} row{'s' if r.failed != 1 else ''}: {r.reason})"
+        for r in report.rules
+        if r.type != "schema" and r.severity != "info" and not r.within_threshold
+    ]
+    return "; ".join(out) or "none"
+
+
 def rules_table(report: ValidationReport) -> dg.TableMetadataValue:
-    """One row per rule: what it tests, what it did to this partition. A table Dagster renders and sorts."""
+    """One row per rule: what it tests, what it did to this partition — rules with failing rows first, then the
+    contract's rules, then the schema's. A table Dagster renders and sorts."""
+    ordered = sorted(report.rules, key=lambda r: (r.failed == 0, r.type == "schema"))
     return dg.MetadataValue.table(
         records=[
             dg.TableRecord(
@@ -213,7 +227,7 @@ def rules_table(report: ValidationReport) -> dg.TableMetadataValue:
                     "pass_rate": round(r.pass_rate, 6),
                 }
             )
-            for r in report.rules
+            for r in ordered
         ],
         schema=dg.TableSchema(
             columns=[
@@ -355,6 +369,7 @@ def contract_assets(
                 "critical_failed_fraction": dg.MetadataValue.float(round(rep.critical_failed_fraction, 6)),
                 "contract_version": spec.version,
                 "contract_hash": spec.content_hash,
+                "checks_not_passed": checks_not_passed(rep),
                 "per_rule": rules_table(rep),
                 "dagster/row_count": rep.valid,
             },

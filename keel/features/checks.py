@@ -142,6 +142,8 @@ def feature_health(
     report = HealthReport(
         True, fresh, h.last_write_at, [] if fresh else [f"last write {h.last_write_at} is older than {max_age}"]
     )
+    if not hot_rows:
+        report.problems.append("no hot keys to read back: nothing was verified")
     served = get_online_features(store, hot_rows) if hot_rows else []
     report.sampled = len(served)
     for name in (f.name for f in FEATURES):

@@ -276,8 +276,8 @@ def test_a_good_challenger_is_promoted_and_a_bad_one_rolled_back_under_replayed_
         assert reason["evidence"]["challenger"]["errors"] > 0 and reason["evidence"]["error_rate_pvalue"] < 0.01
         assert bad[1]["meta"]["canary_action"] == "rollback" and "canary" not in bad[1]["meta"]  # finished
         assert answered_by(url, probe) == 2
-        routes = bad[1]["meta"]["routes"]
-        assert [r["version"] for r in routes] == [2]  # the bad challenger is out of the routing table
+        routes = bad[1]["meta"]["routes"]  # a table: one record per route
+        assert [r.data["version"] for r in routes.records] == [2]  # the bad challenger is out of the routing table
         print(f"bad challenger rolled back {took:.1f} s after its start: {reason['reasons']}")
         time.sleep(2)  # requests after the rollback, too
     finally:

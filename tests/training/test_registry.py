@@ -23,6 +23,26 @@ def test_register_is_content_addressed_and_idempotent(registry):
     assert registry.get("flight-delay", a.sha256).metadata == {"seed": 1}
 
 
+def test_retraining_to_the_same_model_keeps_its_evaluation(registry):
+    """A retraining that reproduces the same bytes is the same model: its new run id is recorded, and the metrics and
+    gate verdict annotated since are not lost (the champion keeps its evaluation)."""
+    first = registry.register("flight-delay", "tree\nsame\n", {"run_id": "r1", "data_versions": {"2013-01": "a"}})
+    registry.annotate("flight-delay", first.sha256, {"metrics": {"auc": 0.71}, "gate": "passed"})
+    again = registry.register("flight-delay", "tree\nsame\n", {"run_id": "r2", "data_versions": {"2013-01": "a"}})
+    meta = registry.get("flight-delay", first.sha256).metadata
+    assert (
+        meta
+        == again.metadata
+        == {
+            "run_id": "r2",
+            "data_versions": {"2013-01": "a"},
+            "metrics": {"auc": 0.71},
+            "gate": "passed",
+        }
+    )
+    assert again.registered_at == first.registered_at  # first registration time kept
+
+
 def test_a_tampered_or_missing_file_is_a_clear_error(registry):
     m = registry.register("flight-delay", "tree\nA\n", {})
     registry.path_of(m.sha256).write_text("tree\nB\n")

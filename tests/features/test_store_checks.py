@@ -1,15 +1,17 @@
-"""The online_distribution check compares like with like: the same flights, as of the same time, with a measure that
-fits few-valued features — it stays quiet on a correct store and speaks up when the serving path is wrong."""
+"""The checks on online_features. online_distribution compares like with like: the same flights, as of the same time,
+with a measure that fits few-valued features — quiet on a correct store, loud when the serving path is wrong.
+feature_health reads hot keys back and says what is wrong: stale, nothing verified, values out of range."""
 
 from __future__ import annotations
 
-from datetime import date
+from datetime import UTC, date, datetime, timedelta
 
 import numpy as np
 import polars as pl
 import pytest
 
-from keel.features.checks import online_distribution, population_stability, value_centred_stability
+from keel.features.checks import feature_health, online_distribution, population_stability, value_centred_stability
+from keel.features.definitions import FEATURE_NAMES
 from keel.features.offline import offline_features
 from keel.features.online import REQUEST_COLUMNS, build_views, get_online_features
 from keel.features.sqlite_store import SQLiteOnlineStore
@@ -74,3 +76,25 @@ def test_a_tiny_move_across_a_bin_edge_is_not_an_alarm_for_few_values():
     assert population_stability(expected, nudged, edges) > 0.25  # fixed-width bins explode
     assert value_centred_stability(expected, nudged) == pytest.approx(0.0, abs=1e-12)
     assert value_centred_stability(expected, expected + 0.05) > 0.25  # a real shift (2.5 gaps) still shows
+
+
+def test_feature_health_reads_hot_keys_back_and_says_what_is_wrong(february):
+    store, offline = february
+    hot = offline.drop_nulls(FEATURE_NAMES).head(50).select(REQUEST_COLUMNS).to_dicts()
+    assert len(hot) == 50
+    now = datetime.now(UTC)
+    healthy = feature_health(store, hot, max_age=timedelta(hours=36), now=now)
+    assert healthy.healthy and healthy.sampled == 50
+    # a store nobody wrote for two days is not fresh
+    stale = feature_health(store, hot, max_age=timedelta(hours=36), now=now + timedelta(days=2))
+    assert not stale.healthy and not stale.fresh
+    # nothing to read back is not "healthy": the check would have verified nothing
+    empty = feature_health(store, [], max_age=timedelta(hours=36), now=now)
+    assert not empty.healthy and "no hot keys" in empty.problems[0]
+    # a value outside the feature's declared range is named
+    store.freeze("temp", reason="test: out of range", value=500.0)
+    try:
+        bad = feature_health(store, hot, max_age=timedelta(hours=36), now=now)
+    finally:
+        store.unfreeze("temp", reason="test done")
+    assert not bad.healthy and any(p.startswith("temp: 50 values outside") for p in bad.problems), bad.problems
