@@ -1,0 +1,116 @@
+"""The loop's decisions as tables: drift → a challenger or not (and on which months), challenger → through the gate
+or not. No Dagster, no clock: values in, values out."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from keel.loop.gate import ChallengerGatePolicy, bootstrap_upper, challenger_gate
+from keel.loop.retrain import LoopState, NoRetrain, RetrainPlan, RetrainPolicy, plan_retrain
+
+Q1 = ("2013-01", "2013-02", "2013-03")
+
+
+def months(a: int, b: int) -> tuple[str, ...]:
+    return tuple(f"2013-{m:02d}" for m in range(a, b + 1))
+
+
+@pytest.mark.parametrize(
+    "state, expected",
+    [
+        # the first drift after April's labels: nothing beyond the champion's window to learn from yet
+        (LoopState(labelled=months(1, 4), champion_trained_on=Q1), "no labelled month beyond"),
+        # May labelled: train on Feb–Apr, judge on May (not trained on)
+        (LoopState(labelled=months(1, 5), champion_trained_on=Q1), (months(2, 4), "2013-05")),
+        # June: the rolling window moves
+        (LoopState(labelled=months(1, 6), champion_trained_on=Q1), (months(3, 5), "2013-06")),
+        # the champion was already retrained on Mar–May: the same window again would reproduce it
+        (LoopState(labelled=months(1, 6), champion_trained_on=months(3, 5)), "exactly"),
+        # one challenger at a time: coalesced while one trains, none while a canary runs
+        (LoopState(labelled=months(1, 6), champion_trained_on=Q1, challenger_in_training="run-7"), "coalesced"),
+        (LoopState(labelled=months(1, 6), champion_trained_on=Q1, canary_running="canary-3"), "canary is running"),
+        # too little history to train and judge
+        (LoopState(labelled=months(1, 2), champion_trained_on=()), "need 3 to train and 1 to judge"),
+        # labels arrive out of order: sorted, deduplicated
+        (LoopState(labelled=("2013-05", "2013-01", "2013-03", "2013-02", "2013-04", "2013-05"), champion_trained_on=Q1),
+         (months(2, 4), "2013-05")),
+    ],
+)  # fmt: skip
+def test_drift_leads_to_one_challenger_on_the_recent_months(state, expected):
+    decision = plan_retrain("2013-06", state)
+    if isinstance(expected, str):
+        assert isinstance(decision, NoRetrain) and expected in decision.reason, decision
+    else:
+        assert decision == RetrainPlan("2013-06", *expected)
+
+
+def test_the_plan_key_names_the_data_so_the_same_challenger_is_asked_once():
+    state = LoopState(labelled=months(1, 6), champion_trained_on=Q1)
+    a, b = plan_retrain("2013-06", state), plan_retrain("2013-07", state)
+    assert a.key == b.key == "2013-03..2013-05|2013-06"  # two drift reports, same data: one challenger
+
+
+def test_a_longer_window_by_policy():
+    plan = plan_retrain("2013-09", LoopState(labelled=months(1, 9), champion_trained_on=Q1), RetrainPolicy(6))
+    assert plan.train_months == months(3, 8) and plan.gate_month == "2013-09"
+
+
+def flights(n: int, seed: int = 1):
+    rng = np.random.default_rng(seed)
+    p = rng.beta(2, 5, n)  # true lateness probabilities, ~0.29 on average
+    y = (rng.random(n) < p).astype(float)
+    return p, y
+
+
+def test_a_better_challenger_passes_with_its_evidence():
+    p, y = flights(20_000)
+    stale = np.clip(p * 0.6 + 0.05, 0, 1)  # the champion: right order, wrong level (the world moved)
+    v = challenger_gate(y, stale, p)
+    assert v.passed and v.delta < -0.001 and v.delta_upper < -0.001 and v.rows == 20_000
+    assert v.challenger_log_loss < v.champion_log_loss and "better by" in v.reason
+    assert v.challenger_auc == pytest.approx(v.champion_auc)  # same ranking: the gain is calibration
+
+
+@pytest.mark.parametrize(
+    "make_challenger, expected",
+    [
+        (lambda p, rng: p.copy(), "not better"),  # the same model: no gain
+        (lambda p, rng: np.clip(p + rng.normal(0, 0.002, p.size), 1e-6, 1 - 1e-6), "not"),  # noise-level
+        (lambda p, rng: np.clip(1 - p, 1e-6, 1 - 1e-6), "worse"),  # inverted scores
+        (lambda p, rng: np.clip(p * 0.5, 1e-6, 1), "worse"),  # badly calibrated
+    ],
+)
+def test_no_gain_or_a_worse_challenger_is_held_back(make_challenger, expected):
+    p, y = flights(20_000, seed=2)
+    v = challenger_gate(y, p, make_challenger(p, np.random.default_rng(3)))
+    assert not v.passed and expected in v.reason, v.reason
+
+
+def test_too_few_labels_or_broken_scores_fail_closed():
+    p, y = flights(500)
+    assert "fewer than 1000" in challenger_gate(y, p, p).reason
+    p, y = flights(5_000)
+    broken = p.copy()
+    broken[7] = np.nan
+    v = challenger_gate(y, p, broken)
+    assert not v.passed and "not finite" in v.reason
+    with pytest.raises(ValueError, match="must align"):
+        challenger_gate(y, p, p[:-1])
+
+
+def test_the_verdict_is_deterministic_and_the_bound_agrees_with_the_normal_one():
+    p, y = flights(10_000, seed=4)
+    challenger = np.clip(p * 0.9 + 0.02, 0, 1)
+    assert challenger_gate(y, p, challenger) == challenger_gate(y, p, challenger)
+    d = np.random.default_rng(5).normal(0.01, 0.2, 10_000)
+    normal = d.mean() + 1.6449 * d.std(ddof=1) / np.sqrt(d.size)
+    assert bootstrap_upper(d, 0.05, 2000, seed=1) == pytest.approx(normal, abs=0.15 * d.std() / np.sqrt(d.size))
+
+
+def test_the_margin_is_the_policy():
+    p, y = flights(20_000, seed=6)
+    champion = np.clip(p * 0.7 + 0.08, 0, 1)  # somewhat off
+    loose = challenger_gate(y, champion, p, ChallengerGatePolicy(margin=0.0))
+    strict = challenger_gate(y, champion, p, ChallengerGatePolicy(margin=0.05))
+    assert loose.passed and not strict.passed and "not surely by the margin 0.05" in strict.reason
