@@ -1,11 +1,14 @@
 """The loop's decisions as tables: drift → a challenger or not (and on which months), challenger → through the gate
-or not. No Dagster, no clock: values in, values out."""
+or not, a feature frozen or not and when its freeze ends. No Dagster, no clock: values in, values out."""
 
 from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import pytest
 
+from keel.loop.freeze import ActiveFreeze, decide_freeze, freezes_to_clear
 from keel.loop.gate import ChallengerGatePolicy, bootstrap_upper, challenger_gate
 from keel.loop.retrain import LoopState, NoRetrain, RetrainPlan, RetrainPolicy, plan_retrain
 
@@ -114,3 +117,41 @@ def test_the_margin_is_the_policy():
     loose = challenger_gate(y, champion, p, ChallengerGatePolicy(margin=0.0))
     strict = challenger_gate(y, champion, p, ChallengerGatePolicy(margin=0.05))
     assert loose.passed and not strict.passed and "not surely by the margin 0.05" in strict.reason
+
+
+NOW = datetime(2013, 7, 2, 6, 0, tzinfo=UTC)
+
+
+def test_a_feature_is_frozen_only_when_frozen_serves_better():
+    p, y = flights(20_000, seed=7)
+    live_broken = np.clip(p * 0.5 + 0.3, 0, 1)  # the live feature drags the scores off (drifted input)
+    freeze = decide_freeze("temp", "2013-06", y, live_broken, p, NOW)
+    assert freeze.freeze and freeze.expires_at == NOW + timedelta(days=30) and "2013-06" in freeze.reason
+    assert freeze.frozen_log_loss < freeze.live_log_loss
+    # drift on the input, but the model scores as well live: no freeze (a season, not a fault)
+    keep = decide_freeze("temp", "2013-06", y, p, np.clip(p + 0.01, 0, 1), NOW)
+    assert not keep.freeze and keep.expires_at is None and "not better" in keep.reason
+    # too few labelled flights to know: no freeze
+    assert not decide_freeze("temp", "2013-06", y[:100], p[:100], p[:100], NOW).freeze
+
+
+@pytest.mark.parametrize(
+    "active, now, promoted, expected",
+    [
+        # nothing ends before its expiry without a promotion
+        ([ActiveFreeze("temp", "2013-06", NOW + timedelta(days=3))], NOW, None, {}),
+        # expired
+        ([ActiveFreeze("temp", "2013-06", NOW)], NOW, None, {"temp": "expired"}),
+        # a model trained on June has learned June's drift: the freeze ends; May's model has not
+        ([ActiveFreeze("temp", "2013-06", NOW + timedelta(days=9))], NOW, months(4, 6), {"temp": "trained on 2013-06"}),
+        ([ActiveFreeze("temp", "2013-06", NOW + timedelta(days=9))], NOW, months(3, 5), {}),
+        # each freeze on its own
+        ([ActiveFreeze("temp", "2013-06", NOW + timedelta(days=9)), ActiveFreeze("humid", "2013-04", NOW)],
+         NOW, months(1, 3), {"humid": "expired"}),
+    ],
+)  # fmt: skip
+def test_freezes_end_on_expiry_or_when_a_promoted_model_learned_their_drift(active, now, promoted, expected):
+    cleared = freezes_to_clear(active, now, promoted)
+    assert set(cleared) == set(expected)
+    for feature, why in expected.items():
+        assert why in cleared[feature]
