@@ -54,6 +54,11 @@ class KeelHome:
             return str(path)
 
     @property
+    def clock(self) -> Path:
+        """The simulated clock of a live replay (keel.clock.SimClock); absent: the wall clock."""
+        return self.root / "clock.json"
+
+    @property
     def registry(self) -> Path:
         return self.root / "registry"
 

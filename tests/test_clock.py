@@ -1,0 +1,76 @@
+"""The shared simulated clock: computed from one file, resumes where it stopped, never runs backwards."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from keel.clock import DEFAULT_SPEED, ClockError, SimClock
+
+APRIL = datetime(2013, 4, 1, tzinfo=UTC)
+WALL = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+
+
+def test_without_a_clock_file_now_is_the_wall_clock(tmp_path):
+    assert SimClock(tmp_path / "clock.json").now(WALL) == WALL
+
+
+def test_simulated_time_runs_at_its_speed_and_every_reader_agrees(tmp_path):
+    clock = SimClock(tmp_path / "clock.json")
+    clock.start(APRIL, speed=3600, wall=WALL)  # an hour per second
+    assert clock.now(WALL + timedelta(seconds=24)) == APRIL + timedelta(days=1)
+    other = SimClock(tmp_path / "clock.json")  # another process reads the same file
+    assert other.now(WALL + timedelta(seconds=24)) == APRIL + timedelta(days=1)
+    # the default: April–December in 20 minutes
+    assert DEFAULT_SPEED * 20 * 60 == pytest.approx(275 * 86400)
+
+
+def test_pause_and_resume_continue_where_the_clock_stopped(tmp_path):
+    clock = SimClock(tmp_path / "clock.json")
+    clock.start(APRIL, speed=3600, wall=WALL)
+    paused = clock.pause(wall=WALL + timedelta(seconds=10))
+    assert not paused.running and clock.now(WALL + timedelta(hours=5)) == APRIL + timedelta(hours=10)
+    clock.resume(wall=WALL + timedelta(hours=5))  # e.g. scripts/up started again hours later
+    assert clock.now(WALL + timedelta(hours=5, seconds=2)) == APRIL + timedelta(hours=12)
+    assert clock.resume(wall=WALL + timedelta(hours=6)).running  # resuming a running clock changes nothing
+    assert clock.now(WALL + timedelta(hours=5, seconds=2)) == APRIL + timedelta(hours=12)
+
+
+def test_the_end_holds_and_the_clock_never_goes_back(tmp_path):
+    clock = SimClock(tmp_path / "clock.json")
+    end = APRIL + timedelta(days=2)
+    state = clock.start(APRIL, speed=86400, sim_end=end, wall=WALL)
+    assert clock.now(WALL + timedelta(seconds=10)) == end and state.finished(WALL + timedelta(seconds=10))
+    clock.advance_to(APRIL + timedelta(days=1), wall=WALL)
+    with pytest.raises(ClockError, match="never goes back"):
+        clock.advance_to(APRIL, wall=WALL)
+    faster = clock.set_speed(172800, wall=WALL + timedelta(seconds=0.5))  # re-anchored: no jump at the change
+    assert faster.sim_anchor == APRIL + timedelta(days=1, hours=12)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"speed": 0}, "speed must be > 0"),
+        ({"sim_end": APRIL}, "not after the start"),
+    ],
+)
+def test_bad_settings_are_refused_with_a_clear_error(tmp_path, kwargs, message):
+    with pytest.raises(ClockError, match=message):
+        SimClock(tmp_path / "clock.json").start(APRIL, wall=WALL, **kwargs)
+    with pytest.raises(ClockError, match="time zone"):
+        SimClock(tmp_path / "c.json").start(datetime(2013, 4, 1), wall=WALL)
+    with pytest.raises(ClockError, match="start one first"):
+        SimClock(tmp_path / "none.json").pause()
+
+
+def test_a_corrupt_clock_file_is_named(tmp_path):
+    path = tmp_path / "clock.json"
+    path.write_text("{not json")
+    with pytest.raises(ClockError, match="not JSON"):
+        SimClock(path).now(WALL)
+    path.write_text(json.dumps({"sim_anchor": "2013-04-01T00:00:00"}))
+    with pytest.raises(ClockError, match="not valid"):
+        SimClock(path).now(WALL)
