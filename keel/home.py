@@ -59,6 +59,11 @@ class KeelHome:
         return self.root / "clock.json"
 
     @property
+    def landing(self) -> Path:
+        """The landing zone of a live replay (keel.data.landing.LandingZone)."""
+        return self.root / "landing"
+
+    @property
     def registry(self) -> Path:
         return self.root / "registry"
 
