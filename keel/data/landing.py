@@ -20,6 +20,7 @@ from pathlib import Path
 import polars as pl
 
 from keel.data.nycflights import YEAR, read_raw
+from keel.loop.arrivals import Landed
 from keel.storage import write_parquet_atomic
 
 LANDED_TABLES = ("flights", "weather")
@@ -70,6 +71,14 @@ class LandingZone:
         if not folder.exists():
             return []
         return sorted(date.fromisoformat(p.stem) for p in folder.glob("*.parquet"))
+
+    def landed_by_month(self) -> dict[str, Landed]:
+        """Per month ``YYYY-MM``: how many days of flights and of weather have landed."""
+        out: dict[str, list[int]] = {}
+        for i, table in enumerate(LANDED_TABLES):
+            for d in self.delivered(table):
+                out.setdefault(f"{d.year}-{d.month:02d}", [0, 0])[i] += 1
+        return {m: Landed(flight_days=c[0], weather_days=c[1]) for m, c in out.items()}
 
     def read_month(self, table: str, month_key: str) -> pl.DataFrame:
         """The landed days of month ``YYYY-MM`` (possibly a partial month), in delivery row order."""

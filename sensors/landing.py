@@ -1,0 +1,86 @@
+"""The landing sensor: in a live replay, new days in the landing zone rebuild their month; a month whose flights have
+all landed gets its drift report once that rebuild has materialized its features.
+
+The decision is ``keel.loop.arrivals`` (pure); this sensor reads the landing zone and the instance, and turns the
+decision into run requests of the defined jobs (keel_monthly, keel_drift). Run keys name exactly what landed, so a
+restarted daemon or a replayed cursor never builds the same delivery twice. Outside a live replay (no simulated
+clock under KEEL_HOME) it skips: the set-up's jobs build 2013 as a backfill.
+"""
+
+from __future__ import annotations
+
+import json
+
+import dagster as dg
+
+from assets.features import FLIGHT_FEATURES
+from assets.jobs import drift_job, monthly_job
+from keel.clock import SimClock
+from keel.data.landing import LandingZone
+from keel.loop.arrivals import Landed, arrivals, days_in
+from resources.home import KeelHomeResource
+
+
+def _built_from(instance: dg.DagsterInstance, month: str) -> str | None:
+    """The run key of the run that last materialized the month's features (None: never)."""
+    records = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=FLIGHT_FEATURES, asset_partitions=[month]), limit=1
+    ).records
+    if not records:
+        return None
+    run = instance.get_run_by_id(records[0].run_id)
+    return run.tags.get("dagster/run_key") if run else None
+
+
+@dg.sensor(
+    name="landing_sensor",
+    minimum_interval_seconds=30,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    jobs=[monthly_job, drift_job],
+    description="Live replay: new days of flights and weather in the landing zone rebuild their month (validation, "
+    "features, online store); a complete month gets its drift report. Skips outside a live replay.",
+)
+def landing_sensor(context: dg.SensorEvaluationContext, keel_home: KeelHomeResource):
+    home = keel_home.layout()
+    clock = SimClock(home.clock)
+    if clock.state() is None:
+        return dg.SkipReason("no live replay (no simulated clock under KEEL_HOME)")
+    cursor = json.loads(context.cursor) if context.cursor else {"seen": {}, "drift": []}
+    seen = {m: Landed(*v) for m, v in cursor["seen"].items()}
+    zone = LandingZone(home.landing)
+    landed = zone.landed_by_month()
+    sim_now = clock.now().isoformat(timespec="seconds")
+    requests = []
+    for refresh in arrivals(landed, seen):
+        requests.append(
+            dg.RunRequest(
+                job_name=monthly_job.name,
+                partition_key=refresh.month,
+                run_key=refresh.run_key,
+                tags={"keel/trigger": "landing", "keel/sim_now": sim_now},
+            )
+        )
+        seen[refresh.month] = refresh.landed
+    # A month can be skipped by a tick with nothing new (SkipReason keeps the old cursor): the cursor moves only
+    # with requests, so nothing is lost.    # Drift reports for complete months whose features the complete delivery has built (not before: the report
+    # would judge a partial month).
+    drift_done = set(cursor["drift"])
+    for month, now in sorted(landed.items()):
+        complete_key = f"landing:{month}:{now.flight_days}f{now.weather_days}w"
+        complete = now.flight_days == days_in(month) and month not in drift_done
+        if complete and _built_from(context.instance, month) == complete_key:
+            requests.append(
+                dg.RunRequest(
+                    job_name=drift_job.name,
+                    partition_key=month,
+                    run_key=f"drift:{month}",
+                    tags={"keel/trigger": "landing", "keel/sim_now": sim_now},
+                )
+            )
+            drift_done.add(month)
+    new_cursor = json.dumps(
+        {"seen": {m: [v.flight_days, v.weather_days] for m, v in seen.items()}, "drift": sorted(drift_done)}
+    )
+    if not requests:
+        return dg.SkipReason(f"nothing new in the landing zone at simulated {sim_now}")
+    return dg.SensorResult(run_requests=requests, cursor=new_cursor)

@@ -1,0 +1,69 @@
+"""The landing sensor as the daemon evaluates it: new landed days rebuild their month once; a complete month gets
+its drift report only after the complete delivery's features exist; nothing happens outside a live replay."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import dagster as dg
+
+import definitions
+from assets.partitions import monthly_2013
+from keel.clock import SimClock
+from keel.data.landing import LandingZone
+from keel.home import KeelHome
+from resources import keel_resources
+
+
+@dg.asset(key="flight_features", partitions_def=monthly_2013)
+def stub_features() -> None:
+    """Stands for the real flight_features: a materialization of a month by a given run."""
+
+
+def tick(home, instance, cursor=None):
+    ctx = dg.build_sensor_context(
+        instance=instance, cursor=cursor, definitions=definitions.defs, resources=keel_resources(home)
+    )
+    return definitions.defs.get_sensor_def("landing_sensor").evaluate_tick(ctx)
+
+
+def test_outside_a_live_replay_it_skips(tmp_path, monkeypatch):
+    monkeypatch.setenv("KEEL_HOME", str(tmp_path))
+    with dg.instance_for_test() as instance:
+        data = tick(tmp_path, instance)
+    assert not data.run_requests and "no live replay" in data.skip_message
+
+
+def test_landed_days_rebuild_their_month_once_and_complete_months_get_drift(tmp_path, monkeypatch):
+    monkeypatch.setenv("KEEL_HOME", str(tmp_path))
+    home = KeelHome(tmp_path)
+    now = datetime(2013, 4, 3, 13, tzinfo=UTC)  # Jan–Mar landed, and April 1–2
+    SimClock(home.clock).start(now)
+    LandingZone(home.landing).deliver(now)
+    with dg.instance_for_test() as instance:
+        first = tick(tmp_path, instance)
+        monthly = [(r.job_name, r.partition_key, r.run_key) for r in first.run_requests]
+        assert monthly == [
+            ("keel_monthly", "2013-01", "landing:2013-01:31f31w"),
+            ("keel_monthly", "2013-02", "landing:2013-02:28f28w"),
+            ("keel_monthly", "2013-03", "landing:2013-03:31f31w"),
+            ("keel_monthly", "2013-04", "landing:2013-04:2f2w"),
+        ]
+        assert all(r.tags["keel/trigger"] == "landing" for r in first.run_requests)
+        # the next tick, nothing new: nothing
+        again = tick(tmp_path, instance, first.cursor)
+        assert not again.run_requests
+        # March's complete delivery built its features: March's drift report is asked for, once
+        assert dg.materialize(
+            [stub_features],
+            partition_key="2013-03",
+            instance=instance,
+            tags={"dagster/run_key": "landing:2013-03:31f31w"},
+        ).success
+        drift = tick(tmp_path, instance, first.cursor)
+        assert [(r.job_name, r.partition_key) for r in drift.run_requests] == [("keel_drift", "2013-03")]
+        assert not tick(tmp_path, instance, drift.cursor).run_requests
+        # a day more lands: April is rebuilt with a key naming the new delivery
+        LandingZone(home.landing).deliver(datetime(2013, 4, 4, 13, tzinfo=UTC))
+        later = tick(tmp_path, instance, drift.cursor)
+        assert [(r.partition_key, r.run_key) for r in later.run_requests] == [("2013-04", "landing:2013-04:3f3w")]
