@@ -12,7 +12,10 @@ from keel.drift.plot import drift_svg_markdown
 from keel.factories.checks import partitioned_check
 from keel.features.definitions import FEATURE_NAMES
 from keel.features.offline import LABEL
+from keel.loop.reference import reference_window, window_label
+from resources.home import KeelHomeResource
 from resources.pools import MemoryPoolsResource
+from resources.registry import ModelRegistryResource
 
 DRIFT_GROUP = "drift"
 DRIFT_REFERENCE = dg.AssetKey("drift_reference")
@@ -30,6 +33,7 @@ HISTORY_RATES = {name: 0.25 for name in ("carrier_delay_rate", "route_delay_rate
 DRIFT_CONFIG = DriftConfig(thresholds=SEASONAL | HISTORY_RATES)
 # The drift kernels' arrays live in the delay model's memory pool (resources/pools.py: these features feed it).
 POOL_MODEL = "flight-delay"
+MODEL_NAME = "flight-delay"  # the registered model whose training window drift is judged against (assets/models.py)
 
 
 def drift_check_name(feature: str) -> str:
@@ -128,23 +132,25 @@ def report_metadata(report: DriftReport) -> dict:
             drift_check_name(f),
             asset=DRIFT_REPORT,
             partitions_def=monthly_2013,
-            description=f"{f} has not drifted from 2013-01…03",
+            description=f"{f} has not drifted from what the serving model was trained on",
         )
         for f in MONITORED_NUMERIC + MONITORED_CATEGORICAL
     ],
     description="Per feature: normalised Wasserstein, KS, PSI, KL (numeric); Jensen-Shannon, chi-square, PSI, unseen "
-    "categories (categorical) — the month against 2013-01…03, with a verdict the drift sensor acts on.",
+    "categories (categorical) — the month against what the serving model was trained on (the champion's training "
+    "months: 2013-01…03 until a retrained model is promoted), with a verdict the drift sensor acts on.",
 )
 def drift_report(
     context: dg.AssetExecutionContext,
     features: pl.DataFrame,
     reference: pl.DataFrame,
     memory_pools: MemoryPoolsResource,
+    registry: ModelRegistryResource,
+    keel_home: KeelHomeResource,
 ):
     pool = memory_pools.pool(POOL_MODEL)
-    report = compare(
-        ReferenceProfile.from_frame(reference), features, window=context.partition_key, config=DRIFT_CONFIG, pool=pool
-    )
+    profile = _serving_reference(reference, registry, keel_home)
+    report = compare(profile, features, window=context.partition_key, config=DRIFT_CONFIG, pool=pool)
     context.log.info(
         f"drift {context.partition_key}: {report.verdict}; drifted: {', '.join(report.drifted_features) or 'none'}"
     )
@@ -171,6 +177,31 @@ def drift_report(
                 "threshold": dg.MetadataValue.float(f.threshold),
             },
         )
+
+
+def _serving_reference(
+    initial: pl.DataFrame, registry: ModelRegistryResource, keel_home: KeelHomeResource
+) -> ReferenceProfile:
+    """The reference of what the serving model was trained on (keel.loop.reference): drift_reference while the
+    champion is trained on 2013-01…03, else a profile of the champion's own training months."""
+    with registry.open() as reg:
+        champion = reg.alias(MODEL_NAME, "champion")
+        metadata = reg.get(MODEL_NAME, champion).metadata if champion else None
+    window = reference_window(metadata, tuple(REFERENCE_MONTHS))
+    if window == tuple(REFERENCE_MONTHS):
+        return ReferenceProfile.from_frame(initial)
+    home = keel_home.layout()
+    paths = [home.asset_file(FLIGHT_FEATURES.to_user_string(), m) for m in window]
+    missing = [p for p, m in zip(paths, window, strict=True) if not p.exists()]
+    if missing:
+        raise dg.Failure(
+            f"the champion was trained on {window_label(window)}, but flight_features has no file for "
+            f"{', '.join(str(p.name) for p in missing)}: materialize those months first"
+        )
+    frames = pl.concat([pl.read_parquet(p) for p in paths], how="diagonal_relaxed")
+    return build_reference(
+        frames, window=window_label(window), numeric=MONITORED_NUMERIC, categorical=MONITORED_CATEGORICAL
+    )
 
 
 drift_assets = [drift_reference, drift_report]

@@ -11,6 +11,7 @@ import pytest
 from keel.loop.arrivals import Landed, arrivals
 from keel.loop.freeze import ActiveFreeze, decide_freeze, freezes_to_clear
 from keel.loop.gate import ChallengerGatePolicy, bootstrap_upper, challenger_gate
+from keel.loop.reference import reference_window
 from keel.loop.retrain import LoopState, NoRetrain, RetrainPlan, RetrainPolicy, plan_retrain
 
 Q1 = ("2013-01", "2013-02", "2013-03")
@@ -176,3 +177,20 @@ def test_freezes_end_on_expiry_or_when_a_promoted_model_learned_their_drift(acti
 def test_new_days_in_the_landing_zone_rebuild_their_month_once(landed, seen, expected):
     got = [(r.month, r.run_key, r.complete) for r in arrivals(landed, seen)]
     assert got == expected
+
+
+@pytest.mark.parametrize(
+    "metadata, expected",
+    [
+        (None, Q1),  # no champion yet: the initial window
+        ({"train_months": []}, Q1),
+        ({"train_months": ["2013-05", "2013-03", "2013-04"]}, months(3, 5)),  # the serving model's own months
+    ],
+)
+def test_drift_is_judged_against_what_the_serving_model_was_trained_on(metadata, expected):
+    assert reference_window(metadata, Q1) == expected
+
+
+def test_a_malformed_training_window_is_named():
+    with pytest.raises(ValueError, match="not YYYY-MM"):
+        reference_window({"train_months": ["May"]}, Q1)
