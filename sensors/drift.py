@@ -2,8 +2,8 @@
 
 Each tick reads drift_report materializations after its cursor (an event-log storage id; it only moves forward),
 computes a ``DriftDecision`` (keel.drift.policy) per report, then acts: freezes and unfreezes in the online store
-(recorded with what, why and when in its freeze log, and observed on the ``feature_freezes`` asset) and a run request for the models downstream of the flight
-features, found through the asset graph. Run keys are derived from the report's event id, so a restarted daemon or
+(recorded with what, why and when in its freeze log, and observed on the ``feature_freezes`` asset) and a run
+request for the models downstream of the flight features, found through the asset graph. Run keys are derived from the report's event id, so a restarted daemon or
 a replayed cursor never launches the same retraining twice, and a freeze that is already in place is not repeated.
 """
 
