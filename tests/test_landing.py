@@ -75,8 +75,8 @@ def keel_live(home, *args, **kwargs):
 def test_keel_live_run_delivers_history_then_each_day_and_stops_at_the_end(tmp_path):
     done = keel_live(tmp_path, "run", "--to", "2013-04-03", "--speed", "864000", "--poll", "0.05")
     assert done.returncode == 0, done.stderr
-    assert "landed flights 2013-01-01…2013-03-30" in done.stdout  # history at once (Mar 31 lands Apr 1 12:00)
-    assert "the replay is over" in done.stdout
+    # history at once in the first delivery (how many April days join it depends on how fast the machine is)
+    assert "landed flights 2013-01-01…" in done.stdout and "the replay is over" in done.stdout
     zone = LandingZone(tmp_path / "landing")
     assert zone.delivered("flights")[-1] == date(2013, 4, 1)  # Apr 2's flights land at Apr 3 12:00: after the end
     status = keel_live(tmp_path, "status")
@@ -86,7 +86,7 @@ def test_keel_live_run_delivers_history_then_each_day_and_stops_at_the_end(tmp_p
 def test_keel_live_pauses_on_ctrl_c_and_resumes_where_it_stopped(tmp_path):
     env = os.environ | {"KEEL_HOME": str(tmp_path)}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "keel.cli", "live", "run", "--speed", "3600", "--poll", "0.1"],
+        [sys.executable, "-m", "keel.cli", "live", "run", "--speed", "60", "--poll", "0.1"],
         env=env,
         stdout=subprocess.PIPE,
         text=True,
