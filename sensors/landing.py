@@ -61,8 +61,7 @@ def landing_sensor(context: dg.SensorEvaluationContext, keel_home: KeelHomeResou
             )
         )
         seen[refresh.month] = refresh.landed
-    # A month can be skipped by a tick with nothing new (SkipReason keeps the old cursor): the cursor moves only
-    # with requests, so nothing is lost.    # Drift reports for complete months whose features the complete delivery has built (not before: the report
+    # Drift reports for complete months whose features the complete delivery has built (not before: the report
     # would judge a partial month).
     drift_done = set(cursor["drift"])
     for month, now in sorted(landed.items()):
@@ -81,6 +80,6 @@ def landing_sensor(context: dg.SensorEvaluationContext, keel_home: KeelHomeResou
     new_cursor = json.dumps(
         {"seen": {m: [v.flight_days, v.weather_days] for m, v in seen.items()}, "drift": sorted(drift_done)}
     )
-    if not requests:
+    if not requests:  # the cursor moves only with requests: a tick with nothing new loses nothing
         return dg.SkipReason(f"nothing new in the landing zone at simulated {sim_now}")
     return dg.SensorResult(run_requests=requests, cursor=new_cursor)
