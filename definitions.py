@@ -13,7 +13,8 @@ from assets.experiments import experiment_assets
 from assets.features import feature_assets
 from assets.freezes import feature_freezes
 from assets.groups import with_group_metadata
-from assets.jobs import build_jobs
+from assets.jobs import build_jobs, challenger_job
+from assets.loop import loop_assets
 from assets.models import model_assets
 from assets.raw import raw_assets
 from assets.streaming import streaming_assets
@@ -35,12 +36,13 @@ defs = dg.Definitions(
             feature_freezes,
             *drift_assets,
             *model_assets,
+            *loop_assets,
             *deployment_assets,
             *experiment_assets,
             *streaming_assets,
         ]
     ),
-    jobs=[*build_jobs, rollback_job],  # build_jobs: the set-up's stages, in order (assets/jobs.py)
+    jobs=[*build_jobs, challenger_job, rollback_job],  # build_jobs: the set-up's stages, in order (assets/jobs.py)
     sensors=[drift_sensor, canary_sensor, guardrail_sensor, landing_sensor],
     resources=keel_resources(dg.EnvVar("KEEL_HOME")),  # scripts/env.sh sets it (default: .keel in the repository)
 )

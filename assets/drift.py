@@ -7,11 +7,13 @@ import polars as pl
 
 from assets.features import FEATURE_CODE_VERSION, FLIGHT_FEATURES
 from assets.partitions import MONTHLY_CADENCE, monthly_2013
+from keel.clock import SimClock
 from keel.drift import DriftConfig, DriftReport, ReferenceProfile, build_reference, compare
 from keel.drift.plot import drift_svg_markdown
 from keel.factories.checks import partitioned_check
 from keel.features.definitions import FEATURE_NAMES
 from keel.features.offline import LABEL
+from keel.loop.freeze import FreezeDecision, freeze_evidence
 from keel.loop.reference import reference_window, window_label
 from resources.home import KeelHomeResource
 from resources.pools import MemoryPoolsResource
@@ -81,15 +83,29 @@ FEATURES_SCHEMA = dg.TableSchema(
         dg.TableColumn("ks_pvalue", "float"),
         dg.TableColumn("reference_mean", "float", description="the value a frozen feature is served with"),
         dg.TableColumn("status", "string", description="ok | drift | no_data | missing"),
+        dg.TableColumn(
+            "freeze",
+            "bool",
+            description="the evidence's verdict for a drifted served feature: does the serving model score better on "
+            "this month's labelled flights with it frozen? (null: not drifted, not served, or no model yet)",
+        ),
+        dg.TableColumn("live_log_loss", "float", description="the serving model's log-loss, the feature as it is"),
+        dg.TableColumn("frozen_log_loss", "float", description="… and with it frozen at reference_mean"),
+        dg.TableColumn(
+            "freeze_expires", "string", description="when a freeze on this evidence ends (simulated time)"
+        ),
+        dg.TableColumn("freeze_reason", "string"),
     ]
 )
 
 
-def report_metadata(report: DriftReport) -> dict:
+def report_metadata(report: DriftReport, evidence: dict[str, FreezeDecision] | None = None) -> dict:
     """What the UI shows of a report: the verdict, numbers Dagster plots across partitions, a per-feature table
-    (the drift sensor reads it too) and the chart."""
+    (the drift sensor reads it too, with the freeze evidence of each drifted served feature) and the chart."""
+    evidence = evidence or {}
     records = []
     for f in report.features:
+        e = evidence.get(f.feature)
         ratio = f.value / f.threshold if f.value is not None and f.threshold else None
         records.append(
             dg.TableRecord(
@@ -105,6 +121,11 @@ def report_metadata(report: DriftReport) -> dict:
                     "ks_pvalue": _num(f.ks_pvalue, 6),
                     "reference_mean": _num(f.reference_mean, 6),
                     "status": f.status,
+                    "freeze": e.freeze if e else None,
+                    "live_log_loss": _num(e.live_log_loss, 5) if e and e.live_log_loss is not None else None,
+                    "frozen_log_loss": _num(e.frozen_log_loss, 5) if e and e.frozen_log_loss is not None else None,
+                    "freeze_expires": e.expires_at.isoformat(timespec="seconds") if e and e.expires_at else None,
+                    "freeze_reason": e.reason if e else None,
                 }
             )
         )
@@ -159,9 +180,10 @@ def drift_report(
         "pool_peak_bytes": pool.peak_bytes(),
         "pool_limit_bytes": pool.limit_bytes,
     }
+    evidence = _freeze_evidence(context, report, features, registry, keel_home)
     yield dg.Output(
         report.to_frame(),
-        metadata=report_metadata(report) | {"dagster/row_count": len(report.features)} | pool_md,
+        metadata=report_metadata(report, evidence) | {"dagster/row_count": len(report.features)} | pool_md,
     )
     for f in report.features:
         yield dg.AssetCheckResult(
@@ -177,6 +199,32 @@ def drift_report(
                 "threshold": dg.MetadataValue.float(f.threshold),
             },
         )
+
+
+def _freeze_evidence(
+    context: dg.AssetExecutionContext,
+    report: DriftReport,
+    features: pl.DataFrame,
+    registry: ModelRegistryResource,
+    keel_home: KeelHomeResource,
+) -> dict[str, FreezeDecision]:
+    """For each drifted served feature: would the serving model do better on this month's labelled flights with it
+    frozen? (keel.loop.freeze). The drift sensor freezes only on a yes; the answer expires on the shared clock."""
+    drifted = [f for f in report.features if f.drifted and f.feature in FEATURE_NAMES]
+    if not drifted:
+        return {}
+    with registry.open() as reg:
+        champion = reg.alias(MODEL_NAME, "champion")
+        if champion is None:
+            context.log.info("no champion yet: drifted features are not judged for freezing")
+            return {}
+        model_text = reg.load(champion)
+    now = SimClock(keel_home.layout().clock).now()
+    out = {}
+    for f in drifted:
+        out[f.feature] = freeze_evidence(model_text, features, f.feature, f.reference_mean, report.window, now)
+        context.log.info(f"freeze {f.feature}? {out[f.feature].freeze}: {out[f.feature].reason}")
+    return out
 
 
 def _serving_reference(

@@ -40,12 +40,20 @@ GROUPS = {
     "drift": Group(
         "team:ml-platform",
         "docs/drift.md",
-        "each month's features against the 2013-01…03 reference; the drift sensor acts on it",
+        "each month's features against what the serving model was trained on; the drift sensor acts on it",
     ),
     "models": Group(
         "team:ml-platform",
         "docs/models.md",
         "the delay model: trained, evaluated behind a quality gate, promoted in the registry",
+    ),
+    "loop": Group(
+        "team:ml-platform",
+        "docs/live.md",
+        "what drift leads to: a challenger on the most recent labelled months, gated against the champion",
+        how_to_run="Built by the loop in a live replay (scripts/up, or `keel live run`): the drift sensor launches "
+        "keel_challenger with the months its plan names. By hand: launch keel_challenger from the Launchpad with "
+        "train_months and gate_month as config.",
     ),
     "deployments": Group(
         "team:ml-serving",

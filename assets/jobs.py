@@ -23,6 +23,7 @@ import dagster as dg
 from assets.deployment import MODEL_DEPLOYMENT
 from assets.drift import DRIFT_REFERENCE, DRIFT_REPORT
 from assets.experiments import IMPACT_PREDICTOR, LOW_VISIBILITY
+from assets.loop import CHALLENGER_EVALUATION, CHALLENGER_MODEL
 from assets.models import DELAY_MODEL, MODEL_EVALUATION, MODEL_PROMOTION
 from assets.raw import RAW_AIRLINES, RAW_AIRPORTS, RAW_PLANES
 
@@ -67,6 +68,15 @@ drift_job = dg.define_asset_job(
     selection=dg.AssetSelection.assets(DRIFT_REPORT),
     description="One month's drift report against the reference, with a check per feature; the drift sensor acts "
     "on it (freezes, retraining).",
+)
+
+challenger_job = dg.define_asset_job(
+    "keel_challenger",
+    executor_def=dg.in_process_executor,
+    selection=dg.AssetSelection.assets(CHALLENGER_MODEL, CHALLENGER_EVALUATION),
+    description="A challenger of the served model: trained on the months the drift sensor's plan names and gated "
+    "against the champion on the newest labelled month (run config: train_months, gate_month). Not part of the "
+    "set-up: the drift sensor launches it in a live replay.",
 )
 
 

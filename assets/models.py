@@ -1,5 +1,9 @@
-"""The delay model: trained on a window of feature partitions (default 2013-01…03, early-stopped on 2013-04),
-evaluated on 2013-05 against the champion, gated, and promoted in the registry.
+"""The delay model: trained on a window of feature partitions, early-stopped on the month after it, evaluated against
+the champion, gated, and promoted in the registry.
+
+The first model's data is January–March, the history a live year starts from (docs/live.md): trained on 2013-01…02,
+early-stopped on 2013-03, and judged by the quality gate on 2013-03 too — no later month exists when it is trained.
+Later models are challengers the loop trains on rolling windows (assets/loop.py).
 
 Another window is one call: ``build_model_assets(config=TrainingConfig(train_months=(...), valid_month=...))``.
 """
@@ -28,8 +32,8 @@ DELAY_MODEL = dg.AssetKey("delay_model")
 MODEL_EVALUATION = dg.AssetKey("model_evaluation")
 MODEL_PROMOTION = dg.AssetKey("model_promotion")
 GATE_CHECK = "quality_gate"
-CONFIG = TrainingConfig()
-HOLDOUT_MONTH = "2013-05"
+CONFIG = TrainingConfig(train_months=("2013-01", "2013-02"), valid_month="2013-03")
+HOLDOUT_MONTH = CONFIG.valid_month  # the newest month of the history (see the module's docstring)
 GATE = GatePolicy()
 CONTRACTS = (contract_path("flights"), contract_path("weather"))
 
@@ -94,10 +98,10 @@ def build_model_assets(
                     "best_iteration": model.best_iteration,
                     "feature_code_version": FEATURE_CODE_VERSION,
                     "training_code_version": code_version,
-                    "run_id": _run_id(context),
+                    "run_id": run_id_of(context),
                 },
             )
-            reg.set_alias(MODEL_NAME, "challenger", model.sha256, f"trained in run {_run_id(context)}")
+            reg.set_alias(MODEL_NAME, "challenger", model.sha256, f"trained in run {run_id_of(context)}")
         record = pl.DataFrame(
             {"model": [MODEL_NAME], "sha256": [model.sha256], "best_iteration": [model.best_iteration]}
         )
@@ -148,7 +152,7 @@ def build_model_assets(
                 sha,
                 {
                     "metrics": {"holdout_month": HOLDOUT_MONTH, **candidate.as_metrics()},
-                    "evaluation_run_id": _run_id(context),
+                    "evaluation_run_id": run_id_of(context),
                     "gate": {"passed": decision.passed, "reasons": list(decision.reasons)},
                 },
             )
@@ -212,7 +216,7 @@ def build_model_assets(
     ) -> dg.MaterializeResult:
         sha = evaluation["sha256"][0]
         with registry.open() as reg:
-            reg.promote(MODEL_NAME, sha, f"quality gate passed in run {_run_id(context)}")
+            reg.promote(MODEL_NAME, sha, f"quality gate passed in run {run_id_of(context)}")
         manifest = release_manifest(
             data={
                 "flight_features": _data_versions(context, [*config.train_months, config.valid_month]),
@@ -241,7 +245,7 @@ def build_model_assets(
     return [delay_model, model_evaluation, model_promotion]
 
 
-def _run_id(context: dg.AssetExecutionContext) -> str:
+def run_id_of(context: dg.AssetExecutionContext) -> str:
     """The Dagster run id; "direct-invocation" when the asset is called as a function (tests, benchmarks)."""
     try:
         return context.run.run_id

@@ -99,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
             online_store_path=home.online_store,
             policy_store_path=home.policies,
             max_body_bytes=args.max_body_bytes,
+            clock_path=home.clock,
         ),
         policy,
         runtime=supervisor.status,

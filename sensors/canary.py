@@ -1,13 +1,17 @@
-"""The canary sensor: each tick, ``keel.canary_control.tick`` drives every running canary policy one decision, and
-each commit it makes becomes a run of ``model_deployment`` (run key = the policy version, so a duplicate tick or a
-restarted daemon never acts twice). A canary that cannot be judged is reported on model_deployment's page."""
-
-import time
+"""The canary sensor: each tick it first starts the loop's canary for a challenger that passed its gate
+(``keel.loop.promote.start_canary``: a policy commit), then ``keel.canary_control.tick`` drives every running canary
+policy one decision, and each commit becomes a run of ``model_deployment`` (run key = the policy version, so a
+duplicate tick or a restarted daemon never acts twice). A canary that cannot be judged is reported on
+model_deployment's page. Time is the shared clock's (simulated in a live replay, else the wall clock)."""
 
 import dagster as dg
 
 from assets.deployment import MODEL_DEPLOYMENT
+from assets.loop import CHALLENGER_EVALUATION
+from assets.models import MODEL_NAME
 from keel.canary_control import tick
+from keel.clock import SimClock
+from keel.loop.promote import LOOP_AUTHOR, GateResult, StartCanary, start_canary
 from resources.home import KeelHomeResource
 from resources.policy import PolicyStoreResource
 from resources.registry import ModelRegistryResource
@@ -16,7 +20,7 @@ from sensors.problems import automation_problems
 
 @dg.sensor(
     name="canary_sensor",
-    minimum_interval_seconds=30,
+    minimum_interval_seconds=10,
     default_status=dg.DefaultSensorStatus.RUNNING,
     target=dg.AssetSelection.assets(MODEL_DEPLOYMENT),
     description="Drives canary rollouts one decision per tick: advance, hold, promote, roll back or pause — each "
@@ -29,9 +33,11 @@ def canary_sensor(
     keel_home: KeelHomeResource,
 ):
     problems: list[str] = []
+    home = keel_home.layout()
+    now = SimClock(home.clock).now().timestamp()
     with policies.open() as store, registry.open() as reg:
-        home = keel_home.layout()
-        acted = tick(store, reg, home.serving.exposures, time.time(), storage_dir=home.storage, problems=problems)
+        started = start_loop_canary(context, store, reg)
+        acted = tick(store, reg, home.serving.exposures, now, storage_dir=home.storage, problems=problems)
     for p in problems:
         context.log.error(p)
     requests = [
@@ -43,6 +49,7 @@ def canary_sensor(
                 "keel/canary_action": a["action"],
                 "keel/policy_version": str(a["version"]),
                 "keel/canary_percent": str(a["percent"]),
+                **({"keel/trigger": "drift"} if a["name"] == started else {}),
             },
         )
         for a in acted
@@ -54,3 +61,37 @@ def canary_sensor(
             "no canary decision this tick (none running, or holding)" + (f"; {len(problems)} skipped" if problems else "")
         ),
     )  # fmt: skip
+
+
+def latest_gate(instance: dg.DagsterInstance) -> GateResult | None:
+    """The newest challenger_evaluation, as the decision reads it."""
+    records = instance.fetch_materializations(CHALLENGER_EVALUATION, limit=1).records
+    if not records:
+        return None
+    meta = {k: v.value for k, v in records[0].asset_materialization.metadata.items()}
+    return GateResult(
+        passed=bool(meta.get("passed")),
+        challenger_version=int(meta["challenger_version"]),
+        champion_version=int(meta["champion_version"]),
+        gate_month=str(meta.get("gate_month")),
+        reason=str(meta.get("reason", "")),
+        drift_window=meta.get("drift_window"),
+        drift_event=meta.get("drift_event"),
+        challenger_run=records[0].run_id,
+        evaluation_event=records[0].storage_id,
+    )
+
+
+def start_loop_canary(context: dg.SensorEvaluationContext, store, reg) -> str | None:
+    """Commit the loop's canary for a challenger that passed its gate (the decision: keel.loop.promote); its name,
+    or None when there is nothing to start."""
+    champion = reg.alias(MODEL_NAME, "champion")
+    canaries = {name: dict(p.body) for name, p in store.state().items() if p.type == "canary"}
+    decision = start_canary(
+        latest_gate(context.instance), MODEL_NAME, reg.version(MODEL_NAME, champion) if champion else None, canaries
+    )
+    if not isinstance(decision, StartCanary):
+        return None
+    store.apply({decision.name: ("canary", decision.body)}, author=LOOP_AUTHOR, reason=decision.reason)
+    context.log.info(f"started canary {decision.name}: {decision.reason}")
+    return decision.name

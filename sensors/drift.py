@@ -1,109 +1,256 @@
-"""The drift sensor: new drift reports → freeze drifted features and/or ask for retraining, by policy.
+"""The drift sensor: new drift reports → freeze drifted features on evidence, and ask for one challenger at a time.
 
-Each tick reads drift_report materializations after its cursor (an event-log storage id; it only moves forward),
-computes a ``DriftDecision`` (keel.drift.policy) per report, then acts: freezes and unfreezes in the online store
-(recorded with what, why and when in its freeze log, and observed on the ``feature_freezes`` asset) and a run
-request for the models downstream of the flight features, found through the asset graph. Run keys are derived from the report's event id, so a restarted daemon or
-a replayed cursor never launches the same retraining twice, and a freeze that is already in place is not repeated.
+Each tick reads drift_report materializations after its cursor (an event-log storage id; it only moves forward) and
+turns the loop's decisions into actions:
+
+- **freeze** (keel.drift.policy.decide, then keel.loop.freeze): a feature is frozen only when its drift reached the
+  freeze level *and* the report's evidence says the serving model does better on the month's labelled flights
+  with it frozen (the report's ``freeze`` column). Each freeze expires (its ``freeze_expires``, simulated time);
+  a clean report unfreezes; a promoted model that learned from the drifted month clears the freeze
+  (``freezes_to_clear``, checked every tick). Freezes are recorded in the online store's log and observed on the
+  ``feature_freezes`` asset;
+- **retrain** (keel.loop.retrain.plan_retrain), in a live replay only: the newest drift report that asks for
+  retraining leads to at most one challenger — a ``keel_challenger`` run on the plan's months, whose run key is the
+  plan's key (the same data never trains twice), none while a challenger trains or waits for its canary, none while
+  a canary runs. Outside a live replay (the set-up's backfill) no challenger is trained: the platform runs once.
 """
 
+from __future__ import annotations
+
 import json
+from dataclasses import dataclass, field
+from datetime import datetime
 
 import dagster as dg
 
 from assets.drift import DRIFT_REPORT
-from assets.features import FLIGHT_FEATURES
 from assets.freezes import freeze_observation
+from assets.jobs import challenger_job
+from assets.loop import CHALLENGER_EVALUATION
+from assets.models import MODEL_NAME
+from keel.clock import SimClock
+from keel.data.landing import LandingZone
+from keel.deploy.plan import running_canary
 from keel.drift.policy import DriftPolicy, decide
 from keel.features.definitions import FEATURE_NAMES
+from keel.loop.freeze import ActiveFreeze, freezes_to_clear
+from keel.loop.reference import trained_on
+from keel.loop.retrain import LoopState, NoRetrain, RetrainPlan, plan_retrain
+from resources.home import KeelHomeResource
 from resources.online_store import OnlineStoreResource
+from resources.policy import PolicyStoreResource
+from resources.registry import ModelRegistryResource
 from sensors.problems import automation_problems
 
 DRIFT_POLICY = DriftPolicy()
-MODEL_KIND = "model"  # assets with this kind, downstream of the features, are retrained on drift
+IN_PROGRESS = [
+    dg.DagsterRunStatus.QUEUED,
+    dg.DagsterRunStatus.NOT_STARTED,
+    dg.DagsterRunStatus.STARTING,
+    dg.DagsterRunStatus.STARTED,
+]
 
 
-def models_downstream(asset_graph, key: dg.AssetKey) -> list[dg.AssetKey]:
-    """Every asset of kind 'model' reachable downstream of ``key`` in the asset graph."""
-    seen, stack, models = set(), [key], []
-    while stack:
-        for child in asset_graph.get(stack.pop()).child_keys:
-            if child in seen:
-                continue
-            seen.add(child)
-            stack.append(child)
-            if MODEL_KIND in asset_graph.get(child).kinds:
-                models.append(child)
-    return sorted(models, key=lambda k: k.to_user_string())
+@dataclass
+class DriftCursor:
+    """The last drift report acted on, and the freezes this sensor made: feature → (drift window, expiry)."""
+
+    after: int = 0
+    freezes: dict[str, tuple[str, str]] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, text: str | None) -> DriftCursor:
+        if not text:
+            return cls()
+        if text.strip().isdigit():  # the cursor of an older keel: a storage id only
+            return cls(after=int(text))
+        data = json.loads(text)
+        return cls(after=int(data["after"]), freezes={k: tuple(v) for k, v in data.get("freezes", {}).items()})
+
+    def dump(self) -> str:
+        return json.dumps({"after": self.after, "freezes": {k: list(v) for k, v in sorted(self.freezes.items())}})
+
+    def active(self) -> list[ActiveFreeze]:
+        return [ActiveFreeze(f, w, datetime.fromisoformat(e)) for f, (w, e) in sorted(self.freezes.items())]
 
 
 @dg.sensor(
     name="drift_sensor",
-    minimum_interval_seconds=60,
+    minimum_interval_seconds=30,
     default_status=dg.DefaultSensorStatus.RUNNING,
-    # What its run requests may launch: the assets of kind 'model' (each request names the ones downstream of the
-    # features). A sensor without a target cannot launch asset runs from the daemon.
-    target=dg.AssetSelection.kind(MODEL_KIND),
-    description="Freezes drifted features and requests retraining of downstream models when a drift report drifts.",
+    jobs=[challenger_job],
+    description="Freezes a drifted feature when evidence says serving it frozen is better (each freeze expires; a "
+    "promoted model trained on the drift clears it) and, in a live replay, asks for one challenger at a time "
+    "trained on the most recent labelled months.",
 )
-def drift_sensor(context: dg.SensorEvaluationContext, online_store: OnlineStoreResource):
-    after = int(context.cursor) if context.cursor else 0
+def drift_sensor(
+    context: dg.SensorEvaluationContext,
+    online_store: OnlineStoreResource,
+    registry: ModelRegistryResource,
+    policies: PolicyStoreResource,
+    keel_home: KeelHomeResource,
+):
+    cursor = DriftCursor.parse(context.cursor)
+    before = cursor.dump()
     records = context.instance.fetch_materializations(
-        dg.AssetRecordsFilter(asset_key=DRIFT_REPORT, after_storage_id=after), limit=50, ascending=True
+        dg.AssetRecordsFilter(asset_key=DRIFT_REPORT, after_storage_id=cursor.after), limit=50, ascending=True
     ).records
-    if not records:
-        return dg.SkipReason(f"no drift report after event {after}")
-    models = models_downstream(context.repository_def.asset_graph, FLIGHT_FEATURES)
-    requests, problems = [], []
+    home = keel_home.layout()
+    clock = SimClock(home.clock)
+    live, now = clock.state() is not None, clock.now()
+    with registry.open() as reg:
+        champion = reg.alias(MODEL_NAME, "champion")
+        champion_months = trained_on(reg.get(MODEL_NAME, champion).metadata) if champion else ()
+    problems: list[str] = []
+    asks: list[tuple[str, int, str]] = []  # (window, event, why) of the reports that ask for a challenger
     with online_store.open() as store:
         frozen_before = store.frozen()
         for record in records:
             window = record.asset_materialization.partition or "unpartitioned"
             try:
-                request = act_on_report(context, store, record, window, models)
+                ask = act_on_report(context, store, record, window, cursor)
             except Exception as exc:  # noqa: BLE001 - one bad report or freeze must not stop every later tick
                 problems.append(
                     f"drift report {window} (event {record.storage_id}) skipped: {type(exc).__name__}: {exc}"
                 )
                 continue
+            if ask:
+                asks.append((window, record.storage_id, ask))
+        for feature, why in freezes_to_clear(cursor.active(), now, champion_months).items():
+            if feature in store.frozen():
+                store.unfreeze(feature, why)
+                context.log.info(f"unfroze {feature}: {why}")
+            cursor.freezes.pop(feature, None)
+        # What is served frozen now, on the feature_freezes asset (first tick, and whenever it changed).
+        changed = store.frozen() != frozen_before or context.cursor is None
+        observations = [freeze_observation(store, "drift_sensor")] if changed else []
+    if records:
+        cursor.after = max(cursor.after, records[-1].storage_id)
+    requests = []
+    if asks:
+        if live:
+            request = challenger_request(context, asks[-1], home, champion_months, policies, now)
             if request is not None:
                 requests.append(request)
-        # What is served frozen now, on the feature_freezes asset (first tick, and whenever it changed).
-        changed = store.frozen() != frozen_before or after == 0
-        observations = [freeze_observation(store, "drift_sensor")] if changed else []
+        else:
+            context.log.info("not a live replay: drift does not train challengers (the set-up runs once)")
     for p in problems:
         context.log.error(p)
+    if not (requests or observations or problems) and cursor.dump() == before:
+        return dg.SkipReason(f"no drift report after event {cursor.after}; no freeze to clear")
     return dg.SensorResult(
         run_requests=requests,
-        cursor=str(max(after, records[-1].storage_id)),
+        cursor=cursor.dump(),
         asset_events=observations + automation_problems(DRIFT_REPORT, "drift_sensor", problems),
     )
 
 
 def report_features(value: dg.MetadataValue) -> dict[str, dict]:
     """A drift report's per-feature summary, {feature: {drifted, severity, value, threshold, metric,
-    reference_mean, ...}}: from its table (assets/drift.py), or from the JSON that reports before the table carried."""
+    reference_mean, freeze, ...}}: from its table (assets/drift.py), or from the JSON that reports before the table
+    carried."""
     if isinstance(value, dg.TableMetadataValue):
         return {r.data["feature"]: dict(r.data) for r in value.records}
     return json.loads(json.dumps(value.value))
 
 
-def act_on_report(context, store, record, window: str, models: list[dg.AssetKey]) -> dg.RunRequest | None:
-    """The decision for one drift report, carried out: freezes and unfreezes in the online store (each freeze on
-    its own — a freeze the store refuses is reported, the others happen), and the retraining request."""
+def act_on_report(context, store, record, window: str, cursor: DriftCursor) -> str:
+    """The decision for one drift report, carried out: freezes (only on the report's evidence) and unfreezes in the
+    online store, each on its own. Returns why it asks for a challenger ("" when it does not)."""
     features = report_features(record.asset_materialization.metadata["features"])
     decision = decide(window, features, DRIFT_POLICY, set(store.frozen()), freezable=set(FEATURE_NAMES))
     context.log.info(f"drift decision for {window}: {decision}")
     for name in decision.not_frozen:
         context.log.info(f"{name} drifted in {window} but is not a served feature: retraining only, no freeze")
     for f in decision.freeze:
-        store.freeze(f.feature, f"{f.reason} (drift_report {window}, event {record.storage_id})", f.value)
+        evidence = features[f.feature]
+        if evidence.get("freeze") is not True or not evidence.get("freeze_expires"):
+            context.log.info(
+                f"{f.feature} drifted in {window}, not frozen: {evidence.get('freeze_reason') or 'no evidence'}"
+            )
+            continue
+        store.freeze(
+            f.feature,
+            f"{f.reason}; {evidence['freeze_reason']} (drift_report {window}, event {record.storage_id}; "
+            f"expires {evidence['freeze_expires']})",
+            f.value,
+        )
+        cursor.freezes[f.feature] = (window, evidence["freeze_expires"])
     for name in decision.unfreeze:
         store.unfreeze(name, f"no drift in {window}")
-    if not (decision.retrain and models):
+        cursor.freezes.pop(name, None)
+    return decision.retrain_reason if decision.retrain else ""
+
+
+def loop_state(
+    instance: dg.DagsterInstance, home, champion_months: tuple[str, ...], policies: PolicyStoreResource
+) -> LoopState:
+    """What plan_retrain needs to know, read from where it lives: labelled months from the landing zone, the
+    champion's window from the registry, a challenger in training (or passed and waiting for its canary) from the
+    instance, a running canary from the policy store."""
+    runs = instance.get_runs(
+        filters=dg.RunsFilter(job_name=challenger_job.name, statuses=IN_PROGRESS), limit=1
+    )  # fmt: skip
+    in_training = runs[0].run_id if runs else None
+    with policies.open() as store:
+        state = store.state()
+    canary = running_canary(state, MODEL_NAME)
+    if in_training is None:
+        waiting = passed_without_canary(instance, state)
+        in_training = f"challenger v{waiting} passed its gate, its canary not yet started" if waiting else None
+    return LoopState(
+        labelled=LandingZone(home.landing).complete_months("flights"),
+        champion_trained_on=champion_months,
+        challenger_in_training=in_training,
+        canary_running=canary.name if canary else None,
+    )
+
+
+def passed_without_canary(instance: dg.DagsterInstance, policy_state: dict) -> int | None:
+    """The newest challenger whose gate passed and that no canary policy names yet (the canary sensor starts it)."""
+    records = instance.fetch_materializations(CHALLENGER_EVALUATION, limit=1).records
+    if not records:
         return None
+    meta = records[0].asset_materialization.metadata
+    if not (meta.get("passed") and meta["passed"].value):
+        return None
+    version = int(meta["challenger_version"].value)
+    named = {
+        int(p.body.get("challenger_version", -1)) for p in policy_state.values() if p.type == "canary"
+    }  # fmt: skip
+    return None if version in named else version
+
+
+def challenger_request(context, ask, home, champion_months, policies, now: datetime) -> dg.RunRequest | None:
+    window, event, why = ask
+    state = loop_state(context.instance, home, champion_months, policies)
+    plan = plan_retrain(window, state)
+    if isinstance(plan, NoRetrain):
+        context.log.info(f"drift in {window} ({why}): no challenger — {plan.reason}")
+        return None
+    context.log.info(
+        f"drift in {window} ({why}): challenger on {', '.join(plan.train_months)}, gate {plan.gate_month}"
+    )
+    return challenger_run_request(plan, event, why, now)
+
+
+def challenger_run_request(plan: RetrainPlan, event: int, why: str, now: datetime) -> dg.RunRequest:
+    config = {
+        "train_months": list(plan.train_months),
+        "gate_month": plan.gate_month,
+        "drift_window": plan.drifted_window,
+        "drift_event": event,
+    }
     return dg.RunRequest(
-        run_key=f"retrain:{window}:{record.storage_id}",
-        asset_selection=models,
-        tags={"keel/trigger": "drift", "keel/drift_window": window, "keel/reason": decision.retrain_reason[:200]},
+        run_key=f"challenger:{plan.key}",
+        job_name=challenger_job.name,
+        run_config={"ops": {"challenger_model": {"config": config}, "challenger_evaluation": {"config": config}}},
+        tags={
+            "keel/trigger": "drift",
+            "keel/drift_window": plan.drifted_window,
+            "keel/drift_event": str(event),
+            "keel/plan": plan.key,
+            "keel/reason": why[:200],
+            "keel/sim_now": now.isoformat(timespec="seconds"),
+        },
     )

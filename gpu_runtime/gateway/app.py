@@ -32,6 +32,7 @@ import asyncio
 import time
 import uuid
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +64,7 @@ from gpu_runtime.gateway.limits import (
 from gpu_runtime.gateway.metrics import Metrics
 from gpu_runtime.gateway.scoring import ScoresOnTriton
 from gpu_runtime.pools import PoolRegistry
+from keel.clock import ClockError, ClockState, SimClock
 from keel.deploy.routing import RoutingTable
 from keel.exposure_log import ExposureLog
 from keel.features.definitions import FEATURES
@@ -82,6 +84,9 @@ class GatewayConfig:
     policy_store_path: Path | None = None  # the versioned policy store this gateway follows (keel.policies)
     max_body_bytes: int = MAX_BODY_BYTES  # a larger request body is answered 413
     max_tenant_buckets: int = MAX_TENANT_BUCKETS  # token buckets kept for tenants the policy does not name
+    # The shared simulated clock of a live replay (keel/clock.py): exposure timestamps are its time, so the canary
+    # controller and label arrival agree with them. Absent file (or None): the wall clock.
+    clock_path: Path | None = None
 
 
 class Gateway(FollowsRoutingAndPolicies, BuildsInputs, ScoresOnTriton, ReportsHealth):
@@ -128,7 +133,26 @@ class Gateway(FollowsRoutingAndPolicies, BuildsInputs, ScoresOnTriton, ReportsHe
         self.defaults = np.array([f.default for f in FEATURES], dtype=np.float32)
         self.lo = np.array([f.lo for f in FEATURES])
         self.hi = np.array([f.hi for f in FEATURES])
+        self._clock = SimClock(config.clock_path) if config.clock_path else None
+        self._clock_state: ClockState | None = None
+        self._clock_checked = 0.0
         self.reload_routing(force=True)
+
+    def now(self) -> float:
+        """Epoch seconds of an exposure: the simulated clock's when a live replay runs, else the wall clock's. The
+        clock file is read again at most every POLICY_POLL_S (a speed change or a pause is followed within it)."""
+        if self._clock is None:
+            return time.time()
+        mono = time.monotonic()
+        if mono - self._clock_checked >= POLICY_POLL_S:
+            self._clock_checked = mono
+            try:
+                self._clock_state = self._clock.state()
+            except ClockError:  # a corrupt clock file: keep the last good state, count it
+                self.metrics.inc("keel_gateway_clock_errors_total", {})
+        if self._clock_state is None:
+            return time.time()
+        return self._clock_state.now(datetime.now(UTC)).timestamp()
 
     # -- plumbing -------------------------------------------------------------------------------------------------
 
@@ -236,7 +260,7 @@ class Gateway(FollowsRoutingAndPolicies, BuildsInputs, ScoresOnTriton, ReportsHe
         the request ended in (too large, a bad header)."""
         started = time.perf_counter()
         request_id = uuid.uuid4().hex
-        record: dict[str, Any] = {"request_id": request_id, "ts": time.time(), "model_version": None}
+        record: dict[str, Any] = {"request_id": request_id, "ts": self.now(), "model_version": None}
         try:
             given = headers.get("x-request-id")
             if given is not None:  # the caller's id is used and echoed, once it is known to be safe to log

@@ -95,6 +95,12 @@ class LandingZone:
         have = set(self.delivered(table))
         return all(d in have for d in _days(first, last))
 
+    def complete_months(self, table: str = "flights") -> tuple[str, ...]:
+        """The months whose every day of ``table`` has landed — for flights: the months whose outcomes are all known
+        (a flight's day lands once all its flights have arrived), i.e. the labelled months."""
+        months = sorted({f"{d.year}-{d.month:02d}" for d in self.delivered(table)})
+        return tuple(m for m in months if self.month_complete(table, m))
+
 
 def _day_rows(table: str, day: date) -> pl.DataFrame:
     raw = read_raw(table)

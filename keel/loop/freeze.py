@@ -97,3 +97,25 @@ def freezes_to_clear(
         elif now >= f.expires_at:
             out[f.feature] = f"expired at {f.expires_at.isoformat(timespec='seconds')}"
     return out
+
+
+def freeze_evidence(
+    model_text: str,
+    frame,
+    feature: str,
+    value: float | None,
+    drift_window: str,
+    now: datetime,
+    policy: FreezePolicy = DEFAULT_FREEZE,
+) -> FreezeDecision:
+    """``decide_freeze`` on a frame of labelled flights (the drifted month's features): the serving model's scores
+    with ``feature`` as it is, and with it replaced by ``value`` (what the online store would serve frozen)."""
+    import polars as pl
+
+    from keel.training.model import predict
+
+    if value is None:
+        return FreezeDecision(feature, False, f"{feature} has no reference value to serve frozen", drift_window)
+    live, labels = predict(model_text, frame)
+    frozen, _ = predict(model_text, frame.with_columns(pl.lit(value).cast(frame.schema[feature]).alias(feature)))
+    return decide_freeze(feature, drift_window, labels, live, frozen, now, policy)

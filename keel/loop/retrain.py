@@ -23,7 +23,7 @@ class RetrainPolicy:
 @dataclass(frozen=True)
 class LoopState:
     labelled: tuple[str, ...]  # months whose outcomes are all known, as of now
-    champion_trained_on: tuple[str, ...]  # the serving model's training window
+    champion_trained_on: tuple[str, ...]  # the serving model's data window (keel.loop.reference.trained_on)
     challenger_in_training: str | None = None  # run id (or plan id) of a challenger being trained or gated
     canary_running: str | None = None  # the canary in flight, if any
 
@@ -31,8 +31,16 @@ class LoopState:
 @dataclass(frozen=True)
 class RetrainPlan:
     drifted_window: str
-    train_months: tuple[str, ...]
+    train_months: tuple[str, ...]  # the data window: fitted on all but its last month, early-stopped on that one
     gate_month: str  # the newest labelled month, not trained on: where challenger and champion are compared
+
+    @property
+    def fit_months(self) -> tuple[str, ...]:
+        return self.train_months[:-1]
+
+    @property
+    def valid_month(self) -> str:
+        return self.train_months[-1]
 
     @property
     def key(self) -> str:

@@ -150,6 +150,7 @@ class Canary(PolicyType):
                 "progress_deadline_s",
                 "on_breach",
                 "state",
+                "origin",
             },
         )
         model = body.get("model")
@@ -181,6 +182,11 @@ class Canary(PolicyType):
         number(name, "max_log_loss_increase", body, "max_log_loss_increase", lo=0, required=False)
         number(name, "min_labelled", body, "min_labelled", lo=1, integer=True, required=False)
         number(name, "progress_deadline", body, "progress_deadline_s", lo=0, lo_open=True, required=False)
+        origin = body.get("origin")
+        if origin is not None and not isinstance(origin, dict):
+            raise PolicyValidationError(
+                name, "origin_mapping", "'origin' (what led to this canary: drift report, runs, gate) is a mapping"
+            )
         rollout = body.get("state")
         if rollout is not None:
             if not isinstance(rollout, dict) or rollout.get("status") not in (

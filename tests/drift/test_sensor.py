@@ -1,20 +1,32 @@
-"""The drift sensor with build_sensor_context: freezes, retraining requests found through the asset graph, run
-keys and a cursor that make duplicate ticks and daemon restarts harmless."""
+"""The drift sensor with build_sensor_context, as the daemon ticks it: freezes only on the report's evidence, each
+freeze expiring on the shared clock or cleared by a promotion that learned the drift, one challenger at a time in a
+live replay (run key = the plan's data), and a cursor that makes duplicate ticks and daemon restarts harmless."""
+
+import json
+from datetime import UTC, date, datetime, timedelta
 
 import dagster as dg
 import pytest
+from dagster._core.test_utils import create_run_for_test
 
 import definitions
 from assets.drift import DRIFT_REPORT
-from assets.models import model_assets
-from resources import OnlineStoreResource
-from sensors.drift import drift_sensor, models_downstream
+from keel.clock import SimClock
+from keel.data.landing import LandingZone
+from keel.home import KeelHome
+from keel.registry import ModelRegistry
+from resources import keel_resources
+from sensors.drift import DriftCursor
 from tests.drift.summaries import feat
 
+EXPIRES = "2013-07-31T12:00:00+00:00"
+FAR = "2999-01-01T00:00:00+00:00"
+JULY_2 = datetime(2013, 7, 2, 13, tzinfo=UTC)
 
-@dg.asset(deps=["delay_model"], kinds={"model"}, group_name="models")
-def calibrated_model() -> None:
-    """A second model further downstream of the real delay_model: also found through the graph."""
+
+def evidence(freeze: bool, expires: str | None = EXPIRES) -> dict:
+    why = "frozen serves better: log-loss better by 0.0100" if freeze else "serving temp frozen is not better"
+    return {"freeze": freeze, "freeze_expires": expires if freeze else None, "freeze_reason": why}
 
 
 def report(instance, partition: str, features: dict) -> None:
@@ -26,132 +38,183 @@ def report(instance, partition: str, features: dict) -> None:
 
 
 @pytest.fixture
-def setup(tmp_path):
-    store_resource = OnlineStoreResource(path=str(tmp_path / "online.sqlite"))
-    defs = dg.Definitions(
-        assets=[*definitions.defs.assets, calibrated_model],
-        sensors=[drift_sensor],
-        resources=dict(definitions.defs.resources) | {"online_store": store_resource},
-    )
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("KEEL_HOME", str(tmp_path))
+    return KeelHome.of(tmp_path)
+
+
+@pytest.fixture
+def instance():
     with dg.instance_for_test() as instance:
-        yield instance, defs, store_resource
+        yield instance
 
 
-def tick(instance, defs, cursor):
-    resources = {"online_store": defs.resources["online_store"]}
-    ctx = dg.build_sensor_context(instance=instance, cursor=cursor, definitions=defs, resources=resources)
-    result = drift_sensor(ctx)
-    return result, ctx
+def tick(instance, home, cursor=None):
+    """One tick through the daemon's path (evaluate_tick checks each run request against the sensor's jobs)."""
+    ctx = dg.build_sensor_context(
+        instance=instance, cursor=cursor, definitions=definitions.defs, resources=keel_resources(home.root)
+    )
+    return definitions.defs.get_sensor_def("drift_sensor").evaluate_tick(ctx)
 
 
-def test_models_are_found_through_the_asset_graph(setup):
-    _, defs, _ = setup
-    keys = models_downstream(defs.resolve_asset_graph(), dg.AssetKey("flight_features"))
-    assert keys == [dg.AssetKey("calibrated_model"), dg.AssetKey("delay_model")]
+def frozen(home) -> dict:
+    from keel.features.sqlite_store import SQLiteOnlineStore
+
+    with SQLiteOnlineStore(home.online_store) as store:
+        return store.frozen()
 
 
-def test_drift_freezes_and_requests_retraining_once(setup):
-    instance, defs, store_resource = setup
+def champion(home, months: list[str], valid: str) -> None:
+    with ModelRegistry(home.registry) as reg:
+        sha = reg.register("flight-delay", f"tree\n{months}\n", {"train_months": months, "valid_month": valid}).sha256
+        reg.set_alias("flight-delay", "champion", sha, "test: promoted")
+
+
+def live_at(home, now: datetime, complete_through: int) -> None:
+    """A live replay at ``now`` whose flights have landed in full for 2013-01 … 2013-``complete_through``."""
+    SimClock(home.clock).start(now, speed=1.0)
+    zone = LandingZone(home.landing)
+    d = date(2013, 1, 1)
+    while d.month <= complete_through and d.year == 2013:
+        zone.path("flights", d).parent.mkdir(parents=True, exist_ok=True)
+        zone.path("flights", d).touch()  # which days landed is all the sensor reads of the zone
+        d += timedelta(days=1)
+
+
+def test_a_drifted_feature_is_frozen_only_on_evidence(home, instance):
+    # no live replay here (no clock): time is the wall clock's, and the freeze expires a month after the report
     report(
         instance,
-        "2013-12",
+        "2013-06",
         {
-            "temp": feat(True, "error", 0.9, mean=38.5),
+            "temp": feat(True, "error", 0.9, mean=38.5) | evidence(True, FAR),
+            "humid": feat(True, "error", 0.8, mean=60.0) | evidence(False),
             "distance": feat(False),
-            "label_late15": feat(True, "warn", 0.2),
         },
     )
-    result, _ = tick(instance, defs, None)
-    [request] = result.run_requests
-    assert request.run_key.startswith("retrain:2013-12:")
-    assert set(request.asset_selection) == {dg.AssetKey("delay_model"), dg.AssetKey("calibrated_model")}
-    assert request.tags["keel/drift_window"] == "2013-12" and "temp" in request.tags["keel/reason"]
-    store = store_resource.open()
-    assert store.frozen() == {"temp": 38.5}  # served value: the reference default (its mean)
-    [event] = store.freeze_log()
-    assert (event.feature, event.action) == ("temp", "freeze") and "2013-12" in event.reason and event.at is not None
-    # …and what is served frozen is on the feature_freezes asset: which, at what value, since when, by which report
+    result = tick(instance, home)
+    assert frozen(home) == {"temp": 38.5}  # humid drifted as much, but serving it frozen is not better
+    assert result.run_requests == []  # not a live replay: no challenger
+    assert DriftCursor.parse(result.cursor).freezes == {"temp": ("2013-06", FAR)}
     [seen] = [e for e in result.asset_events if e.asset_key == dg.AssetKey("feature_freezes")]
-    assert seen.metadata["frozen"].value == 1 and seen.metadata["frozen_features"].value == "temp"
+    assert seen.metadata["frozen_features"].value == "temp"
     [row] = seen.metadata["freezes"].value.records
-    assert row.data["feature"] == "temp" and row.data["value"] == 38.5 and row.data["since"]
-    assert "drift_report 2013-12" in row.data["decision"]
-    cursor = result.cursor
-
-    # a duplicate tick with the new cursor: nothing new, cursor unchanged
-    again, _ = tick(instance, defs, cursor)
-    assert isinstance(again, dg.SkipReason)
-    # a daemon restart that lost its cursor replays the event: same run key (the daemon dedups it), no second freeze
-    replay, _ = tick(instance, defs, None)
-    assert [r.run_key for r in replay.run_requests] == [request.run_key]
-    assert len(store.freeze_log()) == 1
-    assert int(replay.cursor) == int(cursor)
+    assert "drift_report 2013-06" in row.data["decision"] and f"expires {FAR}" in row.data["decision"]
+    # a report from before evidence existed (no freeze column) freezes nothing
+    report(instance, "2013-07", {"wind_speed": feat(True, "error", 0.9, mean=9.0)})
+    later = tick(instance, home, result.cursor)
+    assert (
+        frozen(home) == {"temp": 38.5}
+        and DriftCursor.parse(later.cursor).after > DriftCursor.parse(result.cursor).after
+    )
 
 
-def test_cursor_moves_forward_and_clear_windows_unfreeze(setup):
-    instance, defs, store_resource = setup
-    report(instance, "2013-12", {"temp": feat(True, "error", 0.9)})
-    first, _ = tick(instance, defs, None)
-    report(instance, "2014-01", {"temp": feat(False)})
-    second, _ = tick(instance, defs, first.cursor)
-    assert int(second.cursor) > int(first.cursor)
-    assert second.run_requests == []  # nothing drifted in the new window
-    store = store_resource.open()
-    assert store.frozen() == {}
-    assert [(e.feature, e.action) for e in store.freeze_log()] == [("temp", "freeze"), ("temp", "unfreeze")]
+def test_duplicate_ticks_and_a_lost_cursor_freeze_nothing_twice(home, instance):
+    SimClock(home.clock).start(JULY_2, speed=1.0)
+    report(instance, "2013-06", {"temp": feat(True, "error", 0.9, mean=38.5) | evidence(True)})
+    first = tick(instance, home)
+    assert frozen(home) == {"temp": 38.5}
+    again = tick(instance, home, first.cursor)
+    assert again.skip_message and "no drift report after" in again.skip_message
+    tick(instance, home, None)  # a restarted daemon that lost its cursor replays the report
+    from keel.features.sqlite_store import SQLiteOnlineStore
+
+    with SQLiteOnlineStore(home.online_store) as store:
+        assert [(e.feature, e.action) for e in store.freeze_log()] == [("temp", "freeze")]
+    assert DriftCursor.parse("17").after == 17  # an older keel's cursor (a storage id) still reads
+
+
+def test_a_clean_report_unfreezes(home, instance):
+    SimClock(home.clock).start(JULY_2, speed=1.0)
+    report(instance, "2013-06", {"temp": feat(True, "error", 0.9, mean=38.5) | evidence(True)})
+    first = tick(instance, home)
+    report(instance, "2013-07", {"temp": feat(False)})
+    second = tick(instance, home, first.cursor)
+    assert frozen(home) == {} and DriftCursor.parse(second.cursor).freezes == {}
+
+
+def test_a_freeze_expires_on_the_shared_clock(home, instance):
+    SimClock(home.clock).start(JULY_2, speed=1.0)
+    report(instance, "2013-06", {"temp": feat(True, "error", 0.9, mean=38.5) | evidence(True)})
+    first = tick(instance, home)
+    SimClock(home.clock).advance_to(datetime(2013, 7, 20, tzinfo=UTC))
+    before = tick(instance, home, first.cursor)
+    assert frozen(home) == {"temp": 38.5} and DriftCursor.parse(before.cursor).freezes  # not yet
+    SimClock(home.clock).advance_to(datetime(2013, 8, 1, tzinfo=UTC))
+    after = tick(instance, home, first.cursor)
+    assert frozen(home) == {} and DriftCursor.parse(after.cursor).freezes == {}
+    from keel.features.sqlite_store import SQLiteOnlineStore
+
+    with SQLiteOnlineStore(home.online_store) as store:
+        assert "expired at 2013-07-31T12:00:00" in store.freeze_log()[-1].reason
+
+
+def test_promoting_a_model_trained_on_the_drift_clears_its_freeze(home, instance):
+    SimClock(home.clock).start(JULY_2, speed=1.0)
+    champion(home, ["2013-01", "2013-02"], "2013-03")
+    report(instance, "2013-06", {"temp": feat(True, "error", 0.9, mean=38.5) | evidence(True)})
+    first = tick(instance, home)
+    assert frozen(home) == {"temp": 38.5}
+    champion(home, ["2013-04", "2013-05"], "2013-06")  # the loop promoted a model that learned June
+    second = tick(instance, home, first.cursor)
+    assert frozen(home) == {}
     [seen] = [e for e in second.asset_events if e.asset_key == dg.AssetKey("feature_freezes")]
-    assert seen.metadata["frozen"].value == 0 and seen.metadata["frozen_features"].value == "none"
-    # an old cursor never moves the cursor backwards
-    replay, _ = tick(instance, defs, "0")
-    assert int(replay.cursor) >= int(second.cursor)
+    assert seen.metadata["frozen"].value == 0
 
 
-MODEL_KEYS = {key for a in model_assets for key in a.keys}
-
-
-def test_without_models_downstream_it_still_freezes(setup, tmp_path):
-    instance, _, store_resource = setup
-    defs = dg.Definitions(
-        assets=[a for a in definitions.defs.assets if not set(getattr(a, "keys", ())) & MODEL_KEYS],
-        sensors=[drift_sensor],
-        resources=dict(definitions.defs.resources) | {"online_store": store_resource},
+def test_live_drift_asks_for_one_challenger_on_the_recent_months(home, instance):
+    champion(home, ["2013-01", "2013-02"], "2013-03")
+    live_at(home, datetime(2013, 7, 2, 13, tzinfo=UTC), complete_through=6)
+    report(instance, "2013-06", {"label_late15": feat(True, "warn", 0.3)})
+    first = tick(instance, home)
+    [request] = first.run_requests
+    assert request.job_name == "keel_challenger" and request.run_key == "challenger:2013-03..2013-05|2013-06"
+    config = request.run_config["ops"]["challenger_model"]["config"]
+    assert config == request.run_config["ops"]["challenger_evaluation"]["config"]
+    assert (config["train_months"], config["gate_month"], config["drift_window"]) == (
+        ["2013-03", "2013-04", "2013-05"],
+        "2013-06",
+        "2013-06",
     )
-    report(instance, "2013-09", {"temp": feat(True, "error", 3.7)})
-    result, _ = tick(instance, defs, None)
-    assert result.run_requests == []
-    assert "temp" in store_resource.open().frozen()
+    assert request.tags["keel/trigger"] == "drift" and request.tags["keel/sim_now"].startswith("2013-07-02")
+    # the same drift over the same data: the same run key (the daemon launches a run key once)
+    report(instance, "2013-06", {"label_late15": feat(True, "warn", 0.31)})
+    assert [r.run_key for r in tick(instance, home, first.cursor).run_requests] == [request.run_key]
 
 
-def test_the_daemon_path_resolves_the_retraining_request(setup):
-    """What the daemon calls (evaluate_tick, which checks each run request against the sensor's target): a sensor
-    without a target fails here with "RunRequest for a sensor lacking a specified target"."""
-    instance, defs, _ = setup
-    report(
-        instance, "2013-12", {"temp": feat(True, "error", 0.9, mean=38.5), "label_late15": feat(True, "warn", 0.2)}
-    )
-    resources = {"online_store": defs.resources["online_store"]}
-    ctx = dg.build_sensor_context(instance=instance, definitions=defs, resources=resources)
-    data = defs.get_sensor_def("drift_sensor").evaluate_tick(ctx)
-    [request] = data.run_requests
-    assert set(request.asset_selection) == {dg.AssetKey("delay_model"), dg.AssetKey("calibrated_model")}
+def test_no_second_challenger_while_one_trains_or_a_canary_runs(home, instance):
+    champion(home, ["2013-01", "2013-02"], "2013-03")
+    live_at(home, datetime(2013, 7, 2, 13, tzinfo=UTC), complete_through=6)
+    create_run_for_test(instance, job_name="keel_challenger", status=dg.DagsterRunStatus.STARTED)
+    report(instance, "2013-06", {"label_late15": feat(True, "warn", 0.3)})
+    assert tick(instance, home).run_requests == []  # coalesced: the drift is still there when it finishes
+
+    with dg.instance_for_test() as fresh:
+        with ModelRegistry(home.registry) as reg:
+            sha = reg.register("flight-delay", "tree\nchallenger\n", {}).sha256
+            v_champion = reg.version("flight-delay", reg.alias("flight-delay", "champion"))
+            v_challenger = reg.version("flight-delay", sha)
+        from keel.policies import PolicyStore
+
+        with PolicyStore(home.policies) as store:
+            store.apply(
+                {"rollout": ("canary", {"model": "flight-delay", "champion_version": v_champion,
+                                        "challenger_version": v_challenger, "interval_s": 60})},
+                author="ops", reason="a canary by hand",
+            )  # fmt: skip
+        report(fresh, "2013-06", {"label_late15": feat(True, "warn", 0.3)})
+        assert tick(fresh, home).run_requests == []
 
 
-def test_a_drifted_label_or_category_is_not_frozen_and_a_bad_report_stops_nothing(setup):
-    """The label and a categorical column cannot be frozen (the online store serves neither): their drift asks for
-    retraining only. A report the sensor cannot act on is reported — in the tick's log and as an observation on
-    drift_report — and skipped; the reports after it are acted on, and every later tick runs."""
-    instance, defs, store_resource = setup
-    report(instance, "2013-09", {"label_late15": feat(True, "error", 0.4), "carrier": feat(True, "error", 0.5)})
+def test_a_report_it_cannot_read_is_reported_and_stops_nothing(home, instance):
+    SimClock(home.clock).start(JULY_2, speed=1.0)
     instance.report_runless_asset_event(
         dg.AssetMaterialization(asset_key=DRIFT_REPORT, partition="2013-10", metadata={"rows": 3})  # no summary
     )
-    report(instance, "2013-12", {"temp": feat(True, "error", 0.9, mean=38.5)})
-    result, _ = tick(instance, defs, None)
-    assert [r.tags["keel/drift_window"] for r in result.run_requests] == ["2013-09", "2013-12"]
-    assert store_resource.open().frozen() == {"temp": 38.5}
+    report(instance, "2013-12", {"temp": feat(True, "error", 0.9, mean=38.5) | evidence(True)})
+    result = tick(instance, home)
+    assert frozen(home) == {"temp": 38.5}
     [observation] = [e for e in result.asset_events if e.asset_key == DRIFT_REPORT]
-    assert observation.asset_key == DRIFT_REPORT and observation.metadata["automation_problems"].value == 1
+    assert observation.metadata["automation_problems"].value == 1
     assert "drift report 2013-10" in observation.metadata["skipped"].value
-    report(instance, "2014-01", {"temp": feat(False)})
-    later, _ = tick(instance, defs, result.cursor)  # the next tick carries on
-    assert store_resource.open().frozen() == {} and int(later.cursor) > int(result.cursor)
+    assert json.loads(result.cursor)["after"] > 0

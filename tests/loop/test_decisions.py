@@ -3,6 +3,7 @@ or not, a feature frozen or not and when its freeze ends. No Dagster, no clock: 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
@@ -11,8 +12,10 @@ import pytest
 from keel.loop.arrivals import Landed, arrivals
 from keel.loop.freeze import ActiveFreeze, decide_freeze, freezes_to_clear
 from keel.loop.gate import ChallengerGatePolicy, bootstrap_upper, challenger_gate
+from keel.loop.promote import GateResult, NoCanary, StartCanary, start_canary
 from keel.loop.reference import reference_window
 from keel.loop.retrain import LoopState, NoRetrain, RetrainPlan, RetrainPolicy, plan_retrain
+from keel.policies.types import validate_policy
 
 Q1 = ("2013-01", "2013-02", "2013-03")
 
@@ -185,6 +188,9 @@ def test_new_days_in_the_landing_zone_rebuild_their_month_once(landed, seen, exp
         (None, Q1),  # no champion yet: the initial window
         ({"train_months": []}, Q1),
         ({"train_months": ["2013-05", "2013-03", "2013-04"]}, months(3, 5)),  # the serving model's own months
+        # the month it early-stopped on is data it learned from too
+        ({"train_months": ["2013-01", "2013-02"], "valid_month": "2013-03"}, Q1),
+        ({"train_months": ["2013-05", "2013-06"], "valid_month": "2013-07"}, months(5, 7)),
     ],
 )
 def test_drift_is_judged_against_what_the_serving_model_was_trained_on(metadata, expected):
@@ -194,3 +200,40 @@ def test_drift_is_judged_against_what_the_serving_model_was_trained_on(metadata,
 def test_a_malformed_training_window_is_named():
     with pytest.raises(ValueError, match="not YYYY-MM"):
         reference_window({"train_months": ["May"]}, Q1)
+
+
+PASSED = GateResult(True, challenger_version=3, champion_version=1, gate_month="2013-06", reason="better by 0.01",
+                    drift_window="2013-06", drift_event=42, challenger_run="run-9", evaluation_event=57)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "gate, champion, canaries, expected",
+    [
+        (None, 1, {}, "no challenger"),
+        (replace(PASSED, passed=False, reason="not better"), 1, {}, "did not pass its gate: not better"),
+        # a canary was made for this challenger already (running, promoted or rolled back): never twice
+        (PASSED, 1, {"flight-delay.loop-v3": {"model": "flight-delay", "challenger_version": 3,
+                                              "state": {"status": "rolled_back"}}}, "has had its canary"),
+        # one rollout at a time
+        (PASSED, 1, {"ops-rollout": {"model": "flight-delay", "challenger_version": 2}}, "unfinished"),
+        (PASSED, 1, {"ops-rollout": {"model": "flight-delay", "challenger_version": 2,
+                                     "state": {"status": "running"}}}, "unfinished"),
+        # the champion changed since the gate: the verdict is about another model
+        (PASSED, 2, {}, "judge again"),
+        # a finished canary of another challenger, or a canary of another model, does not block
+        (PASSED, 1, {"old": {"model": "flight-delay", "challenger_version": 2, "state": {"status": "promoted"}},
+                     "other": {"model": "other-model", "challenger_version": 3}}, "start"),
+    ],
+)  # fmt: skip
+def test_a_passing_challenger_starts_one_canary(gate, champion, canaries, expected):
+    decision = start_canary(gate, "flight-delay", champion, canaries)
+    if expected != "start":
+        assert isinstance(decision, NoCanary) and expected in decision.reason, decision
+        return
+    assert isinstance(decision, StartCanary) and decision.name == "flight-delay.loop-v3"
+    body = decision.body
+    assert (body["champion_version"], body["challenger_version"], body["steps"]) == (1, 3, [1, 10, 30, 50, 100])
+    # the canary carries what led to it: the chain `keel ledger why` prints
+    assert body["origin"]["drift_window"] == "2013-06" and body["origin"]["gate_month"] == "2013-06"
+    assert (body["origin"]["drift_event"], body["origin"]["challenger_run"]) == (42, "run-9")
+    validate_policy(decision.name, "canary", body)  # the policy store accepts it as it is

@@ -4,6 +4,7 @@ promote; a breach rolls back once; every action is one policy commit with its ev
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 
 import dagster as dg
 import polars as pl
@@ -198,3 +199,50 @@ def test_a_malformed_canary_is_reported_and_the_others_proceed(world, tmp_path, 
     [observation] = data.asset_events
     assert observation.asset_key == dg.AssetKey("model_deployment")
     assert "canary 'broken' skipped" in observation.metadata["skipped"].value
+
+
+def test_a_challenger_that_passed_its_gate_gets_one_canary_started_by_the_loop(tmp_path, monkeypatch):
+    import definitions
+    from keel.clock import SimClock
+    from keel.home import KeelHome
+    from resources import keel_resources
+
+    home = KeelHome.of(tmp_path)
+    monkeypatch.setenv("KEEL_HOME", str(tmp_path))
+    with ModelRegistry(home.registry) as registry:
+        shas = [registry.register("flight-delay", f"model text {i}", {}).sha256 for i in (1, 2)]
+        registry.promote("flight-delay", shas[0], "initial")
+    SimClock(home.clock).start(datetime(2013, 7, 3, tzinfo=UTC), speed=1.0)
+    gate = {"passed": True, "reason": "log-loss better by 0.0100", "challenger_version": 2, "champion_version": 1,
+            "gate_month": "2013-06", "drift_window": "2013-06", "drift_event": 41}  # fmt: skip
+
+    def tick_sensor(instance):
+        ctx = dg.build_sensor_context(
+            instance=instance, definitions=definitions.defs, resources=keel_resources(home.root)
+        )
+        return definitions.defs.get_sensor_def("canary_sensor").evaluate_tick(ctx)
+
+    with dg.instance_for_test() as instance:
+        instance.report_runless_asset_event(
+            dg.AssetMaterialization("challenger_evaluation", metadata={k: v for k, v in gate.items()})
+        )
+        first = tick_sensor(instance)
+        with PolicyStore(home.policies) as store:
+            state = store.state()
+            canary = state["flight-delay.loop-v2"].body
+            assert (canary["champion_version"], canary["challenger_version"]) == (1, 2)
+            assert canary["origin"]["drift_window"] == "2013-06" and canary["origin"]["drift_event"] == 41
+            assert canary["state"]["status"] == "running"  # started in the same tick, on the simulated clock
+            assert canary["state"]["started_at"] == pytest.approx(
+                datetime(2013, 7, 3, tzinfo=UTC).timestamp(), abs=60
+            )
+            weights = {v["name"]: v["weight"] for v in state["flight-delay.loop-v2.split"].body["variants"]}
+            assert weights == {"champion": 0.99, "challenger": 0.01}
+            authors = [store.commit(v).author for v in range(1, store.version() + 1)]
+        assert authors == ["loop", "canary-controller"]
+        [request] = first.run_requests
+        assert request.tags["keel/canary_action"] == "start" and request.tags["keel/trigger"] == "drift"
+        tick_sensor(instance)  # the next tick: the canary holds (no traffic), and none is started twice
+        with PolicyStore(home.policies) as store:
+            assert [n for n, p in store.state().items() if p.type == "canary"] == ["flight-delay.loop-v2"]
+            assert store.version() == 2

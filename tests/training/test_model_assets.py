@@ -47,7 +47,7 @@ def test_gate_passes_promotes_and_retraining_gives_the_same_model(setup, monkeyp
     assert mats["model_promotion"]["champion"].value == sha
     registry = ModelRegistry(setup[3])
     assert registry.alias("flight-delay", "champion") == sha
-    assert registry.get("flight-delay", sha).metadata["train_months"] == ["2013-01", "2013-02", "2013-03"]
+    assert registry.get("flight-delay", sha).metadata["train_months"] == ["2013-01", "2013-02"]
     again = run_models(setup)
     assert {
         e.asset_key.to_user_string(): e.materialization.metadata for e in again.get_asset_materialization_events()
@@ -75,7 +75,7 @@ def test_promotion_builds_the_candidate_release_manifest(setup, monkeypatch, tmp
     manifest = promotion["candidate_manifest"].value
     assert set(manifest) == {"release_id", "data", "model", "infra", "policy"}
     assert manifest["model"]["parts"]["sha256"] == promotion["champion"].value
-    assert set(manifest["data"]["parts"]["flight_features"]) == {"2013-01", "2013-02", "2013-03", "2013-04"}
+    assert set(manifest["data"]["parts"]["flight_features"]) == {"2013-01", "2013-02", "2013-03"}
     assert manifest["data"]["parts"]["contracts"] == models.contract_hashes()
     # Promotion is not going live: only model_deployment appends to the ledger.
     assert Ledger(tmp_path / "ledger.sqlite").log() == []
@@ -92,10 +92,10 @@ def test_the_registry_records_data_versions_contracts_metrics_and_run(setup, mon
             dg.AssetRecordsFilter(asset_key=dg.AssetKey("flight_features"), asset_partitions=[month]), limit=1
         ).records
         assert version == record.asset_materialization.tags["dagster/data_version"]
-    assert set(meta["data_versions"]["flight_features"]) == {"2013-01", "2013-02", "2013-03", "2013-04"}
+    assert set(meta["data_versions"]["flight_features"]) == {"2013-01", "2013-02", "2013-03"}
     assert meta["contracts"] == models.contract_hashes() and set(meta["contracts"]) == {"flights", "weather"}
     assert meta["params"]["seed"] == models.CONFIG.params["seed"]
-    assert 0.6 < meta["metrics"]["auc"] < 1 and meta["metrics"]["holdout_month"] == "2013-05"
+    assert 0.6 < meta["metrics"]["auc"] < 1 and meta["metrics"]["holdout_month"] == "2013-03"
     assert meta["run_id"] == result.run_id and meta["gate"]["passed"] is True
 
 

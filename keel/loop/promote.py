@@ -1,0 +1,101 @@
+"""A challenger that passed its gate → a canary, started through the policy store (keel/canary.py does the rest).
+
+``start_canary`` is the decision: given the newest gate result and what the policy store and registry say now,
+either the canary policy to commit (its name, body and the commit's reason) or why not. The canary carries its
+``origin`` — the drift report, the training run, the gate's numbers — so every promotion or rollback it leads to
+can be traced back (``keel ledger why``).
+
+The loop's canary runs on the shared clock: its intervals are simulated seconds. Its plan is the design articles'
+1 → 10 → 30 → 50 → 100 %, each step held at least ``interval_s`` with ``min_samples`` challenger requests and no
+breach of error rate, latency or realized log-loss.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+LOOP_AUTHOR = "loop"
+LOOP_CANARY: dict[str, Any] = {
+    "steps": [1, 10, 30, 50, 100],
+    "interval_s": 6 * 3600.0,  # simulated: a quarter of a day per step at least
+    "min_samples": 30,  # challenger requests per step (30 at 1 % is ~3,000 requests in all)
+    "min_labelled": 200,
+    "max_log_loss_increase": 0.02,
+    "progress_deadline_s": 45 * 86400.0,  # simulated: a rollout that has not finished in 45 days is rolled back
+}
+
+
+@dataclass(frozen=True)
+class GateResult:
+    """What challenger_evaluation recorded (its materialization's metadata)."""
+
+    passed: bool
+    challenger_version: int
+    champion_version: int
+    gate_month: str
+    reason: str
+    drift_window: str | None = None
+    drift_event: int | None = None
+    challenger_run: str | None = None
+    evaluation_event: int | None = None
+
+
+@dataclass(frozen=True)
+class StartCanary:
+    name: str
+    body: dict[str, Any]
+    reason: str
+
+
+@dataclass(frozen=True)
+class NoCanary:
+    reason: str
+
+
+def canary_name(model: str, challenger_version: int) -> str:
+    return f"{model}.loop-v{challenger_version}"
+
+
+def start_canary(
+    gate: GateResult | None, model: str, champion_version: int | None, canaries: dict[str, dict[str, Any]]
+) -> StartCanary | NoCanary:
+    """``canaries``: the canary policies in the store (name → body). A canary starts only for a passed gate whose
+    champion is still the champion, when no canary of the model is unfinished and none was ever made for this
+    challenger (a duplicate tick, a restarted daemon, a rolled-back challenger: never twice)."""
+    if gate is None:
+        return NoCanary("no challenger has been judged")
+    if not gate.passed:
+        return NoCanary(f"challenger v{gate.challenger_version} did not pass its gate: {gate.reason}")
+    for name, body in canaries.items():
+        if body.get("model") == model and int(body.get("challenger_version", -1)) == gate.challenger_version:
+            return NoCanary(f"challenger v{gate.challenger_version} has had its canary ({name})")
+    for name, body in canaries.items():
+        status = (body.get("state") or {}).get("status", "not started")
+        if body.get("model") == model and status not in ("promoted", "rolled_back"):
+            return NoCanary(f"canary {name} is unfinished ({status}): one at a time")
+    if champion_version != gate.champion_version:
+        return NoCanary(
+            f"the gate compared with v{gate.champion_version}, but v{champion_version} is champion now: judge again"
+        )
+    origin = {
+        "trigger": "drift",
+        "drift_window": gate.drift_window,
+        "drift_event": gate.drift_event,
+        "challenger_run": gate.challenger_run,
+        "evaluation_event": gate.evaluation_event,
+        "gate_month": gate.gate_month,
+        "gate": gate.reason,
+    }
+    body = {
+        "model": model,
+        "champion_version": gate.champion_version,
+        "challenger_version": gate.challenger_version,
+        **LOOP_CANARY,
+        "origin": origin,
+    }
+    reason = (
+        f"challenger v{gate.challenger_version} passed its gate on {gate.gate_month} ({gate.reason}); "
+        f"drift in {gate.drift_window}: canary started"
+    )
+    return StartCanary(canary_name(model, gate.challenger_version), body, reason)
