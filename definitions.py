@@ -24,6 +24,7 @@ from sensors.canary import canary_sensor
 from sensors.drift import drift_sensor
 from sensors.guardrails import guardrail_sensor
 from sensors.landing import landing_sensor
+from sensors.schedules import nightly_drift
 
 validated_assets = build_validated_assets()
 
@@ -44,5 +45,6 @@ defs = dg.Definitions(
     ),
     jobs=[*build_jobs, challenger_job, rollback_job],  # build_jobs: the set-up's stages, in order (assets/jobs.py)
     sensors=[drift_sensor, canary_sensor, guardrail_sensor, landing_sensor],
+    schedules=[nightly_drift],  # the production cadence (sensors/schedules.py)
     resources=keel_resources(dg.EnvVar("KEEL_HOME")),  # scripts/env.sh sets it (default: .keel in the repository)
 )

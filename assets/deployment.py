@@ -6,10 +6,12 @@ import json
 import dagster as dg
 
 from assets.models import MODEL_NAME, MODEL_PROMOTION
+from keel.clock import SimClock
 from keel.deploy.plan import NoChampionError, RunningCanary, plan_deployment, release
 from keel.features.definitions import FEATURE_NAMES
 from keel.policies import PolicyError
 from keel.release import infra_snapshot
+from resources.home import KeelHomeResource
 from resources.ledger import LedgerResource
 from resources.policy import PolicyStoreResource
 from resources.registry import ModelRegistryResource
@@ -37,6 +39,7 @@ def model_deployment(
     triton: TritonResource,
     ledger: LedgerResource,
     policies: PolicyStoreResource,
+    keel_home: KeelHomeResource,
 ) -> dg.MaterializeResult:
     with policies.open() as store:
         state, store_version = store.state(), store.version()
@@ -51,7 +54,12 @@ def model_deployment(
     infra = infra_snapshot() | {"triton": control.server_version(), "triton_dist": endpoints.get("triton_version")}
     with ledger.open() as led:
         done = release(
-            plan, triton.deployer(len(FEATURE_NAMES), control=control), led, infra, endpoints.get("policy") or {}
+            plan,
+            triton.deployer(len(FEATURE_NAMES), control=control),
+            led,
+            infra,
+            endpoints.get("policy") or {},
+            live_from=SimClock(keel_home.layout().clock).now(),  # the simulated now in a live replay
         )
     report = done.report
     context.log.info(

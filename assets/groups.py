@@ -67,7 +67,7 @@ GROUPS = {
         how_to_run="The exposure log, wide table and analysis follow live gateway traffic, by UTC day of the wall "
         "clock (so their partitions are 2026 days, not 2013 months): start an experiment with `keel experiment "
         "start <spec.yaml>`, send traffic, then materialize the day from the UI or let the guardrail sensor do it. "
-        "low_visibility_effect and impact_predictor are built by the set-up (job keel_models).",
+        "low_visibility_effect and impact_predictor are built by the set-up (job keel_causal).",
     ),
     "streaming": Group(
         "team:data-platform",

@@ -23,7 +23,7 @@ import dagster as dg
 from assets.deployment import MODEL_DEPLOYMENT
 from assets.drift import DRIFT_REFERENCE, DRIFT_REPORT
 from assets.experiments import IMPACT_PREDICTOR, LOW_VISIBILITY
-from assets.loop import CHALLENGER_EVALUATION, CHALLENGER_MODEL
+from assets.loop import CHALLENGER_EVALUATION, CHALLENGER_MODEL, LOOP_REPORT
 from assets.models import DELAY_MODEL, MODEL_EVALUATION, MODEL_PROMOTION
 from assets.raw import RAW_AIRLINES, RAW_AIRPORTS, RAW_PLANES
 
@@ -50,24 +50,26 @@ models_job = dg.define_asset_job(
     "keel_models",
     executor_def=dg.in_process_executor,
     selection=dg.AssetSelection.assets(
-        DRIFT_REFERENCE,
-        DELAY_MODEL,
-        MODEL_EVALUATION,
-        MODEL_PROMOTION,
-        MODEL_DEPLOYMENT,
-        IMPACT_PREDICTOR,
-        LOW_VISIBILITY,
+        DRIFT_REFERENCE, DELAY_MODEL, MODEL_EVALUATION, MODEL_PROMOTION, MODEL_DEPLOYMENT
     ),
-    description="What needs several months: the drift reference (2013-01…03); the delay model trained, evaluated "
-    "behind its quality gate, promoted and deployed to Triton; the causal analyses on the whole year.",
+    description="The first model, from January–March: the drift reference; the delay model trained, evaluated behind "
+    "its quality gate, promoted and deployed to Triton.",
+)
+
+causal_job = dg.define_asset_job(
+    "keel_causal",
+    executor_def=dg.in_process_executor,
+    selection=dg.AssetSelection.assets(IMPACT_PREDICTOR, LOW_VISIBILITY),
+    description="The causal analyses on the whole year (low visibility → delay, its impact predictor): they need "
+    "every month, so a live replay runs them once the year is in.",
 )
 
 drift_job = dg.define_asset_job(
     "keel_drift",
     executor_def=dg.in_process_executor,
-    selection=dg.AssetSelection.assets(DRIFT_REPORT),
-    description="One month's drift report against the reference, with a check per feature; the drift sensor acts "
-    "on it (freezes, retraining).",
+    selection=dg.AssetSelection.assets(DRIFT_REPORT, LOOP_REPORT),
+    description="One month's drift report against what the serving model was trained on, with a check per feature "
+    "(the drift sensor acts on it: freezes, challengers), and the month's loop_report on its realized labels.",
 )
 
 challenger_job = dg.define_asset_job(
@@ -80,19 +82,26 @@ challenger_job = dg.define_asset_job(
 )
 
 
+HISTORY = "history"  # a live replay runs it at the start, on the history months (January–March)
+SENSORS = "sensors"  # a live replay leaves it to the sensors, month by month as data lands
+AFTER = "after"  # a live replay runs it once the year is in
+
+
 @dataclass(frozen=True)
 class Stage:
     job: dg.UnresolvedAssetJobDefinition
     partitioned: bool  # one run per month, months in calendar order
+    live: str  # what a live replay (scripts/materialize.py --live) does with it: HISTORY, SENSORS or AFTER
 
 
 # The set-up runs them in this order, one run at a time; tests/test_jobs.py proves every parent comes first.
 # Months go in calendar order: a month's delay rates read every earlier month, and the drift sensor acts on the
 # reports in the order they arrive (a freeze from November must not outlive December's clean report).
 BUILD_ORDER = [
-    Stage(reference_tables_job, partitioned=False),
-    Stage(monthly_job, partitioned=True),
-    Stage(models_job, partitioned=False),
-    Stage(drift_job, partitioned=True),
+    Stage(reference_tables_job, partitioned=False, live=HISTORY),
+    Stage(monthly_job, partitioned=True, live=HISTORY),
+    Stage(models_job, partitioned=False, live=HISTORY),
+    Stage(drift_job, partitioned=True, live=SENSORS),
+    Stage(causal_job, partitioned=False, live=AFTER),
 ]
 build_jobs = [stage.job for stage in BUILD_ORDER]

@@ -10,16 +10,22 @@ starts a canary for a challenger whose gate passed (keel.loop.gate.challenger_ga
 files as the pipeline stored them, so a window is any months that exist, not a partition mapping fixed in code.
 """
 
+from datetime import UTC
+
 import dagster as dg
 import polars as pl
 
+from assets.deployment import MODEL_DEPLOYMENT
 from assets.drift import DRIFT_REPORT
 from assets.features import FEATURE_CODE_VERSION, FLIGHT_FEATURES
 from assets.models import MODEL_NAME, run_id_of
+from assets.partitions import monthly_2013
 from keel.home import KeelHome
 from keel.loop.gate import DEFAULT_GATE, challenger_gate
+from keel.loop.report import Release, month_report, naive_window
 from keel.training.model import TrainingConfig, predict, train_model
 from resources.home import KeelHomeResource
+from resources.ledger import LedgerResource
 from resources.registry import ModelRegistryResource
 
 LOOP_GROUP = "loop"
@@ -196,4 +202,141 @@ def challenger_evaluation(
     )
 
 
-loop_assets = [challenger_model, challenger_evaluation]
+LOOP_REPORT = dg.AssetKey("loop_report")
+REPORT_SCHEMA = dg.TableSchema(
+    columns=[
+        dg.TableColumn("model", "string", description="served (what the ledger says served each day), static, naive"),
+        dg.TableColumn("auc", "float"),
+        dg.TableColumn("log_loss", "float"),
+    ]
+)
+ACTIONS_SCHEMA = dg.TableSchema(
+    columns=[
+        dg.TableColumn("simulated", "string", description="simulated time of the decision"),
+        dg.TableColumn("wall", "string", description="wall time the run was created (UTC)"),
+        dg.TableColumn("action", "string"),
+        dg.TableColumn("detail", "string"),
+        dg.TableColumn("status", "string"),
+    ]
+)
+
+
+def _round(x: float | None) -> float | None:
+    return None if x is None else round(x, 4)
+
+
+def _loop_actions(instance: dg.DagsterInstance, month: str) -> list[dict]:
+    """The loop's runs whose simulated time falls in ``month``: challengers trained, canary decisions deployed."""
+    out = []
+    for run in instance.get_runs(limit=5000):
+        sim = run.tags.get("keel/sim_now", "")
+        if not sim.startswith(month):
+            continue
+        if run.job_name == "keel_challenger":
+            action, detail = "challenger", f"plan {run.tags.get('keel/plan')} ({run.tags.get('keel/reason', '')})"
+        elif "keel/canary_action" in run.tags:
+            action = f"canary {run.tags['keel/canary_action']}"
+            detail = f"{run.tags.get('keel/canary')} at {run.tags.get('keel/canary_percent')} %"
+        else:
+            continue
+        wall = instance.get_run_record_by_id(run.run_id).create_timestamp
+        out.append(
+            {
+                "simulated": sim,
+                "wall": wall.astimezone(UTC).isoformat(timespec="seconds"),
+                "action": action,
+                "detail": detail,
+                "status": run.status.value,
+            }
+        )
+    return sorted(out, key=lambda a: a["simulated"])
+
+
+@dg.asset(
+    key=LOOP_REPORT,
+    partitions_def=monthly_2013,
+    group_name=LOOP_GROUP,
+    kinds={"lightgbm", "polars"},
+    ins={"features": dg.AssetIn(FLIGHT_FEATURES)},
+    deps=[DRIFT_REPORT, MODEL_DEPLOYMENT, CHALLENGER_EVALUATION],
+    description="The year, measured: on the month's realized labels, the AUC and log-loss of what was served (the "
+    "model of the release live each day, from the ledger), of the static January–March model and of a naive "
+    "baseline retrained every month without a gate; and the loop's actions in the month with their simulated and "
+    "wall times. The Plots tab shows the series across months. Built with each month's drift report.",
+)
+def loop_report(
+    context: dg.AssetExecutionContext,
+    features: pl.DataFrame,
+    registry: ModelRegistryResource,
+    ledger: LedgerResource,
+    keel_home: KeelHomeResource,
+) -> dg.Output[pl.DataFrame]:
+    month = context.partition_key
+    with ledger.open() as led:
+        entries = led.log()
+    releases = [
+        Release(e.live_from, e.release_id, e.manifest["model"]["parts"]["sha256"])
+        for e in entries
+        if e.manifest.get("model", {}).get("parts", {}).get("sha256")
+    ]
+    if not releases:
+        raise dg.Failure("the ledger has no release: nothing has served yet (keel_models deploys the first model)")
+    naive_text, naive_note = None, "the year does not go back three months"
+    window = naive_window(month)
+    if window is not None:
+        fit, valid = window
+        try:
+            frames = read_months(keel_home.layout(), [*fit, valid])
+            naive_text = train_model(frames, TrainingConfig(train_months=fit, valid_month=valid)).text
+            naive_note = f"fitted on {', '.join(fit)}, early-stopped on {valid}"
+        except dg.Failure as exc:
+            naive_note = str(exc)
+    with registry.open() as reg:
+        report = month_report(month, features, releases, reg.load, reg.load(releases[0].model_sha), naive_text)
+        versions = {sha: reg.version(MODEL_NAME, sha) for sha in report.served_by}
+    actions = _loop_actions(context.instance, month)
+    rows = [("served", report.served), ("static", report.static), ("naive", report.naive)]
+    frame = pl.DataFrame(
+        {
+            "month": [month] * 3,
+            "model": [r[0] for r in rows],
+            "auc": [r[1].auc for r in rows],
+            "log_loss": [r[1].log_loss for r in rows],
+        },
+        schema={"month": pl.String, "model": pl.String, "auc": pl.Float64, "log_loss": pl.Float64},
+    )
+
+    def num(x: float | None) -> dg.MetadataValue:
+        return dg.MetadataValue.float(_round(x)) if x is not None else dg.MetadataValue.null()
+
+    return dg.Output(
+        frame,
+        metadata={
+            "served_auc": num(report.served.auc),
+            "static_auc": num(report.static.auc),
+            "naive_auc": num(report.naive.auc),
+            "served_log_loss": num(report.served.log_loss),
+            "static_log_loss": num(report.static.log_loss),
+            "naive_log_loss": num(report.naive.log_loss),
+            "served_minus_static_auc": num(
+                report.served.auc - report.static.auc
+                if report.served.auc is not None and report.static.auc is not None
+                else None
+            ),
+            "labelled_flights": report.rows,
+            "served_by": ", ".join(f"v{versions[s]}: {n:,} flights" for s, n in report.served_by.items()) or "none",
+            "naive": naive_note,
+            "scores": dg.MetadataValue.table(
+                records=[
+                    dg.TableRecord({"model": n, "auc": _round(sc.auc), "log_loss": _round(sc.log_loss)})
+                    for n, sc in rows
+                ],
+                schema=REPORT_SCHEMA,
+            ),
+            "actions": dg.MetadataValue.table(records=[dg.TableRecord(a) for a in actions], schema=ACTIONS_SCHEMA),
+            "action_count": len(actions),
+        },
+    )
+
+
+loop_assets = [challenger_model, challenger_evaluation, loop_report]

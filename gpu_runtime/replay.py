@@ -2,6 +2,13 @@
 
     .venv/bin/python -m gpu_runtime.replay --url http://127.0.0.1:8080 --rps 200 --seconds 60 \
         [--month 2013-06] [--out results.jsonl] [--max-in-flight 256]
+    .venv/bin/python -m gpu_runtime.replay --url http://127.0.0.1:8080 --live [--rps 25]
+
+``--live`` follows the live replay's simulated clock (``$KEEL_HOME/clock.json``) instead: each request asks about a
+flight scheduled on the simulated day (the day's flights in scheduled order, cycled), at ``--rps`` while the clock
+runs, none while it is paused, until the clock reaches its end. Its running totals (sent, ok, failed by status and
+error, by simulated month, versions seen) are rewritten every few seconds to
+``$KEEL_HOME/serving/live_traffic.json``, so the platform's summary can say how the year was served.
 
 Open loop: request i is sent at start + i / rps whether or not earlier ones were answered (a slow server shows up
 as latency, not as a politely lower rate), bounded by ``--max-in-flight`` and ``--seconds``. The flights are the
@@ -139,6 +146,143 @@ async def run(url: str, flights: list[dict], rps: float, seconds: float, max_in_
     }
 
 
+def flights_by_day() -> dict[str, list[dict]]:
+    """Every contract-valid flight of 2013 as a request body's ``flight``, by scheduled local day (YYYY-MM-DD)."""
+    out: dict[str, list[dict]] = {}
+    for month in range(1, 13):
+        for row in held_out_flights(f"2013-{month:02d}", limit=1_000_000):
+            out.setdefault(f"{row['year']}-{row['month']:02d}-{row['day']:02d}", []).append(row)
+    return out
+
+
+class LiveTotals:
+    """The live traffic's running totals, as written to the summary file."""
+
+    def __init__(self) -> None:
+        self.sent = self.ok = self.failed = 0
+        self.by_status: dict[str, int] = {}
+        self.by_error: dict[str, int] = {}
+        self.by_month: dict[str, dict[str, int]] = {}
+        self.versions: dict[str, int] = {}
+        self.degraded = 0
+        self.started = time.time()
+        self.sending_s = 0.0  # wall seconds the clock was running (the rate is over these)
+
+    def add(self, month: str, status: int, version, error: str | None, degraded) -> None:
+        self.ok += status == 200
+        self.failed += status != 200
+        self.by_status[str(status)] = self.by_status.get(str(status), 0) + 1
+        if error:
+            self.by_error[error] = self.by_error.get(error, 0) + 1
+        m = self.by_month.setdefault(month, {"ok": 0, "failed": 0})
+        m["ok" if status == 200 else "failed"] += 1
+        if status == 200:
+            self.versions[str(version)] = self.versions.get(str(version), 0) + 1
+            self.degraded += bool(degraded)
+
+    def as_dict(self, sim_now: str, finished: bool) -> dict:
+        answered = self.ok + self.failed
+        return {
+            "sim_now": sim_now,
+            "finished": finished,
+            "sent": self.sent,
+            "answered": answered,
+            "ok": self.ok,
+            "failed": self.failed,
+            "by_status": self.by_status,
+            "by_error": self.by_error,
+            "degraded_answers": self.degraded,
+            "versions": self.versions,
+            "by_month": dict(sorted(self.by_month.items())),
+            "achieved_rps": round(answered / self.sending_s, 1) if self.sending_s else None,
+        }
+
+
+async def live(url: str, home, rps: float, max_in_flight: int) -> dict:
+    """Send the simulated day's flights at ``rps`` while the clock runs; return the totals when it ends."""
+    from datetime import UTC, datetime
+
+    import aiohttp
+
+    from keel.clock import SimClock
+    from keel.storage import write_json_atomic
+
+    clock = SimClock(home.clock)
+    summary_path = home.serving.root / "live_traffic.json"
+    days = flights_by_day()
+    totals = LiveTotals()
+    cursor: dict[str, int] = {}
+    sem = asyncio.Semaphore(max_in_flight)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    timeout = aiohttp.ClientTimeout(total=30.0)
+    connector = aiohttp.TCPConnector(limit=max_in_flight)
+    tasks: set[asyncio.Task] = set()
+    sim_now = ""
+    async with aiohttp.ClientSession(base_url=url, connector=connector, timeout=timeout) as client:
+
+        async def one(flight: dict, month: str) -> None:
+            body = {
+                "flight": flight,
+                "tenant_id": "replay",
+                "risk_level": 2,
+                "unit_id": f"{flight['carrier']}{flight['flight']}-{flight['time_hour']}",
+            }
+            try:
+                async with client.post("/v1/predict", json=body) as resp:
+                    payload = await resp.json()
+                    error = (payload.get("error") or {}).get("code")
+                    totals.add(month, resp.status, payload.get("model_version"), error, payload.get("degraded"))
+            except Exception as exc:  # noqa: BLE001 - a transport failure is a failed request, counted
+                totals.add(month, 0, None, type(exc).__name__, None)
+            finally:
+                sem.release()
+
+        last_write = 0.0
+        next_send = prev = time.perf_counter()
+        while not stop.is_set():
+            t0 = time.perf_counter()
+            elapsed, prev = t0 - prev, t0
+            state = clock.state()
+            wall = datetime.now(UTC)
+            if state is None or not state.running or state.finished(wall):
+                if state is not None and state.finished(wall):
+                    break
+                await asyncio.sleep(0.5)  # paused (or not started): nothing is sent
+                next_send = time.perf_counter()
+                continue
+            totals.sending_s += elapsed  # wall time the clock ran: the achieved rate is over it
+            now = state.now(wall)
+            sim_now = now.isoformat(timespec="seconds")
+            day = f"{now:%Y-%m-%d}"
+            todays = days.get(day)
+            t = time.perf_counter()
+            if time.time() - last_write > 5:
+                write_json_atomic(totals.as_dict(sim_now, False), summary_path)
+                last_write = time.time()
+            if not todays:
+                await asyncio.sleep(0.1)
+                next_send = time.perf_counter()
+                continue
+            if next_send > t:
+                await asyncio.sleep(next_send - t)
+            next_send = max(next_send + 1.0 / rps, time.perf_counter() - 1.0)  # open loop, no burst after a stall
+            i = cursor.get(day, 0)
+            cursor[day] = i + 1
+            await sem.acquire()
+            totals.sent += 1
+            task = asyncio.create_task(one(todays[i % len(todays)], day[:7]))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+        if tasks:
+            await asyncio.gather(*tasks)
+    summary = totals.as_dict(sim_now, True)
+    write_json_atomic(summary, summary_path)
+    return summary
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m gpu_runtime.replay", description=__doc__.split("\n\n")[0])
     parser.add_argument("--url", required=True, help="the gateway, e.g. http://127.0.0.1:8080")
@@ -147,10 +291,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--month", default="2013-06", help="held-out month to replay (default 2013-06)")
     parser.add_argument("--max-in-flight", type=int, default=256)
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--live", action="store_true", help="follow the live replay's clock (see above)")
     args = parser.parse_args(argv)
     if not args.url.startswith(("http://127.0.0.1", "http://localhost")):
         print("replay: refusing a non-loopback target; this load generator is for local runs", file=sys.stderr)
         return 2
+    if args.live:
+        from keel.home import KeelHome
+
+        home = KeelHome.from_env()
+        print(f"replay: live traffic at {args.rps:g} req/s while the simulated clock runs", flush=True)
+        summary = asyncio.run(live(args.url, home, args.rps, args.max_in_flight))
+        print(json.dumps(summary), flush=True)
+        return 0 if summary["failed"] == 0 else 1
     flights = held_out_flights(args.month)
     print(f"replay: {len(flights):,} flights of {args.month}, {args.rps:g} req/s for {args.seconds:g} s", flush=True)
     summary = asyncio.run(run(args.url, flights, args.rps, args.seconds, args.max_in_flight, args.out))

@@ -9,6 +9,15 @@ sensor acts on the reports in the order they arrive); a failed month is reported
 script exits non-zero at the end.
 
 Usage: python scripts/materialize.py --port 3000 [--partitions 2013-01,2013-02]
+       python scripts/materialize.py --port 3000 --live [--speed S] [--rps R]
+
+``--live`` plays 2013 as a live year instead (docs/live.md): January–March land at once as history and the
+set-up's history stages build them and the first model (the simulated clock paused at 2013-04-01 12:00); then the
+clock runs — April to December land day by day, the sensors build, judge drift, train challengers, run canaries —
+while replayed traffic (``gpu_runtime.replay --live``) goes through the gateway. Progress: every run the sensors
+launch, every release and canary decision, a status line twice a minute. When the clock reaches its end and the
+sensors' runs are done, the stages for the whole year run (the causal analyses) and a summary is printed. Run it
+again after a stop: the clock resumes where it stopped; what was built is not built again.
 """
 
 from __future__ import annotations
@@ -29,7 +38,7 @@ warnings.filterwarnings("ignore", category=dg.PreviewWarning)
 from dagster._core.events import DagsterEventType  # noqa: E402
 from dagster_graphql import DagsterGraphQLClient  # noqa: E402
 
-from assets.jobs import BUILD_ORDER  # noqa: E402
+from assets.jobs import AFTER, BUILD_ORDER, HISTORY  # noqa: E402
 from assets.partitions import monthly_2013  # noqa: E402
 
 LOCATION = "keel"  # workspace.yaml's location_name
@@ -77,14 +86,221 @@ def summary(instance: dg.DagsterInstance, run_id: str) -> tuple[str, list[str]]:
             parts.append(f"AUC {md['auc'].value:.3f}, ECE {md['ece'].value:.3f}")
         elif key == "model_deployment":
             parts.append(f"live: {md['release_id'].value} at {md['gateway'].value}")
+        elif key == "challenger_model":
+            parts.append(f"challenger v{md['version'].value} fitted on {md['fitted_on'].value}")
+        elif key == "challenger_evaluation":
+            verdict = "passed" if md["passed"].value else "not passed"
+            parts.append(f"gate on {md['gate_month'].value} {verdict}: {md['reason'].value}")
+        elif key == "loop_report":
+            auc = {n: md[f"{n}_auc"].value for n in ("served", "static", "naive")}
+            parts.append("AUC " + ", ".join(f"{n} {v:.3f}" if v is not None else f"{n} –" for n, v in auc.items()))
     return "; ".join(parts), failed
+
+
+def run_stage(client, instance, stage, months: list[str | None], extra_tags=None) -> int:
+    """Launch ``stage``'s job once per month (or once), one run at a time, with a progress line each; failures."""
+    failures = 0
+    for i, month in enumerate(months, 1):
+        t = time.perf_counter()
+        tags = TAGS | ({"dagster/partition": month} if month else {}) | ((extra_tags or {}).get(month) or {})
+        run_id = client.submit_job_execution(stage.job.name, repository_location_name=LOCATION, tags=tags)
+        status = wait_for_run(client, run_id)
+        ok = status == dg.DagsterRunStatus.SUCCESS
+        failures += not ok
+        made, failed_checks = summary(instance, run_id)
+        label = f"[{i:>2}/{len(months)}] {month}" if month else "       all"
+        state = "ok" if ok else status.value
+        print(f"  {label} {state} in {time.perf_counter() - t:4.1f}s  {made}", flush=True)
+        if failed_checks:
+            print(f"        checks not passed: {', '.join(failed_checks)}", flush=True)
+        if not ok:
+            print(f"        run {run_id}: see its logs in the UI (Runs)", flush=True)
+    return failures
+
+
+# -- the live year ------------------------------------------------------------------------------------------------
+
+HISTORY_END = "2013-04-01T12:00:00+00:00"  # March 31's flights land at noon: January–March complete, April not begun
+STATUS_EVERY_S = 30
+IN_PROGRESS = [
+    dg.DagsterRunStatus.QUEUED,
+    dg.DagsterRunStatus.NOT_STARTED,
+    dg.DagsterRunStatus.STARTING,
+    dg.DagsterRunStatus.STARTED,
+]
+
+
+def run_live(args, client: DagsterGraphQLClient) -> int:
+    import json
+    import signal
+    import subprocess
+    from datetime import UTC, datetime
+
+    from keel.clock import DEFAULT_SPEED, SimClock
+    from keel.data.landing import LandingZone
+    from keel.home import KeelHome
+    from keel.ledger import Ledger
+    from keel.registry import ModelRegistry
+
+    home = KeelHome.from_env()
+    instance = dg.DagsterInstance.get()
+    clock, zone = SimClock(home.clock), LandingZone(home.landing)
+    history_end = datetime.fromisoformat(HISTORY_END)
+    if clock.state() is None:
+        if home.ledger.exists() and Ledger(home.ledger).log():
+            print(
+                f"keel: {home.root} already holds a backfill's releases (its ledger is on the wall clock): a live "
+                "replay needs a KEEL_HOME of its own (KEEL_HOME=... scripts/up, or remove it)",
+                file=sys.stderr,
+            )
+            return 2
+        clock.start(history_end, speed=args.speed or DEFAULT_SPEED, sim_end=datetime.fromisoformat(args.end))
+        clock.pause()  # the sensors wait while the history is built
+        print(f"keel: live replay: simulated clock set to {history_end:%Y-%m-%d %H:%M} (paused)", flush=True)
+    elif args.speed:
+        clock.set_speed(args.speed)
+    zone.deliver(clock.now())
+    failures = 0
+    with ModelRegistry(home.registry) as reg:
+        has_champion = reg.alias("flight-delay", "champion") is not None
+    if not has_champion:
+        landed = zone.landed_by_month()
+        history = list(zone.complete_months("flights"))
+        delivery = {
+            m: {"keel/delivery": f"landing:{m}:{landed[m].flight_days}f{landed[m].weather_days}w"} for m in history
+        }
+        print(f"keel: history {history[0]}…{history[-1]} landed; building it and the first model", flush=True)
+        stages = [s for s in BUILD_ORDER if s.live == HISTORY]
+        for n, stage in enumerate(stages, 1):
+            print(f"history job {n}/{len(stages)}: {stage.job.name}", flush=True)
+            failures += run_stage(client, instance, stage, history if stage.partitioned else [None], delivery)
+        if failures:
+            print(f"keel: {failures} history run(s) failed: not starting the live year", file=sys.stderr)
+            return 1
+    state = clock.resume()
+    print(
+        f"keel: live year from {clock.now():%Y-%m-%d %H:%M} to {state.sim_end:%Y-%m-%d %H:%M} at "
+        f"×{state.speed:,.0f} (a simulated day every {86400 / state.speed:.1f} s); traffic {args.rps:g} req/s",
+        flush=True,
+    )
+    traffic = subprocess.Popen(
+        [sys.executable, "-m", "gpu_runtime.replay", "--live", "--url", args.gateway, "--rps", str(args.rps)],
+        stdout=open(home.serving.root / "live_traffic.log", "a"),  # noqa: SIM115 - the child holds it
+        stderr=subprocess.STDOUT,
+    )
+
+    def stop(signum, frame):  # noqa: ARG001 - Ctrl-C / SIGTERM: pause the clock, stop the traffic
+        paused = clock.pause()
+        traffic.terminate()
+        print(f"\nkeel: live replay paused at {paused.sim_anchor:%Y-%m-%d %H:%M}; run again to resume", flush=True)
+        sys.exit(130)
+
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
+    follow = Follower(instance, home)
+    last_status, quiet_since = 0.0, None
+    while True:
+        wall = datetime.now(UTC)
+        state = clock.state()
+        for table, days in zone.deliver(state.now(wall)).items():
+            if days and table == "flights" and days[-1].day == 1 and days[-1].month > 1:
+                print(f"  {state.now(wall):%Y-%m-%d} the flights of {days[-1]:%B} begin to land", flush=True)
+        follow.print_new()
+        if time.monotonic() - last_status > STATUS_EVERY_S:
+            last_status = time.monotonic()
+            print(f"  … simulated {state.now(wall):%Y-%m-%d %H:%M}; {follow.traffic_line()}", flush=True)
+        busy = instance.get_runs(filters=dg.RunsFilter(statuses=IN_PROGRESS), limit=1)
+        if state.finished(wall) and not busy:
+            quiet_since = quiet_since or time.monotonic()
+            if time.monotonic() - quiet_since > 90:  # three sensor intervals with nothing to do: the year is in
+                break
+        else:
+            quiet_since = None
+        time.sleep(1.0)
+    traffic.wait(timeout=60)
+    follow.print_new()
+    if len(zone.complete_months("flights")) == 12:
+        print("keel: the live year is in; the analyses of the whole year:", flush=True)
+        for stage in [s for s in BUILD_ORDER if s.live == AFTER]:
+            failures += run_stage(client, instance, stage, [None])
+    else:
+        print("keel: the clock stopped before December was in: the whole-year analyses are not run", flush=True)
+    print(follow.summary(), flush=True)
+    traffic_summary = json.loads((home.serving.root / "live_traffic.json").read_text())
+    return 1 if failures or traffic_summary["failed"] else 0
+
+
+class Follower:
+    """What happened since the last look: runs the sensors launched (finished), releases, canary decisions."""
+
+    def __init__(self, instance: dg.DagsterInstance, home) -> None:
+        self.instance, self.home = instance, home
+        self.printed_runs: set[str] = set()
+        self.ledger_seq = 0
+        self.policy_version = 0
+
+    def print_new(self) -> None:
+        from keel.ledger import Ledger
+        from keel.policies import PolicyStore
+
+        for run in reversed(self.instance.get_runs(limit=50)):
+            if run.run_id in self.printed_runs or run.status not in TERMINAL or "dagster/sensor_name" not in run.tags:
+                continue
+            self.printed_runs.add(run.run_id)
+            made, failed = summary(self.instance, run.run_id)
+            what = run.tags.get("dagster/partition") or run.tags.get("keel/canary_action") or ""
+            sim = run.tags.get("keel/sim_now", "")[:16]
+            state = "ok" if run.status == dg.DagsterRunStatus.SUCCESS else run.status.value
+            print(f"  {sim or '':16} {run.job_name} {what} {state}  {made}", flush=True)
+        if self.home.ledger.exists():
+            with Ledger(self.home.ledger) as ledger:
+                for entry in ledger.log()[self.ledger_seq :]:
+                    model = entry.manifest.get("model", {}).get("parts", {}).get("sha256", "")[:12]
+                    print(f"  {entry.live_from:%Y-%m-%d %H:%M} release {entry.release_id} live (model {model})")
+                    self.ledger_seq = entry.seq
+        if self.home.policies.exists():
+            with PolicyStore(self.home.policies) as store:
+                for version in range(self.policy_version + 1, store.version() + 1):
+                    commit = store.commit(version)
+                    if commit.author in ("loop", "canary-controller"):
+                        print(f"  canary: {_reason_line(commit.reason)}", flush=True)
+                    self.policy_version = version
+
+    def traffic_line(self) -> str:
+        path = self.home.serving.root / "live_traffic.json"
+        if not path.exists():
+            return "traffic: starting"
+        import json
+
+        t = json.loads(path.read_text())
+        return f"traffic: {t['ok']:,} ok, {t['failed']:,} failed, {t['achieved_rps'] or 0:g} req/s"
+
+    def summary(self) -> str:
+        return f"keel: live year done; {self.traffic_line()}"
+
+
+def _reason_line(reason: str) -> str:
+    import json
+
+    try:
+        d = json.loads(reason)
+    except ValueError:
+        return reason[:160]
+    return f"{d.get('action')} at {d.get('percent')} %: {'; '.join(d.get('reasons', []))[:140]}"
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--port", type=int, required=True, help="the Dagster webserver's port on 127.0.0.1")
     parser.add_argument("--partitions", help="comma-separated month keys (default: all of 2013)")
+    parser.add_argument("--live", action="store_true", help="play April–December as a live year (docs/live.md)")
+    parser.add_argument("--speed", type=float, help="simulated seconds per wall second (default: Apr–Dec in 20 min)")
+    parser.add_argument("--end", default="2014-01-01T12:00:00+00:00", help="where the live clock stops")
+    parser.add_argument("--rps", type=float, default=40.0, help="live traffic, requests per second (default 40)")
+    parser.add_argument("--gateway", default="http://127.0.0.1:8080", help="the gateway the live traffic goes to")
     args = parser.parse_args()
+    if args.live:
+        return run_live(args, DagsterGraphQLClient("127.0.0.1", port_number=args.port, timeout=120))
     months = args.partitions.split(",") if args.partitions else monthly_2013.get_partition_keys()
     unknown = sorted(set(months) - set(monthly_2013.get_partition_keys()))
     if unknown:
@@ -96,21 +312,7 @@ def main() -> int:
     print(f"keel: materializing {len(BUILD_ORDER)} jobs over {len(months)} months", flush=True)
     for n, stage in enumerate(BUILD_ORDER, 1):
         print(f"job {n}/{len(BUILD_ORDER)}: {stage.job.name}", flush=True)
-        for i, month in enumerate(months if stage.partitioned else [None], 1):
-            t = time.perf_counter()
-            tags = TAGS | ({"dagster/partition": month} if month else {})
-            run_id = client.submit_job_execution(stage.job.name, repository_location_name=LOCATION, tags=tags)
-            status = wait_for_run(client, run_id)
-            ok = status == dg.DagsterRunStatus.SUCCESS
-            failures += not ok
-            made, failed_checks = summary(instance, run_id)
-            label = f"[{i:>2}/{len(months)}] {month}" if month else "       all"
-            state = "ok" if ok else status.value
-            print(f"  {label} {state} in {time.perf_counter() - t:4.1f}s  {made}", flush=True)
-            if failed_checks:
-                print(f"        checks not passed: {', '.join(failed_checks)}", flush=True)
-            if not ok:
-                print(f"        run {run_id}: see its logs in the UI (Runs)", flush=True)
+        failures += run_stage(client, instance, stage, months if stage.partitioned else [None])
     print(f"keel: done in {time.perf_counter() - t0:.0f}s, {failures} failed run(s)", flush=True)
     return 1 if failures else 0
 

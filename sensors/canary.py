@@ -34,7 +34,8 @@ def canary_sensor(
 ):
     problems: list[str] = []
     home = keel_home.layout()
-    now = SimClock(home.clock).now().timestamp()
+    sim = SimClock(home.clock).now()
+    now, sim_now = sim.timestamp(), sim.isoformat(timespec="seconds")
     with policies.open() as store, registry.open() as reg:
         started = start_loop_canary(context, store, reg)
         acted = tick(store, reg, home.serving.exposures, now, storage_dir=home.storage, problems=problems)
@@ -49,6 +50,7 @@ def canary_sensor(
                 "keel/canary_action": a["action"],
                 "keel/policy_version": str(a["version"]),
                 "keel/canary_percent": str(a["percent"]),
+                "keel/sim_now": sim_now,
                 **({"keel/trigger": "drift"} if a["name"] == started else {}),
             },
         )

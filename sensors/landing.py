@@ -13,6 +13,7 @@ import json
 
 import dagster as dg
 
+from assets.drift import DRIFT_REFERENCE
 from assets.features import FLIGHT_FEATURES
 from assets.jobs import drift_job, monthly_job
 from keel.clock import SimClock
@@ -20,16 +21,18 @@ from keel.data.landing import LandingZone
 from keel.loop.arrivals import Landed, arrivals, days_in
 from resources.home import KeelHomeResource
 
+DELIVERY_TAG = "keel/delivery"  # which delivery a monthly run built: the landing run key (scripts/materialize.py too)
+
 
 def _built_from(instance: dg.DagsterInstance, month: str) -> str | None:
-    """The run key of the run that last materialized the month's features (None: never)."""
+    """The delivery the run that last materialized the month's features built (None: never, or not a delivery)."""
     records = instance.fetch_materializations(
         dg.AssetRecordsFilter(asset_key=FLIGHT_FEATURES, asset_partitions=[month]), limit=1
     ).records
     if not records:
         return None
     run = instance.get_run_by_id(records[0].run_id)
-    return run.tags.get("dagster/run_key") if run else None
+    return (run.tags.get(DELIVERY_TAG) or run.tags.get("dagster/run_key")) if run else None
 
 
 @dg.sensor(
@@ -43,8 +46,13 @@ def _built_from(instance: dg.DagsterInstance, month: str) -> str | None:
 def landing_sensor(context: dg.SensorEvaluationContext, keel_home: KeelHomeResource):
     home = keel_home.layout()
     clock = SimClock(home.clock)
-    if clock.state() is None:
+    state = clock.state()
+    if state is None:
         return dg.SkipReason("no live replay (no simulated clock under KEEL_HOME)")
+    if not state.running:  # the set-up builds the history while it is paused; Ctrl-C pauses a replay
+        return dg.SkipReason(
+            f"the live replay is paused at simulated {state.sim_anchor.isoformat(timespec='seconds')}"
+        )
     cursor = json.loads(context.cursor) if context.cursor else {"seen": {}, "drift": []}
     seen = {m: Landed(*v) for m, v in cursor["seen"].items()}
     zone = LandingZone(home.landing)
@@ -52,22 +60,26 @@ def landing_sensor(context: dg.SensorEvaluationContext, keel_home: KeelHomeResou
     sim_now = clock.now().isoformat(timespec="seconds")
     requests = []
     for refresh in arrivals(landed, seen):
+        if _built_from(context.instance, refresh.month) == refresh.run_key:
+            seen[refresh.month] = refresh.landed  # built already (the set-up's history runs): not twice
+            continue
         requests.append(
             dg.RunRequest(
                 job_name=monthly_job.name,
                 partition_key=refresh.month,
                 run_key=refresh.run_key,
-                tags={"keel/trigger": "landing", "keel/sim_now": sim_now},
+                tags={"keel/trigger": "landing", "keel/sim_now": sim_now, DELIVERY_TAG: refresh.run_key},
             )
         )
         seen[refresh.month] = refresh.landed
     # Drift reports for complete months whose features the complete delivery has built (not before: the report
-    # would judge a partial month).
+    # would judge a partial month), once the drift reference exists (the first model's job builds it).
     drift_done = set(cursor["drift"])
+    has_reference = context.instance.get_latest_materialization_event(DRIFT_REFERENCE) is not None
     for month, now in sorted(landed.items()):
         complete_key = f"landing:{month}:{now.flight_days}f{now.weather_days}w"
         complete = now.flight_days == days_in(month) and month not in drift_done
-        if complete and _built_from(context.instance, month) == complete_key:
+        if complete and has_reference and _built_from(context.instance, month) == complete_key:
             requests.append(
                 dg.RunRequest(
                     job_name=drift_job.name,
@@ -81,5 +93,7 @@ def landing_sensor(context: dg.SensorEvaluationContext, keel_home: KeelHomeResou
         {"seen": {m: [v.flight_days, v.weather_days] for m, v in seen.items()}, "drift": sorted(drift_done)}
     )
     if not requests:  # the cursor moves only with requests: a tick with nothing new loses nothing
+        if new_cursor != context.cursor and seen:
+            return dg.SensorResult(run_requests=[], cursor=new_cursor)  # history built by the set-up: noted
         return dg.SkipReason(f"nothing new in the landing zone at simulated {sim_now}")
     return dg.SensorResult(run_requests=requests, cursor=new_cursor)

@@ -60,6 +60,9 @@ def test_landed_days_rebuild_their_month_once_and_complete_months_get_drift(tmp_
             instance=instance,
             tags={"dagster/run_key": "landing:2013-03:31f31w"},
         ).success
+        # …but not before the drift reference exists (the first model's job builds it)
+        assert not tick(tmp_path, instance, first.cursor).run_requests
+        instance.report_runless_asset_event(dg.AssetMaterialization("drift_reference"))
         drift = tick(tmp_path, instance, first.cursor)
         assert [(r.job_name, r.partition_key) for r in drift.run_requests] == [("keel_drift", "2013-03")]
         assert not tick(tmp_path, instance, drift.cursor).run_requests
@@ -67,3 +70,22 @@ def test_landed_days_rebuild_their_month_once_and_complete_months_get_drift(tmp_
         LandingZone(home.landing).deliver(datetime(2013, 4, 4, 13, tzinfo=UTC))
         later = tick(tmp_path, instance, drift.cursor)
         assert [(r.partition_key, r.run_key) for r in later.run_requests] == [("2013-04", "landing:2013-04:3f3w")]
+
+
+def test_history_the_set_up_built_is_not_built_again(tmp_path, monkeypatch):
+    """scripts/materialize.py --live builds January–March itself (tagged with the delivery it built): the sensor
+    notes them and asks only for what it has not seen built."""
+    monkeypatch.setenv("KEEL_HOME", str(tmp_path))
+    home = KeelHome(tmp_path)
+    now = datetime(2013, 4, 1, 12, tzinfo=UTC)  # January–March, in full
+    SimClock(home.clock).start(now)
+    LandingZone(home.landing).deliver(now)
+    with dg.instance_for_test() as instance:
+        for month, key in (("2013-01", "31f31w"), ("2013-02", "28f28w")):
+            assert dg.materialize(
+                [stub_features], partition_key=month, instance=instance,
+                tags={"keel/delivery": f"landing:{month}:{key}"},
+            ).success  # fmt: skip
+        first = tick(tmp_path, instance)
+        assert [r.partition_key for r in first.run_requests if r.job_name == "keel_monthly"] == ["2013-03"]
+        assert not tick(tmp_path, instance, first.cursor).run_requests

@@ -521,7 +521,7 @@ def test_setup_runs_belong_to_defined_jobs_and_can_be_reexecuted(dagster_dev):
     by_job: dict[str, list] = {}
     for run in runs:
         by_job.setdefault(run["jobName"], []).append(run)
-    assert set(by_job) == {"keel_reference_tables", "keel_monthly", "keel_models", "keel_drift"}
+    assert set(by_job) == {"keel_reference_tables", "keel_monthly", "keel_models", "keel_drift", "keel_causal"}
     assert len(by_job["keel_monthly"]) == 12 and len(by_job["keel_drift"]) == 12
     assert all(r["status"] == "SUCCESS" for r in runs)
     # Re-execute the reference tables' run from the UI's API, as the "Re-execute" button does; it runs again.

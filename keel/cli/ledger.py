@@ -18,6 +18,13 @@ def register(sub) -> None:
     at.add_argument("timestamp")
     at.set_defaults(func=_ledger_at)
     lsub.add_parser("log", help="every entry, oldest first").set_defaults(func=_ledger_log)
+    why = lsub.add_parser(
+        "why",
+        help="the chain that led to a release: drift report → training run → gate → canary policy versions → live",
+    )
+    why.add_argument("release", help="a release id (rel-…), or 'live' for the newest entry")
+    why.add_argument("--model", default="flight-delay")
+    why.set_defaults(func=_ledger_why)
     lsub.add_parser(
         "verify", help="check the hash chain (exit 1 when an entry was edited, reordered or removed)"
     ).set_defaults(func=_ledger_verify)
@@ -63,6 +70,43 @@ def _ledger_at(args: argparse.Namespace) -> int:
 def _ledger_log(args: argparse.Namespace) -> int:
     for entry in _open_ledger(args).log():
         _print_entry(entry)
+    return EXIT_OK
+
+
+def _ledger_why(args: argparse.Namespace) -> int:
+    from keel.loop.why import explain, from_loop
+    from keel.policies import PolicyStore
+    from keel.registry import ModelRegistry
+
+    home = home_layout()
+    entries = _open_ledger(args).log()
+    matching = [e for e in entries if args.release in (e.release_id, "live")]
+    if not matching:
+        print(f"no release {args.release} in the ledger ({len(entries)} entries; `keel ledger log` lists them)")
+        return EXIT_PROBLEM
+    entry = matching[-1]
+    sha = (entry.manifest.get("model") or {}).get("parts", {}).get("sha256")
+    if not sha:
+        print(f"release {entry.release_id} names no model")
+        return EXIT_PROBLEM
+    with ModelRegistry(home.registry) as registry:
+        version = registry.version(args.model, sha)
+        metadata = registry.get(args.model, sha).metadata
+    commits = []
+    canary = f"{args.model}.loop-v{version}"
+    store_version = (entry.manifest.get("policy") or {}).get("parts", {}).get("store_version")
+    if home.policies.exists():
+        with PolicyStore(home.policies) as store:
+            for v in range(1, (store_version or store.version()) + 1):
+                c = store.commit(v)
+                if canary in c.changes:
+                    commits.append((v, c.committed_at.isoformat(timespec="seconds"), c.author, c.reason))
+    revert = f" (a revert of entry #{entry.reverts})" if entry.reverts else ""
+    print(f"release {entry.release_id}: ledger entry #{entry.seq}{revert}, model v{version} ({sha[:12]})")
+    if not from_loop(metadata):
+        print("  not trained by the loop: no drift report asked for it (the first model, or promoted by hand)")
+    for link in explain(entry.release_id, entry.live_from.isoformat(timespec="seconds"), version, metadata, commits):
+        print(f"  {link.step:<13} {link.when:<25} {link.detail}")
     return EXIT_OK
 
 

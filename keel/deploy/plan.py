@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import Any
 
 from keel.canary import FINISHED
@@ -142,10 +143,16 @@ class Release:
 
 
 def release(
-    plan: DeploymentPlan, deployer: ModelDeployer, ledger: Ledger, infra: dict[str, Any], gateway_policy: dict
+    plan: DeploymentPlan,
+    deployer: ModelDeployer,
+    ledger: Ledger,
+    infra: dict[str, Any],
+    gateway_policy: dict,
+    live_from: datetime | None = None,
 ) -> Release:
     """Deploy ``plan`` and record it: the manifest's policy part covers the routes, the gateway's policy version
-    and breaker, the store version and the canary; a release identical to the live one adds no ledger entry."""
+    and breaker, the store version and the canary; a release identical to the live one adds no ledger entry.
+    ``live_from``: when it went live (default now; a live replay passes its simulated now)."""
     c = plan.canary
     policy = {
         "routing": _sha(
@@ -162,5 +169,5 @@ def release(
     report = deployer.deploy(plan.model, targets, fallback=plan.fallback)
     log = ledger.log()
     live = log[-1] if log else None
-    entry = live if live and live.release_id == release_id else ledger.append(release_id, manifest)
+    entry = live if live and live.release_id == release_id else ledger.append(release_id, manifest, live_from)
     return Release(manifest, report, entry)

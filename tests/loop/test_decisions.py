@@ -15,6 +15,7 @@ from keel.loop.gate import ChallengerGatePolicy, bootstrap_upper, challenger_gat
 from keel.loop.promote import GateResult, NoCanary, StartCanary, start_canary
 from keel.loop.reference import reference_window
 from keel.loop.retrain import LoopState, NoRetrain, RetrainPlan, RetrainPolicy, plan_retrain
+from keel.loop.why import explain, from_loop
 from keel.policies.types import validate_policy
 
 Q1 = ("2013-01", "2013-02", "2013-03")
@@ -27,22 +28,24 @@ def months(a: int, b: int) -> tuple[str, ...]:
 @pytest.mark.parametrize(
     "state, expected",
     [
-        # the first drift after April's labels: nothing beyond the champion's window to learn from yet
-        (LoopState(labelled=months(1, 4), champion_trained_on=Q1), "no labelled month beyond"),
-        # May labelled: train on Feb–Apr, judge on May (not trained on)
-        (LoopState(labelled=months(1, 5), champion_trained_on=Q1), (months(2, 4), "2013-05")),
+        # April labelled: too little to train on four months and judge on a fifth
+        (LoopState(labelled=months(1, 4), champion_trained_on=Q1), "need 4 to train and 1 to judge"),
+        # May labelled: train on Jan–Apr (fit Jan–Mar, early-stop on Apr), judge on May (not trained on)
+        (LoopState(labelled=months(1, 5), champion_trained_on=Q1), (months(1, 4), "2013-05")),
         # June: the rolling window moves
-        (LoopState(labelled=months(1, 6), champion_trained_on=Q1), (months(3, 5), "2013-06")),
-        # the champion was already retrained on Mar–May: the same window again would reproduce it
-        (LoopState(labelled=months(1, 6), champion_trained_on=months(3, 5)), "exactly"),
+        (LoopState(labelled=months(1, 6), champion_trained_on=Q1), (months(2, 5), "2013-06")),
+        # the champion was already retrained on Feb–May: the same window again would reproduce it
+        (LoopState(labelled=months(1, 6), champion_trained_on=months(2, 5)), "exactly"),
+        # nothing labelled beyond what the champion learned from, but the month that judges
+        (LoopState(labelled=months(1, 5), champion_trained_on=months(1, 4)), "no labelled month beyond"),
         # one challenger at a time: coalesced while one trains, none while a canary runs
         (LoopState(labelled=months(1, 6), champion_trained_on=Q1, challenger_in_training="run-7"), "coalesced"),
         (LoopState(labelled=months(1, 6), champion_trained_on=Q1, canary_running="canary-3"), "canary is running"),
         # too little history to train and judge
-        (LoopState(labelled=months(1, 2), champion_trained_on=()), "need 3 to train and 1 to judge"),
+        (LoopState(labelled=months(1, 2), champion_trained_on=()), "need 4 to train and 1 to judge"),
         # labels arrive out of order: sorted, deduplicated
         (LoopState(labelled=("2013-05", "2013-01", "2013-03", "2013-02", "2013-04", "2013-05"), champion_trained_on=Q1),
-         (months(2, 4), "2013-05")),
+         (months(1, 4), "2013-05")),
     ],
 )  # fmt: skip
 def test_drift_leads_to_one_challenger_on_the_recent_months(state, expected):
@@ -56,7 +59,7 @@ def test_drift_leads_to_one_challenger_on_the_recent_months(state, expected):
 def test_the_plan_key_names_the_data_so_the_same_challenger_is_asked_once():
     state = LoopState(labelled=months(1, 6), champion_trained_on=Q1)
     a, b = plan_retrain("2013-06", state), plan_retrain("2013-07", state)
-    assert a.key == b.key == "2013-03..2013-05|2013-06"  # two drift reports, same data: one challenger
+    assert a.key == b.key == "2013-02..2013-05|2013-06"  # two drift reports, same data: one challenger
 
 
 def test_a_longer_window_by_policy():
@@ -237,3 +240,31 @@ def test_a_passing_challenger_starts_one_canary(gate, champion, canaries, expect
     assert body["origin"]["drift_window"] == "2013-06" and body["origin"]["gate_month"] == "2013-06"
     assert (body["origin"]["drift_event"], body["origin"]["challenger_run"]) == (42, "run-9")
     validate_policy(decision.name, "canary", body)  # the policy store accepts it as it is
+
+
+def test_why_links_drift_training_gate_canary_and_release():
+    meta = {
+        "trigger": {"drift_window": "2013-06", "drift_event": 41},
+        "run_id": "run-9",
+        "train_months": ["2013-03", "2013-04"],
+        "valid_month": "2013-05",
+        "challenger_gate": {"passed": True, "gate_month": "2013-06", "champion_version": 1, "reason": "better by 0.01",
+                            "run_id": "run-9"},
+    }  # fmt: skip
+    commits = [
+        (5, "2026-12-01T01:00:00+00:00", "loop", "challenger v3 passed its gate on 2013-06; canary started"),
+        (6, "2026-12-01T01:00:01+00:00", "canary-controller", '{"action": "start", "percent": 1.0, "reasons": ["rollout started"]}'),
+        (9, "2026-12-01T01:03:00+00:00", "canary-controller", '{"action": "promote", "percent": 100.0, "reasons": ["all 5 steps passed"]}'),
+    ]  # fmt: skip
+    chain = explain("rel-abc", "2013-07-20T10:00:00+00:00", 3, meta, commits)
+    assert [link.step for link in chain] == [
+        "drift report", "training run", "gate", "policy v5", "policy v6", "policy v9", "ledger",
+    ]  # fmt: skip
+    assert "drift_report[2013-06], event 41" in chain[0].detail
+    assert "fitted on 2013-03, 2013-04, early-stopped on 2013-05" in chain[1].detail
+    assert chain[2].detail.startswith("passed on 2013-06 against v1")
+    assert "promote at 100.0 %: all 5 steps passed" in chain[5].detail
+    assert chain[-1].when == "2013-07-20T10:00:00+00:00" and "serving v3" in chain[-1].detail
+    assert from_loop(meta) and not from_loop({"train_months": ["2013-01"]})
+    # the first model: no drift, no gate, no canary — only its release
+    assert [link.step for link in explain("rel-1", "2013-04-01T12:00:00+00:00", 1, {}, [])] == ["ledger"]

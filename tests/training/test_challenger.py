@@ -8,7 +8,7 @@ import dagster as dg
 import polars as pl
 import pytest
 
-from assets.loop import CHALLENGER_GATE, loop_assets
+from assets.loop import CHALLENGER_GATE, challenger_evaluation, challenger_model
 from keel.home import KeelHome
 from keel.loop.gate import challenger_gate
 from keel.registry import ModelRegistry
@@ -34,7 +34,7 @@ def home(tmp_path, feature_months):
 
 def run(home, config: dict, instance=None):
     return dg.materialize(
-        loop_assets,
+        [challenger_model, challenger_evaluation],
         resources=keel_resources(home.root),
         run_config={"ops": {"challenger_model": {"config": config}, "challenger_evaluation": {"config": config}}},
         instance=instance,

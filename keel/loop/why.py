@@ -1,0 +1,85 @@
+"""Why a release is what it is: the chain from the drift that asked for its model to the commit that put it live.
+
+``explain(entry, model, canary_commits)`` links what the platform recorded, each in its own store:
+
+    drift report (partition, event id)        ← the model's registry metadata ``trigger``
+    → training run (Dagster run id, window)   ← the model's ``run_id``, ``train_months``, ``valid_month``
+    → gate result (verdict, numbers)          ← the model's ``challenger_gate``
+    → canary policy versions                  ← the policy store's commits of the loop's canary for that version
+    → promotion / rollback                    ← the last of those commits, and this ledger entry
+
+A release whose model was not trained by the loop (the first model, one promoted by hand) says so instead. Pure:
+the caller reads the ledger, registry and policy store.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Link:
+    step: str
+    when: str  # simulated or wall time, as the store recorded it
+    detail: str
+
+
+def _reason(text: str) -> dict[str, Any]:
+    try:
+        d = json.loads(text)
+    except ValueError:
+        return {"reasons": [text]}
+    return d if isinstance(d, dict) else {"reasons": [text]}
+
+
+def explain(
+    release_id: str,
+    live_from: str,
+    model_version: int,
+    model_metadata: dict[str, Any],
+    canary_commits: list[tuple[int, str, str, str]],  # (store version, committed_at, author, reason), in order
+) -> list[Link]:
+    chain: list[Link] = []
+    trigger = model_metadata.get("trigger") or {}
+    if trigger.get("drift_window"):
+        chain.append(
+            Link("drift report", "", f"drift_report[{trigger['drift_window']}], event {trigger.get('drift_event')}")
+        )
+    window = list(model_metadata.get("train_months") or [])
+    if model_metadata.get("run_id"):
+        fitted = ", ".join(window) or "?"
+        chain.append(
+            Link(
+                "training run",
+                "",
+                f"run {model_metadata['run_id']}: v{model_version} fitted on {fitted}, early-stopped on "
+                f"{model_metadata.get('valid_month')}",
+            )
+        )
+    gate = model_metadata.get("challenger_gate")
+    if gate:
+        verdict = "passed" if gate.get("passed") else "failed"
+        chain.append(
+            Link(
+                "gate",
+                "",
+                f"{verdict} on {gate.get('gate_month')} against v{gate.get('champion_version')}: {gate.get('reason')} "
+                f"(run {gate.get('run_id')})",
+            )
+        )
+    for version, at, author, reason in canary_commits:
+        d = _reason(reason)
+        if "action" in d:
+            what = f"{d['action']} at {d.get('percent')} %: " + "; ".join(d.get("reasons", []))
+        else:
+            what = "; ".join(d.get("reasons", []))
+        chain.append(Link(f"policy v{version}", at, f"{author}: {what}"))
+    chain.append(Link("ledger", live_from, f"release {release_id} live, serving v{model_version}"))
+    return chain
+
+
+def from_loop(model_metadata: dict[str, Any]) -> bool:
+    """Whether the loop trained this model (a challenger asked for by a drift report)."""
+    return bool((model_metadata.get("trigger") or {}).get("drift_window"))

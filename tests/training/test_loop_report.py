@@ -1,0 +1,110 @@
+"""loop_report's numbers, recomputed independently: which release served each day from the ledger's own ``at``
+query, each flight scored by that release's model, AUC and log-loss from scratch — the same numbers as the asset's."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, time
+
+import dagster as dg
+import lightgbm as lgb
+import numpy as np
+import polars as pl
+import pytest
+from scipy.stats import mannwhitneyu
+
+from assets.loop import loop_report
+from keel.features.definitions import FEATURE_NAMES
+from keel.home import KeelHome
+from keel.ledger import Ledger
+from keel.registry import ModelRegistry
+from keel.storage import write_parquet_atomic
+from keel.training.model import TrainingConfig, month_of, train_model
+from resources import keel_resources
+
+MONTHS = ("2013-01", "2013-02", "2013-03", "2013-04", "2013-05")
+
+
+def manifest(sha: str) -> dict:
+    return {"release_id": "x", "model": {"hash": "h", "parts": {"sha256": sha}}}
+
+
+@pytest.fixture
+def home(tmp_path, feature_months):
+    """Stored features for 2013-01…05; the static model (v1) live from March, a retrained one (v2) from 15 May."""
+    home = KeelHome.of(tmp_path)
+    for m in MONTHS:
+        write_parquet_atomic(month_of(feature_months, m), home.asset_file("flight_features", m))
+    static = train_model(feature_months, TrainingConfig(train_months=("2013-01",), valid_month="2013-02"))
+    later = train_model(feature_months, TrainingConfig(train_months=("2013-02", "2013-03"), valid_month="2013-04"))
+    with ModelRegistry(home.registry) as reg:
+        for m in (static, later):
+            reg.register("flight-delay", m.text, {})
+    with Ledger(home.ledger) as ledger:
+        ledger.append("rel-static", manifest(static.sha256), datetime(2013, 3, 1, 12, tzinfo=UTC))
+        ledger.append("rel-later", manifest(later.sha256), datetime(2013, 5, 15, 3, tzinfo=UTC))
+    return home
+
+
+def labelled(frame: pl.DataFrame) -> pl.DataFrame:
+    return frame.filter(pl.col("label_late15").is_not_null()).sort("flight_id")
+
+
+def scores(model_text: str, frame: pl.DataFrame) -> np.ndarray:
+    x = frame.select([pl.col(f).cast(pl.Float64) for f in FEATURE_NAMES]).to_numpy()
+    return lgb.Booster(model_str=model_text).predict(x)
+
+
+def auc_of(s: np.ndarray, y: np.ndarray) -> float:
+    return mannwhitneyu(s[y == 1], s[y == 0]).statistic / ((y == 1).sum() * (y == 0).sum())
+
+
+def log_loss_of(s: np.ndarray, y: np.ndarray) -> float:
+    p = np.clip(s, 1e-15, 1 - 1e-15)
+    return float(-np.mean(y * np.log(p) + (1 - y) * np.log(1 - p)))
+
+
+def test_the_report_is_what_the_ledger_and_the_labels_say(home):
+    may = labelled(pl.read_parquet(home.asset_file("flight_features", "2013-05")))
+    with dg.instance_for_test() as instance:
+        context = dg.build_asset_context(
+            partition_key="2013-05", resources=keel_resources(home.root), instance=instance
+        )
+        out = loop_report(context, features=may)
+    meta = {k: v.value for k, v in out.metadata.items()}
+
+    # served: the release live at noon UTC of each flight's day, by the ledger's own query
+    ledger, registry = Ledger(home.ledger), ModelRegistry(home.registry)
+    served_s, served_y = [], []
+    for day, flights in may.group_by("sched_date"):
+        entry = ledger.at(datetime.combine(day[0], time(12, tzinfo=UTC)))
+        served_s.append(scores(registry.load(entry.manifest["model"]["parts"]["sha256"]), flights))
+        served_y.append(flights["label_late15"].to_numpy())
+    s, y = np.concatenate(served_s), np.concatenate(served_y)
+    assert meta["served_auc"] == pytest.approx(auc_of(s, y), abs=1e-4)
+    assert meta["served_log_loss"] == pytest.approx(log_loss_of(s, y), abs=1e-4)
+    # the 15th's noon is after 03:00: days 1–14 by v1, 15–31 by v2
+    first_half = may.filter(pl.col("sched_date").dt.day() < 15).height
+    assert meta["served_by"] == f"v1: {first_half:,} flights, v2: {may.height - first_half:,} flights"
+
+    # static: the first release's model on every flight
+    static = scores(registry.load(ledger.log()[0].manifest["model"]["parts"]["sha256"]), may)
+    y = may["label_late15"].to_numpy()
+    assert meta["static_auc"] == pytest.approx(auc_of(static, y), abs=1e-4)
+    assert meta["static_log_loss"] == pytest.approx(log_loss_of(static, y), abs=1e-4)
+
+    # naive: retrained on January–March, early-stopped on April, without a gate
+    feats = pl.concat([pl.read_parquet(home.asset_file("flight_features", m)) for m in MONTHS])
+    naive = train_model(feats, TrainingConfig(train_months=("2013-01", "2013-02", "2013-03"), valid_month="2013-04"))
+    assert meta["naive_auc"] == pytest.approx(auc_of(scores(naive.text, may), y), abs=1e-4)
+    assert meta["labelled_flights"] == may.height
+    assert [r.data["model"] for r in out.metadata["scores"].value.records] == ["served", "static", "naive"]
+
+
+def test_a_month_before_any_release_is_a_clear_failure(tmp_path, feature_months):
+    home = KeelHome.of(tmp_path)
+    with dg.instance_for_test() as instance:
+        context = dg.build_asset_context(
+            partition_key="2013-05", resources=keel_resources(home.root), instance=instance
+        )
+        with pytest.raises(dg.Failure, match="nothing has served yet"):
+            loop_report(context, features=month_of(feature_months, "2013-05"))
