@@ -23,7 +23,7 @@ from assets.partitions import monthly_2013
 from keel.home import KeelHome
 from keel.loop.gate import DEFAULT_GATE, challenger_gate
 from keel.loop.report import Release, month_report, naive_window
-from keel.training.model import TrainingConfig, predict, train_model
+from keel.training.model import TrainingConfig, month_of, predict, train_model
 from resources.home import KeelHomeResource
 from resources.ledger import LedgerResource
 from resources.registry import ModelRegistryResource
@@ -35,13 +35,20 @@ CHALLENGER_GATE = "challenger_gate"
 
 
 class ChallengerConfig(dg.Config):
-    """What the drift sensor's plan says (keel.loop.retrain.RetrainPlan): the data window (fitted on all but its
-    last month, early-stopped on that one), the month that judges it, and the drift that asked for it."""
+    """What the drift sensor's plan says (keel.loop.retrain.RetrainPlan): the months it is fitted on, the newest
+    labelled month — early-stopped on its days before ``gate_from_day``, judged on the days from it — and the drift
+    that asked for it."""
 
     train_months: list[str]
     gate_month: str
+    gate_from_day: int = 22
     drift_window: str = ""
     drift_event: int = 0
+
+
+def gate_flights(frame: pl.DataFrame, config: ChallengerConfig) -> pl.DataFrame:
+    """The flights that judge the challenger: the gate month's days from ``gate_from_day`` on."""
+    return month_of(frame, config.gate_month).filter(pl.col("sched_date").dt.day() >= config.gate_from_day)
 
 
 def read_months(home: KeelHome, months: list[str]) -> pl.DataFrame:
@@ -60,7 +67,7 @@ def read_months(home: KeelHome, months: list[str]) -> pl.DataFrame:
     deps=[DRIFT_REPORT],
     tags={"keel/backfill": "skip"},
     description="A challenger of the served delay model, trained when drift asks for one (the drift sensor's plan: "
-    "the most recent labelled months but the newest, fitted on all but the last and early-stopped on it). "
+    "fitted on the three labelled months before the newest, early-stopped on the newest month's first three weeks). "
     "Registered in the registry with its window and the drift report that asked for it. Launched by the drift "
     "sensor in a live replay (`keel_challenger`), or from the Launchpad with the months as config.",
 )
@@ -70,12 +77,18 @@ def challenger_model(
     registry: ModelRegistryResource,
     keel_home: KeelHomeResource,
 ) -> dg.Output[pl.DataFrame]:
-    if len(config.train_months) < 2:
-        raise dg.Failure(f"train_months {config.train_months}: needs at least two months (fit, then early-stop)")
+    if not config.train_months:
+        raise dg.Failure("train_months is empty: a challenger needs months to be fitted on")
     if config.gate_month in config.train_months:
         raise dg.Failure(f"gate month {config.gate_month} is in the training window: the gate would not be fair")
-    training = TrainingConfig(train_months=tuple(config.train_months[:-1]), valid_month=config.train_months[-1])
-    features = read_months(keel_home.layout(), config.train_months)
+    if not 2 <= config.gate_from_day <= 28:
+        raise dg.Failure(f"gate_from_day {config.gate_from_day}: must be 2…28 (early-stop before it, judge from it)")
+    training = TrainingConfig(
+        train_months=tuple(config.train_months),
+        valid_month=config.gate_month,
+        valid_days=(1, config.gate_from_day - 1),
+    )
+    features = read_months(keel_home.layout(), [*config.train_months, config.gate_month])
     model = train_model(features, training)
     run_id = run_id_of(context)
     with registry.open() as reg:
@@ -85,7 +98,9 @@ def challenger_model(
             {
                 "train_months": list(training.train_months),
                 "valid_month": training.valid_month,
+                "valid_days": list(training.valid_days),
                 "gate_month": config.gate_month,
+                "gate_from_day": config.gate_from_day,
                 "trigger": {"drift_window": config.drift_window, "drift_event": config.drift_event},
                 "params": training.params,
                 "best_iteration": model.best_iteration,
@@ -95,14 +110,14 @@ def challenger_model(
         )
         reg.set_alias(MODEL_NAME, "challenger", model.sha256, f"trained on drift in {config.drift_window}")
         version = reg.version(MODEL_NAME, model.sha256)
-    context.log.info(f"challenger v{version} trained on {', '.join(config.train_months)} ({features.height} rows)")
+    context.log.info(f"challenger v{version} fitted on {', '.join(config.train_months)} ({features.height} rows)")
     return dg.Output(
         pl.DataFrame({"model": [MODEL_NAME], "sha256": [model.sha256], "version": [version]}),
         metadata={
             "sha256": model.sha256,
             "version": version,
             "fitted_on": ", ".join(training.train_months),
-            "early_stopped_on": training.valid_month,
+            "early_stopped_on": f"{training.valid_month} days 1–{config.gate_from_day - 1}",
             "gate_month": config.gate_month,
             "drift_window": config.drift_window or dg.MetadataValue.null(),
             "best_iteration": model.best_iteration,
@@ -126,7 +141,8 @@ def challenger_model(
             "paired-bootstrap bound. Only a passing challenger goes to a canary.",
         )
     ],
-    description="Challenger against champion on the newest labelled month neither trained on (keel.loop.gate): "
+    description="Challenger against champion on the newest labelled days neither trained on (the gate month from "
+    "gate_from_day on; keel.loop.gate): "
     "log-loss of each, their paired difference with its bootstrap bound, AUC of each. The canary sensor starts a "
     "canary for a challenger that passes.",
 )
@@ -138,7 +154,7 @@ def challenger_evaluation(
     model: pl.DataFrame,
 ):
     sha, version = model["sha256"][0], int(model["version"][0])
-    gate_frame = read_months(keel_home.layout(), [config.gate_month])
+    gate_frame = gate_flights(read_months(keel_home.layout(), [config.gate_month]), config)
     with registry.open() as reg:
         champion = reg.alias(MODEL_NAME, "champion")
         if champion is None:
@@ -186,6 +202,7 @@ def challenger_evaluation(
             "champion_version": champion_version,
             "challenger_sha256": sha,
             "gate_month": config.gate_month,
+            "gate_days": f"{config.gate_from_day}–end",
             "drift_window": config.drift_window or dg.MetadataValue.null(),
             "drift_event": config.drift_event,
             "rows": verdict.rows,

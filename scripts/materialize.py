@@ -251,7 +251,10 @@ class Follower:
             what = run.tags.get("dagster/partition") or run.tags.get("keel/canary_action") or ""
             sim = run.tags.get("keel/sim_now", "")[:16]
             state = "ok" if run.status == dg.DagsterRunStatus.SUCCESS else run.status.value
-            print(f"  {sim or '':16} {run.job_name} {what} {state}  {made}", flush=True)
+            job = run.job_name  # a sensor's asset selection runs as an anonymous job: name its assets instead
+            if job.startswith("__") and run.asset_selection:
+                job = ", ".join(sorted(k.to_user_string() for k in run.asset_selection))
+            print(f"  {sim or '':16} {job} {what} {state}  {made}", flush=True)
         if self.home.ledger.exists():
             with Ledger(self.home.ledger) as ledger:
                 for entry in ledger.log()[self.ledger_seq :]:
@@ -276,7 +279,36 @@ class Follower:
         return f"traffic: {t['ok']:,} ok, {t['failed']:,} failed, {t['achieved_rps'] or 0:g} req/s"
 
     def summary(self) -> str:
-        return f"keel: live year done; {self.traffic_line()}"
+        """The year in a few lines: traffic, the loop's canaries, loop_report's May–December means."""
+        from keel.policies import PolicyStore
+
+        lines = [f"keel: live year done; {self.traffic_line()}"]
+        if self.home.policies.exists():
+            with PolicyStore(self.home.policies) as store:
+                for name, p in sorted(store.state().items()):
+                    if p.type == "canary" and name.startswith("flight-delay.loop-"):
+                        status = (p.body.get("state") or {}).get("status", "not started")
+                        origin = p.body.get("origin") or {}
+                        lines.append(f"  canary {name}: {status} (drift in {origin.get('drift_window')})")
+        records = self.instance.fetch_materializations(dg.AssetKey("loop_report"), limit=100).records
+        latest: dict[str, dict] = {}
+        for r in records:  # newest first: keep each month's latest report
+            latest.setdefault(r.asset_materialization.partition, r.asset_materialization.metadata)
+        months = [m for m in sorted(latest) if m >= "2013-05"]
+        if months:
+            lines.append(f"  loop_report, mean over {months[0]}…{months[-1]} (AUC ↑, log-loss ↓):")
+            for name in ("served", "static", "naive"):
+                aucs = [latest[m][f"{name}_auc"].value for m in months if latest[m][f"{name}_auc"].value is not None]
+                losses = [
+                    latest[m][f"{name}_log_loss"].value
+                    for m in months
+                    if latest[m][f"{name}_log_loss"].value is not None
+                ]
+                if aucs and losses:
+                    lines.append(
+                        f"    {name:<7} AUC {sum(aucs) / len(aucs):.4f}  log-loss {sum(losses) / len(losses):.4f}"
+                    )
+        return "\n".join(lines)
 
 
 def _reason_line(reason: str) -> str:

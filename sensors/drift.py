@@ -76,7 +76,7 @@ class DriftCursor:
 
 @dg.sensor(
     name="drift_sensor",
-    minimum_interval_seconds=30,
+    minimum_interval_seconds=10,
     default_status=dg.DefaultSensorStatus.RUNNING,
     jobs=[challenger_job],
     description="Freezes a drifted feature when evidence says serving it frozen is better (each freeze expires; a "
@@ -238,6 +238,7 @@ def challenger_run_request(plan: RetrainPlan, event: int, why: str, now: datetim
     config = {
         "train_months": list(plan.train_months),
         "gate_month": plan.gate_month,
+        "gate_from_day": plan.gate_from_day,
         "drift_window": plan.drifted_window,
         "drift_event": event,
     }

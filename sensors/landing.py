@@ -37,7 +37,7 @@ def _built_from(instance: dg.DagsterInstance, month: str) -> str | None:
 
 @dg.sensor(
     name="landing_sensor",
-    minimum_interval_seconds=30,
+    minimum_interval_seconds=10,
     default_status=dg.DefaultSensorStatus.RUNNING,
     jobs=[monthly_job, drift_job],
     description="Live replay: new days of flights and weather in the landing zone rebuild their month (validation, "

@@ -164,7 +164,7 @@ def test_the_history_was_built_and_the_clock_paused_where_the_operator_stopped_i
     assert "history job 3/3: keel_models" in text and "paused at 2013-" in text
 
 
-def test_challengers_come_from_drift_on_the_four_months_before_their_gate_month(live):
+def test_challengers_come_from_drift_on_the_three_months_before_their_gate_month(live):
     import dagster as dg
 
     home, _ = live
@@ -176,7 +176,8 @@ def test_challengers_come_from_drift_on_the_four_months_before_their_gate_month(
             config = run.run_config["ops"]["challenger_model"]["config"]
             gate = config["gate_month"]
             year, month = (int(x) for x in gate.split("-"))
-            assert config["train_months"] == [f"{year}-{m:02d}" for m in range(month - 4, month)]
+            assert config["train_months"] == [f"{year}-{m:02d}" for m in range(month - 3, month)]
+            assert config["gate_from_day"] == 22
             assert (
                 run.tags["dagster/run_key"]
                 == f"challenger:{config['train_months'][0]}..{config['train_months'][-1]}|{gate}"

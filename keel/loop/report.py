@@ -3,11 +3,14 @@ month's labelled features, so anyone can recompute it.
 
 - **served**: each flight is scored by the champion of the release that was live at noon UTC of its scheduled day
   (the ledger's ``live_from`` is simulated time in a live replay; traffic about day D's flights is sent during D);
+  flights before the first release are left out, for all three;
 - **static**: the first model (January–March), never replaced;
 - **naive**: a model retrained every month without a gate, on the four months before (fitted on the first three,
   early-stopped on the fourth: the challenger's recipe) — retraining blindly.
 
-Pure: models come in as text through ``load``; nothing here reads a clock or a file.
+All three are measured on the same flights, in the same serving periods (runs of days one model served): AUC within
+each period, weighted by its flights; log-loss over all of them. Pure: models come in as text through ``load``;
+nothing here reads a clock or a file.
 """
 
 from __future__ import annotations
@@ -55,35 +58,33 @@ def champion_at(releases: list[Release], when: datetime) -> Release | None:
     return releases[i - 1] if i else None
 
 
-def _score(scores: np.ndarray, labels: np.ndarray) -> Score:
-    if labels.size == 0:
-        return Score(None, None)
-    a = auc(scores, labels)
-    return Score(None if not np.isfinite(a) else a, log_loss(scores, labels))
-
-
-def served_scores(
-    frame: pl.DataFrame, releases: list[Release], load: Callable[[str], str]
-) -> tuple[np.ndarray, np.ndarray, dict[str, int]]:
-    """(scores, labels, flights per model) of the labelled flights of ``frame``, each scored by the model that
-    served its day. Flights before the first release are left out (nothing served them)."""
+def segments(frame: pl.DataFrame, releases: list[Release]) -> list[tuple[str, pl.DataFrame]]:
+    """The month's labelled flights in serving periods: (model sha, its flights) for each run of consecutive days
+    served by one model. Flights before the first release are left out (nothing served them)."""
     labelled = frame.filter(pl.col("label_late15").is_not_null())
-    days = labelled["sched_date"].unique().sort().to_list()
-    by_day = {}
-    for d in days:
+    out: list[tuple[str, list]] = []
+    for d in labelled["sched_date"].unique().sort().to_list():
         r = champion_at(releases, datetime.combine(d if isinstance(d, date) else d.date(), NOON))
-        if r is not None:
-            by_day[d] = r.model_sha
-    scores, labels, counts = [], [], {}
-    for sha in sorted(set(by_day.values())):
-        part = labelled.filter(pl.col("sched_date").is_in([d for d, s in by_day.items() if s == sha]))
-        s, y = predict(load(sha), part)
-        scores.append(s)
-        labels.append(y)
-        counts[sha] = int(y.size)
-    if not scores:
-        return np.array([]), np.array([]), {}
-    return np.concatenate(scores), np.concatenate(labels), counts
+        if r is None:
+            continue
+        if out and out[-1][0] == r.model_sha:
+            out[-1][1].append(d)
+        else:
+            out.append((r.model_sha, [d]))
+    return [(sha, labelled.filter(pl.col("sched_date").is_in(days))) for sha, days in out]
+
+
+def segment_score(parts: list[tuple[np.ndarray, np.ndarray]]) -> Score:
+    """AUC within each serving period, weighted by its flights (a ranking is judged among flights one model
+    scored: pooling two models' scores would count their calibration gap as misranking); log-loss over all."""
+    parts = [(s, y) for s, y in parts if y.size]
+    if not parts:
+        return Score(None, None)
+    aucs = [(auc(s, y), y.size) for s, y in parts]
+    aucs = [(a, n) for a, n in aucs if np.isfinite(a)]
+    weighted = sum(a * n for a, n in aucs) / sum(n for _, n in aucs) if aucs else None
+    s, y = np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+    return Score(weighted, log_loss(s, y))
 
 
 def month_report(
@@ -94,10 +95,18 @@ def month_report(
     static_text: str,
     naive_text: str | None,
 ) -> MonthReport:
-    s, y, counts = served_scores(frame, releases, load)
-    static_s, static_y = predict(static_text, frame)
-    naive = _score(*predict(naive_text, frame)) if naive_text else Score(None, None)
-    return MonthReport(month, int(static_y.size), _score(s, y), _score(static_s, static_y), naive, counts)
+    """The three models on the same flights — those a release served — in the same serving periods."""
+    parts = segments(frame, releases)
+    served, static, naive, counts = [], [], [], {}
+    for sha, part in parts:
+        served.append(predict(load(sha), part))
+        static.append(predict(static_text, part))
+        if naive_text:
+            naive.append(predict(naive_text, part))
+        counts[sha] = counts.get(sha, 0) + int(served[-1][1].size)
+    rows = sum(int(y.size) for _, y in served)
+    naive_score = segment_score(naive) if naive_text else Score(None, None)
+    return MonthReport(month, rows, segment_score(served), segment_score(static), naive_score, counts)
 
 
 def naive_window(month: str, window_months: int = 4) -> tuple[tuple[str, ...], str] | None:

@@ -1,9 +1,16 @@
-"""Drift → a challenger, or not: one at a time, trained on a rolling window of the most recent labelled months.
+"""Drift → a challenger, or not: one at a time, trained on the most recent labelled data.
 
 Pure: ``plan_retrain(drifted_window, state, policy)`` looks only at its arguments. A drift report asks for a
-challenger; the answer is a ``RetrainPlan`` (train on these months, judge on that one) or a ``NoRetrain`` with the
-reason — nothing new to learn from, a challenger already in training or in a canary (coalesced: the drift is still
-there when it finishes, and the next report asks again).
+challenger; the answer is a ``RetrainPlan`` or a ``NoRetrain`` with the reason — nothing new to learn from, a
+challenger already in training or in a canary (coalesced: the drift is still there when it finishes, and the next
+report asks again).
+
+The plan uses the newest labelled month twice, split by day, so that the challenger is as fresh as the data allows
+and is still judged on flights it never saw: it is fitted on the ``window_months`` months before the newest,
+early-stopped on the newest month's days before ``gate_from_day``, and gated against the champion on the days from
+``gate_from_day`` on (about ten days: ~8,000 flights). Measured on 2013 (docs/live.md): a model that has seen the
+month before the one it serves is worth up to 0.04 AUC in summer; gating on a whole month instead would keep every
+challenger a month staler than that.
 
 Months are ``YYYY-MM`` keys. A month is *labelled* once every flight in it has landed and its arrival delay is
 known (the caller decides that from the clock; keel.loop does not read clocks).
@@ -16,11 +23,9 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class RetrainPolicy:
-    # The data window: the most recent labelled months before the gate's month — fitted on all but the last (three
-    # months), early-stopped on the last. Measured on 2013 (docs/live.md): two months fitted lose to the first model
-    # in June; three win.
-    window_months: int = 4
-    min_new_months: int = 1  # labelled months beyond the champion's training window needed to train anew
+    window_months: int = 3  # fitted on these many labelled months before the newest
+    gate_from_day: int = 22  # the newest month's days before it early-stop, the days from it judge
+    min_new_months: int = 1  # labelled months beyond the champion's data window needed to train anew
 
 
 @dataclass(frozen=True)
@@ -34,16 +39,14 @@ class LoopState:
 @dataclass(frozen=True)
 class RetrainPlan:
     drifted_window: str
-    train_months: tuple[str, ...]  # the data window: fitted on all but its last month, early-stopped on that one
-    gate_month: str  # the newest labelled month, not trained on: where challenger and champion are compared
+    train_months: tuple[str, ...]  # fitted on these
+    gate_month: str  # the newest labelled month: early-stopped on its head, judged on its tail
+    gate_from_day: int = RetrainPolicy.gate_from_day
 
     @property
-    def fit_months(self) -> tuple[str, ...]:
-        return self.train_months[:-1]
-
-    @property
-    def valid_month(self) -> str:
-        return self.train_months[-1]
+    def data_months(self) -> tuple[str, ...]:
+        """Every month the challenger learns from (its early-stopping month included)."""
+        return (*self.train_months, self.gate_month)
 
     @property
     def key(self) -> str:
@@ -73,17 +76,17 @@ def plan_retrain(
     if len(labelled) < policy.window_months + 1:
         return NoRetrain(
             drifted_window,
-            f"{len(labelled)} labelled months: need {policy.window_months} to train and 1 to judge on",
+            f"{len(labelled)} labelled months: need {policy.window_months} to fit on and 1 to early-stop and judge on",
         )
     gate_month = labelled[-1]
     train = tuple(labelled[-1 - policy.window_months : -1])
     trained = set(state.champion_trained_on)
-    new = [m for m in labelled if m not in trained and m not in (gate_month,)]
+    new = [m for m in labelled if m not in trained]
     if len(new) < policy.min_new_months:
         return NoRetrain(
             drifted_window,
-            f"no labelled month beyond the champion's training window ({', '.join(sorted(trained))}) to learn from",
+            f"no labelled month beyond the champion's data window ({', '.join(sorted(trained))}) to learn from",
         )
-    if set(train) == trained:
-        return NoRetrain(drifted_window, f"the champion was trained on exactly {', '.join(train)} already")
-    return RetrainPlan(drifted_window, train, gate_month)
+    if {*train, gate_month} == trained:
+        return NoRetrain(drifted_window, f"the champion learned from exactly {', '.join(sorted(trained))} already")
+    return RetrainPlan(drifted_window, train, gate_month, policy.gate_from_day)

@@ -39,6 +39,9 @@ DEFAULT_PARAMS: dict[str, Any] = {
 class TrainingConfig:
     train_months: tuple[str, ...] = ("2013-01", "2013-02", "2013-03")
     valid_month: str = "2013-04"
+    # Early-stop on these days of valid_month only (first, last; inclusive), e.g. (1, 21) when its later days judge
+    # the model (keel.loop.retrain); None: the whole month.
+    valid_days: tuple[int, int] | None = None
     num_boost_round: int = 200
     early_stopping_rounds: int = 20
     params: dict[str, Any] = field(default_factory=lambda: dict(DEFAULT_PARAMS))
@@ -63,9 +66,13 @@ def month_of(frame: pl.DataFrame, month: str) -> pl.DataFrame:
 
 
 def train_model(features: pl.DataFrame, config: TrainingConfig) -> TrainedModel:
-    """Train on ``config.train_months`` of ``features``, early-stopping on ``config.valid_month``."""
+    """Train on ``config.train_months`` of ``features``, early-stopping on ``config.valid_month`` (its
+    ``valid_days`` when set)."""
     train = features.filter(pl.col("sched_date").dt.strftime("%Y-%m").is_in(list(config.train_months)))
     valid = month_of(features, config.valid_month)
+    if config.valid_days is not None:
+        first, last = config.valid_days
+        valid = valid.filter(pl.col("sched_date").dt.day().is_between(first, last))
     if train.height == 0 or valid.height == 0:
         raise ValueError(
             f"no rows for training months {config.train_months} or validation month {config.valid_month}"

@@ -168,12 +168,13 @@ def test_live_drift_asks_for_one_challenger_on_the_recent_months(home, instance)
     report(instance, "2013-06", {"label_late15": feat(True, "warn", 0.3)})
     first = tick(instance, home)
     [request] = first.run_requests
-    assert request.job_name == "keel_challenger" and request.run_key == "challenger:2013-02..2013-05|2013-06"
+    assert request.job_name == "keel_challenger" and request.run_key == "challenger:2013-03..2013-05|2013-06"
     config = request.run_config["ops"]["challenger_model"]["config"]
     assert config == request.run_config["ops"]["challenger_evaluation"]["config"]
-    assert (config["train_months"], config["gate_month"], config["drift_window"]) == (
-        ["2013-02", "2013-03", "2013-04", "2013-05"],
+    assert (config["train_months"], config["gate_month"], config["gate_from_day"], config["drift_window"]) == (
+        ["2013-03", "2013-04", "2013-05"],
         "2013-06",
+        22,
         "2013-06",
     )
     assert request.tags["keel/trigger"] == "drift" and request.tags["keel/sim_now"].startswith("2013-07-02")

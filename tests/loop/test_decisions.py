@@ -14,6 +14,7 @@ from keel.loop.freeze import ActiveFreeze, decide_freeze, freezes_to_clear
 from keel.loop.gate import ChallengerGatePolicy, bootstrap_upper, challenger_gate
 from keel.loop.promote import GateResult, NoCanary, StartCanary, start_canary
 from keel.loop.reference import reference_window
+from keel.loop.report import Release, champion_at, naive_window
 from keel.loop.retrain import LoopState, NoRetrain, RetrainPlan, RetrainPolicy, plan_retrain
 from keel.loop.why import explain, from_loop
 from keel.policies.types import validate_policy
@@ -28,24 +29,24 @@ def months(a: int, b: int) -> tuple[str, ...]:
 @pytest.mark.parametrize(
     "state, expected",
     [
-        # April labelled: too little to train on four months and judge on a fifth
-        (LoopState(labelled=months(1, 4), champion_trained_on=Q1), "need 4 to train and 1 to judge"),
-        # May labelled: train on Jan–Apr (fit Jan–Mar, early-stop on Apr), judge on May (not trained on)
-        (LoopState(labelled=months(1, 5), champion_trained_on=Q1), (months(1, 4), "2013-05")),
+        # March labelled: three months to fit on and one to judge are not there yet
+        (LoopState(labelled=months(1, 3), champion_trained_on=Q1), "need 3 to fit on and 1 to early-stop and judge"),
+        # April labelled: fit on Jan–Mar, early-stop on April's first three weeks, judge on its last days
+        (LoopState(labelled=months(1, 4), champion_trained_on=Q1), (months(1, 3), "2013-04")),
         # June: the rolling window moves
-        (LoopState(labelled=months(1, 6), champion_trained_on=Q1), (months(2, 5), "2013-06")),
-        # the champion was already retrained on Feb–May: the same window again would reproduce it
-        (LoopState(labelled=months(1, 6), champion_trained_on=months(2, 5)), "exactly"),
-        # nothing labelled beyond what the champion learned from, but the month that judges
-        (LoopState(labelled=months(1, 5), champion_trained_on=months(1, 4)), "no labelled month beyond"),
+        (LoopState(labelled=months(1, 6), champion_trained_on=Q1), (months(3, 5), "2013-06")),
+        # the champion learned from exactly Mar–Jun already: the same plan would reproduce it
+        (LoopState(labelled=months(1, 6), champion_trained_on=months(3, 6)), "exactly"),
+        # nothing labelled beyond what the champion learned from
+        (LoopState(labelled=months(1, 5), champion_trained_on=months(1, 5)), "no labelled month beyond"),
         # one challenger at a time: coalesced while one trains, none while a canary runs
         (LoopState(labelled=months(1, 6), champion_trained_on=Q1, challenger_in_training="run-7"), "coalesced"),
         (LoopState(labelled=months(1, 6), champion_trained_on=Q1, canary_running="canary-3"), "canary is running"),
         # too little history to train and judge
-        (LoopState(labelled=months(1, 2), champion_trained_on=()), "need 4 to train and 1 to judge"),
+        (LoopState(labelled=months(1, 2), champion_trained_on=()), "need 3 to fit on and 1 to early-stop and judge"),
         # labels arrive out of order: sorted, deduplicated
         (LoopState(labelled=("2013-05", "2013-01", "2013-03", "2013-02", "2013-04", "2013-05"), champion_trained_on=Q1),
-         (months(1, 4), "2013-05")),
+         (months(2, 4), "2013-05")),
     ],
 )  # fmt: skip
 def test_drift_leads_to_one_challenger_on_the_recent_months(state, expected):
@@ -59,7 +60,8 @@ def test_drift_leads_to_one_challenger_on_the_recent_months(state, expected):
 def test_the_plan_key_names_the_data_so_the_same_challenger_is_asked_once():
     state = LoopState(labelled=months(1, 6), champion_trained_on=Q1)
     a, b = plan_retrain("2013-06", state), plan_retrain("2013-07", state)
-    assert a.key == b.key == "2013-02..2013-05|2013-06"  # two drift reports, same data: one challenger
+    assert a.key == b.key == "2013-03..2013-05|2013-06"
+    assert a.data_months == months(3, 6) and a.gate_from_day == 22  # two drift reports, same data: one challenger
 
 
 def test_a_longer_window_by_policy():
@@ -268,3 +270,26 @@ def test_why_links_drift_training_gate_canary_and_release():
     assert from_loop(meta) and not from_loop({"train_months": ["2013-01"]})
     # the first model: no drift, no gate, no canary — only its release
     assert [link.step for link in explain("rel-1", "2013-04-01T12:00:00+00:00", 1, {}, [])] == ["ledger"]
+
+
+@pytest.mark.parametrize(
+    "month, expected",
+    [
+        ("2013-01", None),
+        ("2013-02", None),  # one month before it: nothing to early-stop on
+        ("2013-03", (("2013-01",), "2013-02")),
+        ("2013-05", (("2013-01", "2013-02", "2013-03"), "2013-04")),  # the challenger's recipe: four months
+        ("2013-12", (("2013-08", "2013-09", "2013-10"), "2013-11")),
+    ],
+)
+def test_the_naive_baseline_retrains_on_the_months_before(month, expected):
+    assert naive_window(month) == expected
+
+
+def test_what_served_when_is_the_latest_release_at_or_before_the_instant():
+    t = lambda d, h=12: datetime(2013, 5, d, h, tzinfo=UTC)  # noqa: E731
+    releases = [Release(t(1), "rel-a", "a"), Release(t(15, 3), "rel-b", "b"), Release(t(15, 3), "rel-c", "c")]
+    assert champion_at(releases, t(1, 11)) is None  # before the first release nothing served
+    assert champion_at(releases, t(1)).release_id == "rel-a"  # boundaries inclusive
+    assert champion_at(releases, t(14)).release_id == "rel-a"
+    assert champion_at(releases, t(15)).release_id == "rel-c"  # two entries at one instant: the later one

@@ -43,23 +43,29 @@ def run(home, config: dict, instance=None):
 
 
 def test_the_challenger_is_trained_on_the_plan_and_gated_on_the_month_after(home):
-    config = {"train_months": ["2013-02", "2013-03", "2013-04"], "gate_month": "2013-05", "drift_window": "2013-05",
-              "drift_event": 7}  # fmt: skip
+    config = {"train_months": ["2013-02", "2013-03", "2013-04"], "gate_month": "2013-05", "gate_from_day": 22,
+              "drift_window": "2013-05", "drift_event": 7}  # fmt: skip
     result = run(home, config)
     assert result.success
     mats = {
         e.asset_key.to_user_string(): e.materialization.metadata for e in result.get_asset_materialization_events()
     }
     model, evaluation = mats["challenger_model"], mats["challenger_evaluation"]
-    assert (model["fitted_on"].value, model["early_stopped_on"].value) == ("2013-02, 2013-03", "2013-04")
+    assert (model["fitted_on"].value, model["early_stopped_on"].value) == (
+        "2013-02, 2013-03, 2013-04",
+        "2013-05 days 1–21",
+    )
     with ModelRegistry(home.registry) as reg:
         sha = model["sha256"].value
         meta = reg.get("flight-delay", sha).metadata
         assert reg.alias("flight-delay", "challenger") == sha and reg.version("flight-delay", sha) == 2
-        assert meta["train_months"] == ["2013-02", "2013-03"] and meta["valid_month"] == "2013-04"
+        assert meta["train_months"] == ["2013-02", "2013-03", "2013-04"] and meta["valid_month"] == "2013-05"
+        assert meta["valid_days"] == [1, 21] and meta["gate_from_day"] == 22
         assert meta["trigger"] == {"drift_window": "2013-05", "drift_event": 7} and meta["run_id"] == result.run_id
-        # the recorded verdict is the gate's on the same models and the gate month's flights
-        gate_flights = pl.read_parquet(home.asset_file("flight_features", "2013-05"))
+        # the recorded verdict is the gate's on the same models and the gate month's flights it did not see
+        gate_flights = pl.read_parquet(home.asset_file("flight_features", "2013-05")).filter(
+            pl.col("sched_date").dt.day() >= 22
+        )
         champion_scores, labels = predict(reg.load(reg.alias("flight-delay", "champion")), gate_flights)
         challenger_scores, _ = predict(reg.load(sha), gate_flights)
     verdict = challenger_gate(labels, champion_scores, challenger_scores)
@@ -77,7 +83,8 @@ def test_the_challenger_is_trained_on_the_plan_and_gated_on_the_month_after(home
     "config, message",
     [
         ({"train_months": ["2013-03", "2013-04"], "gate_month": "2013-04"}, "is in the training window"),
-        ({"train_months": ["2013-04"], "gate_month": "2013-05"}, "needs at least two months"),
+        ({"train_months": [], "gate_month": "2013-05"}, "train_months is empty"),
+        ({"train_months": ["2013-03", "2013-04"], "gate_month": "2013-05", "gate_from_day": 40}, "must be 2…28"),
         ({"train_months": ["2013-05", "2013-06"], "gate_month": "2013-07"}, "no stored partition for 2013-06"),
     ],
 )
