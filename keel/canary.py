@@ -10,7 +10,9 @@ The three checks, each on the exposures of the current step only:
   confidence: a one-sided exact conditional test of the rate ratio (given k errors in all, the challenger's count
   is Binomial(k, π) with π = r·n_c / (r·n_c + n_h) under H0: rate_c ≤ r·rate_h), p < ``alpha``. Exact at small
   counts, so it is valid at 1 % traffic;
-- **latency** — the challenger's p99 above its SLA tier's p99 target;
+- **latency** — the challenger's p99 above its SLA tier's p99 target, and above ``latency_ratio`` (1.2) × the
+  champion's p99 in the same window: when both arms miss the target together, the machine is slow, not the
+  challenger (a busy host would otherwise roll back every canary);
 - **quality** — on flights whose outcome is in, the challenger's log-loss above the champion's by more than
   ``max_log_loss_increase`` with confidence: a one-sided Welch z-test of the mean per-request log-loss difference
   (H0: Δ ≤ max_log_loss_increase), p < ``alpha`` — a few unlucky labels do not roll a good model back.
@@ -42,6 +44,7 @@ class CanaryPlan:
     error_ratio: float = 1.2
     alpha: float = 0.05
     max_log_loss_increase: float = 0.02
+    latency_ratio: float = 1.2  # the challenger's p99 must also exceed this × the champion's to breach
     min_labelled: int = 200
     progress_deadline_s: float = 3600.0
     on_breach: str = "rollback"  # or "pause"
@@ -178,10 +181,21 @@ def decide(
             # latency against the SLA tier
             if plan.p99_target_ms is not None:
                 if _finite(challenger.p99_ms):
-                    if challenger.requests >= plan.min_samples and challenger.p99_ms > plan.p99_target_ms:
+                    slow = challenger.requests >= plan.min_samples and challenger.p99_ms > plan.p99_target_ms
+                    champion_as_slow = _finite(champion.p99_ms) and challenger.p99_ms <= plan.latency_ratio * (
+                        champion.p99_ms
+                    )
+                    if slow and champion_as_slow:
+                        evidence["latency_note"] = (
+                            f"both arms above the SLA target {plan.p99_target_ms} ms (challenger p99 "
+                            f"{challenger.p99_ms:.1f}, champion {champion.p99_ms:.1f}): the host, not the challenger"
+                        )
+                    elif slow:
                         breaches.append(
                             f"p99 {challenger.p99_ms:.1f} ms above the SLA target {plan.p99_target_ms} ms"
-                        )
+                            + (f" and {plan.latency_ratio}× the champion's {champion.p99_ms:.1f} ms"
+                               if _finite(champion.p99_ms) else "")
+                        )  # fmt: skip
                 elif challenger.requests:
                     inconclusive.append("challenger p99 is missing or NaN")
             # quality on realized labels

@@ -53,5 +53,7 @@ def evaluate_sensor(name: str, home, monkeypatch):
 
     monkeypatch.setenv("KEEL_HOME", str(home))
     with dg.instance_for_test() as instance:
-        ctx = dg.build_sensor_context(instance=instance, definitions=definitions.defs, resources=keel_resources(home))
-        return definitions.defs.get_sensor_def(name).evaluate_tick(ctx)
+        with dg.build_sensor_context(
+            instance=instance, definitions=definitions.defs, resources=keel_resources(home)
+        ) as ctx:  # closed here, while its instance lives
+            return definitions.defs.get_sensor_def(name).evaluate_tick(ctx)

@@ -21,10 +21,10 @@ def stub_features() -> None:
 
 
 def tick(home, instance, cursor=None):
-    ctx = dg.build_sensor_context(
+    with dg.build_sensor_context(
         instance=instance, cursor=cursor, definitions=definitions.defs, resources=keel_resources(home)
-    )
-    return definitions.defs.get_sensor_def("landing_sensor").evaluate_tick(ctx)
+    ) as ctx:  # closed here, while its instance lives
+        return definitions.defs.get_sensor_def("landing_sensor").evaluate_tick(ctx)
 
 
 def test_outside_a_live_replay_it_skips(tmp_path, monkeypatch):

@@ -11,36 +11,44 @@ import definitions
 from assets.drift import DRIFT_REPORT
 from keel.clock import SimClock
 from resources import keel_resources
+from sensors.schedules import nightly_drift
 
 
 def evaluate(home, instance, when: datetime, monkeypatch):
+    """One evaluation of the schedule's function, as the daemon calls it at ``when``. The context is closed here,
+    inside the instance's lifetime: left to the garbage collector, its exit would restore Dagster's definitions-state
+    context to this test's instance during a later test, after the instance is gone."""
     monkeypatch.setenv("KEEL_HOME", str(home))
-    ctx = dg.build_schedule_context(
-        instance=instance,
-        scheduled_execution_time=when,
-        resources=keel_resources(home),
-        repository_def=definitions.defs.get_repository_def(),
-    )
-    return definitions.defs.get_schedule_def("nightly_drift").evaluate_tick(ctx)
+    with dg.build_schedule_context(
+        instance=instance, scheduled_execution_time=when, resources=keel_resources(home)
+    ) as ctx:
+        result = nightly_drift(ctx)
+    return result if isinstance(result, dg.SkipReason) else [result]
 
 
 def test_a_month_is_judged_the_night_after_it_ends_once(tmp_path, monkeypatch):
     with dg.instance_for_test() as instance:
-        [request] = evaluate(tmp_path, instance, datetime(2013, 8, 1, 2, tzinfo=UTC), monkeypatch).run_requests
+        [request] = evaluate(tmp_path, instance, datetime(2013, 8, 1, 2, tzinfo=UTC), monkeypatch)
         assert (request.partition_key, request.run_key) == ("2013-07", "nightly_drift:2013-07")
         # mid-August: July is still the newest complete month — the same run key (the daemon launches it once)
-        [again] = evaluate(tmp_path, instance, datetime(2013, 8, 16, 2, tzinfo=UTC), monkeypatch).run_requests
+        [again] = evaluate(tmp_path, instance, datetime(2013, 8, 16, 2, tzinfo=UTC), monkeypatch)
         assert again.run_key == request.run_key
         # once July has its report, the nights until September say so
         instance.report_runless_asset_event(dg.AssetMaterialization(DRIFT_REPORT, partition="2013-07"))
         reported = evaluate(tmp_path, instance, datetime(2013, 8, 17, 2, tzinfo=UTC), monkeypatch)
-        assert not reported.run_requests and "2013-07" in reported.skip_message
+        assert isinstance(reported, dg.SkipReason) and "2013-07" in reported.skip_message
         before = evaluate(tmp_path, instance, datetime(2013, 1, 20, 2, tzinfo=UTC), monkeypatch)
-        assert not before.run_requests and "no month has ended" in before.skip_message
+        assert isinstance(before, dg.SkipReason) and "no month has ended" in before.skip_message
 
 
 def test_in_a_live_replay_it_leaves_drift_to_the_landing_sensor(tmp_path, monkeypatch):
     SimClock(tmp_path / "clock.json").start(datetime(2013, 7, 2, tzinfo=UTC))
     with dg.instance_for_test() as instance:
         live = evaluate(tmp_path, instance, datetime(2013, 8, 1, 2, tzinfo=UTC), monkeypatch)
-    assert not live.run_requests and "live replay" in live.skip_message
+    assert isinstance(live, dg.SkipReason) and "live replay" in live.skip_message
+
+
+def test_it_is_the_deployments_schedule_on_keel_drift():
+    schedule = definitions.defs.get_schedule_def("nightly_drift")
+    assert schedule.job_name == "keel_drift" and schedule.cron_schedule == "0 2 * * *"
+    assert schedule.default_status == dg.DefaultScheduleStatus.RUNNING

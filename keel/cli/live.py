@@ -9,6 +9,7 @@ again resumes. ``keel live status`` says where the clock and the landing zone ar
 from __future__ import annotations
 
 import argparse
+import signal
 import time
 from datetime import UTC, datetime
 
@@ -51,8 +52,16 @@ def _run(args: argparse.Namespace) -> int:
         state = clock.resume()
         at = was.sim_anchor if not was.running else clock.now()
         print(f"keel live: clock resumed at {at:%Y-%m-%d %H:%M} (×{state.speed:,.0f})", flush=True)
+    # Ctrl-C (or SIGTERM) asks the loop to stop between deliveries: a day being written is finished (each file is
+    # atomic anyway), then the clock pauses. A flag, not KeyboardInterrupt, so the stop never lands half-way.
+    stop: list[int] = []
+
+    def request_stop(signum, frame):  # noqa: ARG001
+        stop.append(signum)
+
+    previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        while True:
+        while not stop:
             wall = datetime.now(UTC)
             now = clock.state().now(wall)
             for table, days in zone.deliver(now).items():
@@ -63,10 +72,12 @@ def _run(args: argparse.Namespace) -> int:
                 print(f"keel live: the clock reached {now:%Y-%m-%d %H:%M}: the replay is over", flush=True)
                 return EXIT_OK
             time.sleep(args.poll)
-    except KeyboardInterrupt:
-        paused = clock.pause()
-        print(f"\nkeel live: paused at {paused.sim_anchor:%Y-%m-%d %H:%M}; `keel live run` resumes", flush=True)
-        return EXIT_OK
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    paused = clock.pause()
+    print(f"\nkeel live: paused at {paused.sim_anchor:%Y-%m-%d %H:%M}; `keel live run` resumes", flush=True)
+    return EXIT_OK
 
 
 def _status(args: argparse.Namespace) -> int:

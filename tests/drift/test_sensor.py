@@ -51,10 +51,10 @@ def instance():
 
 def tick(instance, home, cursor=None):
     """One tick through the daemon's path (evaluate_tick checks each run request against the sensor's jobs)."""
-    ctx = dg.build_sensor_context(
+    with dg.build_sensor_context(
         instance=instance, cursor=cursor, definitions=definitions.defs, resources=keel_resources(home.root)
-    )
-    return definitions.defs.get_sensor_def("drift_sensor").evaluate_tick(ctx)
+    ) as ctx:  # closed here, while its instance lives
+        return definitions.defs.get_sensor_def("drift_sensor").evaluate_tick(ctx)
 
 
 def frozen(home) -> dict:

@@ -117,6 +117,12 @@ def test_steps_that_do_not_divide_100():
 def test_latency_and_quality_breaches():
     slow = decide(PLAN, state(), replace(GOOD, p99_ms=80.0), CHAMP, T0)
     assert slow.action == "rollback" and "SLA target" in slow.reasons[0]
+    # both arms slow together (a busy host): not the challenger's fault — no rollback, and the evidence says why
+    busy = decide(PLAN, state(), replace(GOOD, p99_ms=80.0), replace(CHAMP, p99_ms=75.0), T0)
+    assert busy.action == "advance" and "the host, not the challenger" in busy.evidence["latency_note"]
+    # …but a challenger much slower than a slow champion is still rolled back
+    slower = decide(PLAN, state(), replace(GOOD, p99_ms=120.0), replace(CHAMP, p99_ms=75.0), T0)
+    assert slower.action == "rollback" and "1.2× the champion's 75.0 ms" in slower.reasons[0]
     worse = decide(PLAN, state(), replace(GOOD, log_loss=0.60), CHAMP, T0)
     assert worse.action == "rollback" and "log-loss" in worse.reasons[0]
     assert worse.evidence["log_loss_pvalue"] < PLAN.alpha

@@ -217,10 +217,10 @@ def test_a_challenger_that_passed_its_gate_gets_one_canary_started_by_the_loop(t
             "gate_month": "2013-06", "drift_window": "2013-06", "drift_event": 41}  # fmt: skip
 
     def tick_sensor(instance):
-        ctx = dg.build_sensor_context(
+        with dg.build_sensor_context(
             instance=instance, definitions=definitions.defs, resources=keel_resources(home.root)
-        )
-        return definitions.defs.get_sensor_def("canary_sensor").evaluate_tick(ctx)
+        ) as ctx:  # closed here, while its instance lives
+            return definitions.defs.get_sensor_def("canary_sensor").evaluate_tick(ctx)
 
     with dg.instance_for_test() as instance:
         instance.report_runless_asset_event(
