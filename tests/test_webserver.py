@@ -172,8 +172,11 @@ def test_asset_graph_and_checks(dagster_dev):
         assert node["description"], f"{key} has no description"
         assert node["kinds"], f"{key} has no kinds"
         assert node["groupName"] in {
-            "raw", "contracts", "features", "drift", "models", "deployments", "experiments", "streaming"
+            "raw", "contracts", "features", "drift", "models", "loop", "deployments", "experiments", "streaming"
         }  # fmt: skip
+    # What drift leads to, in the lineage: a challenger, its gate, and the month's loop_report.
+    assert deps("challenger_model") == {"drift_report"} and deps("challenger_evaluation") == {"challenger_model"}
+    assert deps("loop_report") == {"flight_features", "drift_report", "model_deployment", "challenger_evaluation"}
     # The experiment data lake's lineage and its checks, as the UI shows them.
     assert deps("experiment_wide_table") == {"experiment_exposures"}
     assert deps("experiment_analysis") == {"experiment_wide_table", "impact_predictor"}
