@@ -9,12 +9,14 @@ import dagster as dg
 from assets.deployment import MODEL_DEPLOYMENT
 from assets.loop import CHALLENGER_EVALUATION
 from assets.models import MODEL_NAME
+from keel.alerts import Alert
 from keel.canary_control import tick
 from keel.clock import SimClock
 from keel.loop.promote import LOOP_AUTHOR, GateResult, StartCanary, start_canary
 from resources.home import KeelHomeResource
 from resources.policy import PolicyStoreResource
 from resources.registry import ModelRegistryResource
+from sensors.alerting import send_alerts
 from sensors.problems import automation_problems
 
 
@@ -39,6 +41,21 @@ def canary_sensor(
     with policies.open() as store, registry.open() as reg:
         started = start_loop_canary(context, store, reg)
         acted = tick(store, reg, home.serving.exposures, now, storage_dir=home.storage, problems=problems)
+    severity = {"rollback": "warning", "pause": "warning"}
+    send_alerts(
+        home,
+        [
+            Alert(
+                f"canary_{a['action']}",
+                severity.get(a["action"], "info"),
+                f"canary {a['name']}: {a['action']} at {a['percent']:g} %",
+                {"policy_version": a["version"], "simulated": sim_now},
+                source="canary_sensor",
+            )
+            for a in acted
+        ],
+        problems,
+    )
     for p in problems:
         context.log.error(p)
     requests = [

@@ -28,6 +28,7 @@ from assets.freezes import freeze_observation
 from assets.jobs import challenger_job
 from assets.loop import CHALLENGER_EVALUATION
 from assets.models import MODEL_NAME
+from keel.alerts import Alert
 from keel.clock import SimClock
 from keel.data.landing import LandingZone
 from keel.deploy.plan import running_canary
@@ -40,6 +41,7 @@ from resources.home import KeelHomeResource
 from resources.online_store import OnlineStoreResource
 from resources.policy import PolicyStoreResource
 from resources.registry import ModelRegistryResource
+from sensors.alerting import send_alerts
 from sensors.problems import automation_problems
 
 DRIFT_POLICY = DriftPolicy()
@@ -124,6 +126,7 @@ def drift_sensor(
         # What is served frozen now, on the feature_freezes asset (first tick, and whenever it changed).
         changed = store.frozen() != frozen_before or context.cursor is None
         observations = [freeze_observation(store, "drift_sensor")] if changed else []
+        alerts = freeze_alerts(frozen_before, store.frozen(), now)
     if records:
         cursor.after = max(cursor.after, records[-1].storage_id)
     requests = []
@@ -132,8 +135,18 @@ def drift_sensor(
             request = challenger_request(context, asks[-1], home, champion_months, policies, now)
             if request is not None:
                 requests.append(request)
+                alerts.append(
+                    Alert(
+                        "challenger_requested",
+                        "info",
+                        f"drift in {request.tags['keel/drift_window']}: challenger {request.tags['keel/plan']}",
+                        {"reason": request.tags["keel/reason"]},
+                        source="drift_sensor",
+                    )
+                )
         else:
             context.log.info("not a live replay: drift does not train challengers (the set-up runs once)")
+    send_alerts(home, alerts, problems)
     for p in problems:
         context.log.error(p)
     if not (requests or observations or problems) and cursor.dump() == before:
@@ -143,6 +156,21 @@ def drift_sensor(
         cursor=cursor.dump(),
         asset_events=observations + automation_problems(DRIFT_REPORT, "drift_sensor", problems),
     )
+
+
+def freeze_alerts(before: dict[str, float], after: dict[str, float], now: datetime) -> list[Alert]:
+    """A warning for each feature frozen now (served answers degrade), info for each one live again."""
+    simulated = now.isoformat(timespec="seconds")
+    out = [
+        Alert("drift_freeze", "warning", f"{f} is served frozen at {after[f]:.6g}", {"simulated": simulated},
+              source="drift_sensor")
+        for f in sorted(set(after) - set(before))
+    ]  # fmt: skip
+    out += [
+        Alert("drift_unfreeze", "info", f"{f} is served live again", {"simulated": simulated}, source="drift_sensor")
+        for f in sorted(set(before) - set(after))
+    ]
+    return out
 
 
 def report_features(value: dg.MetadataValue) -> dict[str, dict]:

@@ -100,6 +100,12 @@ def test_a_drifted_feature_is_frozen_only_on_evidence(home, instance):
     assert seen.metadata["frozen_features"].value == "temp"
     [row] = seen.metadata["freezes"].value.records
     assert "drift_report 2013-06" in row.data["decision"] and f"expires {FAR}" in row.data["decision"]
+    # …and someone is told: a warning, routed to chat (the default route; logged under KEEL_HOME)
+    from keel.alerts import read_alerts
+
+    [alert] = read_alerts(home.root / "alerts" / "alerts.jsonl")
+    assert (alert["kind"], alert["severity"], alert["channel"]) == ("drift_freeze", "warning", "chat")
+    assert alert["summary"] == "temp is served frozen at 38.5" and alert["source"] == "drift_sensor"
     # a report from before evidence existed (no freeze column) freezes nothing
     report(instance, "2013-07", {"wind_speed": feat(True, "error", 0.9, mean=9.0)})
     later = tick(instance, home, result.cursor)

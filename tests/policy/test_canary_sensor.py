@@ -242,6 +242,10 @@ def test_a_challenger_that_passed_its_gate_gets_one_canary_started_by_the_loop(t
         assert authors == ["loop", "canary-controller"]
         [request] = first.run_requests
         assert request.tags["keel/canary_action"] == "start" and request.tags["keel/trigger"] == "drift"
+        from keel.alerts import read_alerts
+
+        [alert] = read_alerts(home.root / "alerts" / "alerts.jsonl")
+        assert (alert["kind"], alert["severity"], alert["channel"]) == ("canary_start", "info", "mail")
         tick_sensor(instance)  # the next tick: the canary holds (no traffic), and none is started twice
         with PolicyStore(home.policies) as store:
             assert [n for n, p in store.state().items() if p.type == "canary"] == ["flight-delay.loop-v2"]
