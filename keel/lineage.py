@@ -10,6 +10,9 @@ shows up in every answer the moment it is defined.
   column follows column lineage where the consumer publishes it (an asset that declares which inputs each of its
   columns comes from is touched only when one of those inputs is); a consumer that publishes none is assumed to use
   every column of its inputs.
+- ``upstream(target)``: where an asset or a column comes from — every asset and column it is derived from, back to
+  the sources (assets with no parents: the deliveries), and the data contracts on the way (``keel/contract`` tags).
+  The root-cause question: a drifted feature or a failed check → the source columns, contract and delivery.
 - ``diff_manifests(a, b)``: which of data / model / infra / policy differ between two release manifests, each
   changed value, and the assets that produced it (and their upstream).
 """
@@ -107,6 +110,15 @@ class PartDiff:
         return self.hash_a != self.hash_b
 
 
+@dataclass(frozen=True)
+class Upstream:
+    target: str
+    sources: tuple[str, ...]  # the asset(s) the target lives in
+    assets: tuple[Impacted, ...]  # what it is derived from, nearest first
+    roots: tuple[str, ...]  # the deliveries: upstream assets with no parents
+    contracts: tuple[str, ...]  # data contracts on the way
+
+
 class LineageGraph:
     def __init__(self, assets: dict[str, AssetInfo]):
         self.assets = assets
@@ -182,6 +194,51 @@ class LineageGraph:
             assets=tuple(
                 Impacted(k, self.assets[k].role, (WHOLE,) if WHOLE in impacted[k] else tuple(sorted(impacted[k])))
                 for k in downstream
+            ),
+        )
+
+    def upstream(self, target: str) -> Upstream:
+        """Every asset (and column, where column lineage says) that ``target`` is derived from, nearest first."""
+        seeds = self._resolve(target)
+        found: dict[str, set[str]] = {}
+        queue = deque((asset, col) for asset, cols in seeds.items() for col in cols)
+        seen: set[tuple[str, str]] = set()
+        while queue:
+            asset, col = queue.popleft()
+            if (asset, col) in seen:
+                continue
+            seen.add((asset, col))
+            info = self.assets[asset]
+            if col != WHOLE and col in info.column_deps:
+                sources = list(info.column_deps[col])
+            elif col == WHOLE and info.column_deps:
+                sources = sorted({src for deps in info.column_deps.values() for src in deps})
+                sources += [(p, WHOLE) for p in info.parents if all(a != p for a, _ in sources)]
+            else:  # no column lineage: the whole of every parent
+                sources = [(p, WHOLE) for p in info.parents]
+            for parent, parent_col in sources:
+                if parent not in self.assets:
+                    continue
+                found.setdefault(parent, set()).add(parent_col)
+                queue.append((parent, parent_col))
+        keys = [k for k in self.sorted(list(found)) if k not in seeds]
+        keys.reverse()  # nearest first
+        items = tuple(
+            Impacted(k, self.assets[k].role, (WHOLE,) if WHOLE in found[k] else tuple(sorted(found[k]))) for k in keys
+        )
+        return Upstream(
+            target=target,
+            sources=tuple(self.sorted(list(seeds))),
+            assets=items,
+            roots=tuple(i.key for i in items if not self.assets[i.key].parents),
+            contracts=tuple(
+                sorted(
+                    {
+                        self.assets[i.key].tags["keel/contract"]
+                        for i in items
+                        if "keel/contract" in self.assets[i.key].tags
+                    }
+                )
             ),
         )
 

@@ -162,3 +162,30 @@ def test_cli_impact(tmp_path):
     assert bad.returncode == 2 and "neither an asset key nor a column" in bad.stderr
     elsewhere = keel("lineage", "impact", "raw_flights", cwd=tmp_path)  # no definitions.py there
     assert elsewhere.returncode == 2 and "--definitions" in elsewhere.stderr
+
+
+def test_upstream_of_a_drifted_feature_names_its_source_column_contract_and_delivery(graph):
+    """The root-cause question: flight_features.temp drifted — where does it come from?"""
+    up = graph.upstream("flight_features.temp")
+    columns = {i.key: i.columns for i in up.assets}
+    assert "temp" in columns["validated_weather"] and "temp" in columns["raw_weather"]
+    assert "temp" not in columns.get("raw_flights", ())  # flights only join on origin and hour
+    assert "weather" in up.contracts and "raw_weather" in up.roots
+    assert [i.key for i in up.assets].index("validated_weather") < [i.key for i in up.assets].index("raw_weather")
+
+
+def test_upstream_of_an_asset_is_exactly_its_dagster_ancestors(graph):
+    asset_graph = defs.resolve_asset_graph()
+    for key in ("drift_report", "loop_report", "validated_flights"):
+        expected, frontier = set(), {dg.AssetKey(key)}
+        while frontier:
+            parents = {p for k in frontier for p in asset_graph.get(k).parent_keys} - expected
+            expected |= parents
+            frontier = parents
+        assert {i.key for i in graph.upstream(key).assets} == {k.to_user_string() for k in expected}, key
+
+
+def test_cli_upstream():
+    out = keel("lineage", "upstream", "flight_features.temp")
+    assert out.returncode == 0, out.stderr
+    assert "raw_weather" in out.stdout and "contracts on the way: flights, weather" in out.stdout

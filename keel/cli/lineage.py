@@ -23,6 +23,12 @@ def register(sub) -> None:
     )
     impact.add_argument("target", help="an asset key, a column, or ASSET.COLUMN")
     impact.set_defaults(func=_lineage_impact)
+    up = lsub.add_parser(
+        "upstream",
+        help="where an asset or column comes from: the columns, contracts and deliveries it is derived from",
+    )
+    up.add_argument("target", help="an asset key, a column, or ASSET.COLUMN (e.g. flight_features.temp)")
+    up.set_defaults(func=_lineage_upstream)
     ldiff = lsub.add_parser(
         "diff",
         help="which of data / model / infra / policy changed between two releases, and which assets produced it",
@@ -52,6 +58,21 @@ def _lineage_impact(args: argparse.Namespace) -> int:
             cols = "whole asset" if item.columns == ("*",) else "columns " + ", ".join(item.columns)
             print(f"  {item.key:<28} {cols}")
     print(f"{len(impact.assets)} downstream assets")
+    return EXIT_OK
+
+
+def _lineage_upstream(args: argparse.Namespace) -> int:
+    graph = _lineage_graph(args)
+    up = graph.upstream(args.target)
+    print(f"{args.target} lives in: {', '.join(up.sources)}")
+    if not up.assets:
+        print("it is a source: nothing upstream")
+        return EXIT_OK
+    for item in up.assets:
+        cols = "whole asset" if item.columns == ("*",) else "columns " + ", ".join(item.columns)
+        print(f"  {item.key:<28} {item.role:<10} {cols}")
+    print(f"contracts on the way: {', '.join(up.contracts) or 'none'}")
+    print(f"deliveries (sources): {', '.join(up.roots)}")
     return EXIT_OK
 
 
