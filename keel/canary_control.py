@@ -123,4 +123,4 @@ def _tick_one(policies, registry, current, name, body, exposures_dir, now, stora
             {"action": action, "percent": percent, "reasons": list(reasons), "evidence": evidence}, default=str
         ),
     )
-    return {"name": name, "action": action, "percent": percent, "version": commit.version}
+    return {"name": name, "action": action, "percent": percent, "version": commit.version, "reasons": list(reasons)}

@@ -59,6 +59,11 @@ class KeelHome:
         return self.root / "clock.json"
 
     @property
+    def incidents(self) -> Path:
+        """The incident log (keel.incidents.IncidentLog)."""
+        return self.root / "incidents.sqlite"
+
+    @property
     def landing(self) -> Path:
         """The landing zone of a live replay (keel.data.landing.LandingZone)."""
         return self.root / "landing"

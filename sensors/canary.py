@@ -56,6 +56,7 @@ def canary_sensor(
         ],
         problems,
     )
+    record_incidents(home, acted, sim_now)
     for p in problems:
         context.log.error(p)
     requests = [
@@ -114,3 +115,29 @@ def start_loop_canary(context: dg.SensorEvaluationContext, store, reg) -> str | 
     store.apply({decision.name: ("canary", decision.body)}, author=LOOP_AUTHOR, reason=decision.reason)
     context.log.info(f"started canary {decision.name}: {decision.reason}")
     return decision.name
+
+
+def record_incidents(home, acted: list[dict], sim_now: str) -> None:
+    """A canary rolled back is an incident the platform detected, located and undid by itself: one record each, its
+    timeline on the shared clock (detection, the rollback and recovery are the same commit: the split is back to the
+    champion when the gateways follow it)."""
+    from keel.incidents import IncidentLog
+
+    rollbacks = [a for a in acted if a["action"] == "rollback"]
+    if not rollbacks:
+        return
+    with IncidentLog(home.incidents) as log:
+        for a in rollbacks:
+            log.open_incident(
+                f"canary:{a['name']}",
+                "canary_rollback",
+                "warning",
+                f"canary {a['name']} rolled back",
+                located=f"the challenger of {a['name']}: {'; '.join(a.get('reasons', [])) or 'see policy version'}",
+                action=f"rolled back to the champion (policy version {a['version']})",
+                detected_at=sim_now,
+                acted_at=sim_now,
+                recovered_at=sim_now,
+                source="canary_sensor",
+                details={"policy_version": a["version"]},
+            )

@@ -4,6 +4,9 @@ promote; a breach rolls back once; every action is one policy commit with its ev
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from datetime import UTC, datetime
 
 import dagster as dg
@@ -250,3 +253,44 @@ def test_a_challenger_that_passed_its_gate_gets_one_canary_started_by_the_loop(t
         with PolicyStore(home.policies) as store:
             assert [n for n, p in store.state().items() if p.type == "canary"] == ["flight-delay.loop-v2"]
             assert store.version() == 2
+
+
+def test_a_rollback_is_an_incident_with_its_timeline_and_keel_incidents_lists_it(tmp_path, monkeypatch):
+    import time as _time
+
+    import definitions
+    from keel.home import KeelHome
+    from keel.incidents import IncidentLog
+    from resources import keel_resources
+
+    home = KeelHome.of(tmp_path)
+    monkeypatch.setenv("KEEL_HOME", str(tmp_path))
+    with ModelRegistry(home.registry) as registry:
+        shas = [registry.register("flight-delay", f"model text {i}", {}).sha256 for i in (1, 2)]
+        registry.promote("flight-delay", shas[0], "initial")
+    with PolicyStore(home.policies) as store:
+        store.apply({"rollout": ("canary", CANARY)}, author="ops", reason="roll out model 2")
+
+    def tick_sensor(instance):
+        with dg.build_sensor_context(
+            instance=instance, definitions=definitions.defs, resources=keel_resources(home.root)
+        ) as ctx:  # closed here, while its instance lives
+            return definitions.defs.get_sensor_def("canary_sensor").evaluate_tick(ctx)
+
+    with dg.instance_for_test() as instance:
+        tick_sensor(instance)  # started: 10 %
+        log = ExposureLog(home.serving.exposures)
+        traffic(log, _time.time() + 1, challenger_ok=60, challenger_failed=40)  # the challenger fails 40 %
+        log.close()
+        second = tick_sensor(instance)
+    assert [r.tags["keel/canary_action"] for r in second.run_requests] == ["rollback"]
+    with IncidentLog(home.incidents) as incidents:
+        [incident] = incidents.list()
+    assert (incident.key, incident.kind, incident.open) == ("canary:rollout", "canary_rollback", False)
+    assert "error rate" in incident.located and incident.detected_at == incident.acted_at == incident.recovered_at
+    out = subprocess.run(
+        [sys.executable, "-m", "keel.cli", "incidents"], env=os.environ | {"KEEL_HOME": str(tmp_path)},
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 0 and "canary_rollback: canary rollout rolled back (recovered)" in out.stdout
+    assert "located    the challenger of rollout: error rate" in out.stdout

@@ -1,0 +1,99 @@
+"""Incidents: each fault the platform detects (and, with the drills, each fault injected) as one record with its
+timeline — injected, detected, located (the root cause as named), acted on, recovered — and what users felt
+(requests failed and degraded during it).
+
+``IncidentLog`` keeps them in ``$KEEL_HOME/incidents.sqlite`` (WAL, synchronous=FULL, like the other control-plane
+logs). ``open_incident`` is idempotent by ``key`` (what the fault is: a canary and its version, a delivery): a
+duplicate sensor tick or a restarted daemon updates the same record instead of opening a second one. Times are ISO
+8601 strings on the shared clock (simulated in the live year).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from keel.storage import Closing, connect_durable, immediate
+
+TIMELINE = ("injected_at", "detected_at", "acted_at", "recovered_at")
+
+
+@dataclass(frozen=True)
+class Incident:
+    id: int
+    key: str  # what the fault is, uniquely: "canary:flight-delay.loop-v6", "delivery:weather:2013-07-14", …
+    kind: str
+    severity: str
+    summary: str
+    located: str | None = None  # the root cause as the platform named it
+    action: str | None = None
+    injected_at: str | None = None  # drills only
+    detected_at: str | None = None
+    acted_at: str | None = None
+    recovered_at: str | None = None
+    requests_failed: int | None = None
+    requests_degraded: int | None = None
+    source: str | None = None  # the sensor or drill that recorded it
+    details: dict[str, Any] | None = None
+
+    @property
+    def open(self) -> bool:
+        return self.recovered_at is None
+
+
+COLUMNS = [f.name for f in fields(Incident)]
+
+
+class IncidentLog(Closing):
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self._db = connect_durable(self.path)
+        self._db.execute(
+            "CREATE TABLE IF NOT EXISTS incidents (id INTEGER PRIMARY KEY AUTOINCREMENT, key TEXT UNIQUE NOT NULL, "
+            "kind TEXT NOT NULL, severity TEXT NOT NULL, summary TEXT NOT NULL, located TEXT, action TEXT, "
+            "injected_at TEXT, detected_at TEXT, acted_at TEXT, recovered_at TEXT, requests_failed INTEGER, "
+            "requests_degraded INTEGER, source TEXT, details TEXT)"
+        )
+
+    def close(self) -> None:
+        self._db.close()
+
+    def open_incident(self, key: str, kind: str, severity: str, summary: str, **fields_: Any) -> Incident:
+        """Record the incident ``key`` (or update it: fields given now replace those recorded; none is cleared)."""
+        unknown = set(fields_) - set(COLUMNS)
+        if unknown:
+            raise ValueError(f"incident fields {sorted(unknown)} are not known: {', '.join(COLUMNS)}")
+        values = {"kind": kind, "severity": severity, "summary": summary} | {
+            k: (json.dumps(v, default=str) if k == "details" else v) for k, v in fields_.items() if v is not None
+        }
+        with immediate(self._db):
+            row = self._db.execute("SELECT id FROM incidents WHERE key = ?", (key,)).fetchone()
+            if row is None:
+                names = ["key", *values]
+                self._db.execute(
+                    f"INSERT INTO incidents ({', '.join(names)}) VALUES ({', '.join('?' * len(names))})",
+                    [key, *values.values()],
+                )
+            else:
+                sets = ", ".join(f"{k} = ?" for k in values)
+                self._db.execute(f"UPDATE incidents SET {sets} WHERE key = ?", [*values.values(), key])
+        return self.get(key)
+
+    def get(self, key: str) -> Incident:
+        row = self._db.execute(f"SELECT {', '.join(COLUMNS)} FROM incidents WHERE key = ?", (key,)).fetchone()
+        if row is None:
+            raise KeyError(f"no incident {key!r}")
+        return _incident(row)
+
+    def list(self) -> list[Incident]:
+        rows = self._db.execute(f"SELECT {', '.join(COLUMNS)} FROM incidents ORDER BY id").fetchall()
+        return [_incident(r) for r in rows]
+
+
+def _incident(row) -> Incident:
+    data = dict(zip(COLUMNS, row, strict=True))
+    if data["details"]:
+        data["details"] = json.loads(data["details"])
+    return Incident(**data)

@@ -1,0 +1,33 @@
+"""The incident log: one record per fault (by key), its timeline filled in as the platform acts, kept durably."""
+
+from __future__ import annotations
+
+import pytest
+
+from keel.incidents import IncidentLog
+
+
+def test_one_record_per_fault_filled_in_as_it_goes(tmp_path):
+    with IncidentLog(tmp_path / "incidents.sqlite") as log:
+        first = log.open_incident(
+            "delivery:weather:2013-07-14", "unit_change", "critical", "temperature in °C",
+            injected_at="2013-07-15T06:00:00+00:00", detected_at="2013-07-15T06:10:00+00:00",
+        )  # fmt: skip
+        assert first.open and first.located is None
+        # the next tick locates and acts; a duplicate tick repeats it: still one record, nothing cleared
+        for _ in range(2):
+            log.open_incident(
+                "delivery:weather:2013-07-14", "unit_change", "critical", "temperature in °C",
+                located="raw_weather.temp (contract weather, delivery 2013-07-14)", action="quarantined the day",
+                acted_at="2013-07-15T06:20:00+00:00", recovered_at="2013-07-15T06:20:00+00:00",
+                requests_failed=0, requests_degraded=12, details={"rows": 72},
+            )  # fmt: skip
+    with IncidentLog(tmp_path / "incidents.sqlite") as log:  # durable: read back by a new connection
+        [incident] = log.list()
+    assert incident.injected_at == "2013-07-15T06:00:00+00:00" and incident.detected_at == "2013-07-15T06:10:00+00:00"
+    assert not incident.open and incident.requests_degraded == 12 and incident.details == {"rows": 72}
+
+
+def test_an_unknown_field_is_refused_by_name(tmp_path):
+    with IncidentLog(tmp_path / "i.sqlite") as log, pytest.raises(ValueError, match="cause"):
+        log.open_incident("k", "x", "info", "y", cause="z")
