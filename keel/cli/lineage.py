@@ -45,6 +45,10 @@ def _lineage_graph(args: argparse.Namespace):
     return LineageGraph.from_definitions(load_definitions(args.definitions))
 
 
+def _columns(item) -> str:
+    return "whole asset" if item.columns == ("*",) else "columns " + ", ".join(item.columns)
+
+
 def _lineage_impact(args: argparse.Namespace) -> int:
     graph = _lineage_graph(args)
     impact = graph.impact(args.target)
@@ -55,8 +59,7 @@ def _lineage_impact(args: argparse.Namespace) -> int:
     for role, items in impact.by_role().items():
         print(f"{role}:")
         for item in items:
-            cols = "whole asset" if item.columns == ("*",) else "columns " + ", ".join(item.columns)
-            print(f"  {item.key:<28} {cols}")
+            print(f"  {item.key:<28} {_columns(item)}")
     print(f"{len(impact.assets)} downstream assets")
     return EXIT_OK
 
@@ -69,8 +72,7 @@ def _lineage_upstream(args: argparse.Namespace) -> int:
         print("it is a source: nothing upstream")
         return EXIT_OK
     for item in up.assets:
-        cols = "whole asset" if item.columns == ("*",) else "columns " + ", ".join(item.columns)
-        print(f"  {item.key:<28} {item.role:<10} {cols}")
+        print(f"  {item.key:<28} {item.role:<10} {_columns(item)}")
     print(f"contracts on the way: {', '.join(up.contracts) or 'none'}")
     print(f"deliveries (sources): {', '.join(up.roots)}")
     return EXIT_OK

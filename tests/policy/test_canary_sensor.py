@@ -204,32 +204,42 @@ def test_a_malformed_canary_is_reported_and_the_others_proceed(world, tmp_path, 
     assert "canary 'broken' skipped" in observation.metadata["skipped"].value
 
 
-def test_a_challenger_that_passed_its_gate_gets_one_canary_started_by_the_loop(tmp_path, monkeypatch):
-    import definitions
-    from keel.clock import SimClock
+def two_models(tmp_path, monkeypatch):
+    """A KEEL_HOME (also $KEEL_HOME) whose registry holds two versions, the first the champion."""
     from keel.home import KeelHome
-    from resources import keel_resources
 
     home = KeelHome.of(tmp_path)
     monkeypatch.setenv("KEEL_HOME", str(tmp_path))
     with ModelRegistry(home.registry) as registry:
         shas = [registry.register("flight-delay", f"model text {i}", {}).sha256 for i in (1, 2)]
         registry.promote("flight-delay", shas[0], "initial")
+    return home
+
+
+def tick_sensor(home, instance):
+    """One tick of the deployment's canary_sensor as the daemon evaluates it."""
+    import definitions
+    from resources import keel_resources
+
+    with dg.build_sensor_context(
+        instance=instance, definitions=definitions.defs, resources=keel_resources(home.root)
+    ) as ctx:  # closed here, while its instance lives
+        return definitions.defs.get_sensor_def("canary_sensor").evaluate_tick(ctx)
+
+
+def test_a_challenger_that_passed_its_gate_gets_one_canary_started_by_the_loop(tmp_path, monkeypatch):
+    from keel.clock import SimClock
+
+    home = two_models(tmp_path, monkeypatch)
     SimClock(home.clock).start(datetime(2013, 7, 3, tzinfo=UTC), speed=1.0)
     gate = {"passed": True, "reason": "log-loss better by 0.0100", "challenger_version": 2, "champion_version": 1,
             "gate_month": "2013-06", "drift_window": "2013-06", "drift_event": 41}  # fmt: skip
-
-    def tick_sensor(instance):
-        with dg.build_sensor_context(
-            instance=instance, definitions=definitions.defs, resources=keel_resources(home.root)
-        ) as ctx:  # closed here, while its instance lives
-            return definitions.defs.get_sensor_def("canary_sensor").evaluate_tick(ctx)
 
     with dg.instance_for_test() as instance:
         instance.report_runless_asset_event(
             dg.AssetMaterialization("challenger_evaluation", metadata={k: v for k, v in gate.items()})
         )
-        first = tick_sensor(instance)
+        first = tick_sensor(home, instance)
         with PolicyStore(home.policies) as store:
             state = store.state()
             canary = state["flight-delay.loop-v2"].body
@@ -249,7 +259,7 @@ def test_a_challenger_that_passed_its_gate_gets_one_canary_started_by_the_loop(t
 
         [alert] = read_alerts(home.root / "alerts" / "alerts.jsonl")
         assert (alert["kind"], alert["severity"], alert["channel"]) == ("canary_start", "info", "mail")
-        tick_sensor(instance)  # the next tick: the canary holds (no traffic), and none is started twice
+        tick_sensor(home, instance)  # the next tick: the canary holds (no traffic), and none is started twice
         with PolicyStore(home.policies) as store:
             assert [n for n, p in store.state().items() if p.type == "canary"] == ["flight-delay.loop-v2"]
             assert store.version() == 2
@@ -258,31 +268,18 @@ def test_a_challenger_that_passed_its_gate_gets_one_canary_started_by_the_loop(t
 def test_a_rollback_is_an_incident_with_its_timeline_and_keel_incidents_lists_it(tmp_path, monkeypatch):
     import time as _time
 
-    import definitions
-    from keel.home import KeelHome
     from keel.incidents import IncidentLog
-    from resources import keel_resources
 
-    home = KeelHome.of(tmp_path)
-    monkeypatch.setenv("KEEL_HOME", str(tmp_path))
-    with ModelRegistry(home.registry) as registry:
-        shas = [registry.register("flight-delay", f"model text {i}", {}).sha256 for i in (1, 2)]
-        registry.promote("flight-delay", shas[0], "initial")
+    home = two_models(tmp_path, monkeypatch)
     with PolicyStore(home.policies) as store:
         store.apply({"rollout": ("canary", CANARY)}, author="ops", reason="roll out model 2")
 
-    def tick_sensor(instance):
-        with dg.build_sensor_context(
-            instance=instance, definitions=definitions.defs, resources=keel_resources(home.root)
-        ) as ctx:  # closed here, while its instance lives
-            return definitions.defs.get_sensor_def("canary_sensor").evaluate_tick(ctx)
-
     with dg.instance_for_test() as instance:
-        tick_sensor(instance)  # started: 10 %
+        tick_sensor(home, instance)  # started: 10 %
         log = ExposureLog(home.serving.exposures)
         traffic(log, _time.time() + 1, challenger_ok=60, challenger_failed=40)  # the challenger fails 40 %
         log.close()
-        second = tick_sensor(instance)
+        second = tick_sensor(home, instance)
     assert [r.tags["keel/canary_action"] for r in second.run_requests] == ["rollback"]
     with IncidentLog(home.incidents) as incidents:
         [incident] = incidents.list()
