@@ -13,6 +13,7 @@ from assets.experiments import experiment_assets
 from assets.features import feature_assets
 from assets.freezes import feature_freezes
 from assets.groups import with_group_metadata
+from assets.incidents import incidents, incidents_job
 from assets.jobs import build_jobs, challenger_job
 from assets.loop import loop_assets
 from assets.models import model_assets
@@ -22,9 +23,11 @@ from assets.validated import build_validated_assets
 from resources import keel_resources
 from sensors.canary import canary_sensor
 from sensors.drift import drift_sensor
+from sensors.drills import chaos_drill_job, weekly_chaos_drill
 from sensors.guardrails import guardrail_sensor
 from sensors.landing import landing_sensor
 from sensors.schedules import nightly_drift
+from sensors.watchdog import watchdog_sensor
 
 validated_assets = build_validated_assets()
 
@@ -41,10 +44,12 @@ defs = dg.Definitions(
             *deployment_assets,
             *experiment_assets,
             *streaming_assets,
+            incidents,
         ]
     ),
-    jobs=[*build_jobs, challenger_job, rollback_job],  # build_jobs: the set-up's stages, in order (assets/jobs.py)
-    sensors=[drift_sensor, canary_sensor, guardrail_sensor, landing_sensor],
-    schedules=[nightly_drift],  # the production cadence (sensors/schedules.py)
+    # build_jobs: the set-up's stages, in order (assets/jobs.py)
+    jobs=[*build_jobs, challenger_job, rollback_job, incidents_job, chaos_drill_job],
+    sensors=[drift_sensor, canary_sensor, guardrail_sensor, landing_sensor, watchdog_sensor],
+    schedules=[nightly_drift, weekly_chaos_drill],  # the production cadence (sensors/schedules.py, sensors/drills.py)
     resources=keel_resources(dg.EnvVar("KEEL_HOME")),  # scripts/env.sh sets it (default: .keel in the repository)
 )

@@ -55,6 +55,13 @@ GROUPS = {
         "keel_challenger with the months its plan names. By hand: launch keel_challenger from the Launchpad with "
         "train_months and gate_month as config.",
     ),
+    "operations": Group(
+        "team:ml-serving",
+        "docs/alerts.md",
+        "incidents: faults the platform detected and undid by itself, and chaos drills, with their timelines",
+        how_to_run="Refreshed by watchdog_sensor whenever the incident log changes (job keel_incidents); empty until "
+        "something happened. By hand: launch keel_incidents from the Launchpad, or run `keel incidents`.",
+    ),
     "deployments": Group(
         "team:ml-serving",
         "docs/serving.md",

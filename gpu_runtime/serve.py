@@ -89,7 +89,9 @@ def main(argv: list[str] | None = None) -> int:
         control.close()
     if restored:
         print(f"keel serve: loaded the routed versions {restored} again (routing.json)", flush=True)
-    supervisor = TritonSupervisor(server, layout.routing, log=lambda m: print(m, flush=True))
+    supervisor = TritonSupervisor(
+        server, layout.routing, log=lambda m: print(m, flush=True), incidents=home.incidents, clock=home.clock
+    )
     policy = GatewayPolicy.load(args.policy) if args.policy else GatewayPolicy()
     gateway = Gateway(
         GatewayConfig(

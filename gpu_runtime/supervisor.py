@@ -84,8 +84,11 @@ class TritonSupervisor:
         poll_s: float = 0.5,
         max_backoff_s: float = 30.0,
         log=print,
+        incidents: Path | None = None,
+        clock: Path | None = None,
     ):
         self.server, self.routing_path = server, Path(routing_path)
+        self.incidents, self.clock = incidents, clock  # where a crash is recorded, on which clock (KEEL_HOME's)
         self.poll_s, self.max_backoff_s, self.log = poll_s, max_backoff_s, log
         self.status = RuntimeStatus(admin_key_hidden=server.admin_key_hidden)
         self._stop = threading.Event()
@@ -123,6 +126,13 @@ class TritonSupervisor:
         why = f"tritonserver exited with {code}" if exited else "tritonserver stopped answering its liveness check"
         self.status.state, self.status.since, self.status.last_failure = DOWN, time.time(), why
         self.log(f"keel serve: {why}; restarting it")
+        pid = self.server.proc.pid if self.server.proc is not None else None
+        noticed = time.monotonic()
+        self._incident(
+            pid,
+            detected_at=self._now(),
+            located=f"the model runtime: {why} (pid {pid}); the gateway answers runtime_unavailable meanwhile",
+        )
         backoff = 0.5
         hold = self.server.work_dir / "hold"
         while hold.exists():  # an operator's maintenance hold: stay down, say why
@@ -151,4 +161,42 @@ class TritonSupervisor:
             self.status.admin_key_hidden = self.server.admin_key_hidden
             self.status.state, self.status.since = UP, time.time()
             self.log(f"keel serve: Triton restarted (restart {self.status.restarts}); reloaded versions {restored}")
+            now = self._now()
+            self._incident(
+                pid,
+                acted_at=now,
+                recovered_at=now,
+                action=f"restarted tritonserver (restart {self.status.restarts}) and reloaded the routed versions "
+                f"{restored}",
+                details={
+                    "restored_versions": restored,
+                    "new_pid": self.server.proc.pid if self.server.proc else None,
+                    "wall_s_to_recover": round(time.monotonic() - noticed, 2),  # noticed → routed versions ready
+                },
+            )
             return
+
+    def _now(self) -> str:
+        from keel.clock import SimClock
+
+        if self.clock is None:
+            from datetime import UTC, datetime
+
+            return datetime.now(UTC).isoformat(timespec="seconds")
+        return SimClock(self.clock).now().isoformat(timespec="seconds")
+
+    def _incident(self, pid: int | None, **fields) -> None:
+        """One incident per crash (keyed by the dead process), its timeline filled in as the restart proceeds. A log
+        that cannot be written is said, never a reason not to restart."""
+        if self.incidents is None:
+            return
+        from keel.incidents import IncidentLog
+
+        try:
+            with IncidentLog(self.incidents) as log:
+                log.open_incident(
+                    f"runtime:{pid}", "runtime_crash", "critical", "tritonserver died; restarted by the supervisor",
+                    source="triton-supervisor", **fields,
+                )  # fmt: skip
+        except Exception as exc:  # noqa: BLE001
+            self.log(f"keel serve: could not record the incident in {self.incidents}: {exc}")

@@ -87,6 +87,16 @@ class IncidentLog(Closing):
             raise KeyError(f"no incident {key!r}")
         return _incident(row)
 
+    def find(self, key: str) -> Incident | None:
+        try:
+            return self.get(key)
+        except KeyError:
+            return None
+
+    def open_incidents(self, kind: str | None = None) -> list[Incident]:
+        """The incidents not recovered yet (of ``kind`` when given), oldest first."""
+        return [i for i in self.list() if i.open and (kind is None or i.kind == kind)]
+
     def list(self) -> list[Incident]:
         rows = self._db.execute(f"SELECT {', '.join(COLUMNS)} FROM incidents ORDER BY id").fetchall()
         return [_incident(r) for r in rows]
@@ -97,3 +107,44 @@ def _incident(row) -> Incident:
     if data["details"]:
         data["details"] = json.loads(data["details"])
     return Incident(**data)
+
+
+def locate_delivery(graph, verdict) -> str:
+    """The root cause of a held-back delivery as a person reads it, through the lineage graph (``keel.lineage``):
+    the delivery, the columns and contract rule that broke, and the feature columns downstream that it would have
+    fed (``impact`` of each broken raw column) — e.g. ``delivery weather/2013-04-05 → raw_weather.temp (contract
+    weather v1: …) → feeds flight_features.temp``."""
+    raw = f"raw_{verdict.table}"
+    feeds: list[str] = []
+    for column in verdict.columns:
+        try:
+            impact = graph.impact(f"{raw}.{column}")
+        except Exception:  # noqa: BLE001 - a column the graph does not publish: name it without its consumers
+            continue
+        for item in impact.assets:
+            if item.role == "feature" and item.columns != ("*",):
+                feeds += [f"{item.key}.{c}" for c in item.columns if f"{item.key}.{c}" not in feeds]
+    cols = ", ".join(f"{raw}.{c}" for c in verdict.columns) or raw
+    what = verdict.summary().split(": ", 1)[-1]
+    text = f"delivery {verdict.table}/{verdict.day} → {cols} (contract {verdict.contract} v{verdict.contract_version}: {what})"
+    return text + (f" → feeds {', '.join(feeds)}" if feeds else "")
+
+
+def requests_during(exposures_dir: Path, start: str, end: str) -> tuple[int, int]:
+    """What the gateway's answers were between two instants of the shared clock (the exposure log is stamped on it):
+    (failed: answered with a status other than 200, degraded: answered 200 with a degraded flag)."""
+    from datetime import datetime
+
+    from keel.exposure_log import scan_exposures
+
+    t0, t1 = datetime.fromisoformat(start).timestamp(), datetime.fromisoformat(end).timestamp()
+    failed = degraded = 0
+    for r in scan_exposures(exposures_dir, since=t0).records:
+        ts = r.get("ts")
+        if not isinstance(ts, int | float) or not t0 <= ts <= t1:
+            continue
+        if r.get("status") != 200:
+            failed += 1
+        elif r.get("degraded"):
+            degraded += 1
+    return failed, degraded

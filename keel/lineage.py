@@ -126,8 +126,9 @@ class LineageGraph:
 
     @classmethod
     def from_definitions(cls, defs: Any) -> LineageGraph:
-        """Snapshot a ``dagster.Definitions`` object's asset graph."""
-        graph = defs.resolve_asset_graph()
+        """Snapshot the asset graph of a ``dagster.Definitions`` object (or of a repository: a sensor's
+        ``context.repository_def``)."""
+        graph = defs.resolve_asset_graph() if hasattr(defs, "resolve_asset_graph") else defs.asset_graph
         assets = {}
         for node in graph.asset_nodes:
             key = node.key.to_user_string()

@@ -11,11 +11,13 @@ import time
 import dagster as dg
 
 from assets.experiments import EXPERIMENT_ANALYSIS, EXPERIMENT_EXPOSURES, EXPERIMENT_WIDE
+from keel.alerts import Alert
 from keel.experiments.guardrails import tick
 from resources.home import KeelHomeResource
 from resources.ledger import LedgerResource
 from resources.policy import PolicyStoreResource
 from resources.registry import ModelRegistryResource
+from sensors.alerting import send_alerts
 from sensors.problems import automation_problems
 
 
@@ -40,6 +42,16 @@ def guardrail_sensor(
         acted, cursor = tick(
             store, keel_home.layout().root, registry=reg, ledger=led, cursor=cursor, problems=problems
         )
+    send_alerts(
+        keel_home.layout(),
+        [
+            Alert(f"guardrail_{a['action']}", "warning", f"experiment {a['experiment']}: guardrail breached, "
+                  f"{a['action']}", {"policy_version": a["version"], "breached": a.get("breached")},
+                  source="guardrail_sensor")
+            for a in acted
+        ],
+        problems,
+    )  # fmt: skip
     for p in problems:
         context.log.error(p)
     today = time.strftime("%Y-%m-%d", time.gmtime())

@@ -10,16 +10,22 @@ clock under KEEL_HOME) it skips: the set-up's jobs build 2013 as a backfill.
 from __future__ import annotations
 
 import json
+from datetime import date
 
 import dagster as dg
 
 from assets.drift import DRIFT_REFERENCE
 from assets.features import FLIGHT_FEATURES
 from assets.jobs import drift_job, monthly_job
+from keel.alerts import Alert
 from keel.clock import SimClock
+from keel.data.delivery import DeliveryGate, DeliveryVerdict
 from keel.data.landing import LandingZone
+from keel.incidents import IncidentLog, locate_delivery
+from keel.lineage import LineageGraph
 from keel.loop.arrivals import Landed, arrivals, days_in
 from resources.home import KeelHomeResource
+from sensors.alerting import send_alerts
 
 DELIVERY_TAG = "keel/delivery"  # which delivery a monthly run built: the landing run key (scripts/materialize.py too)
 
@@ -49,15 +55,22 @@ def landing_sensor(context: dg.SensorEvaluationContext, keel_home: KeelHomeResou
     state = clock.state()
     if state is None:
         return dg.SkipReason("no live replay (no simulated clock under KEEL_HOME)")
+    zone = LandingZone(home.landing)
+    sim_now = clock.now().isoformat(timespec="seconds")
+    # Every new day file passes the delivery gate first (also while paused: a drill or an upstream can deliver any
+    # time): a systematically broken day is held back before anything reads it.
+    problems: list[str] = []
+    gate = DeliveryGate(zone)
+    report_deliveries(context, home, gate, gate.check_new(), sim_now, problems)
+    for p in problems:
+        context.log.error(p)
     if not state.running:  # the set-up builds the history while it is paused; Ctrl-C pauses a replay
         return dg.SkipReason(
             f"the live replay is paused at simulated {state.sim_anchor.isoformat(timespec='seconds')}"
         )
     cursor = json.loads(context.cursor) if context.cursor else {"seen": {}, "drift": []}
     seen = {m: Landed(*v) for m, v in cursor["seen"].items()}
-    zone = LandingZone(home.landing)
     landed = zone.landed_by_month()
-    sim_now = clock.now().isoformat(timespec="seconds")
     requests = []
     for refresh in arrivals(landed, seen):
         if _built_from(context.instance, refresh.month) == refresh.run_key:
@@ -97,3 +110,51 @@ def landing_sensor(context: dg.SensorEvaluationContext, keel_home: KeelHomeResou
             return dg.SensorResult(run_requests=[], cursor=new_cursor)  # history built by the set-up: noted
         return dg.SkipReason(f"nothing new in the landing zone at simulated {sim_now}")
     return dg.SensorResult(run_requests=requests, cursor=new_cursor)
+
+
+HELD_BACK = "delivery_held_back"
+
+
+def report_deliveries(context, home, gate: DeliveryGate, verdicts: list[DeliveryVerdict], sim_now: str, problems):
+    """A held-back delivery is an incident (located through the lineage graph) and a contract-breach alert by the
+    severity of what broke; an incident whose day has since been admitted (the upstream delivered it again, whole) is
+    recovered. (watchdog_sensor sends the incident itself as an alert, opened and recovered.)"""
+    held = [v for v in verdicts if not v.ok]
+    alerts = []
+    with IncidentLog(home.incidents) as log:
+        if held:
+            graph = LineageGraph.from_definitions(context.repository_def) if context.repository_def else None
+        for v in held:
+            key = f"delivery:{v.table}:{v.day}"
+            severity = (
+                "critical" if v.missing_columns or any(b.severity == "critical" for b in v.breaches) else "warning"
+            )
+            fresh = log.find(key) is None or not log.get(key).open
+            located = locate_delivery(graph, v) if graph is not None else v.summary()
+            log.open_incident(
+                key,
+                HELD_BACK,
+                severity,
+                f"{v.table} delivery of {v.day} held back: {v.summary().split(': ', 1)[-1]}",
+                located=located,
+                action=f"held back before its month read it ({v.rows} rows kept whole in landing/_quarantine/"
+                f"{v.table}); the month is built without it, serving continues",
+                detected_at=sim_now,
+                acted_at=sim_now,
+                source="landing_sensor",
+                details=v.to_dict(),
+            )
+            if fresh:
+                alerts.append(
+                    Alert("contract_breach", severity, f"{v.table} delivery of {v.day} held back",
+                          {"located": located, "incident": key, "simulated": sim_now}, source="landing_sensor")
+                )  # fmt: skip
+            context.log.warning(f"held back: {located}")
+        for incident in log.open_incidents(HELD_BACK):
+            _, table, day = incident.key.split(":")
+            if gate.admitted(table, date.fromisoformat(day)):
+                log.open_incident(
+                    incident.key, incident.kind, incident.severity, incident.summary, recovered_at=sim_now,
+                    action=f"{incident.action}; the day was delivered again and admitted, its month rebuilt",
+                )  # fmt: skip
+    send_alerts(home, alerts, problems)

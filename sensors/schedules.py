@@ -1,10 +1,14 @@
-"""The production cadence as Dagster schedules (the design articles: drift detection every night).
+"""The production cadence as Dagster schedules (the design articles: drift detection every night, a full-chain
+chaos test every week).
 
 ``nightly_drift`` looks every night at 02:00 UTC for the newest complete month (a monthly partition exists once its
 month has ended) and runs ``keel_drift`` for it unless that month has a drift report already; the drift sensor acts
 on the report as on any other. So a month is judged the night after it ends, once (the run key names the month),
 and a night with nothing new is a skip that says so. In a live replay it skips: the same job runs on the simulated
 clock there, from the landing sensor, as each month completes (a replayed night lasts seconds).
+
+``weekly_chaos_drill`` (sensors/drills.py; stopped until an operator starts it) runs one drill of keel/chaos.py
+every Monday.
 """
 
 from __future__ import annotations

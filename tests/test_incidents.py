@@ -31,3 +31,21 @@ def test_one_record_per_fault_filled_in_as_it_goes(tmp_path):
 def test_an_unknown_field_is_refused_by_name(tmp_path):
     with IncidentLog(tmp_path / "i.sqlite") as log, pytest.raises(ValueError, match="cause"):
         log.open_incident("k", "x", "info", "y", cause="z")
+
+
+def test_what_users_felt_is_counted_from_the_exposure_log_within_the_incident(tmp_path):
+    from datetime import UTC, datetime
+
+    from keel.exposure_log import ExposureLog
+    from keel.incidents import requests_during
+
+    t0 = datetime(2013, 4, 5, 10, tzinfo=UTC).timestamp()
+    log = ExposureLog(tmp_path)
+    for i, (status, degraded) in enumerate(
+        [(200, None), (503, None), (200, ["runtime_unavailable"]), (200, []), (503, None), (200, ["x"])]
+    ):
+        log.append({"ts": t0 + 10 * i, "status": status, "degraded": degraded})  # one every 10 s
+    log.close()
+    # 10:00:05–10:00:45 holds requests 1–4: two 503s failed, one degraded answer
+    assert requests_during(tmp_path, "2013-04-05T10:00:05+00:00", "2013-04-05T10:00:45+00:00") == (2, 1)
+    assert requests_during(tmp_path, "2013-04-06T10:00:00+00:00", "2013-04-06T11:00:00+00:00") == (0, 0)

@@ -52,3 +52,28 @@ def test_it_is_the_deployments_schedule_on_keel_drift():
     schedule = definitions.defs.get_schedule_def("nightly_drift")
     assert schedule.job_name == "keel_drift" and schedule.cron_schedule == "0 2 * * *"
     assert schedule.default_status == dg.DefaultScheduleStatus.RUNNING
+
+
+def test_the_weekly_drill_takes_turns_and_skips_without_a_runtime(tmp_path, monkeypatch):
+    from keel.chaos import DRILLS
+    from sensors.drills import drill_of_the_week, weekly_chaos_drill
+
+    mondays = [datetime(2026, 11, 2 + 7 * i, 3, tzinfo=UTC) for i in range(5)]
+    assert sorted(drill_of_the_week(m, live=True) for m in mondays) == sorted(DRILLS)  # five weeks, five drills
+    assert {drill_of_the_week(m, live=False) for m in mondays} == {"bad-challenger", "runtime-crash",
+                                                                    "control-plane-tamper"}  # fmt: skip
+    monkeypatch.setenv("KEEL_HOME", str(tmp_path))
+    with dg.instance_for_test() as instance:
+        with dg.build_schedule_context(instance=instance, scheduled_execution_time=mondays[0],
+                                       resources=keel_resources(tmp_path)) as ctx:  # fmt: skip
+            skipped = weekly_chaos_drill(ctx)
+        assert isinstance(skipped, dg.SkipReason) and "no model runtime is up" in skipped.skip_message
+        (tmp_path / "serving").mkdir()
+        (tmp_path / "serving" / "endpoints.json").write_text("{}")
+        with dg.build_schedule_context(instance=instance, scheduled_execution_time=mondays[0],
+                                       resources=keel_resources(tmp_path)) as ctx:  # fmt: skip
+            request = weekly_chaos_drill(ctx)
+    drill = drill_of_the_week(mondays[0], live=False)
+    assert request.run_key == f"chaos:2026-W45:{drill}"
+    assert request.run_config == {"ops": {"chaos_drill": {"config": {"drill": drill}}}}
+    dg.validate_run_config(definitions.defs.get_job_def("keel_chaos_drill"), request.run_config)  # raises if not

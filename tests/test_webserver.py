@@ -172,7 +172,8 @@ def test_asset_graph_and_checks(dagster_dev):
         assert node["description"], f"{key} has no description"
         assert node["kinds"], f"{key} has no kinds"
         assert node["groupName"] in {
-            "raw", "contracts", "features", "drift", "models", "loop", "deployments", "experiments", "streaming"
+            "raw", "contracts", "features", "drift", "models", "loop", "operations", "deployments", "experiments",
+            "streaming",
         }  # fmt: skip
     # What drift leads to, in the lineage: a challenger, its gate, and the month's loop_report.
     assert deps("challenger_model") == {"drift_report"} and deps("challenger_evaluation") == {"challenger_model"}

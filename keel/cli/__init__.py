@@ -10,13 +10,13 @@ import argparse
 import sys
 
 from keel import __version__
-from keel.cli import contracts, drift, experiment, incidents, k8s, ledger, lineage, live, policy
+from keel.cli import chaos, contracts, drift, experiment, incidents, k8s, ledger, lineage, live, policy
 from keel.cli.common import EXIT_BAD_INPUT, EXIT_OK, EXIT_PROBLEM, Parser
 from keel.cli.contracts import partition_window
 from keel.errors import KeelError
 
 __all__ = ["EXIT_BAD_INPUT", "EXIT_OK", "EXIT_PROBLEM", "build_parser", "main", "partition_window"]
-GROUPS = (contracts, drift, ledger, lineage, policy, experiment, k8s, live, incidents)
+GROUPS = (contracts, drift, ledger, lineage, policy, experiment, k8s, live, incidents, chaos)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -80,10 +80,12 @@ class LandingZone:
                 out.setdefault(f"{d.year}-{d.month:02d}", [0, 0])[i] += 1
         return {m: Landed(flight_days=c[0], weather_days=c[1]) for m, c in out.items()}
 
-    def read_month(self, table: str, month_key: str) -> pl.DataFrame:
-        """The landed days of month ``YYYY-MM`` (possibly a partial month), in delivery row order."""
+    def read_month(self, table: str, month_key: str, days: list[date] | None = None) -> pl.DataFrame:
+        """The landed days of month ``YYYY-MM`` (possibly a partial month; only ``days`` when given), in delivery
+        row order."""
         year, month = (int(x) for x in month_key.split("-"))
-        files = [self.path(table, d) for d in self.delivered(table) if (d.year, d.month) == (year, month)]
+        wanted = self.delivered(table) if days is None else sorted(days)
+        files = [self.path(table, d) for d in wanted if (d.year, d.month) == (year, month)]
         if not files:
             return read_raw(table).clear()
         return pl.concat([pl.read_parquet(f) for f in files]).sort("_source_row")

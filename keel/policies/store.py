@@ -16,7 +16,9 @@ never reaches a caller.
 
 from __future__ import annotations
 
+import hmac
 import json
+import os
 import sqlite3
 import time
 from collections.abc import Callable, Mapping
@@ -253,8 +255,94 @@ class PolicyStore(Closing):
             return Commit(version, author, reason, when, reverts, payload, prev_hash, h)
 
         commit = self._retry(write)
+        self._journal(commit)  # before the head is published: a head is never newer than the journal
         self.checkpoints.publish(commit.version, commit.hash)
         return commit
+
+    # -- the journal: a copy of every commit outside the database, to restore removed newest commits from --
+
+    @property
+    def journal_path(self) -> Path:
+        return self.path.with_name(self.path.name + ".journal")
+
+    def _journal(self, c: Commit) -> None:
+        """Append the commit to ``<db>.journal`` (one JSON line, O_APPEND: concurrent writers never interleave a
+        line). Not fsynced, like the published head: it guards against removal, not against power loss."""
+        line = json.dumps(
+            {
+                "version": c.version, "author": c.author, "reason": c.reason,
+                "committed_at": c.committed_at.isoformat(), "reverts": c.reverts, "changes": c.changes,
+                "prev_hash": c.prev_hash, "hash": c.hash,
+            },
+            sort_keys=True,
+        )  # fmt: skip
+        fd = os.open(self.journal_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, (line + "\n").encode())
+        finally:
+            os.close(fd)
+
+    def _journal_entries(self) -> dict[int, dict]:
+        out: dict[int, dict] = {}
+        try:
+            text = self.journal_path.read_text()
+        except FileNotFoundError:
+            return out
+        for line in text.splitlines():
+            try:
+                entry = json.loads(line)
+                out[int(entry["version"])] = entry
+            except (ValueError, KeyError, TypeError):
+                continue  # a torn last line (a crash mid-append) or garbage: never trusted, the hashes decide
+        return out
+
+    def restore_removed(self) -> list[int]:
+        """Put back the newest commits that were removed from the database (the log ends before the published,
+        keyed head), from the journal — only entries that chain onto the log's end and whose last hash is the
+        published head's, so nothing that keel did not commit can enter. Returns the versions restored (none when
+        nothing was removed); raises PolicyError saying what is missing when they cannot be restored."""
+        published = self.checkpoints.read_head()
+        if published is None:
+            return []
+        head_seq, head_hash = int(published.get("seq", 0)), str(published.get("hash", ""))
+        if not hmac.compare_digest(str(published.get("mac", "")), self.checkpoints.mac(head_seq, head_hash)):
+            raise PolicyError(f"{self.checkpoints.head_path}: the published head is not genuine; nothing restored")
+        last = self._db.execute("SELECT version, hash FROM commits ORDER BY version DESC LIMIT 1").fetchone()
+        newest, prev = (last[0], last[1]) if last else (0, GENESIS)
+        if head_seq <= newest:
+            return []
+        journal = self._journal_entries()
+        restored = []
+        for v in range(newest + 1, head_seq + 1):
+            e = journal.get(v)
+            if e is None:
+                raise PolicyError(f"version {v} was removed and {self.journal_path.name} has no copy of it")
+            h = commit_hash(prev, v, e["author"], e["reason"], e["committed_at"], e["reverts"], e["changes"])
+            if e["prev_hash"] != prev or h != e["hash"]:
+                raise PolicyError(f"{self.journal_path.name}: version {v} does not chain onto the log: not restored")
+            restored.append(e)
+            prev = h
+        if prev != head_hash:
+            raise PolicyError(f"{self.journal_path.name}: version {head_seq} does not match the published head")
+
+        def write() -> None:
+            with immediate(self._db):
+                for e in restored:
+                    self._db.execute(
+                        "INSERT INTO commits (version, author, reason, committed_at, reverts, changes, prev_hash, "
+                        "hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                        (e["version"], e["author"], e["reason"], e["committed_at"], e["reverts"],
+                         json.dumps(e["changes"], sort_keys=True), e["prev_hash"], e["hash"]),
+                    )  # fmt: skip
+                    for name, change in e["changes"].items():
+                        self._db.execute(
+                            "INSERT INTO policy_versions (name, version, type, body) VALUES (?, ?, ?, ?)",
+                            (name, e["version"], change["type"], json.dumps(change["body"], sort_keys=True)),
+                        )
+                    self.checkpoints.record(e["version"], e["hash"])
+
+        self._retry(write)
+        return [e["version"] for e in restored]
 
     def revert(self, version: int, *, author: str, reason: str) -> Commit:
         """A new commit that sets every policy back to its body at ``version`` (nothing is rewritten)."""

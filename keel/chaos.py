@@ -1,0 +1,294 @@
+"""Chaos drills: a real fault injected into the running platform, which must then detect, locate and undo it by
+itself while the drill only watches (``keel chaos run <drill>``; the weekly schedule ``weekly_chaos_drill``).
+
+Each drill injects one fault and names the incident the platform is expected to open for it (its key). Then it
+watches the incident log: the platform records detection, the root cause it located, its action and the recovery;
+the drill adds ``injected_at`` and what users felt — the live traffic's answers while the fault lasted
+(``$KEEL_HOME/serving/live_traffic.json``, when a live replay sends traffic). Nothing in a drill repairs anything.
+
+| drill | fault | who acts |
+|---|---|---|
+| ``unit-change`` | the next day of weather arrives with temperatures in °C | landing sensor: the delivery gate holds the day back; the upstream's next delivery of it is admitted |
+| ``schema-break`` | the next day of flights arrives with ``arr_delay`` renamed and ``tailnum`` missing | landing sensor, as for unit-change |
+| ``bad-challenger`` | a challenger whose scores are inverted (1 − p) enters a canary | canary sensor: rolled back on realized labels |
+| ``runtime-crash`` | tritonserver is killed (SIGKILL) under traffic | the runtime's supervisor restarts it and reloads the routed versions |
+| ``control-plane-tamper`` | the newest policy commit is deleted from the store file | gateways refuse the store; watchdog_sensor restores the commit from the journal |
+
+The corruptions are pure functions (tested on their own); ``inject`` applies them to a KEEL_HOME.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import sqlite3
+import time
+from dataclasses import dataclass, field
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from keel.errors import KeelError
+
+DRILLS = ("unit-change", "schema-break", "bad-challenger", "runtime-crash", "control-plane-tamper")
+MODEL = "flight-delay"
+DRILL_AUTHOR = "chaos-drill"
+# The drill's canary: bigger first steps than the loop's (the fault must meet enough traffic to be judged), labels
+# enough for the quality test, and two simulated days per step — a flight's outcome lands the day after it flew, so
+# a step must last past the first labels or it would advance on latency and errors alone.
+DRILL_CANARY: dict[str, Any] = {
+    "steps": [10, 50, 100],
+    "interval_s": 2 * 86400.0,
+    "min_samples": 20,
+    "min_labelled": 30,
+    "max_log_loss_increase": 0.02,
+    "progress_deadline_s": 20 * 86400.0,
+}
+
+
+class DrillError(KeelError):
+    """A drill cannot be injected here (no platform running, nothing to tamper with, a canary already running)."""
+
+
+# -- the faults, as pure functions ------------------------------------------------------------------------------
+
+
+def fahrenheit_to_celsius(frame: pl.DataFrame) -> pl.DataFrame:
+    """The weather rows with ``temp`` in °C (the raw text columns, as an upstream that switched units sends them)."""
+    celsius = ((pl.col("temp").cast(pl.Float64, strict=False) - 32) / 1.8).round(2)
+    return frame.with_columns(celsius.cast(pl.String).alias("temp"))
+
+
+def break_schema(frame: pl.DataFrame) -> pl.DataFrame:
+    """The flight rows with a column renamed (``arr_delay`` → ``arrival_delay``) and one missing (``tailnum``)."""
+    return frame.rename({"arr_delay": "arrival_delay"}).drop("tailnum")
+
+
+_LEAF = re.compile(r"^leaf_value=(.*)$", re.MULTILINE)
+
+
+def invert_model(text: str) -> str:
+    """A LightGBM binary model whose scores are 1 − p: every leaf value negated (the raw score flips sign, the
+    sigmoid of it is the complement). Everything else — features, trees, thresholds — is the same."""
+
+    def negate(m: re.Match) -> str:
+        return "leaf_value=" + " ".join(repr(-float(v)) for v in m.group(1).split())
+
+    out, n = _LEAF.subn(negate, text)
+    if n == 0:
+        raise DrillError("not a LightGBM text model (no leaf_value lines)")
+    # tree_sizes gives each tree's length in bytes; the negated values changed them, so LightGBM parses tree by tree
+    return re.sub(r"^tree_sizes=.*\n", "", out, flags=re.MULTILINE)
+
+
+def remove_newest_commit(db_path: Path) -> int:
+    """What someone with write access to the file can do: drop the append-only triggers and delete the newest policy
+    commit (its policy rows and its checkpoint too). Returns the version removed."""
+    db = sqlite3.connect(db_path, timeout=30, isolation_level=None)
+    try:
+        db.execute("BEGIN IMMEDIATE")
+        row = db.execute("SELECT MAX(version) FROM commits").fetchone()
+        if not row or row[0] is None:
+            db.execute("ROLLBACK")
+            raise DrillError(f"{db_path}: the policy store has no commit to remove")
+        version = int(row[0])
+        for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall():
+            db.execute(f'DROP TRIGGER "{name}"')
+        db.execute("DELETE FROM policy_versions WHERE version = ?", (version,))
+        db.execute("DELETE FROM commits WHERE version = ?", (version,))
+        db.execute("DELETE FROM policy_checkpoints WHERE seq = ?", (version,))
+        db.execute("COMMIT")
+        return version
+    finally:
+        db.close()
+
+
+# -- injecting into a KEEL_HOME ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Injection:
+    drill: str
+    incident_key: str  # the incident the platform is expected to open
+    what: str
+    injected_at: str  # on the shared clock
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+def _deliver_early(home, table: str, corrupt) -> tuple[date, Path]:
+    from keel.clock import SimClock
+    from keel.data.delivery import next_due_day
+    from keel.data.landing import LandingZone, _day_rows
+    from keel.storage import write_parquet_atomic
+
+    if SimClock(home.clock).state() is None:
+        raise DrillError(
+            "this drill needs a live replay (a simulated clock under KEEL_HOME): deliveries come from it"
+        )
+    zone = LandingZone(home.landing)
+    day = next_due_day(zone, table, SimClock(home.clock).now())
+    path = zone.path(table, day)
+    write_parquet_atomic(corrupt(_day_rows(table, day)), path)
+    return day, path
+
+
+def inject(drill: str, home) -> Injection:
+    """Inject ``drill``'s fault into the platform at ``home`` (a keel.home.KeelHome)."""
+    from keel.clock import SimClock
+
+    now = lambda: SimClock(home.clock).now().isoformat(timespec="seconds")  # noqa: E731
+    if drill == "unit-change":
+        day, path = _deliver_early(home, "weather", fahrenheit_to_celsius)
+        return Injection(drill, f"delivery:weather:{day}", f"weather of {day} delivered with temp in °C", now(),
+                         {"file": str(path)})  # fmt: skip
+    if drill == "schema-break":
+        day, path = _deliver_early(home, "flights", break_schema)
+        return Injection(drill, f"delivery:flights:{day}",
+                         f"flights of {day} delivered with arr_delay renamed arrival_delay and tailnum missing", now(),
+                         {"file": str(path)})  # fmt: skip
+    if drill == "bad-challenger":
+        name, version = _bad_challenger(home)
+        return Injection(drill, f"canary:{name}", f"inverted challenger v{version} entered canary {name}", now(),
+                         {"canary": name, "challenger_version": version})  # fmt: skip
+    if drill == "runtime-crash":
+        pid_file = home.serving.root / "triton" / "tritonserver.pid"
+        try:
+            pid = int(pid_file.read_text())
+            os.kill(pid, signal.SIGKILL)
+        except (FileNotFoundError, ValueError, ProcessLookupError) as exc:
+            raise DrillError(f"no running tritonserver to kill ({pid_file}: {exc}); is `keel serve` up?") from exc
+        return Injection(
+            drill, f"runtime:{pid}", f"tritonserver (pid {pid}) killed with SIGKILL", now(), {"pid": pid}
+        )
+    if drill == "control-plane-tamper":
+        if not home.policies.exists():
+            raise DrillError(f"no policy store at {home.policies}")
+        version = remove_newest_commit(home.policies)
+        return Injection(drill, f"tamper:policies:{version}", f"policy version {version} deleted from {home.policies}",
+                         now(), {"version": version})  # fmt: skip
+    raise DrillError(f"no drill {drill!r}; drills: {', '.join(DRILLS)}")
+
+
+def _bad_challenger(home) -> tuple[str, int]:
+    from keel.policies import PolicyStore
+    from keel.registry import ModelRegistry
+
+    with ModelRegistry(home.registry) as reg, PolicyStore(home.policies) as store:
+        for name, p in store.state().items():
+            status = (p.body.get("state") or {}).get("status", "not started")
+            if p.type == "canary" and p.body.get("model") == MODEL and status not in ("promoted", "rolled_back"):
+                raise DrillError(f"canary {name} is running: the drill would disturb it; run it when it has finished")
+        champion = reg.alias(MODEL, "champion")
+        if champion is None:
+            raise DrillError(f"{MODEL} has no champion to invert")
+        meta = dict(reg.get(MODEL, champion).metadata)
+        text = invert_model(reg.load(champion))
+        bad = reg.register(MODEL, text, meta | {"drill": "bad-challenger", "inverted_from": champion})
+        version = reg.version(MODEL, bad.sha256)
+        champion_version = reg.version(MODEL, champion)
+        name = f"{MODEL}.drill-v{version}"
+        body = {"model": MODEL, "champion_version": champion_version, "challenger_version": version, **DRILL_CANARY}
+        store.apply({name: ("canary", body)}, author=DRILL_AUTHOR, reason=f"chaos drill bad-challenger: v{version} "
+                    f"is v{champion_version} with inverted scores")  # fmt: skip
+    return name, version
+
+
+# -- watching ---------------------------------------------------------------------------------------------------
+
+
+def traffic(home) -> dict | None:
+    """The live traffic's running totals (gpu_runtime.replay --live), or None when none is sent."""
+    try:
+        return json.loads((home.serving.root / "live_traffic.json").read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+
+
+def traffic_delta(before: dict | None, after: dict | None) -> dict[str, Any] | None:
+    """What the live traffic got between two snapshots: answers, failures by status and error, degraded answers."""
+    if before is None or after is None:
+        return None
+
+    def diff(key: str) -> dict[str, int]:
+        a, b = before.get(key) or {}, after.get(key) or {}
+        return {k: b.get(k, 0) - a.get(k, 0) for k in b if b.get(k, 0) - a.get(k, 0)}
+
+    return {
+        "answered": after.get("answered", 0) - before.get("answered", 0),
+        "failed": after.get("failed", 0) - before.get("failed", 0),
+        "degraded": after.get("degraded_answers", 0) - before.get("degraded_answers", 0),
+        "by_status": diff("by_status"),
+        "by_error": diff("by_error"),
+    }
+
+
+@dataclass
+class DrillResult:
+    injection: Injection
+    incident: Any  # keel.incidents.Incident, or None when the platform never opened one
+    traffic: dict[str, Any] | None
+    detected: bool
+    recovered: bool
+    waited_s: float
+
+    def as_dict(self) -> dict[str, Any]:
+        from dataclasses import asdict
+
+        return {
+            "drill": self.injection.drill,
+            "injection": asdict(self.injection),
+            "incident": asdict(self.incident) if self.incident is not None else None,
+            "traffic": self.traffic,
+            "detected": self.detected,
+            "recovered": self.recovered,
+            "waited_s": round(self.waited_s, 1),
+        }
+
+
+def watch(home, injection: Injection, timeout_s: float, before: dict | None, progress=None) -> DrillResult:
+    """Wait (bounded) for the platform to open the expected incident and recover it; then add what the drill knows
+    (injected_at, the traffic during it) to the incident."""
+    from keel.incidents import IncidentLog
+
+    start = time.monotonic()
+    incident, said = None, set()
+    while time.monotonic() - start < timeout_s:
+        with IncidentLog(home.incidents) as log:
+            incident = log.find(injection.incident_key)
+        if incident is not None:
+            for step in ("detected_at", "acted_at", "recovered_at"):
+                if getattr(incident, step) and step not in said and progress:
+                    said.add(step)
+                    progress(f"{step.split('_')[0]} at {getattr(incident, step)}")
+            if not incident.open:
+                break
+        time.sleep(0.5)
+    waited = time.monotonic() - start
+    if incident is not None and not incident.open:
+        time.sleep(6)  # the traffic's totals are rewritten every 5 s: let them cover the recovery
+    delta = traffic_delta(before, traffic(home))
+    if incident is not None:
+        with IncidentLog(home.incidents) as log:
+            extra = {
+                "injected_at": injection.injected_at,
+                "details": (incident.details or {}) | {"drill": injection.drill},
+            }
+            if delta is not None:
+                extra |= {"requests_failed": delta["failed"], "requests_degraded": delta["degraded"]}
+            incident = log.open_incident(incident.key, incident.kind, incident.severity, incident.summary, **extra)
+    return DrillResult(injection, incident, delta, incident is not None, incident is not None and not incident.open,
+                       waited)  # fmt: skip
+
+
+def run_drill(drill: str, home, timeout_s: float = 300.0, progress=None) -> DrillResult:
+    before = traffic(home)
+    injection = inject(drill, home)
+    if progress:
+        progress(
+            f"injected: {injection.what} (simulated {injection.injected_at}); watching incident {injection.incident_key}"
+        )
+    return watch(home, injection, timeout_s, before, progress)

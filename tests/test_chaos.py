@@ -1,0 +1,159 @@
+"""The drills' faults and the platform's answers, one piece at a time (tests/test_chaos_drills.py runs them against
+the whole running platform): the inverted model really scores 1 − p; a policy commit deleted behind the triggers is
+found by the watchdog sensor and put back from the journal — only what chains onto the log and ends at the keyed
+head; a day of weather in °C is held back by the landing sensor, located through the lineage graph, and recovered
+when the upstream delivers it again; the incidents asset shows the timeline."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, date, datetime
+
+import dagster as dg
+import lightgbm as lgb
+import numpy as np
+import pytest
+
+import definitions
+from keel.alerts import read_alerts
+from keel.chaos import fahrenheit_to_celsius, invert_model, remove_newest_commit
+from keel.clock import SimClock
+from keel.data.landing import LandingZone, _day_rows
+from keel.home import KeelHome
+from keel.incidents import IncidentLog
+from keel.policies import PolicyReader, PolicyStore
+from keel.policies.errors import PolicyError
+from keel.storage import write_parquet_atomic
+from resources import keel_resources
+
+BREAKER = {"error_rate": 0.05, "window_s": 5, "min_requests": 20, "open_s": 30, "half_open_probes": 5}
+
+
+def test_an_inverted_model_scores_the_complement():
+    rng = np.random.default_rng(7)
+    x = rng.normal(size=(2000, 4))
+    y = (x[:, 0] + rng.normal(size=2000) > 0).astype(int)
+    booster = lgb.train(
+        {"objective": "binary", "verbose": -1, "num_leaves": 7, "num_threads": 1}, lgb.Dataset(x, y), 20
+    )
+    inverted = lgb.Booster(model_str=invert_model(booster.model_to_string()))
+    np.testing.assert_allclose(inverted.predict(x), 1 - booster.predict(x), atol=1e-12)
+
+
+def sensor_tick(name: str, home, instance, cursor=None):
+    with dg.build_sensor_context(
+        instance=instance, cursor=cursor, definitions=definitions.defs, resources=keel_resources(home)
+    ) as ctx:
+        return definitions.defs.get_sensor_def(name).evaluate_tick(ctx)
+
+
+@pytest.fixture
+def store_with_commits(tmp_path):
+    path = tmp_path / "policies.sqlite"
+    with PolicyStore(path) as store:
+        for i in range(3):
+            store.apply(
+                {"breaker": ("circuit_breaker", BREAKER | {"open_s": 30 + i})}, author="a", reason=f"v{i + 1}"
+            )
+    return path
+
+
+def test_a_removed_commit_is_restored_from_the_journal_and_the_chain_verifies(store_with_commits):
+    reader = PolicyReader(store_with_commits)
+    assert reader.version() == 3
+    assert remove_newest_commit(store_with_commits) == 3
+    assert reader.version() == 2  # what a following gateway sees: the store went backwards
+    with PolicyStore(store_with_commits) as store:
+        broken = store.verify()
+        assert not broken.ok and any("removed (truncated)" in p for p in broken.problems)
+        assert store.restore_removed() == [3]
+        assert store.verify().ok and store.get("breaker").body["open_s"] == 32
+        assert store.restore_removed() == []  # nothing removed any more
+        store.apply({"breaker": ("circuit_breaker", BREAKER)}, author="a", reason="v4")  # appends work again
+    reader.close()
+
+
+def test_a_journal_entry_that_does_not_chain_is_never_restored(store_with_commits):
+    journal = store_with_commits.with_name("policies.sqlite.journal")
+    lines = journal.read_text().splitlines()
+    forged = json.loads(lines[-1]) | {"reason": "someone else's commit"}
+    journal.write_text("\n".join([*lines[:-1], json.dumps(forged)]) + "\n")
+    remove_newest_commit(store_with_commits)
+    with PolicyStore(store_with_commits) as store, pytest.raises(PolicyError, match="does not chain"):
+        store.restore_removed()
+
+
+def test_the_watchdog_restores_a_tampered_store_records_the_incident_and_pages(tmp_path, monkeypatch):
+    monkeypatch.setenv("KEEL_HOME", str(tmp_path))
+    home = KeelHome(tmp_path)
+    with PolicyStore(home.policies) as store:
+        for i in range(2):
+            store.apply(
+                {"breaker": ("circuit_breaker", BREAKER | {"open_s": 30 + i})}, author="a", reason=f"v{i + 1}"
+            )
+    remove_newest_commit(home.policies)
+    with dg.instance_for_test() as instance:
+        result = sensor_tick("watchdog_sensor", tmp_path, instance)
+        assert [r.job_name for r in result.run_requests] == ["keel_incidents"]
+        again = sensor_tick("watchdog_sensor", tmp_path, instance, result.cursor)
+        assert not again.run_requests  # nothing changed: no refresh, no second alert
+    with IncidentLog(home.incidents) as log:
+        [incident] = log.list()
+    assert incident.key == "tamper:policies:2" and incident.severity == "critical" and not incident.open
+    assert "entries 2…2 were removed" in incident.located
+    assert "restored version(s) [2]" in incident.action
+    with PolicyStore(home.policies) as store:
+        assert store.verify().ok and store.version() == 2
+    alerts = read_alerts(home.root / "alerts" / "alerts.jsonl")
+    assert [(a["kind"], a["severity"], a["channel"]) for a in alerts] == [
+        ("incident", "critical", "page"), ("incident_recovered", "info", "mail"),
+    ]  # fmt: skip
+
+
+def test_a_day_in_celsius_is_held_back_located_through_lineage_and_recovered_when_delivered_again(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setenv("KEEL_HOME", str(tmp_path))
+    home = KeelHome(tmp_path)
+    now = datetime(2013, 4, 3, 13, tzinfo=UTC)
+    zone = LandingZone(home.landing)
+    zone.deliver(now, first_day=date(2013, 3, 25))
+    SimClock(home.clock).start(now)
+    bad_day = date(2013, 4, 3)  # weather of April 3 is due April 4 06:00: delivered early, in °C
+    write_parquet_atomic(fahrenheit_to_celsius(_day_rows("weather", bad_day)), zone.path("weather", bad_day))
+    with dg.instance_for_test() as instance:
+        first = sensor_tick("landing_sensor", tmp_path, instance)
+        assert all(r.partition_key != "2013-04" or r.run_key == "landing:2013-04:2f2w" for r in first.run_requests)
+        with IncidentLog(home.incidents) as log:
+            incident = log.get("delivery:weather:2013-04-03")
+        assert incident.open and incident.detected_at.startswith("2013-04-03T")  # the clock runs: simulated time
+        assert incident.located.startswith("delivery weather/2013-04-03 → raw_weather.dewp, raw_weather.temp")
+        assert "dewpoint_not_above_temp" in incident.located and "flight_features.temp" in incident.located
+        # the genuine day arrives when it is due; the next tick admits it and the incident is recovered
+        zone.deliver(datetime(2013, 4, 4, 7, tzinfo=UTC), first_day=date(2013, 3, 25))
+        second = sensor_tick("landing_sensor", tmp_path, instance, first.cursor)
+        assert "landing:2013-04:2f3w" in [r.run_key for r in second.run_requests]
+    with IncidentLog(home.incidents) as log:
+        incident = log.get("delivery:weather:2013-04-03")
+    assert not incident.open and "delivered again and admitted" in incident.action
+    [alert] = read_alerts(home.root / "alerts" / "alerts.jsonl")
+    assert (alert["kind"], alert["severity"], alert["channel"]) == ("contract_breach", "warning", "chat")
+
+
+def test_the_incidents_asset_shows_each_timeline(tmp_path, monkeypatch):
+    monkeypatch.setenv("KEEL_HOME", str(tmp_path))
+    home = KeelHome(tmp_path)
+    with IncidentLog(home.incidents) as log:
+        log.open_incident("runtime:42", "runtime_crash", "critical", "tritonserver died",
+                          injected_at="2013-04-05T10:00:00+00:00", detected_at="2013-04-05T10:00:01+00:00",
+                          acted_at="2013-04-05T10:00:01+00:00", recovered_at="2013-04-05T10:00:09+00:00",
+                          located="the model runtime: tritonserver exited with -9", requests_failed=3,
+                          requests_degraded=0)  # fmt: skip
+    from assets.incidents import incidents
+
+    result = dg.materialize([incidents], resources=keel_resources(tmp_path))
+    meta = result.asset_materializations_for_node("incidents")[0].metadata
+    assert meta["incidents"].value == 1 and meta["open"].value == 0 and meta["drills"].value == 1
+    [row] = meta["table"].value.records
+    assert row.data["key"] == "runtime:42" and row.data["requests_failed"] == 3
+    assert "**recovered** 2013-04-05T10:00:09+00:00 (+8 s)" in meta["timeline"].value
