@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,10 +37,17 @@ class RuntimeStatus:
     last_failure: str | None = None
     restored_versions: list[int] = field(default_factory=list)
     admin_key_hidden: bool = True
+    # Whether the tritonserver process is still there, asked by the gateway when a Triton call fails: a request that
+    # meets the crash before the next poll is answered runtime_unavailable too, not backend_error.
+    process_alive: Callable[[], bool] | None = field(default=None, repr=False, compare=False)
 
     @property
     def up(self) -> bool:
         return self.state == UP
+
+    def died(self) -> bool:
+        """Up by the last poll, but the process has exited since (the poll has not seen it yet)."""
+        return self.process_alive is not None and not self.process_alive()
 
     def as_dict(self) -> dict:
         return {
@@ -90,7 +98,7 @@ class TritonSupervisor:
         self.server, self.routing_path = server, Path(routing_path)
         self.incidents, self.clock = incidents, clock  # where a crash is recorded, on which clock (KEEL_HOME's)
         self.poll_s, self.max_backoff_s, self.log = poll_s, max_backoff_s, log
-        self.status = RuntimeStatus(admin_key_hidden=server.admin_key_hidden)
+        self.status = RuntimeStatus(admin_key_hidden=server.admin_key_hidden, process_alive=self._process_alive)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -103,6 +111,10 @@ class TritonSupervisor:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
+
+    def _process_alive(self) -> bool:
+        proc = self.server.proc
+        return proc is not None and proc.poll() is None
 
     def _alive(self) -> bool:
         proc = self.server.proc

@@ -165,7 +165,10 @@ class Checkpoints:
         row = self.db.execute(f"SELECT hash, mac FROM {self.table} WHERE seq = ?", (seq,)).fetchone()
         return bool(row) and row[0] == digest and hmac.compare_digest(row[1], self.mac(seq, digest))
 
-    def problems(self, links: list[Link]) -> list[str]:
+    def problems(self, links: list[Link], published: dict | None | object = ...) -> list[str]:
+        """``published``: the head as read *before* the log was (a verifier running beside writers must read the
+        head first — a commit publishes its head after it is in the log, so a head read afterwards can be newer than
+        the log read and look like a truncation). Read now when not given."""
         out = []
         stored = {
             seq: (digest, mac) for seq, digest, mac in self.db.execute(f"SELECT seq, hash, mac FROM {self.table}")
@@ -178,7 +181,8 @@ class Checkpoints:
                 out.append(f"checkpoint {link.seq}: not made with this store's key (forged, or the key changed)")
             elif digest != link.hash:
                 out.append(f"entry {link.seq}: does not match its checkpoint (the chain was rewritten)")
-        published = self.read_head()
+        if published is ...:
+            published = self.read_head()
         if published is not None:
             seq, digest = int(published.get("seq", -1)), str(published.get("hash", ""))
             newest = links[-1].seq if links else 0
@@ -204,9 +208,12 @@ class Checkpoints:
         return len(rows)
 
 
-def verify_chain(links: Iterable[Link], checkpoints: Checkpoints | None, what: str = "entry") -> list[str]:
+def verify_chain(
+    links: Iterable[Link], checkpoints: Checkpoints | None, what: str = "entry", published: dict | None | object = ...
+) -> list[str]:
     """Every problem of a chain: numbering gaps, broken links, edited entries, and (with checkpoints) forged or
-    missing checkpoints, a rewritten chain or removed newest entries."""
+    missing checkpoints, a rewritten chain or removed newest entries. ``published``: the head read before the links
+    (see ``Checkpoints.problems``)."""
     problems: list[str] = []
     prev, expected = GENESIS, 1
     seen: list[Link] = []
@@ -223,5 +230,5 @@ def verify_chain(links: Iterable[Link], checkpoints: Checkpoints | None, what: s
         prev, expected = link.hash, link.seq + 1
         seen.append(link)
     if checkpoints is not None:
-        problems += checkpoints.problems(seen)
+        problems += checkpoints.problems(seen, published)
     return problems

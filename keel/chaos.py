@@ -137,7 +137,14 @@ def _deliver_early(home, table: str, corrupt) -> tuple[date, Path]:
 
 
 def inject(drill: str, home) -> Injection:
-    """Inject ``drill``'s fault into the platform at ``home`` (a keel.home.KeelHome)."""
+    """Inject ``drill``'s fault into the platform at ``home`` (a keel.home.KeelHome); ``details.injected_wall`` is
+    the wall-clock instant (epoch seconds), to compare with the sensors' ticks."""
+    injection = _inject(drill, home)
+    return Injection(injection.drill, injection.incident_key, injection.what, injection.injected_at,
+                     injection.details | {"injected_wall": time.time()})  # fmt: skip
+
+
+def _inject(drill: str, home) -> Injection:
     from keel.clock import SimClock
 
     now = lambda: SimClock(home.clock).now().isoformat(timespec="seconds")  # noqa: E731

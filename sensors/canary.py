@@ -4,6 +4,8 @@ policy one decision, and each commit becomes a run of ``model_deployment`` (run 
 duplicate tick or a restarted daemon never acts twice). A canary that cannot be judged is reported on
 model_deployment's page. Time is the shared clock's (simulated in a live replay, else the wall clock)."""
 
+import time
+
 import dagster as dg
 
 from assets.deployment import MODEL_DEPLOYMENT
@@ -139,5 +141,5 @@ def record_incidents(home, acted: list[dict], sim_now: str) -> None:
                 acted_at=sim_now,
                 recovered_at=sim_now,
                 source="canary_sensor",
-                details={"policy_version": a["version"]},
+                details={"policy_version": a["version"], "detected_wall": time.time()},
             )

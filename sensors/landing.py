@@ -10,7 +10,9 @@ clock under KEEL_HOME) it skips: the set-up's jobs build 2013 as a backfill.
 from __future__ import annotations
 
 import json
+import time
 from datetime import date
+from pathlib import Path
 
 import dagster as dg
 
@@ -19,7 +21,7 @@ from assets.features import FLIGHT_FEATURES
 from assets.jobs import drift_job, monthly_job
 from keel.alerts import Alert
 from keel.clock import SimClock
-from keel.data.delivery import DeliveryGate, DeliveryVerdict
+from keel.data.delivery import DeliveryGate, DeliveryVerdict, held_back
 from keel.data.landing import LandingZone
 from keel.incidents import IncidentLog, locate_delivery
 from keel.lineage import LineageGraph
@@ -61,7 +63,8 @@ def landing_sensor(context: dg.SensorEvaluationContext, keel_home: KeelHomeResou
     # time): a systematically broken day is held back before anything reads it.
     problems: list[str] = []
     gate = DeliveryGate(zone)
-    report_deliveries(context, home, gate, gate.check_new(), sim_now, problems)
+    gate.check_new()
+    report_deliveries(context, home, gate, sim_now, problems)
     for p in problems:
         context.log.error(p)
     if not state.running:  # the set-up builds the history while it is paused; Ctrl-C pauses a replay
@@ -115,21 +118,24 @@ def landing_sensor(context: dg.SensorEvaluationContext, keel_home: KeelHomeResou
 HELD_BACK = "delivery_held_back"
 
 
-def report_deliveries(context, home, gate: DeliveryGate, verdicts: list[DeliveryVerdict], sim_now: str, problems):
-    """A held-back delivery is an incident (located through the lineage graph) and a contract-breach alert by the
-    severity of what broke; an incident whose day has since been admitted (the upstream delivered it again, whole) is
-    recovered. (watchdog_sensor sends the incident itself as an alert, opened and recovered.)"""
-    held = [v for v in verdicts if not v.ok]
+def report_deliveries(context, home, gate: DeliveryGate, sim_now: str, problems) -> None:
+    """Every held-back delivery (by this tick's gate, or by a run's raw asset that met it first) becomes an incident,
+    located through the lineage graph, and a contract-breach alert by the severity of what broke; an incident whose
+    day has since been admitted (the upstream delivered it again, whole) is recovered. (watchdog_sensor sends the
+    incident itself as an alert, opened and recovered.)"""
     alerts = []
+    graph = None
     with IncidentLog(home.incidents) as log:
-        if held:
-            graph = LineageGraph.from_definitions(context.repository_def) if context.repository_def else None
-        for v in held:
-            key = f"delivery:{v.table}:{v.day}"
+        for record in held_back(gate.root):
+            key = f"delivery:{record['table']}:{Path(record['held_at']).stem}"  # a day held twice: <day>.2
+            if log.find(key) is not None:
+                continue
+            v = DeliveryVerdict.from_dict(record)
+            if graph is None and context.repository_def is not None:
+                graph = LineageGraph.from_definitions(context.repository_def)
             severity = (
                 "critical" if v.missing_columns or any(b.severity == "critical" for b in v.breaches) else "warning"
             )
-            fresh = log.find(key) is None or not log.get(key).open
             located = locate_delivery(graph, v) if graph is not None else v.summary()
             log.open_incident(
                 key,
@@ -142,17 +148,16 @@ def report_deliveries(context, home, gate: DeliveryGate, verdicts: list[Delivery
                 detected_at=sim_now,
                 acted_at=sim_now,
                 source="landing_sensor",
-                details=v.to_dict(),
+                details=record | {"detected_wall": time.time()},
             )
-            if fresh:
-                alerts.append(
-                    Alert("contract_breach", severity, f"{v.table} delivery of {v.day} held back",
-                          {"located": located, "incident": key, "simulated": sim_now}, source="landing_sensor")
-                )  # fmt: skip
+            alerts.append(
+                Alert("contract_breach", severity, f"{v.table} delivery of {v.day} held back",
+                      {"located": located, "incident": key, "simulated": sim_now}, source="landing_sensor")
+            )  # fmt: skip
             context.log.warning(f"held back: {located}")
         for incident in log.open_incidents(HELD_BACK):
-            _, table, day = incident.key.split(":")
-            if gate.admitted(table, date.fromisoformat(day)):
+            _, table, stem = incident.key.split(":")
+            if gate.admitted(table, date.fromisoformat(stem.split(".")[0])):
                 log.open_incident(
                     incident.key, incident.kind, incident.severity, incident.summary, recovered_at=sim_now,
                     action=f"{incident.action}; the day was delivered again and admitted, its month rebuilt",

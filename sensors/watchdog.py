@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 import urllib.error
 import urllib.request
 
@@ -65,7 +66,7 @@ def check_policy_store(home, sim_now: str) -> list[str]:
                 key, TAMPER, "critical", "the policy store lost its newest commits (or was edited)",
                 located=f"control plane: {home.policies.name}: " + "; ".join(result.problems),
                 detected_at=sim_now, source="watchdog_sensor",
-                details={"problems": list(result.problems), "gateway": gateway_view(home)},
+                details={"problems": list(result.problems), "gateway": gateway_view(home), "detected_wall": time.time()},
             )  # fmt: skip
             touched.append(key)
             try:

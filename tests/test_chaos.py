@@ -157,3 +157,42 @@ def test_the_incidents_asset_shows_each_timeline(tmp_path, monkeypatch):
     [row] = meta["table"].value.records
     assert row.data["key"] == "runtime:42" and row.data["requests_failed"] == 3
     assert "**recovered** 2013-04-05T10:00:09+00:00 (+8 s)" in meta["timeline"].value
+
+
+def test_a_commit_landing_while_verify_reads_is_not_a_truncation(store_with_commits, monkeypatch):
+    """The watchdog verifies beside writers: a commit that lands between verify's reads (here: right after it read
+    the log) must not look like removed newest commits — verify reads the published head before the log."""
+    with PolicyStore(store_with_commits) as store, PolicyStore(store_with_commits) as writer:
+        real_log = PolicyStore.log
+
+        def log_then_a_commit(self):
+            commits = real_log(self)
+            if self is store:
+                writer.apply({"breaker": ("circuit_breaker", BREAKER)}, author="a", reason="meanwhile")
+            return commits
+
+        monkeypatch.setattr(PolicyStore, "log", log_then_a_commit)
+        result = store.verify()
+    assert result.ok, result.problems
+
+
+def test_a_day_a_run_held_back_first_is_still_an_incident_at_the_next_tick(tmp_path, monkeypatch):
+    """The raw assets run the gate too (a run never reads an unchecked day): when a monthly run meets the bad day
+    first and holds it back, the landing sensor's next tick finds the verdict and opens the incident all the same."""
+    from keel.data.delivery import DeliveryGate
+
+    monkeypatch.setenv("KEEL_HOME", str(tmp_path))
+    home = KeelHome(tmp_path)
+    now = datetime(2013, 4, 3, 13, tzinfo=UTC)
+    zone = LandingZone(home.landing)
+    zone.deliver(now, first_day=date(2013, 4, 1))
+    SimClock(home.clock).start(now)
+    write_parquet_atomic(
+        fahrenheit_to_celsius(_day_rows("weather", date(2013, 4, 3))), zone.path("weather", date(2013, 4, 3))
+    )
+    assert [v.ok for v in DeliveryGate(zone).check_new(["weather"], "2013-04")].count(False) == 1  # the run's gate
+    with dg.instance_for_test() as instance:
+        sensor_tick("landing_sensor", tmp_path, instance)
+    with IncidentLog(home.incidents) as log:
+        [incident] = log.list()
+    assert incident.key == "delivery:weather:2013-04-03" and incident.open and "dewpoint" in incident.located

@@ -12,43 +12,20 @@ why), the release's chain prints, no stale freeze outlives the promotion, and no
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import signal
 import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
-from tests.test_webserver import DAGSTER, free_port, home_env
+from tests.live_platform import instance_of, live_platform, wait_until
+from tests.test_webserver import home_env
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]  # the year runs in the first test's set-up
 
 WAIT_FOR_CANARY_S = 45 * 60  # the June challenger's canary ends near simulated August: ~10 minutes on 2 cores
 LOOP_CANARY = "flight-delay.loop-v"
-
-
-def wait_until(what: str, condition, timeout_s: float, every_s: float = 2.0, on_timeout=lambda: ""):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout_s:.0f} s. {on_timeout()}")
-        time.sleep(every_s)
-
-
-def instance_of(home: Path):
-    import dagster as dg
-    from dagster._core.instance.ref import InstanceRef
-
-    return dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(home / "dagster_home")))
 
 
 def loop_canaries(home: Path) -> dict[str, dict]:
@@ -82,48 +59,11 @@ def no_run_in_progress(home: Path) -> bool:
 
 @pytest.fixture(scope="module")
 def live(tmp_path_factory):
-    home = tmp_path_factory.mktemp("live_home")
-    (home / "dagster_home").mkdir()
-    shutil.copy(REPO / "scripts" / "dagster.yaml", home / "dagster_home" / "dagster.yaml")
-    env = home_env(home)
-    procs = []
-
-    def start(args, log: str) -> subprocess.Popen:
-        proc = subprocess.Popen(
-            args, cwd=REPO, env=env, stdout=open(home / log, "wb"), stderr=subprocess.STDOUT, start_new_session=True
-        )
-        procs.append(proc)
-        return proc
-
-    try:
-        gateway_port, port = free_port(), free_port()
-        serve = start([sys.executable, "-m", "gpu_runtime.serve", "--gateway-port", str(gateway_port)], "serve.log")
-        wait_until(
-            "the model runtime is up",
-            lambda: (home / "serving" / "endpoints.json").exists() or serve.poll() is not None,
-            180,
-            0.2,
-        )
-        assert serve.poll() is None, (home / "serve.log").read_text()[-3000:]
-        dev = start([DAGSTER, "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)], "dagster_dev.log")
-
-        def webserver_up() -> bool:
-            assert dev.poll() is None, (home / "dagster_dev.log").read_text()[-3000:]
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/server_info", timeout=5):
-                    return True
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                return False
-
-        wait_until("dagster dev is up", webserver_up, 300, 1)
-        year = start(
-            [sys.executable, "scripts/materialize.py", "--port", str(port), "--live",
-             "--gateway", f"http://127.0.0.1:{gateway_port}"],
-            "live.log",
-        )  # fmt: skip
+    with live_platform(tmp_path_factory.mktemp("live_home")) as platform:
+        home, year = platform.home, platform.year
 
         def canary_done() -> str | None:
-            assert year.poll() is None, (home / "live.log").read_text()[-4000:]
+            assert year.poll() is None, platform.log()
             return finished_canary(home)
 
         name = wait_until(
@@ -131,21 +71,12 @@ def live(tmp_path_factory):
             canary_done,
             WAIT_FOR_CANARY_S,
             5,
-            on_timeout=lambda: (home / "live.log").read_text()[-4000:],
+            on_timeout=platform.log,
         )
         year.send_signal(signal.SIGINT)  # Ctrl-C: the clock pauses, the traffic stops
-        assert year.wait(timeout=120) == 130, (home / "live.log").read_text()[-3000:]
+        assert year.wait(timeout=120) == 130, platform.log(tail=3000)
         wait_until("the sensors' runs have finished", lambda: no_run_in_progress(home), 600, 3)
         yield home, name
-    finally:
-        for proc in reversed(procs):
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-        for proc in procs:
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
 
 
 def registry_of(home: Path):

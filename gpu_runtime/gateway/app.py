@@ -89,6 +89,27 @@ class GatewayConfig:
     clock_path: Path | None = None
 
 
+def triton_channel_args() -> list[tuple[str, int]]:
+    """tritonclient's defaults, plus: a subchannel pool of the channel's own (gRPC shares connections between channels
+    to one address by default, so a new channel after a Triton restart would inherit the old one's reconnect back-off
+    and fail for seconds), and a reconnect back-off of at most a second."""
+    from tritonclient.grpc import MAX_GRPC_MESSAGE_SIZE, KeepAliveOptions
+
+    keepalive = KeepAliveOptions()
+    return [
+        ("grpc.max_send_message_length", MAX_GRPC_MESSAGE_SIZE),
+        ("grpc.max_receive_message_length", MAX_GRPC_MESSAGE_SIZE),
+        ("grpc.keepalive_time_ms", keepalive.keepalive_time_ms),
+        ("grpc.keepalive_timeout_ms", keepalive.keepalive_timeout_ms),
+        ("grpc.keepalive_permit_without_calls", keepalive.keepalive_permit_without_calls),
+        ("grpc.http2.max_pings_without_data", keepalive.http2_max_pings_without_data),
+        ("grpc.use_local_subchannel_pool", 1),
+        ("grpc.initial_reconnect_backoff_ms", 100),
+        ("grpc.min_reconnect_backoff_ms", 100),
+        ("grpc.max_reconnect_backoff_ms", 1000),
+    ]
+
+
 class Gateway(FollowsRoutingAndPolicies, BuildsInputs, ScoresOnTriton, ReportsHealth):
     """The ASGI app: the request path (``predict``), health, readiness and metrics. Following routing and policies,
     building inputs, scoring on Triton and reporting health are its mixins (following.py, inputs.py, scoring.py,
@@ -101,6 +122,7 @@ class Gateway(FollowsRoutingAndPolicies, BuildsInputs, ScoresOnTriton, ReportsHe
 
         self.config = config
         self.runtime = runtime  # the supervisor's RuntimeStatus (None: nobody supervises Triton in this process)
+        self._restarts_seen = runtime.restarts if runtime is not None else 0
         self.base_policy = policy or GatewayPolicy()  # the file's (or built-in) settings; the store overrides them
         self.policy = self.base_policy
         self.policy_version = 0  # the store version in force (0: none)
@@ -129,6 +151,7 @@ class Gateway(FollowsRoutingAndPolicies, BuildsInputs, ScoresOnTriton, ReportsHe
         self.pools = PoolRegistry(self.policy.pool_budgets, array_backend=numpy_backend())
         self._store = None
         self._client = None
+        self._background: set = set()  # tasks that must outlive the request that started them
         self._ready_cache: tuple[float, bool] = (0.0, False)
         self.defaults = np.array([f.default for f in FEATURES], dtype=np.float32)
         self.lo = np.array([f.lo for f in FEATURES])
@@ -161,8 +184,25 @@ class Gateway(FollowsRoutingAndPolicies, BuildsInputs, ScoresOnTriton, ReportsHe
         if self._client is None:
             import tritonclient.grpc.aio as aio
 
-            self._client = aio.InferenceServerClient(self.config.triton_url)
+            self._client = aio.InferenceServerClient(self.config.triton_url, channel_args=triton_channel_args())
         return self._client
+
+    def _after_restart(self) -> None:
+        """Triton was restarted by the supervisor: what the breakers counted is history, and the gRPC channel to the
+        dead process is replaced (left alone it reconnects with a back-off of seconds, failing every call meanwhile).
+        Calls in flight on the old channel finish before it is closed."""
+        self._restarts_seen = self.runtime.restarts
+        self.breakers.clear()
+        old, self._client = self._client, None
+        if old is not None:
+
+            async def close_later() -> None:
+                await asyncio.sleep(30)
+                await old.close()
+
+            task = asyncio.get_running_loop().create_task(close_later())
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
 
     @property
     def store(self):
@@ -324,6 +364,8 @@ class Gateway(FollowsRoutingAndPolicies, BuildsInputs, ScoresOnTriton, ReportsHe
         table = self.routing
         if self.runtime is not None and not self.runtime.up:
             return self._runtime_unavailable(req, table, request_id, record)
+        if self.runtime is not None and self.runtime.restarts != self._restarts_seen:
+            self._after_restart()
         tier = self.policy.tier_of(table.model)
         timeout = tier.timeout_ms / 1000
         lane = self.lanes[risk]
@@ -345,7 +387,11 @@ class Gateway(FollowsRoutingAndPolicies, BuildsInputs, ScoresOnTriton, ReportsHe
             try:
                 scores, route, more = await self._score(table, route, x, timeout)
             except RequestError as err:
-                if err.code == "backend_error" and self.runtime is not None and not self.runtime.up:
+                if (
+                    err.code == "backend_error"
+                    and self.runtime is not None
+                    and (not self.runtime.up or self.runtime.died())
+                ):
                     return self._runtime_unavailable(req, table, request_id, record)  # it died under this request
                 raise
             degraded += more
@@ -388,7 +434,9 @@ class Gateway(FollowsRoutingAndPolicies, BuildsInputs, ScoresOnTriton, ReportsHe
         if score is None:
             raise RequestError(
                 503, "runtime_unavailable",
-                f"the model runtime is {self.runtime.state} ({self.runtime.last_failure}); retry shortly",
+                (f"the model runtime is {self.runtime.state} ({self.runtime.last_failure}); retry shortly"
+                 if not self.runtime.up else "the model runtime's process has exited; it is being restarted, retry "
+                 "shortly"),
                 retry_after_s=1,
             )  # fmt: skip
         n = len(req["flights"]) if isinstance(req.get("flights"), list) else 1

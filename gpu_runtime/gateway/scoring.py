@@ -2,11 +2,17 @@
 fallback), retries within the retry budget (on another version first when the version itself failed), and the gRPC
 call with the route's or the SLA tier's timeout.
 
+A failure while the model runtime is down (or its process has just died) is not the version's fault: it is not
+counted by the version's breaker, and the request is answered ``runtime_unavailable``; when the supervisor has
+restarted Triton, the breakers start afresh.
+
 A mixin of ``Gateway`` (gpu_runtime/gateway/app.py), which owns ``client``, ``breakers``, ``policy``,
-``retry_budget``, ``routing`` (``reload_routing``) and ``metrics``.
+``retry_budget``, ``routing`` (``reload_routing``), ``runtime`` and ``metrics``.
 """
 
 from __future__ import annotations
+
+import asyncio
 
 import numpy as np
 
@@ -14,6 +20,8 @@ from gpu_runtime.gateway.control import CircuitBreaker
 from gpu_runtime.gateway.limits import RequestError
 from gpu_runtime.repository import triton_name
 from keel.deploy.routing import Route, RoutingTable
+
+RUNTIME_GONE_GRACE_S = 0.2
 
 
 class ScoresOnTriton:
@@ -52,6 +60,8 @@ class ScoresOnTriton:
                 return scores, route, flags
             except Exception as exc:  # noqa: BLE001 - every Triton failure counts against the version
                 last = exc
+                if await self._runtime_gone(exc):
+                    break  # the runtime died, not the version: no breaker strike, no retry (runtime_unavailable)
                 self.breaker(route.version).record(False)
                 self.metrics.inc("keel_gateway_backend_errors_total", {"model_version": str(route.version)})
                 if attempts >= self.policy.retry.max_attempts or not self.retry_budget.try_retry():
@@ -69,6 +79,23 @@ class ScoresOnTriton:
                     flags.append("fallback")
                 route, table = nxt, fresh
         raise RequestError(502, "backend_error", f"Triton failed for {table.model} v{route.version}: {last}")
+
+    async def _runtime_gone(self, exc: Exception) -> bool:
+        """Did this call fail because the runtime is down or its process died? A call cut off by a SIGKILL can fail
+        a few milliseconds before the process is seen to exit: on a connection-level failure (gRPC UNAVAILABLE),
+        look again for up to ``RUNTIME_GONE_GRACE_S`` before blaming the version."""
+        if self.runtime is None:
+            return False
+        if not self.runtime.up or self.runtime.died():
+            return True
+        status = getattr(exc, "status", None)
+        if not (callable(status) and "UNAVAILABLE" in str(status())):
+            return False
+        for _ in range(int(RUNTIME_GONE_GRACE_S / 0.02)):
+            await asyncio.sleep(0.02)
+            if not self.runtime.up or self.runtime.died():
+                return True
+        return False
 
     async def _infer(self, model: str, version: int, x: np.ndarray, timeout: float) -> np.ndarray:
         import tritonclient.grpc.aio as aio

@@ -363,6 +363,7 @@ class PolicyStore(Closing):
     def verify(self) -> VerifyResult:
         """The chain (keel.chain: links, edits, checkpoints, truncation), the policy table against the commits, and
         SQLite's own integrity check."""
+        published = self.checkpoints.read_head()  # before the log: a commit landing meanwhile is not a truncation
         commits = self.log()
         links = [
             Link(
@@ -375,7 +376,7 @@ class PolicyStore(Closing):
             )
             for c in commits
         ]
-        problems = verify_chain(links, self.checkpoints, what="version")
+        problems = verify_chain(links, self.checkpoints, what="version", published=published)
         for c in commits:
             stored = {n: {"type": p["type"], "body": p["body"]} for n, p in c.changes.items()}
             rows = self._db.execute(

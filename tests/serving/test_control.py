@@ -245,3 +245,63 @@ def test_while_the_runtime_is_down_the_answer_is_structured_or_the_configured_la
     assert [(e["status"], e["model_version"]) for e in lines] == [(503, None), (200, None)]
     with pytest.raises(PolicyError, match="last_resort_score must be a probability"):
         GatewayPolicy.from_dict({"last_resort_score": 3})
+
+
+def test_a_triton_that_died_since_the_last_poll_is_runtime_unavailable_not_the_versions_fault(tmp_path):
+    """Triton (127.0.0.1:1: nothing listens) fails the call; the supervisor's last poll said up, but its process has
+    exited since. The answer is the structured runtime_unavailable, not backend_error, and the version's breaker
+    counts no strike; once the supervisor has restarted Triton, the breakers and the gRPC channel start afresh."""
+    import asyncio
+    import json
+
+    from gpu_runtime.gateway.app import Gateway, GatewayConfig
+    from gpu_runtime.supervisor import RuntimeStatus
+    from keel.deploy.routing import Route, RoutingTable
+
+    table = RoutingTable(1, "flight-delay", 3, (Route("champion", 1, "a" * 64, 1.0),))
+    (tmp_path / "routing.json").write_text(json.dumps(table.to_dict()))
+    config = GatewayConfig(triton_url="127.0.0.1:1", routing_path=tmp_path / "routing.json",
+                           exposure_dir=tmp_path / "exposures")  # fmt: skip
+    alive = {"yes": False}
+    status_ = RuntimeStatus(process_alive=lambda: alive["yes"])  # up by the last poll, dead now
+    gateway = Gateway(config, runtime=status_)
+    from keel.features.definitions import FEATURE_NAMES
+
+    body = json.dumps({"features": dict.fromkeys(FEATURE_NAMES, 1.0), "unit_id": "u1"}).encode()
+    status, payload, _ = asyncio.run(gateway.predict(body, {}))
+    assert status == 503 and payload["error"]["code"] == "runtime_unavailable", payload
+    assert "process has exited" in payload["error"]["message"]
+    assert gateway.breaker(1).state == "closed" and not gateway.breaker(1)._events  # no strike
+    alive["yes"] = True  # the process is there again (but still unreachable): now it is the version's failure
+    status, payload, _ = asyncio.run(gateway.predict(body, {}))
+    assert status == 502 and payload["error"]["code"] == "backend_error"
+    before, channel = gateway.breaker(1), gateway._client
+    assert before._failed >= 1 and channel is not None
+    status_.restarts += 1  # the supervisor restarted Triton: breakers and the gRPC channel start afresh
+    asyncio.run(gateway.predict(body, {}))
+    assert gateway.breaker(1) is not before and gateway.breaker(1)._failed == len(gateway.breaker(1)._events)
+    assert gateway._client is not None and gateway._client is not channel
+
+
+def test_a_call_cut_off_just_before_the_process_is_seen_to_exit_is_still_the_runtimes(tmp_path):
+    """A SIGKILL cuts the gRPC call off a few milliseconds before the process is reaped: the first look says alive.
+    On a connection-level failure the gateway looks again (up to 0.2 s) before blaming the version."""
+    import asyncio
+    import itertools
+    import json
+
+    from gpu_runtime.gateway.app import Gateway, GatewayConfig
+    from gpu_runtime.supervisor import RuntimeStatus
+    from keel.deploy.routing import Route, RoutingTable
+    from keel.features.definitions import FEATURE_NAMES
+
+    table = RoutingTable(1, "flight-delay", 3, (Route("champion", 1, "a" * 64, 1.0),))
+    (tmp_path / "routing.json").write_text(json.dumps(table.to_dict()))
+    config = GatewayConfig(triton_url="127.0.0.1:1", routing_path=tmp_path / "routing.json",
+                           exposure_dir=tmp_path / "exposures")  # fmt: skip
+    looks = itertools.count()
+    gateway = Gateway(config, runtime=RuntimeStatus(process_alive=lambda: next(looks) < 2))  # exits on the 3rd look
+    body = json.dumps({"features": dict.fromkeys(FEATURE_NAMES, 1.0), "unit_id": "u1"}).encode()
+    status, payload, _ = asyncio.run(gateway.predict(body, {}))
+    assert status == 503 and payload["error"]["code"] == "runtime_unavailable", payload
+    assert not gateway.breaker(1)._events

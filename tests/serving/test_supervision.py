@@ -80,6 +80,49 @@ def test_a_killed_triton_is_restarted_and_serves_the_routed_version_again(runtim
     assert "keel_gateway_runtime_unavailable_total 1" in metrics
 
 
+def test_under_traffic_a_killed_triton_costs_only_structured_answers_and_serving_resumes(runtime, serving_models):
+    """Requests keep coming while Triton is killed: every answer is either scored or the structured
+    runtime_unavailable (never a bare 5xx, nor a backend_error or an open breaker because the runtime died), and once
+    the supervisor has restarted it, requests are scored again — on a fresh gRPC channel, not one stuck in the dead
+    process's reconnect back-off."""
+    import threading
+
+    body = request_body(serving_models[1].row(3, named=True))
+    answers: list[tuple[bool, int, str | None]] = []  # (after the kill, status, error code)
+    killed, stop = threading.Event(), threading.Event()
+
+    def traffic() -> None:
+        with httpx.Client(timeout=30) as client:
+            while not stop.is_set():
+                try:
+                    r = client.post(f"{runtime.url}/v1/predict", json=body)
+                    answers.append((killed.is_set(), r.status_code, (r.json().get("error") or {}).get("code")))
+                except (httpx.HTTPError, ValueError) as exc:  # a dropped connection or a bare body: counted, asserted
+                    answers.append((killed.is_set(), 0, type(exc).__name__))
+                time.sleep(0.01)
+
+    restarts = httpx.get(f"{runtime.url}/healthz", timeout=5).json()["runtime"]["restarts"]
+    sender = threading.Thread(target=traffic)
+    sender.start()
+    try:
+        wait_until(lambda: len(answers) >= 20, "traffic flowing before the kill")
+        os.kill(triton_pid(runtime.home), signal.SIGKILL)
+        killed.set()
+
+        def scored_again() -> bool:  # 50 scored answers in a row after the kill
+            after = [a for a in answers if a[0]]
+            return len(after) >= 50 and all(status == 200 for _, status, _ in after[-50:])
+
+        wait_until(scored_again, "scored answers again after the restart", timeout=180)
+    finally:
+        stop.set()
+        sender.join(timeout=60)
+    after = [(status, code) for was_killed, status, code in answers if was_killed]
+    assert {(s, c) for s, c in after if s != 200} <= {(503, "runtime_unavailable")}, set(after)
+    assert any(s == 503 for s, _ in after)  # the outage was met (the kill was under traffic)
+    assert httpx.get(f"{runtime.url}/healthz", timeout=5).json()["runtime"]["restarts"] == restarts + 1
+
+
 def test_a_restarted_runtime_serves_what_is_deployed_and_a_killed_serve_leaves_no_triton(runtime, serving_models):
     body = request_body(serving_models[1].row(4, named=True))
     stop_serve(runtime.proc)

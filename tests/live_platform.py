@@ -1,0 +1,100 @@
+"""The whole platform as scripts/up starts it, for the slow tests that drive it: the model runtime (Triton + gateway),
+`dagster dev` (webserver + daemon, every sensor) and `scripts/materialize.py --live` (the history, then the simulated
+clock with replayed traffic), into a throwaway KEEL_HOME. Used by tests/test_live_year.py and
+tests/test_chaos_drills.py."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.conftest import REPO
+from tests.test_webserver import DAGSTER, free_port, home_env
+
+
+def wait_until(what: str, condition, timeout_s: float, every_s: float = 2.0, on_timeout=lambda: ""):
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {timeout_s:.0f} s. {on_timeout()}")
+        time.sleep(every_s)
+
+
+def instance_of(home: Path):
+    import dagster as dg
+    from dagster._core.instance.ref import InstanceRef
+
+    return dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(home / "dagster_home")))
+
+
+@dataclass
+class LivePlatform:
+    home: Path
+    env: dict[str, str]
+    year: subprocess.Popen  # scripts/materialize.py --live
+
+    def log(self, name: str = "live.log", tail: int = 4000) -> str:
+        return (self.home / name).read_text()[-tail:]
+
+
+@contextmanager
+def live_platform(home: Path, *live_args: str) -> Iterator[LivePlatform]:
+    """Start the runtime, `dagster dev` and the live year (``live_args`` added to materialize.py's); stop them all
+    when the block ends (SIGTERM to each process group, SIGKILL after a minute)."""
+    (home / "dagster_home").mkdir()
+    shutil.copy(REPO / "scripts" / "dagster.yaml", home / "dagster_home" / "dagster.yaml")
+    env = home_env(home)
+    procs: list[subprocess.Popen] = []
+
+    def start(args, log: str) -> subprocess.Popen:
+        proc = subprocess.Popen(
+            args, cwd=REPO, env=env, stdout=open(home / log, "wb"), stderr=subprocess.STDOUT, start_new_session=True
+        )
+        procs.append(proc)
+        return proc
+
+    try:
+        gateway_port, port = free_port(), free_port()
+        serve = start([sys.executable, "-m", "gpu_runtime.serve", "--gateway-port", str(gateway_port)], "serve.log")
+        wait_until("the model runtime is up",
+                   lambda: (home / "serving" / "endpoints.json").exists() or serve.poll() is not None, 180, 0.2)  # fmt: skip
+        assert serve.poll() is None, (home / "serve.log").read_text()[-3000:]
+        dev = start([DAGSTER, "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)], "dagster_dev.log")
+
+        def webserver_up() -> bool:
+            assert dev.poll() is None, (home / "dagster_dev.log").read_text()[-3000:]
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/server_info", timeout=5):
+                    return True
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                return False
+
+        wait_until("dagster dev is up", webserver_up, 300, 1)
+        year = start(
+            [sys.executable, "scripts/materialize.py", "--port", str(port), "--live",
+             "--gateway", f"http://127.0.0.1:{gateway_port}", *live_args],
+            "live.log",
+        )  # fmt: skip
+        yield LivePlatform(home, env, year)
+    finally:
+        for proc in reversed(procs):
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in procs:
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
