@@ -155,11 +155,21 @@ class AlertSender:
         config_path = Path(os.environ.get("KEEL_ALERTS_CONFIG") or Path(home.root) / "alerts.yaml")
         return cls(Path(home.root) / "alerts" / "alerts.jsonl", AlertConfig.load(config_path))
 
-    def send(self, alert: Alert) -> dict[str, Any]:
+    def sent_once(self, key: str) -> bool:
+        """Whether an alert sent with ``once=key`` is in the log already."""
+        return any(r.get("once") == key for r in read_alerts(self.log_path))
+
+    def send(self, alert: Alert, once: str | None = None) -> dict[str, Any] | None:
+        """Send ``alert`` by its route and log it. ``once``: a key that makes it a one-time alert — when an alert with
+        that key is in the log already, nothing is sent (a month rebuilt for each delivery breaks its rule once)."""
+        if once is not None and self.sent_once(once):
+            return None
         if not alert.at:
             alert = Alert(**(asdict(alert) | {"at": datetime.now(UTC).isoformat(timespec="seconds")}))
         channel = route(alert, self.config)
         record: dict[str, Any] = {**asdict(alert), "channel": channel.name, "format": channel.format}
+        if once is not None:
+            record["once"] = once
         url = channel.target()
         body = payload(alert, channel)
         if url and body is not None:

@@ -174,3 +174,23 @@ def test_reference_pipeline_partition(io):
     checks = {(e.asset_key.to_user_string(), e.check_name): e.passed for e in result.get_asset_check_evaluations()}
     assert checks[("validated_flights", CONSERVATION_CHECK)] and checks[("validated_weather", CONSERVATION_CHECK)]
     assert checks[("validated_flights", BUDGET_CHECK)] and checks[("validated_weather", BUDGET_CHECK)]
+
+
+def test_a_breach_is_alerted_once_by_the_rules_severity(contract_file, io, tmp_path, monkeypatch):
+    """Where a KEEL_HOME is set (the platform's runs), a partition's breaches are alerts by the broken rule's
+    severity — the critical range rule and the exceeded critical budget page — once: rebuilding the partition (as a
+    live month is, for each delivery) does not page again."""
+    from keel.alerts import read_alerts
+
+    monkeypatch.setenv("KEEL_HOME", str(tmp_path))
+    for _ in range(2):
+        dg.materialize(toy_assets(contract_file), partition_key="good", resources=io,
+                       instance=dg.DagsterInstance.ephemeral(), raise_on_error=False)  # fmt: skip
+    alerts = read_alerts(tmp_path / "alerts" / "alerts.jsonl")
+    assert sorted((a["details"]["rule"], a["severity"], a["channel"]) for a in alerts) == [
+        ("critical_budget", "critical", "page"),  # 2 of 6 rows break a critical rule, over the 20 % budget
+        ("schema_type_speed", "critical", "page"),  # "x" is not a number
+        ("speed_physical", "critical", "page"),  # 1048.36
+    ], alerts
+    assert all(a["kind"] == "contract_breach" and "toy v1, good" in a["summary"] for a in alerts)
+    assert len({a["once"] for a in alerts}) == len(alerts)  # each once

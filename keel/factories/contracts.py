@@ -19,6 +19,7 @@ The contract's sha256 is the code_version of both assets, so editing the contrac
 downstream, stale in the UI.
 """
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,12 +27,14 @@ from typing import Any
 import dagster as dg
 import polars as pl
 
+from keel.alerts import Alert, AlertConfigError, AlertSender
 from keel.contracts.engine import CompiledContract, PartitionWindow, ValidationReport
 from keel.contracts.model import RuleSpec
 from keel.contracts.results import SOURCE_ROW, RuleOutcome
 from keel.contracts.rules import RULES
 from keel.contracts.spec import ContractSpec, load_contract
 from keel.factories.checks import partitioned_check
+from keel.home import KeelHome
 
 CONSERVATION_CHECK = "conservation"
 BUDGET_CHECK = "critical_budget"
@@ -395,5 +398,53 @@ def contract_assets(
             },
         )
         yield from _check_results(spec, rep)
+        send_breach_alerts(spec, rep, context.log)
 
     return _validate
+
+
+def breach_alerts(spec: ContractSpec, report: ValidationReport) -> list[tuple[Alert, str]]:
+    """The contract's breaches in one partition, as alerts by the rule's severity (warning and critical rules whose
+    failures exceed their allowance, and a critical budget exceeded), each with its one-time key (contract, rule,
+    partition, contract hash: a month rebuilt for each new delivery alerts once; an edited contract, again)."""
+    if report.dry_run:
+        return []
+    where = report.partition or "all rows"
+    out = []
+    for r in report.rules:
+        if r.severity == "info" or r.within_threshold:
+            continue
+        share = 1 - r.pass_rate
+        out.append((
+            Alert("contract_breach", r.severity,
+                  f"contract {spec.name} v{spec.version}, {where}: rule {r.id} failed on {r.failed:,} rows "
+                  f"({share:.2%}, allowed {r.max_failure_fraction:.2%}): {r.reason}",
+                  {"contract": spec.name, "rule": r.id, "partition": report.partition, "action": r.action},
+                  source=f"validate_{spec.name}"),
+            f"contract:{spec.name}:{r.id}:{report.partition}:{spec.content_hash[:12]}",
+        ))  # fmt: skip
+    if report.budget_exceeded:
+        out.append((
+            Alert("contract_breach", "critical",
+                  f"contract {spec.name} v{spec.version}, {where}: {report.critical_failed_fraction:.2%} of rows "
+                  f"break a critical rule (budget {report.critical_budget_fraction:.2%}): nothing downstream runs",
+                  {"contract": spec.name, "rule": "critical_budget", "partition": report.partition},
+                  source=f"validate_{spec.name}"),
+            f"contract:{spec.name}:critical_budget:{report.partition}:{spec.content_hash[:12]}",
+        ))  # fmt: skip
+    return out
+
+
+def send_breach_alerts(spec: ContractSpec, report: ValidationReport, log) -> None:
+    """Send the partition's breach alerts through the KEEL_HOME's alert routes (keel.alerts); only where a KEEL_HOME
+    is set (the platform's runs), and never failing the validation: a configuration problem is logged."""
+    alerts = breach_alerts(spec, report)
+    if not alerts or not os.environ.get("KEEL_HOME"):
+        return
+    try:
+        sender = AlertSender.for_home(KeelHome.from_env())
+    except AlertConfigError as exc:
+        log.error(f"contract breach alerts not sent: {exc}")
+        return
+    for alert, key in alerts:
+        sender.send(alert, once=key)
