@@ -194,3 +194,48 @@ def test_a_breach_is_alerted_once_by_the_rules_severity(contract_file, io, tmp_p
     ], alerts
     assert all(a["kind"] == "contract_breach" and "toy v1, good" in a["summary"] for a in alerts)
     assert len({a["once"] for a in alerts}) == len(alerts)  # each once
+
+
+def test_a_partly_delivered_month_breaches_only_rules_that_allow_no_failure():
+    """On the real weather: the hour that repeats when the clocks go back (3 November) is within its 0.2 % allowance
+    for the month but not for the month's first days — no alert until the month is whole (then none: it is within);
+    the 1,048 mph wind breaches a rule that allows nothing, partly delivered or not."""
+    import polars as pl
+
+    from keel.contracts.catalog import compiled_contract
+    from keel.contracts.results import PartitionWindow
+    from keel.data.nycflights import read_raw_month
+    from keel.factories.contracts import breach_alerts
+
+    contract = compiled_contract("weather")
+
+    def rules(month: str, last_day: int | None, complete: bool) -> list[str]:
+        raw = read_raw_month("weather", month)
+        if last_day is not None:
+            raw = raw.filter(pl.col("day").cast(pl.Int32) <= last_day)
+        report = contract.validate(raw, PartitionWindow(month)).report
+        return sorted(a.details["rule"] for a, _ in breach_alerts(contract.spec, report, complete))
+
+    assert rules("2013-11", 3, complete=False) == []
+    assert rules("2013-11", 3, complete=True) == ["one_reading_per_local_hour"]  # what a partial month looked like
+    assert rules("2013-11", None, complete=True) == []
+    assert rules("2013-02", 13, complete=False) == ["wind_speed_physical"]
+    assert rules("2013-02", None, complete=True) == ["wind_speed_physical"]
+
+
+def test_the_validation_knows_a_live_month_is_partial_from_its_raw_asset(contract_file, io, tmp_path, monkeypatch):
+    """A live raw month says ``month_complete: false``: the exceeded critical budget (a share of the whole month)
+    is not alerted yet; rules that allow no failure are."""
+    from keel.alerts import read_alerts
+
+    @dg.asset(name="raw_toy", partitions_def=PARTS)
+    def partial_raw_toy() -> dg.Output:
+        df = pl.DataFrame({"id": ["1", "2", "3", "4", "5", "6"], "speed": ["10", "12.5", "1048.36", "7", "x", "9"]})
+        return dg.Output(df, metadata={"month_complete": False})
+
+    monkeypatch.setenv("KEEL_HOME", str(tmp_path))
+    assets = [partial_raw_toy, contract_assets(contract_file, raw_key="raw_toy", partitions_def=PARTS), toy_features]
+    dg.materialize(assets, partition_key="good", resources=io, instance=dg.DagsterInstance.ephemeral(),
+                   raise_on_error=False)  # fmt: skip
+    rules = sorted(a["details"]["rule"] for a in read_alerts(tmp_path / "alerts" / "alerts.jsonl"))
+    assert rules == ["schema_type_speed", "speed_physical"]

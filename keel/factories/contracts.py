@@ -127,6 +127,18 @@ def _window(context: dg.AssetExecutionContext) -> PartitionWindow | None:
     return PartitionWindow(key, tw.start, tw.end)
 
 
+def _partition_complete(context: dg.AssetExecutionContext, raw_key: dg.AssetKey) -> bool:
+    """Whether the raw partition validated now is all of it: a live month is rebuilt as its days land, and its raw
+    asset says ``month_complete``; anything else (a backfill, an unpartitioned table) is complete."""
+    if not context.has_partition_key:
+        return True
+    records = context.instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=raw_key, asset_partitions=[context.partition_key]), limit=1
+    ).records
+    flag = records[0].asset_materialization.metadata.get("month_complete") if records else None
+    return True if flag is None else bool(flag.value)
+
+
 def _check_results(spec: ContractSpec, report: ValidationReport) -> Iterator[dg.AssetCheckResult]:
     key = validated_key(spec.name)
     yield dg.AssetCheckResult(
@@ -398,32 +410,37 @@ def contract_assets(
             },
         )
         yield from _check_results(spec, rep)
-        send_breach_alerts(spec, rep, context.log)
+        send_breach_alerts(spec, rep, context.log, complete=_partition_complete(context, raw_key))
 
     return _validate
 
 
-def breach_alerts(spec: ContractSpec, report: ValidationReport) -> list[tuple[Alert, str]]:
+def breach_alerts(spec: ContractSpec, report: ValidationReport, complete: bool = True) -> list[tuple[Alert, str]]:
     """The contract's breaches in one partition, as alerts by the rule's severity (warning and critical rules whose
     failures exceed their allowance, and a critical budget exceeded), each with its one-time key (contract, rule,
-    partition, contract hash: a month rebuilt for each new delivery alerts once; an edited contract, again)."""
+    partition, contract hash: a month rebuilt for each new delivery alerts once; an edited contract, again).
+
+    ``complete=False`` (a live month, partly delivered): an allowance is a share of the whole partition, so only a
+    rule allowed no failure at all breaches yet — three readings of the hour that repeats when the clocks go back
+    are 0.14 % of November but 1.1 % of its first three days."""
     if report.dry_run:
         return []
     where = report.partition or "all rows"
     out = []
     for r in report.rules:
-        if r.severity == "info" or r.within_threshold:
+        if r.severity == "info" or r.within_threshold or (not complete and r.max_failure_fraction > 0):
             continue
         share = 1 - r.pass_rate
         out.append((
             Alert("contract_breach", r.severity,
-                  f"contract {spec.name} v{spec.version}, {where}: rule {r.id} failed on {r.failed:,} rows "
+                  f"contract {spec.name} v{spec.version}, {where}: rule {r.id} failed on {r.failed:,} "
+                  f"row{'s' if r.failed != 1 else ''} "
                   f"({share:.2%}, allowed {r.max_failure_fraction:.2%}): {r.reason}",
                   {"contract": spec.name, "rule": r.id, "partition": report.partition, "action": r.action},
                   source=f"validate_{spec.name}"),
             f"contract:{spec.name}:{r.id}:{report.partition}:{spec.content_hash[:12]}",
         ))  # fmt: skip
-    if report.budget_exceeded:
+    if report.budget_exceeded and complete:
         out.append((
             Alert("contract_breach", "critical",
                   f"contract {spec.name} v{spec.version}, {where}: {report.critical_failed_fraction:.2%} of rows "
@@ -435,10 +452,10 @@ def breach_alerts(spec: ContractSpec, report: ValidationReport) -> list[tuple[Al
     return out
 
 
-def send_breach_alerts(spec: ContractSpec, report: ValidationReport, log) -> None:
+def send_breach_alerts(spec: ContractSpec, report: ValidationReport, log, complete: bool = True) -> None:
     """Send the partition's breach alerts through the KEEL_HOME's alert routes (keel.alerts); only where a KEEL_HOME
     is set (the platform's runs), and never failing the validation: a configuration problem is logged."""
-    alerts = breach_alerts(spec, report)
+    alerts = breach_alerts(spec, report, complete)
     if not alerts or not os.environ.get("KEEL_HOME"):
         return
     try:
