@@ -224,10 +224,16 @@ def traffic_delta(before: dict | None, after: dict | None) -> dict[str, Any] | N
         a, b = before.get(key) or {}, after.get(key) or {}
         return {k: b.get(k, 0) - a.get(k, 0) for k in b if b.get(k, 0) - a.get(k, 0)}
 
+    answered_before = before.get("answered", 0)
     return {
-        "answered": after.get("answered", 0) - before.get("answered", 0),
+        "answered": after.get("answered", 0) - answered_before,
         "failed": after.get("failed", 0) - before.get("failed", 0),
         "degraded": after.get("degraded_answers", 0) - before.get("degraded_answers", 0),
+        # the share of degraded answers before the drill (features defaulted, frozen, …): what is usual, to read
+        # "degraded" against
+        "baseline_degraded_share": round(before.get("degraded_answers", 0) / answered_before, 4)
+        if answered_before
+        else None,
         "by_status": diff("by_status"),
         "by_error": diff("by_error"),
     }

@@ -196,3 +196,16 @@ def test_a_day_a_run_held_back_first_is_still_an_incident_at_the_next_tick(tmp_p
     with IncidentLog(home.incidents) as log:
         [incident] = log.list()
     assert incident.key == "delivery:weather:2013-04-03" and incident.open and "dewpoint" in incident.located
+
+
+def test_the_traffic_during_a_drill_is_the_difference_of_two_snapshots():
+    from keel.chaos import traffic_delta
+
+    before = {"answered": 1000, "failed": 0, "degraded_answers": 250, "by_status": {"200": 1000}, "by_error": {}}
+    after = {"answered": 1100, "failed": 7, "degraded_answers": 290,
+             "by_status": {"200": 1093, "503": 7}, "by_error": {"runtime_unavailable": 7}}  # fmt: skip
+    assert traffic_delta(before, after) == {
+        "answered": 100, "failed": 7, "degraded": 40, "baseline_degraded_share": 0.25,
+        "by_status": {"200": 93, "503": 7}, "by_error": {"runtime_unavailable": 7},
+    }  # fmt: skip
+    assert traffic_delta(None, after) is None  # no live traffic: nothing to say

@@ -56,6 +56,8 @@ def _run(args: argparse.Namespace) -> int:
             print(f"    action     {i.action}")
             if result.traffic is not None:
                 t = result.traffic
+                usual = t.get("baseline_degraded_share")
                 print(f"    traffic    {t['answered']} answered, {t['failed']} failed {t['by_error'] or ''}, "
-                      f"{t['degraded']} degraded")  # fmt: skip
+                      f"{t['degraded']} degraded"
+                      + (f" (before the drill {usual:.0%} of answers were)" if usual is not None else ""))  # fmt: skip
     return EXIT_OK if result.recovered else EXIT_PROBLEM
