@@ -283,13 +283,55 @@ class SlaTierType(PolicyType):
                 raise PolicyValidationError(name, "tier_known", f"models.{model} names unknown tier {t!r}")
 
 
+PRICE_KEYS = ("per_1000_requests", "per_cpu_second", "per_gpu_second")
+
+
+class Cost(PolicyType):
+    """The price table (issue 18's metering reads it; it shapes no gateway): prices per 1,000 requests, per CPU-second
+    and per GPU-second of model compute, in one currency, with per-tenant overrides of any of them. Being a policy, it
+    is versioned with the others and part of each release's policy manifest: "what did it cost at time T, and why"
+    is a point-in-time question to the store (``Cost.prices_for`` on the body in force then)."""
+
+    type = "cost"
+
+    @classmethod
+    def validate(cls, name: str, body: dict[str, Any], versions_of: VersionsOf | None = None) -> None:
+        known_keys(name, body, {"currency", "tenants", *PRICE_KEYS})
+        currency = body.get("currency")
+        if not (isinstance(currency, str) and len(currency) == 3 and currency.isascii() and currency.isupper()):
+            raise PolicyValidationError(
+                name, "currency", f"'currency' is an ISO 4217 code such as USD, got {currency!r}"
+            )
+        for key in PRICE_KEYS:
+            number(name, "price", body, key, lo=0)
+        tenants = body.get("tenants") or {}
+        if not isinstance(tenants, dict):
+            raise PolicyValidationError(name, "tenants_shape", "'tenants' maps tenant ids to price overrides")
+        for tenant, override in tenants.items():
+            if not isinstance(tenant, str) or not tenant or len(tenant) > 64:
+                raise PolicyValidationError(name, "tenant_id", f"tenants: {tenant!r} is not a tenant id")
+            if not isinstance(override, dict) or not override:
+                raise PolicyValidationError(
+                    name, "override_shape", f"tenants.{tenant} overrides some of {PRICE_KEYS}"
+                )
+            known_keys(name, override, set(PRICE_KEYS))
+            for key in override:
+                number(name, "price", override, key, lo=0)
+
+    @staticmethod
+    def prices_for(body: dict[str, Any], tenant: str) -> dict[str, float]:
+        """The prices a tenant pays under ``body``: the table's, with the tenant's overrides."""
+        prices = {k: float(body[k]) for k in PRICE_KEYS}
+        return prices | {k: float(v) for k, v in ((body.get("tenants") or {}).get(tenant) or {}).items()}
+
+
 # Types that existed once: the store refuses new commits of them, gateways skip committed ones with a note.
 RETIRED_TYPES = {
     "feature_freeze": "freezes are the drift sensor's, in the online store (docs/drift.md); nothing read this type",
 }
 
 POLICY_TYPES: dict[str, type[PolicyType]] = {
-    t.type: t for t in (AbTest, Canary, CircuitBreaker, RateLimitType, SlaTierType)
+    t.type: t for t in (AbTest, Canary, CircuitBreaker, RateLimitType, SlaTierType, Cost)
 }
 
 
