@@ -175,6 +175,17 @@ def test_every_drill_is_an_incident_with_its_timeline_and_alerts_took_their_rout
         assert i["detected_at"] and i["acted_at"] and i["recovered_at"], i
     from keel.alerts import read_alerts
 
+    def paged_summaries() -> str:
+        return " ".join(
+            a["annotations"]["summary"] for path, body in receiver.received if path == "/page" for a in body
+        )
+
+    # the watchdog sends an incident's alert at its next tick (every 10 s, later on a busy machine): wait for it
+    wait_until("every critical incident paged",
+               lambda: all(f"incident {k}" in paged_summaries() for k in ("delivery:flights:", "tamper:policies:",
+                                                                          "runtime:")), 300, 2)  # fmt: skip
+    wait_until("the recoveries mailed", lambda: sum(
+        a["kind"] == "incident_recovered" for a in read_alerts(home / "alerts" / "alerts.jsonl")) >= 5, 300, 2)  # fmt: skip
     alerts = read_alerts(home / "alerts" / "alerts.jsonl")
     routes = {(a["kind"], a["severity"], a["channel"]) for a in alerts}
     assert ("incident", "critical", "page") in routes  # schema break, tamper, runtime crash
