@@ -1,7 +1,7 @@
 """Replay load: held-out real flights sent to the gateway at a fixed rate, from a process of its own.
 
     .venv/bin/python -m gpu_runtime.replay --url http://127.0.0.1:8080 --rps 200 --seconds 60 \
-        [--month 2013-06] [--out results.jsonl] [--max-in-flight 256]
+        [--month 2013-06] [--out results.jsonl] [--max-in-flight 256] [--tenants ops,pricing]
     .venv/bin/python -m gpu_runtime.replay --url http://127.0.0.1:8080 --live [--rps 25]
 
 ``--live`` follows the live replay's simulated clock (``$KEEL_HOME/clock.json``) instead: each request asks about a
@@ -13,7 +13,8 @@ error, by simulated month, versions seen) are rewritten every few seconds to
 Open loop: request i is sent at start + i / rps whether or not earlier ones were answered (a slow server shows up
 as latency, not as a politely lower rate), bounded by ``--max-in-flight`` and ``--seconds``. The flights are the
 month's validated rows (contract ``flights``), in scheduled order, cycled; each request carries the flight's id as
-``unit_id``. One JSON line per request goes to ``--out``: status, model_version, x-model-signature, latency.
+``unit_id`` and the tenant whose turn it is (``--tenants``: request i is the (i mod n)-th tenant's; default
+``replay``). One JSON line per request goes to ``--out``: status, model_version, x-model-signature, latency.
 The summary (sent, answered, failed, achieved rate, p50/p99 latency, versions seen) is printed as JSON. SIGTERM or
 Ctrl-C stops sending early; requests in flight finish and the summary is printed all the same.
 """
@@ -58,7 +59,15 @@ def percentile(values: list[float], q: float) -> float:
     return s[min(len(s) - 1, int(round(q * (len(s) - 1))))]
 
 
-async def run(url: str, flights: list[dict], rps: float, seconds: float, max_in_flight: int, out: Path | None):
+async def run(
+    url: str,
+    flights: list[dict],
+    rps: float,
+    seconds: float,
+    max_in_flight: int,
+    out: Path | None,
+    tenants: tuple[str, ...] = ("replay",),
+):
     import aiohttp  # lighter per request than httpx: the load generator should not eat the CPU it measures
 
     results: list[dict] = []
@@ -72,7 +81,7 @@ async def run(url: str, flights: list[dict], rps: float, seconds: float, max_in_
             flight = flights[i % len(flights)]
             body = {
                 "flight": flight,
-                "tenant_id": "replay",
+                "tenant_id": tenants[i % len(tenants)],
                 "risk_level": 2,
                 "unit_id": f"{flight['carrier']}{flight['flight']}-{flight['time_hour']}",
             }
@@ -84,6 +93,7 @@ async def run(url: str, flights: list[dict], rps: float, seconds: float, max_in_
                     results.append(
                         {
                             "i": i,
+                            "tenant_id": body["tenant_id"],
                             "status": resp.status,
                             "model_version": payload.get("model_version"),
                             "signature": resp.headers.get("x-model-signature"),
@@ -94,7 +104,15 @@ async def run(url: str, flights: list[dict], rps: float, seconds: float, max_in_
                         }
                     )
             except Exception as exc:  # noqa: BLE001 - a transport failure is a failed request, recorded
-                results.append({"i": i, "status": 0, "error": type(exc).__name__, "latency_ms": None})
+                results.append(
+                    {
+                        "i": i,
+                        "tenant_id": body["tenant_id"],
+                        "status": 0,
+                        "error": type(exc).__name__,
+                        "latency_ms": None,
+                    }
+                )
             finally:
                 sem.release()
 
@@ -129,7 +147,9 @@ async def run(url: str, flights: list[dict], rps: float, seconds: float, max_in_
                 fh.write(json.dumps(r) + "\n")
     lat = [r["latency_ms"] for r in results if r["status"] == 200]
     versions: dict[str, int] = {}
+    by_tenant: dict[str, int] = {}
     for r in results:
+        by_tenant[r["tenant_id"]] = by_tenant.get(r["tenant_id"], 0) + 1
         if r["status"] == 200:
             versions[str(r["model_version"])] = versions.get(str(r["model_version"]), 0) + 1
     return {
@@ -143,6 +163,7 @@ async def run(url: str, flights: list[dict], rps: float, seconds: float, max_in_
         "p50_ms": round(statistics.median(lat), 3) if lat else None,
         "p99_ms": round(percentile(lat, 0.99), 3) if lat else None,
         "versions": versions,
+        "by_tenant": by_tenant,
     }
 
 
@@ -198,7 +219,7 @@ class LiveTotals:
         }
 
 
-async def live(url: str, home, rps: float, max_in_flight: int) -> dict:
+async def live(url: str, home, rps: float, max_in_flight: int, tenants: tuple[str, ...] = ("replay",)) -> dict:
     """Send the simulated day's flights at ``rps`` while the clock runs; return the totals when it ends."""
     from datetime import UTC, datetime
 
@@ -223,10 +244,10 @@ async def live(url: str, home, rps: float, max_in_flight: int) -> dict:
     sim_now = ""
     async with aiohttp.ClientSession(base_url=url, connector=connector, timeout=timeout) as client:
 
-        async def one(flight: dict, month: str) -> None:
+        async def one(flight: dict, month: str, tenant: str) -> None:
             body = {
                 "flight": flight,
-                "tenant_id": "replay",
+                "tenant_id": tenant,
                 "risk_level": 2,
                 "unit_id": f"{flight['carrier']}{flight['flight']}-{flight['time_hour']}",
             }
@@ -273,7 +294,7 @@ async def live(url: str, home, rps: float, max_in_flight: int) -> dict:
             cursor[day] = i + 1
             await sem.acquire()
             totals.sent += 1
-            task = asyncio.create_task(one(todays[i % len(todays)], day[:7]))
+            task = asyncio.create_task(one(todays[i % len(todays)], day[:7], tenants[totals.sent % len(tenants)]))
             tasks.add(task)
             task.add_done_callback(tasks.discard)
         if tasks:
@@ -292,7 +313,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-in-flight", type=int, default=256)
     parser.add_argument("--out", type=Path)
     parser.add_argument("--live", action="store_true", help="follow the live replay's clock (see above)")
+    parser.add_argument(
+        "--tenants", default="replay", help="comma-separated tenant ids, taking turns request by request"
+    )
     args = parser.parse_args(argv)
+    tenants = tuple(t for t in args.tenants.split(",") if t)
+    if not tenants:
+        parser.error("--tenants needs at least one tenant id")
     if not args.url.startswith(("http://127.0.0.1", "http://localhost")):
         print("replay: refusing a non-loopback target; this load generator is for local runs", file=sys.stderr)
         return 2
@@ -301,12 +328,12 @@ def main(argv: list[str] | None = None) -> int:
 
         home = KeelHome.from_env()
         print(f"replay: live traffic at {args.rps:g} req/s while the simulated clock runs", flush=True)
-        summary = asyncio.run(live(args.url, home, args.rps, args.max_in_flight))
+        summary = asyncio.run(live(args.url, home, args.rps, args.max_in_flight, tenants))
         print(json.dumps(summary), flush=True)
         return 0 if summary["failed"] == 0 else 1
     flights = held_out_flights(args.month)
     print(f"replay: {len(flights):,} flights of {args.month}, {args.rps:g} req/s for {args.seconds:g} s", flush=True)
-    summary = asyncio.run(run(args.url, flights, args.rps, args.seconds, args.max_in_flight, args.out))
+    summary = asyncio.run(run(args.url, flights, args.rps, args.seconds, args.max_in_flight, args.out, tenants))
     print(json.dumps(summary), flush=True)
     return 0 if summary["failed"] == 0 else 1
 

@@ -65,7 +65,12 @@ def model_config(model: str, version: int, serving: ServingConfig) -> dict[str, 
         "backend": "python",
         "max_batch_size": serving.max_batch_size,
         "input": [{"name": "features", "data_type": "TYPE_FP32", "dims": [serving.n_features]}],
-        "output": [{"name": "score", "data_type": "TYPE_FP32", "dims": [1]}],
+        "output": [
+            {"name": "score", "data_type": "TYPE_FP32", "dims": [1]},
+            # only computed when a request asks for them (explanations: TreeSHAP and the raw score, triton_model.py)
+            {"name": "contrib", "data_type": "TYPE_FP64", "dims": [serving.n_features + 1]},
+            {"name": "raw_score", "data_type": "TYPE_FP64", "dims": [1]},
+        ],
         "dynamic_batching": batching,
         "instance_group": [{"kind": serving.instance_kind, "count": serving.instance_count}],
         "version_policy": {"specific": {"versions": sorted(versions)}},

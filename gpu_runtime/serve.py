@@ -62,6 +62,9 @@ def main(argv: list[str] | None = None) -> int:
     from gpu_runtime.gateway.app import Gateway, GatewayConfig
     from keel.policies.gateway import GatewayPolicy
 
+    device = os.environ.get("KEEL_RUNTIME_DEVICE", "cpu")
+    if device not in ("cpu", "gpu"):
+        parser.error(f"KEEL_RUNTIME_DEVICE must be cpu or gpu (which compute price applies), got {device!r}")
     home = KeelHome.from_env()
     layout = home.serving
     layout.root.mkdir(parents=True, exist_ok=True)
@@ -102,6 +105,9 @@ def main(argv: list[str] | None = None) -> int:
             policy_store_path=home.policies,
             max_body_bytes=args.max_body_bytes,
             clock_path=home.clock,
+            compute_dir=layout.compute,
+            meter_interval_s=float(os.environ.get("KEEL_METER_INTERVAL_S", "5")),
+            compute_device=device,
         ),
         policy,
         runtime=supervisor.status,

@@ -6,7 +6,11 @@ keel. ``initialize`` reads ``model.txt`` and ``meta.json`` next to it and refuse
 hash to the registered sha256: a corrupt or tampered file is a failed load, and Triton keeps serving whatever was
 loaded before.
 
-Input ``features`` FP32 [batch, n_features]; output ``score`` FP32 [batch, 1] = P(late).
+Input ``features`` FP32 [batch, n_features]; output ``score`` FP32 [batch, 1] = P(late). Two more outputs, computed
+only when a request asks for them (an explained prediction; plain scoring pays nothing for them):
+``contrib`` FP64 [batch, n_features + 1] — LightGBM's exact TreeSHAP (``pred_contrib``): each feature's contribution to
+the raw score (log-odds), the last column the base value — and ``raw_score`` FP64 [batch, 1], the model's raw score
+from its own predict call, so a caller can check contributions + base value = raw score.
 
 Fault injection (named as such; for drills and the circuit-breaker test): when the model config's parameter
 ``keel_fault_file`` names a file (``{version}`` in it is replaced by this version's number) and that file exists,
@@ -22,6 +26,14 @@ import zlib
 import lightgbm as lgb
 import numpy as np
 import triton_python_backend_utils as pb_utils
+
+
+def _explain_requested(request) -> bool:
+    """Did the request ask for the ``contrib`` output? (A request that names no outputs gets only the score.)"""
+    try:
+        return "contrib" in request.requested_output_names()
+    except AttributeError:  # a Python backend without requested_output_names: explanations only when asked
+        return False
 
 
 class TritonPythonModel:
@@ -79,7 +91,8 @@ class TritonPythonModel:
         return self._score(requests)
 
     def _score(self, requests):
-        # Dynamic batching hands us several requests: score them in one predict call.
+        # Dynamic batching hands us several requests: score them in one predict call (and explain, in one more,
+        # only the rows of requests that asked for contributions).
         arrays = [pb_utils.get_input_tensor_by_name(r, "features").as_numpy() for r in requests]
         sizes = [a.shape[0] for a in arrays]
         x = np.concatenate(arrays).astype(np.float64, copy=False) if len(arrays) > 1 else arrays[0].astype(np.float64)
@@ -92,11 +105,24 @@ class TritonPythonModel:
                 for _ in requests
             ]
         scores = self.booster.predict(x, num_threads=1).astype(np.float32).reshape(-1, 1)
-        out, start = [], 0
-        for n in sizes:
-            out.append(
-                pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("score", scores[start : start + n])])
+        wants = [_explain_requested(r) for r in requests]
+        contrib = raw = None
+        if any(wants):
+            rows = np.concatenate(
+                [np.arange(s, s + n) for s, n, w in zip(np.cumsum([0, *sizes[:-1]]), sizes, wants, strict=True) if w]
             )
+            contrib = self.booster.predict(x[rows], pred_contrib=True, num_threads=1).astype(np.float64)
+            raw = self.booster.predict(x[rows], raw_score=True, num_threads=1).astype(np.float64).reshape(-1, 1)
+        out, start, at = [], 0, 0
+        for n, want in zip(sizes, wants, strict=True):
+            tensors = [pb_utils.Tensor("score", scores[start : start + n])]
+            if want:
+                tensors += [
+                    pb_utils.Tensor("contrib", np.ascontiguousarray(contrib[at : at + n])),
+                    pb_utils.Tensor("raw_score", np.ascontiguousarray(raw[at : at + n])),
+                ]
+                at += n
+            out.append(pb_utils.InferenceResponse(output_tensors=tensors))
             start += n
         return out
 

@@ -28,8 +28,12 @@ import orjson
 
 
 class ExposureLog:
-    def __init__(self, directory: str | Path):
+    """An append-only JSON-lines log, one file per UTC day of each record's ``ts``: ``<prefix>-YYYYMMDD.jsonl``. The
+    exposure log, and the gateway's other per-day logs (the compute meter's, keel/metering/compute.py)."""
+
+    def __init__(self, directory: str | Path, prefix: str = "exposures"):
         self.directory = Path(directory)
+        self.prefix = prefix
         self.directory.mkdir(parents=True, exist_ok=True)
         self._day = ""
         self._fd: int | None = None
@@ -38,7 +42,7 @@ class ExposureLog:
         self.last_error: str | None = None
 
     def path_for(self, day: str) -> Path:
-        return self.directory / f"exposures-{day}.jsonl"
+        return self.directory / f"{self.prefix}-{day}.jsonl"
 
     def append(self, record: dict[str, Any]) -> bool:
         """Append one record as one line. True when the whole line is on disk; False when nothing of it is (the

@@ -16,6 +16,7 @@
         routing.json                        what the gateway routes to
         endpoints.json                      where the running runtime listens
         exposures/exposures-YYYYMMDD.jsonl  the exposure log (keel.exposure_log)
+        compute/compute-YYYYMMDD.jsonl      Triton's compute statistics, sampled by the gateway (keel.metering)
 
 ``KeelHome.from_env()`` reads ``$KEEL_HOME`` at call time (else ``.keel`` in the repository), so tests and
 commands that set it after import see their own home.
@@ -146,3 +147,8 @@ class ServingDir:
     @property
     def exposures(self) -> Path:
         return self.root / "exposures"
+
+    @property
+    def compute(self) -> Path:
+        """Triton's per-version compute statistics as the gateway samples them (keel.metering.compute)."""
+        return self.root / "compute"

@@ -44,6 +44,7 @@ from gpu_runtime.gateway.control import (
     TokenBucket,
     choose_route,
 )
+from gpu_runtime.gateway.explain import explanations, requested_top_k
 from gpu_runtime.gateway.following import POLICY_POLL_S, FollowsRoutingAndPolicies
 from gpu_runtime.gateway.health import ReportsHealth
 from gpu_runtime.gateway.inputs import BuildsInputs
@@ -61,6 +62,7 @@ from gpu_runtime.gateway.limits import (
     respond,
     respond_text,
 )
+from gpu_runtime.gateway.metering import METER_INTERVAL_S, MetersUsage
 from gpu_runtime.gateway.metrics import Metrics
 from gpu_runtime.gateway.scoring import ScoresOnTriton
 from gpu_runtime.pools import PoolRegistry
@@ -87,6 +89,11 @@ class GatewayConfig:
     # The shared simulated clock of a live replay (keel/clock.py): exposure timestamps are its time, so the canary
     # controller and label arrival agree with them. Absent file (or None): the wall clock.
     clock_path: Path | None = None
+    # Metering (gateway/metering.py): where Triton's compute statistics are sampled to (None: not sampled), how
+    # often, and which price applies to them (cpu: per_cpu_second; gpu: per_gpu_second).
+    compute_dir: Path | None = None
+    meter_interval_s: float = METER_INTERVAL_S
+    compute_device: str = "cpu"
 
 
 def triton_channel_args() -> list[tuple[str, int]]:
@@ -110,10 +117,10 @@ def triton_channel_args() -> list[tuple[str, int]]:
     ]
 
 
-class Gateway(FollowsRoutingAndPolicies, BuildsInputs, ScoresOnTriton, ReportsHealth):
+class Gateway(FollowsRoutingAndPolicies, BuildsInputs, ScoresOnTriton, ReportsHealth, MetersUsage):
     """The ASGI app: the request path (``predict``), health, readiness and metrics. Following routing and policies,
-    building inputs, scoring on Triton and reporting health are its mixins (following.py, inputs.py, scoring.py,
-    health.py)."""
+    building inputs, scoring on Triton, reporting health and metering are its mixins (following.py, inputs.py,
+    scoring.py, health.py, metering.py)."""
 
     def __init__(self, config: GatewayConfig, policy: GatewayPolicy | None = None, runtime=None):
         from keel.contracts.catalog import contract_path
@@ -159,6 +166,7 @@ class Gateway(FollowsRoutingAndPolicies, BuildsInputs, ScoresOnTriton, ReportsHe
         self._clock = SimClock(config.clock_path) if config.clock_path else None
         self._clock_state: ClockState | None = None
         self._clock_checked = 0.0
+        self._init_meter()
         self.reload_routing(force=True)
 
     def now(self) -> float:
@@ -253,6 +261,7 @@ class Gateway(FollowsRoutingAndPolicies, BuildsInputs, ScoresOnTriton, ReportsHe
             self._export_sla()
             self._export_runtime()
             self._export_freezes()
+            self._export_budgets()
             await respond_text(send, 200, self.metrics.render(), "text/plain; version=0.0.4")
         elif path == "/healthz" and method == "GET":
             up = self.runtime is None or self.runtime.up
@@ -277,6 +286,7 @@ class Gateway(FollowsRoutingAndPolicies, BuildsInputs, ScoresOnTriton, ReportsHe
             try:
                 self.reload_routing()
                 self.reload_policies()
+                await self._sample_compute()
             except Exception:  # noqa: BLE001 - a bad file or a locked store must not stop the watcher
                 self.metrics.inc("keel_gateway_watch_errors_total", {})
             await asyncio.sleep(POLICY_POLL_S / 2)
@@ -284,11 +294,17 @@ class Gateway(FollowsRoutingAndPolicies, BuildsInputs, ScoresOnTriton, ReportsHe
     async def close(self) -> None:
         if self._watcher is not None:
             self._watcher.cancel()
+        if self._client is not None:
+            try:
+                await self._sample_compute(force=True)  # the last interval's compute, before the channel closes
+            except Exception:  # noqa: BLE001 - Triton already gone: its last interval is not sampled
+                self.metrics.inc("keel_gateway_watch_errors_total", {})
+            await self._client.close()
         if self._policy_reader is not None:
             self._policy_reader.close()
-        if self._client is not None:
-            await self._client.close()
         self.exposures.close()
+        if self.compute_log is not None:
+            self.compute_log.close()
 
     # -- predict --------------------------------------------------------------------------------------------------
 
@@ -300,7 +316,9 @@ class Gateway(FollowsRoutingAndPolicies, BuildsInputs, ScoresOnTriton, ReportsHe
         the request ended in (too large, a bad header)."""
         started = time.perf_counter()
         request_id = uuid.uuid4().hex
-        record: dict[str, Any] = {"request_id": request_id, "ts": self.now(), "model_version": None}
+        record: dict[str, Any] = {
+            "request_id": request_id, "ts": self.now(), "model_version": None, "policy_version": self.policy_version,
+        }  # fmt: skip
         try:
             given = headers.get("x-request-id")
             if given is not None:  # the caller's id is used and echoed, once it is known to be safe to log
@@ -323,6 +341,7 @@ class Gateway(FollowsRoutingAndPolicies, BuildsInputs, ScoresOnTriton, ReportsHe
         record["latency_ms"] = round(latency * 1000, 3)
         if not self.exposures.append(record):  # the answer stands; the lost record is counted and reported
             self.metrics.inc("keel_gateway_exposure_write_failures_total", {})
+        self._meter(record)
         version = str(record["model_version"]) if record.get("model_version") is not None else "none"
         self.metrics.inc("keel_gateway_requests_total", {"model_version": version, "status": str(status)})
         self.metrics.observe("keel_gateway_request_duration_seconds", {"model_version": version}, latency)
@@ -353,6 +372,7 @@ class Gateway(FollowsRoutingAndPolicies, BuildsInputs, ScoresOnTriton, ReportsHe
             named = tenant if tenant in self.policy.tenant_rate_limits else OTHER_TENANT
             self.metrics.inc("keel_gateway_rate_limited_total", {"tenant": named})
             raise RequestError(429, "rate_limited", f"tenant {tenant} is over its rate limit")
+        budget_headers = self._check_budget(tenant)
 
         if self._watcher is None:  # embedded without an ASGI lifespan: nobody else follows routing and policies
             self.reload_routing()
@@ -378,14 +398,19 @@ class Gateway(FollowsRoutingAndPolicies, BuildsInputs, ScoresOnTriton, ReportsHe
             raise RequestError(503, "overloaded", f"risk level {risk} lane is full", risk_level=risk) from None
         self.metrics.add_gauge("keel_gateway_lane_in_flight", {"risk_level": str(risk)}, 1)
         try:
+            top_k = requested_top_k(req)
             x, degraded = self._features(req, record)
+            record["rows"] = len(x)
+            if top_k is not None:
+                record["explain"] = top_k
+            values = x  # what the explanation shows (the pooled copy goes back to the pool)
             x = self._pooled(table.model, x)
             route, variant, flags = choose_route(table, self.split, unit_id, experiment_id)
             degraded += flags
             record.update(variant=variant, routed_version=route.version)  # who was asked, before any fallback
             self.retry_budget.on_request()
             try:
-                scores, route, more = await self._score(table, route, x, timeout)
+                scores, route, more, explained = await self._score(table, route, x, timeout, top_k is not None)
             except RequestError as err:
                 if (
                     err.code == "backend_error"
@@ -411,6 +436,11 @@ class Gateway(FollowsRoutingAndPolicies, BuildsInputs, ScoresOnTriton, ReportsHe
         predictions = [
             {"score": s, "confidence_score": c} for s, c in zip(scores.tolist(), confidence.tolist(), strict=True)
         ]
+        if explained is not None:
+            for p, e in zip(
+                predictions, explanations(values, explained.contrib, explained.raw_score, top_k), strict=True
+            ):
+                p["explanation"] = e
         payload = {
             "request_id": request_id,
             "model": table.model,
@@ -420,9 +450,10 @@ class Gateway(FollowsRoutingAndPolicies, BuildsInputs, ScoresOnTriton, ReportsHe
             "degraded": sorted(set(degraded)),
             "score": predictions[0]["score"],
             "confidence_score": predictions[0]["confidence_score"],
+            **({"explanation": predictions[0]["explanation"]} if explained is not None else {}),
             **({"predictions": predictions} if len(predictions) > 1 else {}),
         }
-        return 200, payload, {"x-model-signature": route.sha256, "x-request-id": request_id}
+        return 200, payload, {"x-model-signature": route.sha256, "x-request-id": request_id, **budget_headers}
 
     def _runtime_unavailable(
         self, req: dict[str, Any], table: RoutingTable, request_id: str, record: dict[str, Any]
@@ -440,7 +471,7 @@ class Gateway(FollowsRoutingAndPolicies, BuildsInputs, ScoresOnTriton, ReportsHe
                 retry_after_s=1,
             )  # fmt: skip
         n = len(req["flights"]) if isinstance(req.get("flights"), list) else 1
-        record.update(model=table.model, score=score, degraded=["runtime_unavailable"], variant=None)
+        record.update(model=table.model, score=score, degraded=["runtime_unavailable"], variant=None, rows=n)
         self._count_degraded(["runtime_unavailable"])
         payload = {
             "request_id": request_id, "model": table.model, "model_version": None, "release_id": None,

@@ -69,9 +69,10 @@ class FollowsRoutingAndPolicies:
         self._policy_seen = latest
         table = self.routing
         try:
+            state = self._policy_reader.state(latest)
             policy, split, notes = effective_policy(
                 self.base_policy,
-                self._policy_reader.state(latest),
+                state,
                 table.model if table else None,
                 set(table.versions()) if table else set(),
                 latest,
@@ -82,6 +83,7 @@ class FollowsRoutingAndPolicies:
             return
         self.policy, self.split, self.policy_version = policy, split, latest
         self.policy_error, self.policy_notes = None, notes
+        self._apply_metering_policies(state)  # prices and budgets (metering.py)
         for b in self.breakers.values():
             b.policy = policy.breaker
         self.buckets.clear()  # new limits apply from the next request

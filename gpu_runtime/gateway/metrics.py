@@ -43,6 +43,15 @@ HELP = {
         "counter",
         "Answered requests whose exposure-log record could not be written (lost: disk full, file-size limit).",
     ),
+    "keel_gateway_tenant_requests_total": (
+        "counter",
+        "Answers by tenant and HTTP status (tenants a cost or budget policy names; all others as 'other').",
+    ),
+    "keel_gateway_budget_exceeded_total": ("counter", "Requests refused 429 budget_exceeded, by budgeted tenant."),
+    "keel_gateway_tenant_spend": ("gauge", "Spend of each budgeted tenant in the budget's current period."),
+    "keel_gateway_tenant_budget": ("gauge", "Each budgeted tenant's limit in the budget's period."),
+    "keel_gateway_tenant_budget_state": ("gauge", "Each budgeted tenant's budget state: 0 ok, 1 soft, 2 hard."),
+    "keel_gateway_compute_log_failures_total": ("counter", "Compute samples that could not be written."),
     "keel_gpu_pool_bytes_in_use": ("gauge", "Bytes in use in each model's memory pool."),
     "keel_gpu_pool_limit_bytes": ("gauge", "Each model's memory pool limit (budget x headroom)."),
 }
@@ -81,6 +90,10 @@ class Metrics:
     def set_gauge(self, name: str, labels: dict[str, str], value: float) -> None:
         with self._lock:
             self.gauges[name][tuple(sorted(labels.items()))] = float(value)
+
+    def clear_gauge(self, name: str) -> None:
+        with self._lock:
+            self.gauges.pop(name, None)
 
     def add_gauge(self, name: str, labels: dict[str, str], by: float) -> None:
         key = tuple(sorted(labels.items()))

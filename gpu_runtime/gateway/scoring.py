@@ -13,6 +13,7 @@ A mixin of ``Gateway`` (gpu_runtime/gateway/app.py), which owns ``client``, ``br
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -22,6 +23,15 @@ from gpu_runtime.repository import triton_name
 from keel.deploy.routing import Route, RoutingTable
 
 RUNTIME_GONE_GRACE_S = 0.2
+
+
+@dataclass(frozen=True)
+class Explained:
+    """What Triton computed for an explained request: TreeSHAP contributions [batch, n_features + 1] (the last column
+    is the base value; all in raw-score units, log-odds) and the raw scores [batch] from the model's own predict."""
+
+    contrib: np.ndarray
+    raw_score: np.ndarray
 
 
 class ScoresOnTriton:
@@ -37,8 +47,10 @@ class ScoresOnTriton:
         return out
 
     async def _score(
-        self, table: RoutingTable, route: Route, x: np.ndarray, timeout: float
-    ) -> tuple[np.ndarray, Route, list[str]]:
+        self, table: RoutingTable, route: Route, x: np.ndarray, timeout: float, explain: bool = False
+    ) -> tuple[np.ndarray, Route, list[str], Explained | None]:
+        """Scores from ``route`` (or the version that stood in for it), its degraded flags and, when ``explain``,
+        the TreeSHAP contributions and raw scores of the version that answered."""
         flags: list[str] = []
         if not self.breaker(route.version).allow():
             flags.append("breaker_open")
@@ -53,11 +65,13 @@ class ScoresOnTriton:
             attempts += 1
             try:
                 limit = self.policy.route_timeout_ms.get(route.name)
-                scores = await self._infer(table.model, route.version, x, limit / 1000 if limit else timeout)
+                scores, explained = await self._infer(
+                    table.model, route.version, x, limit / 1000 if limit else timeout, explain
+                )
                 self.breaker(route.version).record(True)
                 if attempts > 1:
                     flags.append("retried")
-                return scores, route, flags
+                return scores, route, flags, explained
             except Exception as exc:  # noqa: BLE001 - every Triton failure counts against the version
                 last = exc
                 if await self._runtime_gone(exc):
@@ -97,16 +111,22 @@ class ScoresOnTriton:
                 return True
         return False
 
-    async def _infer(self, model: str, version: int, x: np.ndarray, timeout: float) -> np.ndarray:
+    async def _infer(
+        self, model: str, version: int, x: np.ndarray, timeout: float, explain: bool = False
+    ) -> tuple[np.ndarray, Explained | None]:
         import tritonclient.grpc.aio as aio
 
         inp = aio.InferInput("features", list(x.shape), "FP32")
         inp.set_data_from_numpy(x)
+        names = ("score", "contrib", "raw_score") if explain else ("score",)
         result = await self.client.infer(
             triton_name(model, version),
             [inp],
             model_version=str(version),
-            outputs=[aio.InferRequestedOutput("score")],
+            outputs=[aio.InferRequestedOutput(n) for n in names],
             client_timeout=timeout,
         )
-        return result.as_numpy("score")[:, 0].astype(np.float64)
+        scores = result.as_numpy("score")[:, 0].astype(np.float64)
+        if not explain:
+            return scores, None
+        return scores, Explained(result.as_numpy("contrib"), result.as_numpy("raw_score")[:, 0])

@@ -325,13 +325,51 @@ class Cost(PolicyType):
         return prices | {k: float(v) for k, v in ((body.get("tenants") or {}).get(tenant) or {}).items()}
 
 
+BUDGET_PERIODS = ("day", "month")
+
+
+class Budget(PolicyType):
+    """Per-tenant spending budgets over a period (a UTC day or month of the gateway's clock), in the price table's
+    currency: at ``soft_share`` of the limit an alert (and a warning header on answers); at the limit, when ``hard``
+    (the default), the tenant's requests are answered 429 ``budget_exceeded`` until the period ends or the budget is
+    raised. Spend is usage × the ``cost`` policy (keel/metering); the decision is keel/metering/budget.py."""
+
+    type = "budget"
+
+    @classmethod
+    def validate(cls, name: str, body: dict[str, Any], versions_of: VersionsOf | None = None) -> None:
+        known_keys(name, body, {"currency", "period", "tenants"})
+        currency = body.get("currency")
+        if not (isinstance(currency, str) and len(currency) == 3 and currency.isascii() and currency.isupper()):
+            raise PolicyValidationError(
+                name, "currency", f"'currency' is an ISO 4217 code such as USD, got {currency!r}"
+            )
+        if body.get("period", "day") not in BUDGET_PERIODS:
+            raise PolicyValidationError(
+                name, "period", f"'period' is one of {', '.join(BUDGET_PERIODS)}, got {body.get('period')!r}"
+            )
+        tenants = body.get("tenants")
+        if not isinstance(tenants, dict) or not tenants:
+            raise PolicyValidationError(name, "tenants_present", "'tenants' maps tenant ids to their budgets")
+        for tenant, spec in tenants.items():
+            if not isinstance(tenant, str) or not tenant or len(tenant) > 64:
+                raise PolicyValidationError(name, "tenant_id", f"tenants: {tenant!r} is not a tenant id")
+            if not isinstance(spec, dict):
+                raise PolicyValidationError(name, "budget_shape", f"tenants.{tenant} needs a limit")
+            known_keys(name, spec, {"limit", "soft_share", "hard"})
+            number(name, "limit", spec, "limit", lo=0)
+            number(name, "soft_share", spec, "soft_share", lo=0, hi=1, lo_open=True, required=False)
+            if not isinstance(spec.get("hard", True), bool):
+                raise PolicyValidationError(name, "hard_bool", f"tenants.{tenant}.hard is true or false")
+
+
 # Types that existed once: the store refuses new commits of them, gateways skip committed ones with a note.
 RETIRED_TYPES = {
     "feature_freeze": "freezes are the drift sensor's, in the online store (docs/drift.md); nothing read this type",
 }
 
 POLICY_TYPES: dict[str, type[PolicyType]] = {
-    t.type: t for t in (AbTest, Canary, CircuitBreaker, RateLimitType, SlaTierType, Cost)
+    t.type: t for t in (AbTest, Canary, CircuitBreaker, RateLimitType, SlaTierType, Cost, Budget)
 }
 
 

@@ -1,0 +1,57 @@
+"""Explained predictions: what a request asks for (``"explain": true`` or a top-k) and the answer's ``explanation``.
+
+The numbers come from the Triton model itself (gpu_runtime/triton_model.py: LightGBM's exact TreeSHAP,
+``pred_contrib``, and the raw score of the same predict), so the explanation is of the version that answered —
+a fallback's when the fallback answered. Contributions are in raw-score units (log-odds of a late arrival); the
+answer carries the base value, the ``k`` largest contributions by magnitude (with each feature's value), and the sum
+of the others in ``rest``, so that ``base_value + Σ contributions + rest == raw_score`` for every answer and
+``score == 1 / (1 + exp(-raw_score))``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from gpu_runtime.gateway.limits import RequestError
+from keel.features.definitions import FEATURE_NAMES
+
+
+def requested_top_k(req: dict[str, Any]) -> int | None:
+    """How many contributions the request asks for: None (no explanation), every feature for ``true``, else k.
+    Anything else is 422 ``invalid_input`` naming the field."""
+    value = req.get("explain")
+    if value is None or value is False:
+        return None
+    if value is True:
+        return len(FEATURE_NAMES)
+    if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= len(FEATURE_NAMES):
+        return value
+    raise RequestError(
+        422, "invalid_input",
+        f"explain must be true, false or a top-k from 1 to {len(FEATURE_NAMES)}, got {str(value)[:40]!r}",
+        field="explain",
+    )  # fmt: skip
+
+
+def explanations(x: np.ndarray, contrib: np.ndarray, raw_score: np.ndarray, k: int) -> list[dict[str, Any]]:
+    """One explanation per row of ``x`` (the feature values scored) from Triton's ``contrib`` and ``raw_score``."""
+    out = []
+    for row, c, raw in zip(x, contrib, raw_score, strict=True):
+        parts = c[:-1]
+        order = np.argsort(-np.abs(parts), kind="stable")
+        top, others = order[:k], order[k:]
+        out.append(
+            {
+                "base_value": float(c[-1]),
+                "raw_score": float(raw),
+                "contributions": [
+                    {"feature": FEATURE_NAMES[i], "value": float(row[i]), "contribution": float(parts[i])}
+                    for i in top
+                ],
+                "rest": float(parts[others].sum()) if len(others) else 0.0,
+                "units": "log-odds",
+            }
+        )
+    return out

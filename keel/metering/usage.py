@@ -1,0 +1,166 @@
+"""Usage per tenant × model version × day: what the exposure log and Triton's statistics say was used.
+
+One row per (day, tenant_id, model_version, price_version):
+
+- ``requests``: every exposure record (every answer, errors included) — the metered count equals the log's exactly;
+- ``rows_scored``: flights (or feature rows) in the requests answered 200;
+- ``scored``, ``fallback``, ``client_errors``, ``server_errors``: answers by outcome — 200 from the routed model,
+  200 from a stand-in (fallback version, or the last-resort score while the runtime was down), 4xx, 5xx;
+- ``gateway_s``: the gateway's time on those requests (the exposure log's latency_ms);
+- ``compute_s``: the version's model compute seconds that day from Triton's statistics (keel.metering.compute),
+  attributed to tenants by their share of the version's rows scored that day; compute no answered request explains
+  (warm-up, direct Triton calls) is tenant ``_unattributed``, so the day's compute is never lost;
+- ``device``: cpu or gpu (the price per CPU- or GPU-second applies);
+- ``price_version``: the policy-store version of the ``cost`` policy in force when the requests were answered (from
+  each record's ``policy_version``; null: no price table was committed yet).
+
+``model_version`` is null for requests that ended before a version was chosen (a 422, a 429).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from datetime import date, timedelta
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from keel.metering.compute import compute_deltas, read_compute_samples
+
+UNATTRIBUTED = "_unattributed"
+KEY = ["day", "tenant_id", "model_version", "price_version"]
+USAGE_SCHEMA = {
+    "day": pl.Utf8, "tenant_id": pl.Utf8, "model_version": pl.Int64, "price_version": pl.Int64,
+    "requests": pl.Int64, "rows_scored": pl.Int64, "scored": pl.Int64, "fallback": pl.Int64,
+    "client_errors": pl.Int64, "server_errors": pl.Int64, "gateway_s": pl.Float64, "compute_s": pl.Float64,
+    "device": pl.Utf8,
+}  # fmt: skip
+STAND_INS = ("fallback", "runtime_unavailable")
+
+
+def outcome(record: dict[str, Any]) -> str:
+    status = int(record["status"])
+    if status >= 500:
+        return "server_error"
+    if status >= 400:
+        return "client_error"
+    degraded = record.get("degraded") or ()
+    return "fallback" if any(flag in STAND_INS for flag in degraded) else "scored"
+
+
+def request_frame(records: Iterable[dict[str, Any]], price_version_of: Callable[[int | None], int | None]):
+    """One row per exposure record with what usage needs."""
+    rows = []
+    for r in records:
+        kind = outcome(r)
+        rows.append(
+            (
+                time.strftime("%Y-%m-%d", time.gmtime(r["ts"])),
+                r.get("tenant_id") or "unknown",
+                r.get("model_version"),
+                price_version_of(r.get("policy_version")),
+                kind,
+                int(r.get("rows") or 1) if int(r["status"]) == 200 else 0,
+                float(r.get("latency_ms") or 0.0) / 1000,
+            )
+        )
+    return pl.DataFrame(
+        rows,
+        schema={
+            "day": pl.Utf8, "tenant_id": pl.Utf8, "model_version": pl.Int64, "price_version": pl.Int64,
+            "outcome": pl.Utf8, "rows": pl.Int64, "gateway_s": pl.Float64,
+        },
+        orient="row",
+    )  # fmt: skip
+
+
+def usage_frame(
+    records: Iterable[dict[str, Any]],
+    deltas: pl.DataFrame,
+    price_version_of: Callable[[int | None], int | None] = lambda v: None,
+) -> pl.DataFrame:
+    """Usage rows (USAGE_SCHEMA) from exposure records and compute deltas (``compute.compute_deltas``)."""
+    req = request_frame(records, price_version_of)
+    counted = req.group_by(KEY).agg(
+        pl.len().cast(pl.Int64).alias("requests"),
+        pl.col("rows").sum().alias("rows_scored"),
+        *[(pl.col("outcome") == o).sum().cast(pl.Int64).alias(name) for o, name in (
+            ("scored", "scored"), ("fallback", "fallback"), ("client_error", "client_errors"),
+            ("server_error", "server_errors"),
+        )],
+        pl.col("gateway_s").sum(),
+    )  # fmt: skip
+    per_version = deltas.group_by(["day", "model_version"]).agg(
+        pl.col("compute_s").sum(), pl.col("device").sort().last()
+    )
+    shares = counted.filter(pl.col("model_version").is_not_null()).with_columns(
+        (pl.col("rows_scored") / pl.col("rows_scored").sum().over(["day", "model_version"])).alias("share")
+    )
+    attributed = shares.join(per_version, on=["day", "model_version"], how="left").with_columns(
+        (pl.col("share").fill_nan(0.0).fill_null(0.0) * pl.col("compute_s").fill_null(0.0)).alias("compute_s")
+    )
+    # Compute on a day and version with no rows scored to share it: kept, as the platform's own.
+    explained = shares.group_by(["day", "model_version"]).agg(pl.col("rows_scored").sum().alias("rows"))
+    orphan = (
+        per_version.join(explained, on=["day", "model_version"], how="left")
+        .filter(pl.col("rows").fill_null(0) == 0)
+        .select(
+            "day", pl.lit(UNATTRIBUTED).alias("tenant_id"), "model_version",
+            pl.lit(None, pl.Int64).alias("price_version"), "compute_s", "device",
+        )
+    )  # fmt: skip
+    no_version = counted.filter(pl.col("model_version").is_null()).with_columns(
+        pl.lit(0.0).alias("compute_s"), pl.lit(None, pl.Utf8).alias("device")
+    )
+    out = pl.concat(
+        [
+            attributed.drop("share").select(list(USAGE_SCHEMA)),
+            no_version.select(list(USAGE_SCHEMA)),
+            orphan.with_columns(
+                *[pl.lit(0, pl.Int64).alias(c) for c in ("requests", "rows_scored", "scored", "fallback",
+                                                          "client_errors", "server_errors")],
+                pl.lit(0.0).alias("gateway_s"),
+            ).select(list(USAGE_SCHEMA)),
+        ],
+        how="vertical_relaxed",
+    )  # fmt: skip
+    return out.cast(USAGE_SCHEMA).sort(KEY, nulls_last=True)
+
+
+def days_between(first: str, last: str) -> list[str]:
+    a, b = date.fromisoformat(first), date.fromisoformat(last)
+    return [(a + timedelta(days=i)).isoformat() for i in range((b - a).days + 1)]
+
+
+def read_usage(serving_dir: Path, first_day: str, last_day: str, store=None) -> tuple[pl.DataFrame, int]:
+    """Usage of the days ``first_day``…``last_day`` (YYYY-MM-DD) from the gateway's exposure and compute logs, the
+    price versions from ``store`` (a PolicyStore or PolicyReader; None: unpriced). Also returns how many exposure
+    lines were skipped as not whole records (a torn line, never counted)."""
+    from keel.exposure_log import scan_exposures
+    from keel.metering.cost import price_versions
+
+    serving_dir = Path(serving_dir)
+    records, skipped = [], 0
+    for day in days_between(first_day, last_day):
+        scan = scan_exposures(serving_dir / "exposures", day=day)
+        records += scan.records
+        skipped += scan.skipped
+    samples = read_compute_samples(serving_dir / "compute", first_day, last_day)
+    before = _previous_day_file(serving_dir / "compute", first_day)
+    baseline = read_compute_samples(serving_dir / "compute", before, before) if before else []
+    mapping = price_versions(store, {r.get("policy_version") for r in records}) if store is not None else {}
+    return usage_frame(records, compute_deltas(samples, baseline), mapping.get), skipped
+
+
+def _previous_day_file(directory: Path, first_day: str) -> str | None:
+    """The newest day before ``first_day`` with a compute file: its last samples are where the period starts (the
+    gateway writes every loaded version at least once a day, so that file has them all)."""
+    stamp = first_day.replace("-", "")
+    earlier = sorted(p.stem.removeprefix("compute-") for p in directory.glob("compute-*.jsonl"))
+    earlier = [s for s in earlier if s < stamp]
+    if not earlier:
+        return None
+    s = earlier[-1]
+    return f"{s[:4]}-{s[4:6]}-{s[6:]}"
