@@ -16,6 +16,7 @@ from assets.groups import with_group_metadata
 from assets.incidents import incidents, incidents_job
 from assets.jobs import build_jobs, challenger_job
 from assets.loop import loop_assets
+from assets.metering import metering_assets, metering_job
 from assets.models import model_assets
 from assets.raw import raw_assets
 from assets.streaming import streaming_assets
@@ -26,6 +27,7 @@ from sensors.drift import drift_sensor
 from sensors.drills import chaos_drill_job, weekly_chaos_drill
 from sensors.guardrails import guardrail_sensor
 from sensors.landing import landing_sensor
+from sensors.metering import metering_sensor
 from sensors.schedules import nightly_drift
 from sensors.watchdog import watchdog_sensor
 
@@ -43,13 +45,14 @@ defs = dg.Definitions(
             *loop_assets,
             *deployment_assets,
             *experiment_assets,
+            *metering_assets,
             *streaming_assets,
             incidents,
         ]
     ),
     # build_jobs: the set-up's stages, in order (assets/jobs.py)
-    jobs=[*build_jobs, challenger_job, rollback_job, incidents_job, chaos_drill_job],
-    sensors=[drift_sensor, canary_sensor, guardrail_sensor, landing_sensor, watchdog_sensor],
+    jobs=[*build_jobs, challenger_job, rollback_job, incidents_job, chaos_drill_job, metering_job],
+    sensors=[drift_sensor, canary_sensor, guardrail_sensor, landing_sensor, watchdog_sensor, metering_sensor],
     schedules=[nightly_drift, weekly_chaos_drill],  # the production cadence (sensors/schedules.py, sensors/drills.py)
     resources=keel_resources(dg.EnvVar("KEEL_HOME")),  # scripts/env.sh sets it (default: .keel in the repository)
 )

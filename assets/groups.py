@@ -62,6 +62,15 @@ GROUPS = {
         how_to_run="Refreshed by watchdog_sensor whenever the incident log changes (job keel_incidents); empty until "
         "something happened. By hand: launch keel_incidents from the Launchpad, or run `keel incidents`.",
     ),
+    "metering": Group(
+        "team:ml-serving",
+        "docs/metering.md",
+        "who used what and what it cost: usage per tenant, model version and day (requests from the exposure log, "
+        "compute from Triton's statistics) and its cost under the versioned price table",
+        how_to_run="Materialized by metering_sensor for each finished day of the gateway's clock (job keel_metering) "
+        "once traffic has been served; empty before. By hand: materialize a day of usage and cost_report from the "
+        "UI, or run `keel usage` / `keel cost`.",
+    ),
     "deployments": Group(
         "team:ml-serving",
         "docs/serving.md",

@@ -321,6 +321,11 @@ class TritonControl:
         )
         return result.as_numpy("score")[:, 0]
 
+    def inference_statistics(self, name: str, version: int) -> dict[str, Any]:
+        """Triton's statistics of one model version (``get_inference_statistics`` as JSON: cumulative counts and
+        nanoseconds since the version was loaded; keel.metering.compute reads them)."""
+        return self._client.get_inference_statistics(name, str(version), as_json=True)
+
     def close(self) -> None:
         self._client.close()
 

@@ -75,6 +75,9 @@ class DeploymentPlan:
     model_parts: dict[str, Any]
     canary: RunningCanary | None
     store_version: int
+    # The price table in force (the cost policy: name, the version that set it, its body's sha256), so that "what
+    # did serving cost at time T, and why" is answered from the release live at T. None: no price table yet.
+    prices: dict[str, Any] | None = None
 
     def routes(self) -> list[dict[str, Any]]:
         return [{"name": t.route.name, "version": t.route.version, "weight": t.route.weight} for t in self.targets]
@@ -114,7 +117,22 @@ def plan_deployment(
         if version not in {t.route.version for t in targets}:
             targets.append(target(registry.sha_of_version(model, version), f"experiment-v{version}", 0.0))
     fallback = target(archived, "fallback", 0.0) if archived and archived != champion else None
-    return DeploymentPlan(model, tuple(targets), fallback, data_parts, model_parts, canary, store_version)
+    return DeploymentPlan(
+        model, tuple(targets), fallback, data_parts, model_parts, canary, store_version, price_table(state)
+    )
+
+
+def price_table(state: dict) -> dict[str, Any] | None:
+    """The release manifest's entry for the cost policy in force (the first by name, as gateways pick it)."""
+    cost = next((state[n] for n in sorted(state) if state[n].type == "cost"), None)
+    if cost is None:
+        return None
+    return {
+        "name": cost.name,
+        "version": cost.version,
+        "currency": cost.body.get("currency"),
+        "sha256": _sha(cost.body),
+    }
 
 
 def parts_of(record: RegisteredModel) -> tuple[dict, dict]:
@@ -162,6 +180,7 @@ def release(
         "circuit_breaker": _sha(gateway_policy.get("breaker")),
         "store_version": plan.store_version,  # the policy store's version: canary state, split, breaker, limits
         "canary": {"name": c.name, "version": c.version, "status": c.status} if c else None,
+        "prices": plan.prices,
     }
     manifest = release_manifest(data=plan.data_parts, model=plan.model_parts, infra=infra, policy=policy)
     release_id = manifest["release_id"]

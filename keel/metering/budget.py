@@ -64,3 +64,14 @@ def decide_budget(tenant: str, spend: float, body: dict[str, Any], ts: float) ->
             why = f"over its budget, which is soft only: {used}"
         return BudgetDecision(tenant, SOFT, spend, limit, share, period, currency, why)
     return BudgetDecision(tenant, OK, spend, limit, share, period, currency, f"within budget: {used}")
+
+
+def budget_alert(decision: BudgetDecision) -> tuple[str, str, str] | None:
+    """(severity, summary, once-key) of the alert a decision asks for — None for ok. One alert per tenant, period and
+    state: soft warns (chat), hard pages (the tenant's requests are being refused)."""
+    if decision.state == OK:
+        return None
+    severity = "critical" if decision.state == HARD else "warning"
+    verb = "is refused (429 budget_exceeded)" if decision.state == HARD else "nears its budget"
+    summary = f"tenant {decision.tenant} {verb}: {decision.reason}"
+    return severity, summary, f"budget:{decision.tenant}:{decision.period}:{decision.state}"

@@ -157,10 +157,28 @@ def read_usage(serving_dir: Path, first_day: str, last_day: str, store=None) -> 
 def _previous_day_file(directory: Path, first_day: str) -> str | None:
     """The newest day before ``first_day`` with a compute file: its last samples are where the period starts (the
     gateway writes every loaded version at least once a day, so that file has them all)."""
-    stamp = first_day.replace("-", "")
-    earlier = sorted(p.stem.removeprefix("compute-") for p in directory.glob("compute-*.jsonl"))
-    earlier = [s for s in earlier if s < stamp]
-    if not earlier:
-        return None
-    s = earlier[-1]
-    return f"{s[:4]}-{s[4:6]}-{s[6:]}"
+    earlier = [d for d in logged_days(directory, "compute") if d < first_day]
+    return earlier[-1] if earlier else None
+
+
+def finished_days(exposure_days: list[str], compute_days: list[str], today: str, after: str | None) -> list[str]:
+    """The days with traffic that can be metered now, oldest first, later than ``after`` (the last one metered).
+
+    A day is finished when the gateway's clock (``today``) is past it and the gateway's compute sampler has written
+    a sample on a later day (the day's last interval is closed: its compute is all in); with no later sample, two
+    days after it (a gateway that stopped never writes one)."""
+    later_sample = max(compute_days, default="")
+    out = []
+    for day in sorted(set(exposure_days)):
+        if (after and day <= after) or day >= today:
+            continue
+        two_days_on = (date.fromisoformat(day) + timedelta(days=2)).isoformat()
+        if later_sample > day or today >= two_days_on:
+            out.append(day)
+    return out
+
+
+def logged_days(directory: Path, prefix: str) -> list[str]:
+    """The days (YYYY-MM-DD) that have a ``<prefix>-YYYYMMDD.jsonl`` file in ``directory``."""
+    stamps = (p.stem.removeprefix(f"{prefix}-") for p in Path(directory).glob(f"{prefix}-*.jsonl"))
+    return sorted(f"{s[:4]}-{s[4:6]}-{s[6:]}" for s in stamps if len(s) == 8 and s.isdigit())

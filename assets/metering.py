@@ -1,0 +1,139 @@
+"""Metering in the asset graph: ``usage`` (what each tenant used, per model version and day) → ``cost_report`` (what it
+cost under the price table in force, the day and the month to date). Daily partitions on the gateway's clock: 2013
+days in a live replay, wall-clock days in production. The metering sensor materializes each day once it is over
+(job ``keel_metering``); by hand, from the UI or `keel usage` / `keel cost`.
+"""
+
+
+import dagster as dg
+import polars as pl
+
+from keel.factories.markdown import frame_to_markdown
+from keel.home import asset_file
+from keel.metering.cost import cost_frame, price_tables, totals
+from keel.metering.plot import stacked_bars_svg, svg_markdown
+from keel.metering.usage import read_usage
+from resources.home import KeelHomeResource
+from resources.policy import PolicyStoreResource
+
+METERING_GROUP = "metering"
+USAGE = dg.AssetKey("usage")
+COST_REPORT = dg.AssetKey("cost_report")
+METERING_DAYS = dg.DailyPartitionsDefinition(start_date="2013-01-01", end_offset=1)
+ON_DEMAND = {"keel/backfill": "skip"}
+
+
+@dg.asset(
+    key=USAGE,
+    partitions_def=METERING_DAYS,
+    group_name=METERING_GROUP,
+    kinds={"parquet", "triton"},
+    tags=ON_DEMAND,
+    description="What each tenant used on one day, per model version: requests (every answer — equal to the exposure "
+    "log's count), rows scored, answers by outcome (scored, fallback, 4xx, 5xx), gateway seconds, and model compute "
+    "seconds from Triton's statistics API attributed to tenants by their share of the rows scored (compute no "
+    "request explains is `_unattributed`), with the price table's version in force. See docs/metering.md.",
+)
+def usage(
+    context: dg.AssetExecutionContext, keel_home: KeelHomeResource, policies: PolicyStoreResource
+) -> pl.DataFrame:
+    day = context.partition_key
+    with policies.open() as store:
+        frame, skipped = read_usage(keel_home.layout().serving.root, day, day, store)
+    if skipped:
+        context.log.warning(f"{skipped} exposure-log lines of {day} were not whole records: not metered")
+    by_tenant = (
+        frame.group_by("tenant_id")
+        .agg(pl.col("requests", "rows_scored", "scored", "fallback", "client_errors", "server_errors").sum(),
+             pl.col("gateway_s", "compute_s").sum().round(4))
+        .sort("tenant_id")
+    )  # fmt: skip
+    context.add_output_metadata(
+        {
+            "requests": int(frame["requests"].sum()),
+            "rows_scored": int(frame["rows_scored"].sum()),
+            "compute_s": dg.MetadataValue.float(round(float(frame["compute_s"].sum()), 6)),
+            "gateway_s": dg.MetadataValue.float(round(float(frame["gateway_s"].sum()), 3)),
+            "tenants": frame.filter(pl.col("requests") > 0)["tenant_id"].n_unique(),
+            "skipped_lines": skipped,
+            "by_tenant": dg.MetadataValue.md(frame_to_markdown(by_tenant, max_rows=50)),
+            "usage": dg.MetadataValue.md(frame_to_markdown(frame, max_rows=50)),
+        }
+    )
+    return frame
+
+
+def _bars(cost: pl.DataFrame, bar: str, segment: str) -> dict[str, dict[str, float]]:
+    out: dict[str, dict[str, float]] = {}
+    for r in totals(cost, [bar, segment]).iter_rows(named=True):
+        if r["cost"]:
+            seg = f"v{r[segment]}" if segment == "model_version" else str(r[segment])
+            out.setdefault(str(r[bar]), {})[seg] = r["cost"]
+    return out
+
+
+@dg.asset(
+    key=COST_REPORT,
+    partitions_def=METERING_DAYS,
+    group_name=METERING_GROUP,
+    kinds={"parquet"},
+    tags=ON_DEMAND,
+    ins={"usage": dg.AssetIn(USAGE)},
+    description="What the day's usage cost: each usage row × the `cost` policy (price table) in force when its "
+    "requests were answered — per 1,000 requests answered 200, per CPU- or GPU-second of attributed model compute, "
+    "per-tenant overrides — with totals by tenant and model version, a plot, and the month to date (the usage of the "
+    "month's earlier days, priced the same way). Unpriced rows (no price table yet) are counted, never costed at 0.",
+)
+def cost_report(
+    context: dg.AssetExecutionContext, usage: pl.DataFrame, keel_home: KeelHomeResource,
+    policies: PolicyStoreResource,
+) -> pl.DataFrame:  # fmt: skip
+    day = context.partition_key
+    storage = keel_home.layout().storage
+    month = [  # the month's earlier days whose usage was materialized
+        pl.read_parquet(p)
+        for d in range(1, int(day[8:]))
+        if (p := asset_file(storage, list(USAGE.path), f"{day[:8]}{d:02d}")).exists()
+    ]
+    with policies.open() as store:
+        cost = cost_frame(usage, price_tables(store, usage["price_version"].to_list()))
+        mtd_usage = pl.concat([*month, usage], how="vertical_relaxed")
+        mtd = cost_frame(mtd_usage, price_tables(store, mtd_usage["price_version"].to_list()))
+    currency = next((c for c in cost["currency"].to_list() if c), None)
+    unit = currency or "(unpriced)"
+    context.add_output_metadata(
+        {
+            "cost": dg.MetadataValue.float(round(float(cost["cost"].fill_null(0).sum()), 6)),
+            "currency": currency or "none",
+            "unpriced_rows": int(cost["cost"].is_null().sum()),
+            "month_to_date_cost": dg.MetadataValue.float(round(float(mtd["cost"].fill_null(0).sum()), 6)),
+            "by_tenant": dg.MetadataValue.md(frame_to_markdown(totals(cost, ["tenant_id"]), max_rows=50)),
+            "by_model_version": dg.MetadataValue.md(frame_to_markdown(totals(cost, ["model_version"]), max_rows=50)),
+            "month_to_date": dg.MetadataValue.md(frame_to_markdown(totals(mtd, ["tenant_id"]), max_rows=50)),
+            "plot": dg.MetadataValue.md(
+                svg_markdown(
+                    stacked_bars_svg(
+                        f"{day}: cost by tenant and model version", _bars(cost, "tenant_id", "model_version"), unit
+                    )
+                )
+                + "\n\n"
+                + svg_markdown(
+                    stacked_bars_svg(
+                        f"{day[:7]} to date: cost by day and tenant", _bars(mtd, "day", "tenant_id"), unit
+                    )
+                )
+            ),
+        }
+    )
+    return cost
+
+
+metering_assets = [usage, cost_report]
+
+metering_job = dg.define_asset_job(
+    "keel_metering",
+    executor_def=dg.in_process_executor,
+    selection=dg.AssetSelection.assets(USAGE, COST_REPORT),
+    description="Meter one day: usage from the gateway's exposure and compute logs, then its cost report (launched "
+    "by metering_sensor for each finished day of the gateway's clock).",
+)

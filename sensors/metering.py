@@ -1,0 +1,91 @@
+"""The metering sensor: each finished day of the gateway's clock is metered once (job ``keel_metering``: usage, then
+its cost report), and each budgeted tenant's spend in the current period is judged (keel.metering.budget) — a soft
+budget alerts once per period (chat), a spent hard budget pages once (the gateways refuse the tenant meanwhile).
+
+Which days are finished is ``keel.metering.usage.finished_days`` (pure); the cursor is the last day metered
+(forward-only); run keys name the day, so a replayed cursor never meters a day twice.
+"""
+
+from __future__ import annotations
+
+import dagster as dg
+
+from assets.metering import COST_REPORT, metering_job
+from keel.alerts import Alert, AlertConfigError, AlertSender
+from keel.clock import SimClock
+from keel.metering.budget import budget_alert, decide_budget, period_start_day
+from keel.metering.compute import day_of
+from keel.metering.cost import cost_frame, price_tables
+from keel.metering.usage import finished_days, logged_days, read_usage
+from keel.policies import PolicyStore
+from resources.home import KeelHomeResource
+from sensors.problems import automation_problems
+
+
+def tenant_spend(home, store, budget: dict, now: float) -> dict[str, float]:
+    """Each budgeted tenant's spend in the budget's current period, from the gateway's logs and the price tables."""
+    first = period_start_day(now, budget.get("period", "day"))
+    usage, _ = read_usage(home.serving.root, first, day_of(now), store)
+    usage = usage.filter(usage["tenant_id"].is_in(sorted(budget["tenants"])))
+    cost = cost_frame(usage, price_tables(store, usage["price_version"].to_list()))
+    spend = dict.fromkeys(budget["tenants"], 0.0)
+    for tenant, amount in cost.group_by("tenant_id").agg(cost["cost"].fill_null(0.0).sum()).iter_rows():
+        spend[tenant] = float(amount)
+    return spend
+
+
+def judge_budgets(home, now: float, problems: list[str]) -> list[str]:
+    """Alert on budgets (once per tenant, period and state); returns what it said, for the tick's log."""
+    if not home.policies.exists():
+        return []
+    with PolicyStore(home.policies) as store:
+        budget = next((p for _, p in sorted(store.state().items()) if p.type == "budget"), None)
+        if budget is None:
+            return []
+        spend = tenant_spend(home, store, budget.body, now)
+    said = []
+    try:
+        sender = AlertSender.for_home(home)
+    except AlertConfigError as exc:
+        problems.append(f"budget alerts not sent: {exc}")
+        return []
+    for tenant, spent in sorted(spend.items()):
+        decision = decide_budget(tenant, spent, budget.body, now)
+        alert = budget_alert(decision) if decision else None
+        if alert is None:
+            continue
+        severity, summary, once = alert
+        details = {"tenant": tenant, "spend": round(spent, 6), "limit": decision.limit, "period": decision.period,
+                   "currency": decision.currency, "policy_version": budget.version}  # fmt: skip
+        if sender.send(Alert("budget", severity, summary, details, source="metering_sensor"), once=once):
+            said.append(summary)
+    return said
+
+
+@dg.sensor(
+    name="metering_sensor",
+    minimum_interval_seconds=30,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    jobs=[metering_job],
+    description="Meters each finished day of the gateway's clock once (keel_metering: usage → cost_report) and "
+    "alerts on per-tenant budgets: soft once per period (chat), a spent hard budget once (page).",
+)
+def metering_sensor(context: dg.SensorEvaluationContext, keel_home: KeelHomeResource):
+    home = keel_home.layout()
+    now = SimClock(home.clock).now().timestamp()
+    problems: list[str] = []
+    for line in judge_budgets(home, now, problems):
+        context.log.info(line)
+    days = finished_days(
+        logged_days(home.serving.exposures, "exposures"), logged_days(home.serving.compute, "compute"),
+        day_of(now), context.cursor or None,
+    )  # fmt: skip
+    events = automation_problems(COST_REPORT, "metering_sensor", problems)
+    if not days and not events:
+        return dg.SkipReason(f"no finished day to meter (last metered: {context.cursor or 'none'})")
+    return dg.SensorResult(
+        run_requests=[dg.RunRequest(run_key=f"metering-{d}", partition_key=d, tags={"keel/metered_day": d})
+                      for d in days],
+        cursor=days[-1] if days else context.cursor,
+        asset_events=events,
+    )  # fmt: skip
