@@ -10,6 +10,7 @@ import dagster as dg
 from assets.deployment import deployment_assets, rollback_job
 from assets.drift import drift_assets
 from assets.experiments import experiment_assets
+from assets.explanations import explanations
 from assets.features import feature_assets
 from assets.freezes import feature_freezes
 from assets.groups import with_group_metadata
@@ -42,6 +43,7 @@ defs = dg.Definitions(
             feature_freezes,
             *drift_assets,
             *model_assets,
+            explanations,
             *loop_assets,
             *deployment_assets,
             *experiment_assets,

@@ -23,6 +23,7 @@ import dagster as dg
 from assets.deployment import MODEL_DEPLOYMENT
 from assets.drift import DRIFT_REFERENCE, DRIFT_REPORT
 from assets.experiments import IMPACT_PREDICTOR, LOW_VISIBILITY
+from assets.explanations import EXPLANATIONS
 from assets.loop import CHALLENGER_EVALUATION, CHALLENGER_MODEL, LOOP_REPORT
 from assets.models import DELAY_MODEL, MODEL_EVALUATION, MODEL_PROMOTION
 from assets.raw import RAW_AIRLINES, RAW_AIRPORTS, RAW_PLANES
@@ -67,9 +68,10 @@ causal_job = dg.define_asset_job(
 drift_job = dg.define_asset_job(
     "keel_drift",
     executor_def=dg.in_process_executor,
-    selection=dg.AssetSelection.assets(DRIFT_REPORT, LOOP_REPORT),
+    selection=dg.AssetSelection.assets(DRIFT_REPORT, LOOP_REPORT, EXPLANATIONS),
     description="One month's drift report against what the serving model was trained on, with a check per feature "
-    "(the drift sensor acts on it: freezes, challengers), and the month's loop_report on its realized labels.",
+    "(the drift sensor acts on it: freezes, challengers), the month's loop_report on its realized labels, and its "
+    "explanations (which features drive the champion's predictions, against the reference window).",
 )
 
 challenger_job = dg.define_asset_job(

@@ -4,15 +4,14 @@ days in a live replay, wall-clock days in production. The metering sensor materi
 (job ``keel_metering``); by hand, from the UI or `keel usage` / `keel cost`.
 """
 
-
 import dagster as dg
 import polars as pl
 
 from keel.factories.markdown import frame_to_markdown
 from keel.home import asset_file
 from keel.metering.cost import cost_frame, price_tables, totals
-from keel.metering.plot import stacked_bars_svg, svg_markdown
 from keel.metering.usage import read_usage
+from keel.plots import stacked_bars_svg, svg_markdown
 from resources.home import KeelHomeResource
 from resources.policy import PolicyStoreResource
 

@@ -1,4 +1,4 @@
-"""Cost as stacked bars (SVG, embedded in Dagster markdown metadata; no plotting library needed): one bar per group
+"""Stacked bars as SVG, embedded in Dagster markdown metadata (no plotting library needed): one bar per group
 (a tenant, or a day), its segments by a second key (model version, or tenant)."""
 
 from __future__ import annotations
