@@ -2,6 +2,11 @@
 cost under the price table in force, the day and the month to date). Daily partitions on the gateway's clock: 2013
 days in a live replay, wall-clock days in production. The metering sensor materializes each day once it is over
 (job ``keel_metering``); by hand, from the UI or `keel usage` / `keel cost`.
+
+A run may cover several days (a single-run backfill: the sensor meters every day finished since its last tick in one
+run — a live replay finishes a simulated day every few seconds, and a run per day would be a run every few seconds).
+Each day is still its own partition and file (the IO manager splits the frame by ``day``); the run's metadata covers
+its days.
 """
 
 import dagster as dg
@@ -13,6 +18,7 @@ from keel.metering.cost import cost_frame, price_tables, totals
 from keel.metering.usage import read_usage
 from keel.plots import stacked_bars_svg, svg_markdown
 from resources.home import KeelHomeResource
+from resources.parquet_io import PARTITION_COLUMN
 from resources.policy import PolicyStoreResource
 
 METERING_GROUP = "metering"
@@ -20,6 +26,7 @@ USAGE = dg.AssetKey("usage")
 COST_REPORT = dg.AssetKey("cost_report")
 METERING_DAYS = dg.DailyPartitionsDefinition(start_date="2013-01-01", end_offset=1)
 ON_DEMAND = {"keel/backfill": "skip"}
+BY_DAY = {PARTITION_COLUMN: "day"}  # a run over several days writes each day's rows to its own partition
 
 
 @dg.asset(
@@ -28,6 +35,8 @@ ON_DEMAND = {"keel/backfill": "skip"}
     group_name=METERING_GROUP,
     kinds={"parquet", "triton"},
     tags=ON_DEMAND,
+    metadata=BY_DAY,
+    backfill_policy=dg.BackfillPolicy.single_run(),
     description="What each tenant used on one day, per model version: requests (every answer — equal to the exposure "
     "log's count), rows scored, answers by outcome (scored, fallback, 4xx, 5xx), gateway seconds, and model compute "
     "seconds from Triton's statistics API attributed to tenants by their share of the rows scored (compute no "
@@ -36,11 +45,11 @@ ON_DEMAND = {"keel/backfill": "skip"}
 def usage(
     context: dg.AssetExecutionContext, keel_home: KeelHomeResource, policies: PolicyStoreResource
 ) -> pl.DataFrame:
-    day = context.partition_key
+    days = context.partition_keys
     with policies.open() as store:
-        frame, skipped = read_usage(keel_home.layout().serving.root, day, day, store)
+        frame, skipped = read_usage(keel_home.layout().serving.root, days[0], days[-1], store)
     if skipped:
-        context.log.warning(f"{skipped} exposure-log lines of {day} were not whole records: not metered")
+        context.log.warning(f"{skipped} exposure-log lines of {_span(days)} were not whole records: not metered")
     by_tenant = (
         frame.group_by("tenant_id")
         .agg(pl.col("requests", "rows_scored", "scored", "fallback", "client_errors", "server_errors").sum(),
@@ -49,6 +58,7 @@ def usage(
     )  # fmt: skip
     context.add_output_metadata(
         {
+            "days": _span(days),
             "requests": int(frame["requests"].sum()),
             "rows_scored": int(frame["rows_scored"].sum()),
             "compute_s": dg.MetadataValue.float(round(float(frame["compute_s"].sum()), 6)),
@@ -60,6 +70,10 @@ def usage(
         }
     )
     return frame
+
+
+def _span(days: list[str]) -> str:
+    return days[0] if len(days) == 1 else f"{days[0]} … {days[-1]} ({len(days)} days)"
 
 
 def _bars(cost: pl.DataFrame, bar: str, segment: str) -> dict[str, dict[str, float]]:
@@ -78,6 +92,8 @@ def _bars(cost: pl.DataFrame, bar: str, segment: str) -> dict[str, dict[str, flo
     kinds={"parquet"},
     tags=ON_DEMAND,
     ins={"usage": dg.AssetIn(USAGE)},
+    metadata=BY_DAY,
+    backfill_policy=dg.BackfillPolicy.single_run(),
     description="What the day's usage cost: each usage row × the `cost` policy (price table) in force when its "
     "requests were answered — per 1,000 requests answered 200, per CPU- or GPU-second of attributed model compute, "
     "per-tenant overrides — with totals by tenant and model version, a plot, and the month to date (the usage of the "
@@ -87,21 +103,23 @@ def cost_report(
     context: dg.AssetExecutionContext, usage: pl.DataFrame, keel_home: KeelHomeResource,
     policies: PolicyStoreResource,
 ) -> pl.DataFrame:  # fmt: skip
-    day = context.partition_key
+    days = context.partition_keys
+    day = days[-1]  # the month to date is the last day's
     storage = keel_home.layout().storage
-    month = [  # the month's earlier days whose usage was materialized
-        pl.read_parquet(p)
-        for d in range(1, int(day[8:]))
-        if (p := asset_file(storage, list(USAGE.path), f"{day[:8]}{d:02d}")).exists()
+    earlier = [f"{day[:8]}{d:02d}" for d in range(1, int(day[8:])) if f"{day[:8]}{d:02d}" < days[0]]
+    month = [  # the month's days before this run's whose usage was materialized
+        pl.read_parquet(p) for d in earlier if (p := asset_file(storage, list(USAGE.path), d)).exists()
     ]
     with policies.open() as store:
         cost = cost_frame(usage, price_tables(store, usage["price_version"].to_list()))
-        mtd_usage = pl.concat([*month, usage], how="vertical_relaxed")
+        this_month = usage.filter(pl.col("day").str.starts_with(day[:8]))
+        mtd_usage = pl.concat([*month, this_month], how="vertical_relaxed")
         mtd = cost_frame(mtd_usage, price_tables(store, mtd_usage["price_version"].to_list()))
     currency = next((c for c in cost["currency"].to_list() if c), None)
     unit = currency or "(unpriced)"
     context.add_output_metadata(
         {
+            "days": _span(days),
             "cost": dg.MetadataValue.float(round(float(cost["cost"].fill_null(0).sum()), 6)),
             "currency": currency or "none",
             "unpriced_rows": int(cost["cost"].is_null().sum()),
@@ -112,7 +130,9 @@ def cost_report(
             "plot": dg.MetadataValue.md(
                 svg_markdown(
                     stacked_bars_svg(
-                        f"{day}: cost by tenant and model version", _bars(cost, "tenant_id", "model_version"), unit
+                        f"{_span(days)}: cost by tenant and model version",
+                        _bars(cost, "tenant_id", "model_version"),
+                        unit,
                     )
                 )
                 + "\n\n"

@@ -9,7 +9,10 @@ throwaway KEEL_HOME, on 127.0.0.1. Closed loop, one request at a time, the ways 
 - gateway (features): ``POST /v1/predict`` with the feature values in the body (an object for batch 1, the
   columnar form for batch 256) — gateway overhead = this minus Triton direct (HTTP, parsing, range checks,
   routing, breaker, memory pool, the exposure log, metrics);
-- gateway (flights): ``POST /v1/predict`` with the flights — plus contract validation and the online store.
+- gateway (flights): ``POST /v1/predict`` with the flights — plus contract validation and the online store;
+- gateway (features, explain): the same features with ``"explain": true`` — TreeSHAP computed inside the Triton
+  model and every contribution in the answer; explanation overhead = this minus gateway (features), batch 1 (the
+  target: at most 1 ms at p50).
 
 Then: cold start (deploy a new version: load call → first response) five times, and end-to-end latency of the
 replay load generator at 200 requests/s for ``--seconds`` from its own process.
@@ -253,12 +256,14 @@ def main() -> int:
             assert resp.status == 200, out
             return out
 
-        def features_body(x: np.ndarray) -> bytes:
+        def features_body(x: np.ndarray, explain: bool = False) -> bytes:
             if len(x) == 1:  # one flight: an object of feature values
                 features = dict(zip(FEATURE_NAMES, map(float, x[0]), strict=True))
             else:  # a batch: the columnar form
                 features = {"columns": list(FEATURE_NAMES), "rows": x.astype(np.float64).tolist()}
-            return json.dumps({"features": features, "unit_id": "bench"}).encode()
+            return json.dumps(
+                {"features": features, "unit_id": "bench", **({"explain": True} if explain else {})}
+            ).encode()
 
         def flights_body(r: list[dict]) -> bytes:
             return json.dumps({"flights": [flight_of(row) for row in r], "unit_id": "bench"}).encode()
@@ -270,12 +275,14 @@ def main() -> int:
             starts = [(i * batch) % (len(rows) - batch) for i in range(n)]
             xs = [x_all[s : s + batch] for s in starts]
             f_bodies = [features_body(x) for x in xs]
+            e_bodies = [features_body(x, explain=True) for x in xs]
             fl_bodies = [flights_body(rows[s : s + batch]) for s in starts]
             ways = {
                 "in-process lightgbm": lambda i, xs=xs: booster.predict(xs[i].astype(np.float64), num_threads=1),
                 "Triton direct (tritonclient)": lambda i, xs=xs: control.infer(tname, 1, xs[i]),
                 "gateway → Triton (features)": lambda i, b=f_bodies: gateway(b[i]),
                 "gateway → Triton (flights)": lambda i, b=fl_bodies: gateway(b[i]),
+                "gateway → Triton (features, explain)": lambda i, b=e_bodies: gateway(b[i]),
             }
             for name in ways:
                 results[(name, batch)] = []
@@ -285,6 +292,10 @@ def main() -> int:
             got = gateway(f_bodies[0])
             scores = [p["score"] for p in got["predictions"]] if batch > 1 else [got["score"]]
             np.testing.assert_allclose(scores, ref, rtol=1e-5, atol=1e-6)
+            explained = gateway(e_bodies[0])  # the explanation adds up to the model's raw score
+            e = explained["predictions"][0]["explanation"] if batch > 1 else explained["explanation"]
+            total = e["base_value"] + sum(c["contribution"] for c in e["contributions"]) + e["rest"]
+            assert abs(total - booster.predict(xs[0][:1].astype(np.float64), raw_score=True)[0]) <= 1e-6, e
             for i in range(n):
                 for name, fn in ways.items():
                     t0 = time.perf_counter()
@@ -331,6 +342,16 @@ def main() -> int:
         print(
             f"gateway overhead over direct Triton, batch {batch}: p50 {statistics.median(g) - statistics.median(d):+.3f} ms, "
             f"p99 {pct(g, 0.99) - pct(d, 0.99):+.3f} ms"
+        )
+    for batch in (1, 256):
+        e, g = (
+            results[("gateway → Triton (features, explain)", batch)],
+            results[("gateway → Triton (features)", batch)],
+        )
+        print(
+            f"explanation overhead (explain: true vs plain), batch {batch}: p50 "
+            f"{statistics.median(e) - statistics.median(g):+.3f} ms, p99 {pct(e, 0.99) - pct(g, 0.99):+.3f} ms"
+            + (" (target: ≤ 1 ms at p50)" if batch == 1 else "")
         )
     print(
         f"cold start (load → first response), 5 deploys: median {statistics.median(cold) * 1000:.0f} ms, "

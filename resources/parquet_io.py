@@ -16,6 +16,7 @@ from keel.home import KeelHome, asset_file
 from keel.storage import write_parquet_atomic
 
 ALLOW_MISSING_PARTITIONS = "keel/allow_missing_partitions"  # AssetIn metadata: read the partitions that exist
+PARTITION_COLUMN = "keel/partition_column"  # asset metadata: the column a run over several partitions splits by
 
 
 class ParquetIOManager(dg.ConfigurableIOManager):
@@ -37,11 +38,35 @@ class ParquetIOManager(dg.ConfigurableIOManager):
             raise TypeError(
                 f"ParquetIOManager stores polars DataFrames, got {type(obj).__name__} for {context.asset_key}"
             )
+        if context.has_asset_partitions and len(context.asset_partition_keys) > 1:
+            self._write_range(context, obj)
+            return
         partition = context.asset_partition_key if context.has_asset_partitions else None
         path = self.path_for(context.asset_key, partition)
         write_parquet_atomic(obj, path)
         shown = KeelHome.of(self.home).shown(path) if not self.base_dir else str(path)
         context.add_output_metadata({"path": shown, "dagster/row_count": obj.height})
+
+    def _write_range(self, context: dg.OutputContext, obj: pl.DataFrame) -> None:
+        """A run over several partitions (a single-run backfill): the frame is split by the column the asset names
+        in its metadata (``PARTITION_COLUMN``), one file per partition — an empty one for a partition without rows."""
+        column = (context.definition_metadata or {}).get(PARTITION_COLUMN)
+        if column is None or column not in obj.columns:
+            raise ValueError(
+                f"{context.asset_key.to_user_string()}: a run over {len(context.asset_partition_keys)} partitions "
+                f"needs the asset's metadata {PARTITION_COLUMN!r} naming the column to split its frame by"
+            )
+        keys = set(context.asset_partition_keys)
+        stray = sorted(set(obj[column].cast(pl.Utf8).unique().to_list()) - keys)
+        if stray:
+            raise ValueError(
+                f"{context.asset_key.to_user_string()}: rows for partitions outside the run: {stray[:3]}"
+            )
+        for key in sorted(keys):
+            write_parquet_atomic(
+                obj.filter(pl.col(column).cast(pl.Utf8) == key), self.path_for(context.asset_key, key)
+            )
+        context.add_output_metadata({"dagster/row_count": obj.height, "partitions_written": len(keys)})
 
     def load_input(self, context: dg.InputContext) -> pl.DataFrame:
         key = context.asset_key

@@ -2,8 +2,9 @@
 its cost report), and each budgeted tenant's spend in the current period is judged (keel.metering.budget) — a soft
 budget alerts once per period (chat), a spent hard budget pages once (the gateways refuse the tenant meanwhile).
 
-Which days are finished is ``keel.metering.usage.finished_days`` (pure); the cursor is the last day metered
-(forward-only); run keys name the day, so a replayed cursor never meters a day twice.
+Which days are finished is ``keel.metering.usage.finished_days`` (pure); each tick meters them in one run (a single
+day, or a range: a live replay finishes several simulated days between ticks); the cursor is the last day metered
+(forward-only); run keys name the days, so a replayed cursor never meters a day twice.
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ from keel.metering.usage import finished_days, logged_days, read_usage
 from keel.policies import PolicyStore
 from resources.home import KeelHomeResource
 from sensors.problems import automation_problems
+
+# Dagster's tags for a run over a range of partitions (a single-run backfill); not exported by the public API.
+RANGE_START, RANGE_END = "dagster/asset_partition_range_start", "dagster/asset_partition_range_end"
 
 
 def tenant_spend(home, store, budget: dict, now: float) -> dict[str, float]:
@@ -64,7 +68,7 @@ def judge_budgets(home, now: float, problems: list[str]) -> list[str]:
 
 @dg.sensor(
     name="metering_sensor",
-    minimum_interval_seconds=30,
+    minimum_interval_seconds=60,
     default_status=dg.DefaultSensorStatus.RUNNING,
     jobs=[metering_job],
     description="Meters each finished day of the gateway's clock once (keel_metering: usage → cost_report) and "
@@ -83,9 +87,20 @@ def metering_sensor(context: dg.SensorEvaluationContext, keel_home: KeelHomeReso
     events = automation_problems(COST_REPORT, "metering_sensor", problems)
     if not days and not events:
         return dg.SkipReason(f"no finished day to meter (last metered: {context.cursor or 'none'})")
-    return dg.SensorResult(
-        run_requests=[dg.RunRequest(run_key=f"metering-{d}", partition_key=d, tags={"keel/metered_day": d})
-                      for d in days],
-        cursor=days[-1] if days else context.cursor,
-        asset_events=events,
+    return dg.SensorResult(run_requests=[metering_run(days)] if days else [], cursor=days[-1] if days else context.cursor,
+                           asset_events=events)  # fmt: skip
+
+
+def metering_run(days: list[str]) -> dg.RunRequest:
+    """One run for the days finished since the last tick: the day itself, or the range from the first to the last
+    (days between them without traffic are metered as empty). The run key names the range: metered once."""
+    if len(days) == 1:
+        return dg.RunRequest(
+            run_key=f"metering-{days[0]}", partition_key=days[0], tags={"keel/metered_days": days[0]}
+        )
+    span = f"{days[0]}..{days[-1]}"
+    return dg.RunRequest(
+        run_key=f"metering-{span}",
+        tags={RANGE_START: days[0], RANGE_END: days[-1],
+              "keel/metered_days": span},
     )  # fmt: skip

@@ -11,7 +11,14 @@ import pytest
 
 from assets.explanations import ATTRIBUTION_SHIFT, explanations
 from assets.partitions import monthly_2013
-from keel.explanations import SHIFT_THRESHOLD, attribution_shift, attribution_summary, feature_matrix
+from keel.explanations import (
+    SAMPLE_FLIGHTS,
+    SHIFT_THRESHOLD,
+    attribution_shift,
+    attribution_summary,
+    explanation_sample,
+    feature_matrix,
+)
 from keel.features.definitions import FEATURE_NAMES
 from resources import keel_resources
 
@@ -36,7 +43,8 @@ def test_mean_absolute_contributions_per_feature_and_segment(february, explained
     home, text = explained_home
     assert february.success
     summary = february.output_for_node("explanations")
-    feb = features.filter(pl.col("sched_date").dt.strftime("%Y-%m") == "2013-02")
+    feb = explanation_sample(features.filter(pl.col("sched_date").dt.strftime("%Y-%m") == "2013-02"), seed=201302)
+    assert feb.height == SAMPLE_FLIGHTS
     contrib = lgb.Booster(model_str=text).predict(feature_matrix(feb), pred_contrib=True)[:, :-1]
     overall = summary.filter(pl.col("segment") == "all")
     got = dict(zip(overall["feature"], overall["mean_abs"], strict=True))
@@ -52,8 +60,8 @@ def test_mean_absolute_contributions_per_feature_and_segment(february, explained
 def test_the_shift_check_judges_the_month_against_the_reference_window(february, explained_home, features):
     _, text = explained_home
     booster = lgb.Booster(model_str=text)
-    feb = features.filter(pl.col("sched_date").dt.strftime("%Y-%m") == "2013-02")
-    ref = features  # January–March: the reference window
+    feb = explanation_sample(features.filter(pl.col("sched_date").dt.strftime("%Y-%m") == "2013-02"), seed=201302)
+    ref = explanation_sample(features, seed=20130103)  # January–March: the reference window
     shifts = attribution_shift(
         attribution_summary(feb, booster.predict(feature_matrix(feb), pred_contrib=True), ()),
         attribution_summary(ref, booster.predict(feature_matrix(ref), pred_contrib=True), ()),

@@ -1,0 +1,70 @@
+"""The usage and cost_report assets on a KEEL_HOME with a gateway's logs: one day, and a run over a range of days
+(as the metering sensor launches in a live replay) that still writes each day's own partition."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import dagster as dg
+import polars as pl
+import pytest
+
+from assets.metering import cost_report, usage
+from keel.exposure_log import ExposureLog
+from keel.home import asset_file
+from keel.metering.compute import ComputeSample
+from keel.policies import PolicyStore
+from resources import keel_resources
+from sensors.metering import RANGE_END, RANGE_START, metering_run
+
+JUNE_1 = datetime(2013, 6, 1, 12, tzinfo=UTC).timestamp()
+PRICES = {"currency": "USD", "per_1000_requests": 1.0, "per_cpu_second": 0.5, "per_gpu_second": 2.0}
+
+
+@pytest.fixture
+def home(tmp_path):
+    with PolicyStore(tmp_path / "policies.sqlite") as store:
+        store.apply({"prices": ("cost", PRICES)}, author="finance", reason="prices")
+    log = ExposureLog(tmp_path / "serving" / "exposures")
+    compute = ExposureLog(tmp_path / "serving" / "compute", prefix="compute")
+    for day, n in ((0, 100), (2, 50)):  # June 1st and 3rd have traffic, the 2nd none
+        for i in range(n):
+            log.append({"ts": JUNE_1 + day * 86_400 + i, "tenant_id": "ops", "model_version": 1, "status": 200,
+                        "rows": 1, "latency_ms": 2.0, "policy_version": 1})  # fmt: skip
+        compute.append(
+            ComputeSample(JUNE_1 + day * 86_400 + 200, "flight-delay", 1, (day + 1) * 10**9, 1, 1).as_record()
+        )
+    log.close()
+    compute.close()
+    return tmp_path
+
+
+def test_a_run_over_three_days_writes_each_days_partition(home):
+    run = metering_run(["2013-06-01", "2013-06-03"])
+    assert run.tags[RANGE_START] == "2013-06-01" and run.tags[RANGE_END] == "2013-06-03"
+    assert run.run_key == "metering-2013-06-01..2013-06-03"
+    result = dg.materialize([usage, cost_report], resources=keel_resources(home), tags=dict(run.tags))
+    assert result.success
+    days = {
+        d: pl.read_parquet(asset_file(home / "storage", ["usage"], d))
+        for d in ("2013-06-01", "2013-06-02", "2013-06-03")
+    }
+    assert [int(f["requests"].sum()) for f in days.values()] == [100, 0, 50]
+    assert days["2013-06-03"]["compute_s"].sum() == pytest.approx(2.0)  # 3 s cumulative − 1 s on the 1st
+    costs = {d: pl.read_parquet(asset_file(home / "storage", ["cost_report"], d)) for d in days}
+    assert costs["2013-06-01"]["cost"].sum() == pytest.approx(100 / 1000 + 1.0 * 0.5)
+    assert costs["2013-06-02"].is_empty()
+    materialized = {e.partition for e in result.get_asset_materialization_events() if e.asset_key == usage.key}
+    assert materialized == set(days)
+    meta = result.asset_materializations_for_node("cost_report")[0].metadata
+    assert meta["days"].value == "2013-06-01 … 2013-06-03 (3 days)"
+    assert meta["month_to_date_cost"].value == pytest.approx(0.6 + 0.05 + 2.0 * 0.5)
+
+
+def test_one_day_and_its_month_to_date_from_earlier_days(home):
+    assert dg.materialize([usage, cost_report], resources=keel_resources(home), partition_key="2013-06-01").success
+    third = dg.materialize([usage, cost_report], resources=keel_resources(home), partition_key="2013-06-03")
+    meta = third.asset_materializations_for_node("cost_report")[0].metadata
+    assert meta["cost"].value == pytest.approx(0.05 + 1.0)
+    assert meta["month_to_date_cost"].value == pytest.approx(0.6 + 1.05)  # June 1st read from its usage partition
+    assert third.asset_materializations_for_node("usage")[0].metadata["requests"].value == 50
