@@ -9,6 +9,8 @@ Each day is still its own partition and file (the IO manager splits the frame by
 its days.
 """
 
+import warnings
+
 import dagster as dg
 import polars as pl
 
@@ -29,14 +31,24 @@ ON_DEMAND = {"keel/backfill": "skip"}
 BY_DAY = {PARTITION_COLUMN: "day"}  # a run over several days writes each day's rows to its own partition
 
 
-@dg.asset(
+def daily_asset(**kwargs):
+    """``dg.asset`` for a metering day that a run may materialize with others (single-run backfills). The policy is a
+    beta parameter of Dagster 1.13; keel relies on it knowingly, so its BetaWarning is not repeated on every import."""
+
+    def wrap(fn):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", dg.BetaWarning)
+            return dg.asset(
+                partitions_def=METERING_DAYS, group_name=METERING_GROUP, tags=ON_DEMAND, metadata=BY_DAY,
+                backfill_policy=dg.BackfillPolicy.single_run(), **kwargs,
+            )(fn)  # fmt: skip
+
+    return wrap
+
+
+@daily_asset(
     key=USAGE,
-    partitions_def=METERING_DAYS,
-    group_name=METERING_GROUP,
     kinds={"parquet", "triton"},
-    tags=ON_DEMAND,
-    metadata=BY_DAY,
-    backfill_policy=dg.BackfillPolicy.single_run(),
     description="What each tenant used on one day, per model version: requests (every answer — equal to the exposure "
     "log's count), rows scored, answers by outcome (scored, fallback, 4xx, 5xx), gateway seconds, and model compute "
     "seconds from Triton's statistics API attributed to tenants by their share of the rows scored (compute no "
@@ -85,15 +97,10 @@ def _bars(cost: pl.DataFrame, bar: str, segment: str) -> dict[str, dict[str, flo
     return out
 
 
-@dg.asset(
+@daily_asset(
     key=COST_REPORT,
-    partitions_def=METERING_DAYS,
-    group_name=METERING_GROUP,
     kinds={"parquet"},
-    tags=ON_DEMAND,
     ins={"usage": dg.AssetIn(USAGE)},
-    metadata=BY_DAY,
-    backfill_policy=dg.BackfillPolicy.single_run(),
     description="What the day's usage cost: each usage row × the `cost` policy (price table) in force when its "
     "requests were answered — per 1,000 requests answered 200, per CPU- or GPU-second of attributed model compute, "
     "per-tenant overrides — with totals by tenant and model version, a plot, and the month to date (the usage of the "

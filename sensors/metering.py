@@ -16,8 +16,8 @@ from keel.alerts import Alert, AlertConfigError, AlertSender
 from keel.clock import SimClock
 from keel.metering.budget import budget_alert, decide_budget, period_start_day
 from keel.metering.compute import day_of
-from keel.metering.cost import cost_frame, price_tables
-from keel.metering.usage import finished_days, logged_days, read_usage
+from keel.metering.cost import policy_of_type, spend_by_tenant
+from keel.metering.usage import finished_days, logged_days
 from keel.policies import PolicyStore
 from resources.home import KeelHomeResource
 from sensors.problems import automation_problems
@@ -26,27 +26,16 @@ from sensors.problems import automation_problems
 RANGE_START, RANGE_END = "dagster/asset_partition_range_start", "dagster/asset_partition_range_end"
 
 
-def tenant_spend(home, store, budget: dict, now: float) -> dict[str, float]:
-    """Each budgeted tenant's spend in the budget's current period, from the gateway's logs and the price tables."""
-    first = period_start_day(now, budget.get("period", "day"))
-    usage, _ = read_usage(home.serving.root, first, day_of(now), store)
-    usage = usage.filter(usage["tenant_id"].is_in(sorted(budget["tenants"])))
-    cost = cost_frame(usage, price_tables(store, usage["price_version"].to_list()))
-    spend = dict.fromkeys(budget["tenants"], 0.0)
-    for tenant, amount in cost.group_by("tenant_id").agg(cost["cost"].fill_null(0.0).sum()).iter_rows():
-        spend[tenant] = float(amount)
-    return spend
-
-
 def judge_budgets(home, now: float, problems: list[str]) -> list[str]:
     """Alert on budgets (once per tenant, period and state); returns what it said, for the tick's log."""
     if not home.policies.exists():
         return []
     with PolicyStore(home.policies) as store:
-        budget = next((p for _, p in sorted(store.state().items()) if p.type == "budget"), None)
+        budget = policy_of_type(store.state(), "budget")
         if budget is None:
             return []
-        spend = tenant_spend(home, store, budget.body, now)
+        first = period_start_day(now, budget.body.get("period", "day"))
+        spend = spend_by_tenant(home.serving.root, store, budget.body["tenants"], first, day_of(now))
     said = []
     try:
         sender = AlertSender.for_home(home)

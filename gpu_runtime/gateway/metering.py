@@ -22,14 +22,10 @@ from gpu_runtime.repository import triton_name
 from keel.exposure_log import ExposureLog
 from keel.metering.budget import HARD, SOFT, BudgetDecision, decide_budget, period_of, period_start_day
 from keel.metering.compute import ComputeSample, day_of, sample_from_statistics
+from keel.metering.cost import policy_of_type
 from keel.policies.types import Cost
 
 METER_INTERVAL_S = 5.0  # how often Triton's statistics are sampled (GatewayConfig.meter_interval_s)
-
-
-def policy_of_type(state: dict[str, Any], type_: str) -> Any | None:
-    """The policy of ``type_`` in force in a store state: the first by name (as for every non-split type)."""
-    return next((state[n] for n in sorted(state) if state[n].type == type_), None)
 
 
 class MetersUsage:
@@ -63,22 +59,21 @@ class MetersUsage:
 
     def _seed_spend(self) -> None:
         """Each budgeted tenant's spend in the current period so far, from the exposure and compute logs."""
-        from keel.metering.cost import cost_frame, price_tables
-        from keel.metering.usage import read_usage
+        from keel.metering.cost import spend_by_tenant
 
         now = self.now()
         period = self.budget.get("period", "day")
         self._spend_period = period_of(now, period)
-        tenants = set(self.budget["tenants"])
-        self.spend = dict.fromkeys(tenants, 0.0)
-        serving = self.config.exposure_dir.parent
+        self.spend = dict.fromkeys(self.budget["tenants"], 0.0)
         if self._policy_reader is None or not self.config.exposure_dir.exists():
             return
-        usage, _ = read_usage(serving, period_start_day(now, period), day_of(now), self._policy_reader)
-        usage = usage.filter(usage["tenant_id"].is_in(sorted(tenants)))
-        cost = cost_frame(usage, price_tables(self._policy_reader, usage["price_version"].to_list()))
-        for row in cost.group_by("tenant_id").agg(cost["cost"].fill_null(0.0).sum()).iter_rows():
-            self.spend[row[0]] = float(row[1])
+        self.spend = spend_by_tenant(
+            self.config.exposure_dir.parent,
+            self._policy_reader,
+            self.spend,
+            period_start_day(now, period),
+            day_of(now),
+        )
 
     # -- on the request path ----------------------------------------------------------------------------------
 

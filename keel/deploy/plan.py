@@ -18,6 +18,7 @@ from typing import Any
 from keel.canary import FINISHED
 from keel.deploy.routing import DeployReport, ModelDeployer, Route, Target
 from keel.ledger import Ledger, LedgerEntry
+from keel.metering.cost import cost_policy
 from keel.registry import ModelRegistry, RegisteredModel
 from keel.release import release_manifest
 
@@ -124,7 +125,7 @@ def plan_deployment(
 
 def price_table(state: dict) -> dict[str, Any] | None:
     """The release manifest's entry for the cost policy in force (the first by name, as gateways pick it)."""
-    cost = next((state[n] for n in sorted(state) if state[n].type == "cost"), None)
+    cost = cost_policy(state)
     if cost is None:
         return None
     return {

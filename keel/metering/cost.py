@@ -20,10 +20,15 @@ from keel.policies.types import Cost
 COST_COLUMNS = ("request_cost", "compute_cost", "cost")
 
 
+def policy_of_type(state: dict[str, Any], type_: str) -> Any | None:
+    """The policy of ``type_`` in force in a policy-store state (name → Policy): the first by name, as gateways pick
+    one of each type (keel/policies/gateway.py)."""
+    return next((state[n] for n in sorted(state) if state[n].type == type_), None)
+
+
 def cost_policy(state: dict[str, Any]) -> Any | None:
-    """The cost policy of a policy-store state (name → Policy): the first by name, as the gateway picks one of each
-    type (keel/policies/gateway.py)."""
-    return next((state[n] for n in sorted(state) if state[n].type == "cost"), None)
+    """The price table in force in a policy-store state."""
+    return policy_of_type(state, "cost")
 
 
 def price_versions(store, policy_versions: Iterable[int | None]) -> dict[int | None, int | None]:
@@ -85,3 +90,18 @@ def totals(cost: pl.DataFrame, by: list[str]) -> pl.DataFrame:
         )
         .sort(by, nulls_last=True)
     )  # fmt: skip
+
+
+def spend_by_tenant(serving_dir, store, tenants: Iterable[str], first_day: str, last_day: str) -> dict[str, float]:
+    """What each of ``tenants`` spent from ``first_day`` to ``last_day`` (inclusive), read from the gateway's logs and
+    priced by the store's price tables: the budget's view (unpriced usage counts as nothing spent)."""
+    from keel.metering.usage import read_usage
+
+    wanted = sorted(set(tenants))
+    usage, _ = read_usage(serving_dir, first_day, last_day, store)
+    usage = usage.filter(pl.col("tenant_id").is_in(wanted))
+    cost = cost_frame(usage, price_tables(store, usage["price_version"].to_list()))
+    spend = dict.fromkeys(wanted, 0.0)
+    for tenant, amount in cost.group_by("tenant_id").agg(pl.col("cost").fill_null(0.0).sum()).iter_rows():
+        spend[tenant] = float(amount)
+    return spend
