@@ -334,9 +334,9 @@ def main() -> int:
         os.killpg(serve.pid, 15)
         serve.wait(timeout=60)
 
-    print(f"\n{'way':<32} {'batch':>5} {'p50 ms':>8} {'p99 ms':>8}")
+    print(f"\n{'way':<38} {'batch':>5} {'p50 ms':>8} {'p99 ms':>8}")
     for (name, batch), lat in results.items():
-        print(f"{name:<32} {batch:>5} {statistics.median(lat):>8.3f} {pct(lat, 0.99):>8.3f}")
+        print(f"{name:<38} {batch:>5} {statistics.median(lat):>8.3f} {pct(lat, 0.99):>8.3f}")
     for batch in (1, 256):
         g, d = results[("gateway → Triton (features)", batch)], results[("Triton direct (tritonclient)", batch)]
         print(

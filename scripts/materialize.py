@@ -248,7 +248,12 @@ class Follower:
                 continue
             self.printed_runs.add(run.run_id)
             made, failed = summary(self.instance, run.run_id)
-            what = run.tags.get("dagster/partition") or run.tags.get("keel/canary_action") or ""
+            what = (
+                run.tags.get("dagster/partition")
+                or run.tags.get("keel/metered_days")
+                or run.tags.get("keel/canary_action")
+                or ""
+            )
             sim = run.tags.get("keel/sim_now", "")[:16]
             state = "ok" if run.status == dg.DagsterRunStatus.SUCCESS else run.status.value
             job = run.job_name  # a sensor's asset selection runs as an anonymous job: name its assets instead
