@@ -80,13 +80,14 @@ def cost_frame(usage: pl.DataFrame, tables: dict[int, dict[str, Any]]) -> pl.Dat
 
 def totals(cost: pl.DataFrame, by: list[str]) -> pl.DataFrame:
     """Cost summed by ``by`` (e.g. ["tenant_id"], ["day", "tenant_id", "model_version"]) and currency (amounts in
-    two currencies are never added)."""
+    two currencies are never added); a group of unpriced rows only has a null cost, not 0."""
     by = [*by, "currency"]
     return (
         cost.group_by(by)
         .agg(
             pl.col("requests").sum(), pl.col("rows_scored").sum(), pl.col("compute_s").sum(),
-            *[pl.col(c).sum() for c in COST_COLUMNS], pl.col("cost").is_null().sum().alias("unpriced_rows"),
+            *[pl.when(pl.col(c).is_not_null().any()).then(pl.col(c).sum()).alias(c) for c in COST_COLUMNS],
+            pl.col("cost").is_null().sum().alias("unpriced_rows"),
         )
         .sort(by, nulls_last=True)
     )  # fmt: skip
