@@ -18,7 +18,6 @@ from keel.features.checks import FeatureStability, feature_health, online_distri
 from keel.features.definitions import BY_NAME, COLUMN_SOURCES, FEATURE_NAMES, FEATURES
 from keel.features.offline import LABEL, offline_features
 from keel.features.online import REQUEST_COLUMNS, build_views, get_online_features
-from keel.home import KeelHome
 from resources.online_store import OnlineStoreResource
 
 FEATURES_GROUP = "features"
@@ -193,7 +192,7 @@ def flight_features(
             description="store reachable, written recently, hot keys non-null and in their declared ranges",
         ),
     ],
-    description="The online store (SQLite, WAL) as of the end of the month: delay-rate counters per carrier, route "
+    description="The online store (SQLite, WAL; Redis when KEEL_ONLINE_STORE names one) as of the end of the month: delay-rate counters per carrier, route "
     "and origin × hour, hourly weather, planes. get_online_features reads it with the same definitions.",
 )
 def online_features(
@@ -211,7 +210,7 @@ def online_features(
             asset_key=ONLINE_FEATURES,
             metadata={
                 "as_of": as_of.isoformat(),
-                "store": KeelHome.of(online_store.home).shown(online_store.store_path()),
+                "store": online_store.shown(),
                 "rows_per_view": dg.MetadataValue.json({k: v.height for k, v in views.items()}),
             },
         )

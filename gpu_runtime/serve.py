@@ -60,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     import uvicorn
 
     from gpu_runtime.gateway.app import Gateway, GatewayConfig
+    from keel.features.backends import online_store_url
     from keel.policies.gateway import GatewayPolicy
 
     device = os.environ.get("KEEL_RUNTIME_DEVICE", "cpu")
@@ -102,6 +103,8 @@ def main(argv: list[str] | None = None) -> int:
             routing_path=layout.routing,
             exposure_dir=layout.exposures,
             online_store_path=home.online_store,
+            online_store_url=online_store_url(),  # KEEL_ONLINE_STORE (keel/features/backends.py)
+            online_store_prefix=os.environ.get("KEEL_ONLINE_PREFIX") or "keel:online",
             policy_store_path=home.policies,
             max_body_bytes=args.max_body_bytes,
             clock_path=home.clock,

@@ -1,4 +1,5 @@
-"""The online feature store as a Dagster resource (embedded SQLite by default, under $KEEL_HOME/online)."""
+"""The online feature store as a Dagster resource: embedded SQLite under $KEEL_HOME/online by default, the shared
+Redis store when ``KEEL_ONLINE_STORE`` is a redis:// URL (keel/features/backends.py)."""
 
 from __future__ import annotations
 
@@ -6,12 +7,14 @@ from pathlib import Path
 
 import dagster as dg
 
-from keel.features.sqlite_store import SQLiteOnlineStore
+from keel.features.backends import describe, open_online_store
+from keel.features.online import OnlineStore
 from keel.home import KeelHome
 
 
 class OnlineStoreResource(dg.ConfigurableResource):
-    """Opens the SQLite online store. ``path`` defaults to ``$KEEL_HOME/online/features.sqlite``."""
+    """Opens the online store the environment selects. ``path`` (the SQLite file) defaults to
+    ``$KEEL_HOME/online/features.sqlite``."""
 
     path: str | None = None
     home: str | None = None  # KEEL_HOME (definitions.py: the KEEL_HOME environment variable); None: read when used
@@ -19,5 +22,11 @@ class OnlineStoreResource(dg.ConfigurableResource):
     def store_path(self) -> Path:
         return Path(self.path) if self.path else KeelHome.of(self.home).online_store
 
-    def open(self) -> SQLiteOnlineStore:
-        return SQLiteOnlineStore(self.store_path())
+    def open(self) -> OnlineStore:
+        return open_online_store(self.store_path())
+
+    def shown(self) -> str:
+        """Where the store is, as the UI shows it (``$KEEL_HOME/...`` for the file, host and prefix for Redis)."""
+        path = self.store_path()
+        shown = describe(path)
+        return KeelHome.of(self.home).shown(path) if shown == str(path) else shown

@@ -81,6 +81,8 @@ class GatewayConfig:
     routing_path: Path
     exposure_dir: Path
     online_store_path: Path | None = None
+    online_store_url: str | None = None  # a redis:// URL: the shared Redis store instead of the SQLite file
+    online_store_prefix: str = "keel:online"
     contract_path: Path | None = None  # None: contract predict_request from keel.contracts.catalog
     online_cache_size: int = 200_000
     policy_store_path: Path | None = None  # the versioned policy store this gateway follows (keel.policies)
@@ -214,7 +216,11 @@ class Gateway(FollowsRoutingAndPolicies, BuildsInputs, ScoresOnTriton, ReportsHe
 
     @property
     def store(self):
-        if self._store is None and self.config.online_store_path is not None:
+        if self._store is None and self.config.online_store_url is not None:
+            from keel.features.redis_store import RedisOnlineStore
+
+            self._store = RedisOnlineStore(self.config.online_store_url, prefix=self.config.online_store_prefix)
+        elif self._store is None and self.config.online_store_path is not None:
             from keel.features.sqlite_store import SQLiteOnlineStore
 
             if Path(self.config.online_store_path).exists():

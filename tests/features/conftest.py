@@ -1,5 +1,9 @@
 from __future__ import annotations
 
+import uuid
+from contextlib import contextmanager
+from pathlib import Path
+
 import polars as pl
 import pytest
 
@@ -21,3 +25,30 @@ def validated():
         )
     out["planes"] = read_raw("planes")
     return out
+
+
+BACKENDS = ("sqlite", "redis")  # the online store's backends; the parity tests run against each
+REDIS_URL = "redis://127.0.0.1:6379/0"  # the machine's Redis service (started before every session and CI run)
+
+
+@contextmanager
+def online_store(kind: str, directory: Path):
+    """A fresh, empty online store of ``kind``: a SQLite file in ``directory``, or a key prefix of its own on the
+    real Redis server (deleted afterwards)."""
+    if kind == "sqlite":
+        from keel.features.sqlite_store import SQLiteOnlineStore
+
+        store = SQLiteOnlineStore(directory / "features.sqlite")
+        try:
+            yield store
+        finally:
+            store.close()
+        return
+    from keel.features.redis_store import RedisOnlineStore
+
+    store = RedisOnlineStore(REDIS_URL, prefix=f"keel-test:{uuid.uuid4().hex}")
+    try:
+        yield store
+    finally:
+        store.drop()
+        store.close()

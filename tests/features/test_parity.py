@@ -1,4 +1,5 @@
-"""Offline == online for the same inputs, point-in-time correctness, and frozen features."""
+"""Offline == online for the same inputs, point-in-time correctness, and frozen features — the online side against
+each backend of the online store (embedded SQLite, and the real Redis server), which must give the same answers."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from keel.features.definitions import FEATURE_NAMES, FEATURES
 from keel.features.offline import offline_features
 from keel.features.online import REQUEST_COLUMNS, build_views, get_online_features
 from keel.features.sqlite_store import SQLiteOnlineStore
+from tests.features.conftest import BACKENDS, online_store
 
 DAY = date(2013, 2, 15)
 
@@ -25,16 +27,15 @@ def request_rows(offline: pl.DataFrame, flights: pl.DataFrame | None = None) -> 
     return offline.sort("flight_id").select(REQUEST_COLUMNS).to_dicts()
 
 
-@pytest.fixture(scope="module")
-def store(tmp_path_factory, validated):
-    s = SQLiteOnlineStore(tmp_path_factory.mktemp("online") / "features.sqlite")
-    s.write_snapshot(
-        build_views(validated["weather"], validated["planes"], validated["flights"], as_of=DAY),
-        as_of=DAY,
-        partition="2013-02",
-    )
-    yield s
-    s.close()
+@pytest.fixture(scope="module", params=BACKENDS)
+def store(request, tmp_path_factory, validated):
+    with online_store(request.param, tmp_path_factory.mktemp("online")) as s:
+        s.write_snapshot(
+            build_views(validated["weather"], validated["planes"], validated["flights"], as_of=DAY),
+            as_of=DAY,
+            partition="2013-02",
+        )
+        yield s
 
 
 def test_offline_equals_online_field_by_field(validated, store):
@@ -97,8 +98,13 @@ def test_weather_is_the_scheduled_hour_not_a_later_one(validated):
     assert shifted.select("temp").equals(base.select("temp"))
 
 
-def test_frozen_feature_changes_what_online_serves(validated, tmp_path):
-    s = SQLiteOnlineStore(tmp_path / "f.sqlite")
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_frozen_feature_changes_what_online_serves(validated, tmp_path, backend):
+    with online_store(backend, tmp_path) as s:
+        frozen_feature_changes_what_online_serves(validated, s)
+
+
+def frozen_feature_changes_what_online_serves(validated, s):
     s.write_snapshot(
         build_views(validated["weather"], validated["planes"], validated["flights"], as_of=DAY),
         as_of=DAY,
