@@ -21,9 +21,11 @@ def test_dagster_is_one_matched_release_set():
     assert version("dagster-graphql") == DAGSTER_RELEASE
     assert version("dagster-pipes") == DAGSTER_RELEASE
     assert version("dagster-k8s") == DAGSTER_K8S_RELEASE
-    # and dagster-k8s itself was built for exactly this dagster
-    dagster_req = next(Requirement(r) for r in requires("dagster-k8s") if Requirement(r).name == "dagster")
-    assert dagster_req.specifier.contains(DAGSTER_RELEASE) and str(dagster_req.specifier) == f"=={DAGSTER_RELEASE}"
+    assert version("dagster-postgres") == DAGSTER_K8S_RELEASE  # the integrations share their release number
+    # and the integrations themselves were built for exactly this dagster
+    for integration in ("dagster-k8s", "dagster-postgres"):
+        dagster_req = next(Requirement(r) for r in requires(integration) if Requirement(r).name == "dagster")
+        assert str(dagster_req.specifier) == f"=={DAGSTER_RELEASE}", integration
 
 
 def test_installed_versions_match_the_pins():
