@@ -36,11 +36,17 @@ REFERENCE_MONTHS = ["2013-01", "2013-02", "2013-03"]
 TOP = 6  # features shown by name in the plots; the others are summed as "other"
 
 
-def _shares(summary: pl.DataFrame) -> dict[str, float]:
+def top_features(summary: pl.DataFrame, k: int = TOP) -> list[str]:
+    """The k features with the largest share overall, largest first."""
     overall = summary.filter(pl.col("segment") == "all").sort("share", descending=True)
+    return overall["feature"].head(k).to_list()
+
+
+def _shares(summary: pl.DataFrame, shown: list[str]) -> dict[str, float]:
+    """Overall shares of the ``shown`` features, the rest summed as "other" (the same features in every bar)."""
+    overall = summary.filter(pl.col("segment") == "all")
     shares = dict(zip(overall["feature"], overall["share"], strict=True))
-    top = list(shares)[:TOP]
-    return {f: shares[f] for f in top} | {"other": sum(v for f, v in shares.items() if f not in top)}
+    return {f: shares.get(f, 0.0) for f in shown} | {"other": sum(v for f, v in shares.items() if f not in shown)}
 
 
 def _reference_features(storage) -> pl.DataFrame:
@@ -53,7 +59,7 @@ def _reference_features(storage) -> pl.DataFrame:
     return pl.concat([pl.read_parquet(p) for p in paths], how="vertical_relaxed")
 
 
-def _earlier_months(storage, month: str) -> dict[str, dict[str, float]]:
+def _earlier_months(storage, month: str, shown: list[str]) -> dict[str, dict[str, float]]:
     """Overall shares of the months before ``month`` that have been explained (for the trend plot)."""
     out = {}
     for m in monthly_2013.get_partition_keys():
@@ -61,7 +67,7 @@ def _earlier_months(storage, month: str) -> dict[str, dict[str, float]]:
             break
         path = asset_file(storage, list(EXPLANATIONS.path), m)
         if path.exists():
-            out[m] = _shares(pl.read_parquet(path))
+            out[m] = _shares(pl.read_parquet(path), shown)
     return out
 
 
@@ -121,10 +127,15 @@ def explanations(
         schema=["feature", "share", "reference_share", "moved", "flagged"],
         orient="row",
     )
-    trend = _earlier_months(keel_home.layout().storage, month) | {month: _shares(summary)}
-    plots = svg_markdown(
-        stacked_bars_svg(f"{month} vs reference: share of attribution", {"2013-01…03": _shares(ref), month: _shares(summary)}, "")
-    ) + "\n\n" + svg_markdown(stacked_bars_svg("share of attribution by month (champion's lens)", trend, ""))  # fmt: skip
+    shown = top_features(summary)  # the same features in every bar: this month's largest
+    trend = _earlier_months(keel_home.layout().storage, month, shown) | {month: _shares(summary, shown)}
+    versus = {"2013-01…03": _shares(ref, shown), month: _shares(summary, shown)}
+    order = [*shown, "other"]
+    plots = (
+        svg_markdown(stacked_bars_svg(f"{month} vs reference: share of attribution", versus, "", order=order, totals=False))
+        + "\n\n"
+        + svg_markdown(stacked_bars_svg("share of attribution by month (the champion's lens)", trend, "", order=order, totals=False))
+    )  # fmt: skip
     context.log.info(
         f"explanations {month}: top {', '.join(overall['feature'].head(3))}; shifted: "
         f"{', '.join(s.feature for s in flagged) or 'none'}"

@@ -77,11 +77,19 @@ def usage(
             "gateway_s": dg.MetadataValue.float(round(float(frame["gateway_s"].sum()), 3)),
             "tenants": frame.filter(pl.col("requests") > 0)["tenant_id"].n_unique(),
             "skipped_lines": skipped,
-            "by_tenant": dg.MetadataValue.md(frame_to_markdown(by_tenant, max_rows=50)),
-            "usage": dg.MetadataValue.md(frame_to_markdown(frame, max_rows=50)),
+            "by_tenant": dg.MetadataValue.md(_shown(by_tenant)),
+            "usage": dg.MetadataValue.md(_shown(frame)),
         }
     )
     return frame
+
+
+def _shown(frame: pl.DataFrame) -> str:
+    """A frame as a markdown table for the UI, its floats rounded (costs to 6 decimals, seconds to 4)."""
+    rounded = frame.with_columns(
+        [pl.col(c).round(6 if "cost" in c or "price" in c else 4) for c, t in frame.schema.items() if t == pl.Float64]
+    )
+    return frame_to_markdown(rounded, max_rows=50)
 
 
 def _span(days: list[str]) -> str:
@@ -131,9 +139,9 @@ def cost_report(
             "currency": currency or "none",
             "unpriced_rows": int(cost["cost"].is_null().sum()),
             "month_to_date_cost": dg.MetadataValue.float(round(float(mtd["cost"].fill_null(0).sum()), 6)),
-            "by_tenant": dg.MetadataValue.md(frame_to_markdown(totals(cost, ["tenant_id"]), max_rows=50)),
-            "by_model_version": dg.MetadataValue.md(frame_to_markdown(totals(cost, ["model_version"]), max_rows=50)),
-            "month_to_date": dg.MetadataValue.md(frame_to_markdown(totals(mtd, ["tenant_id"]), max_rows=50)),
+            "by_tenant": dg.MetadataValue.md(_shown(totals(cost, ["tenant_id"]))),
+            "by_model_version": dg.MetadataValue.md(_shown(totals(cost, ["model_version"]))),
+            "month_to_date": dg.MetadataValue.md(_shown(totals(mtd, ["tenant_id"]))),
             "plot": dg.MetadataValue.md(
                 svg_markdown(
                     stacked_bars_svg(

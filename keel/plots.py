@@ -8,10 +8,23 @@ from html import escape
 PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7", "#9c755f")
 
 
-def stacked_bars_svg(title: str, bars: dict[str, dict[str, float]], unit: str, width: int = 640) -> str:
-    """``bars``: bar label → {segment label → amount}. Segment colours are shared across bars, with a legend."""
-    segments = sorted({s for parts in bars.values() for s in parts})
-    colour = {s: PALETTE[i % len(PALETTE)] for i, s in enumerate(segments)}
+OTHER = "other"  # a segment of that name is drawn grey, last (the rest of a top-k)
+
+
+def stacked_bars_svg(
+    title: str,
+    bars: dict[str, dict[str, float]],
+    unit: str,
+    width: int = 640,
+    order: list[str] | None = None,
+    totals: bool = True,
+) -> str:
+    """``bars``: bar label → {segment label → amount}. Segment colours are shared across bars, with a legend;
+    ``order``: the segments' order (default: by name, ``other`` last); ``totals``: print each bar's sum."""
+    present = {s for parts in bars.values() for s in parts}
+    segments = [s for s in order if s in present and s != OTHER] if order else []
+    segments += sorted(present - set(segments) - {OTHER}) + ([OTHER] if OTHER in present else [])
+    colour = {s: PALETTE[i % len(PALETTE)] for i, s in enumerate(segments)} | {OTHER: "#bab0ac"}
     row, left, right = 22, 150, 110
     legend_h = 18 * ((len(segments) + 3) // 4)
     height = 30 + row * max(len(bars), 1) + legend_h + 10
@@ -32,7 +45,8 @@ def stacked_bars_svg(title: str, bars: dict[str, dict[str, float]], unit: str, w
                     f'fill="{colour[seg]}"><title>{escape(seg)}: {parts[seg]:.4f} {escape(unit)}</title></rect>'
                 )
                 x += w
-        out.append(f'<text x="{x + 4:.1f}" y="{y + 13}">{sum(parts.values()):.4f} {escape(unit)}</text>')
+        if totals:
+            out.append(f'<text x="{x + 4:.1f}" y="{y + 13}">{sum(parts.values()):.4f} {escape(unit)}</text>')
     y0 = 30 + row * max(len(bars), 1)
     for j, seg in enumerate(segments):
         lx, ly = 4 + (j % 4) * (width // 4), y0 + 18 * (j // 4)
