@@ -27,7 +27,7 @@ from keel.policies import PolicyStore
 from keel.policies.types import Cost
 from resources import keel_resources
 from tests.conftest import REPO, evaluate_sensor
-from tests.serving.conftest import MODEL, PATIENT, request_body, serving_version_1
+from tests.serving.conftest import MODEL, PATIENT, request_body, serving_version_1, start_serve, stop_serve
 
 DAY = "2013-06-01"
 PRICES = {"currency": "USD", "per_1000_requests": 0.40, "per_cpu_second": 0.02, "per_gpu_second": 0.5,
@@ -187,3 +187,23 @@ def test_the_metering_sensor_alerts_on_budgets_once_and_meters_finished_days(run
     data = evaluate_sensor("metering_sensor", runtime.home, monkeypatch)
     assert [r.partition_key for r in data.run_requests] == [DAY]
     assert data.run_requests[0].run_key == f"metering-{DAY}" and data.cursor == DAY
+
+
+def test_a_restarted_gateway_reads_the_spend_back_from_its_logs(runtime, serving_models):
+    """Spend is not state of the gateway's memory: a gateway that starts with a budget in force reads the period so
+    far from the exposure and compute logs, so a tenant over its budget stays refused across a restart."""
+    _, feb = serving_models
+    ops = request_body(feb.row(0, named=True), tenant_id="ops")
+    budget = {"currency": "USD", "period": "day", "tenants": {"ops": {"limit": 0.0012}}}
+    version = commit(runtime, {"budgets": ("budget", budget)}, "ops: a tight daily budget")
+    wait_for_policy(runtime, version)
+    # (the clock moved on to a new day in the previous test: ops starts it with nothing spent)
+    statuses = [runtime.post(ops).status_code for _ in range(5)]  # 0.0008 USD a request: refused from the third
+    assert statuses == [200, 200, 429, 429, 429], statuses
+    stop_serve(runtime.proc)
+    runtime.proc, runtime.endpoints = start_serve(runtime.home, PATIENT)
+    runtime.url = f"http://{runtime.endpoints['gateway']}"
+    runtime.wait_ready(timeout=120)
+    resp = runtime.post(ops)
+    assert resp.status_code == 429 and resp.json()["error"]["code"] == "budget_exceeded"
+    assert resp.json()["error"]["spend"] > 0.0012
