@@ -138,6 +138,8 @@ class MetersUsage:
                     triton_name(model, version), str(version), as_json=True, client_timeout=5
                 )
             except Exception:  # noqa: BLE001 - unloaded or Triton down: nothing to sample now
+                if version not in table.versions():  # retired by a deployment: not asked again
+                    self._samples.pop((model, version), None)
                 continue
             sample = sample_from_statistics(stats, model, version, now, self.config.compute_device)
             if sample is None:
