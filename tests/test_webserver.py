@@ -173,8 +173,12 @@ def test_asset_graph_and_checks(dagster_dev):
         assert node["kinds"], f"{key} has no kinds"
         assert node["groupName"] in {
             "raw", "contracts", "features", "drift", "models", "loop", "operations", "deployments", "experiments",
-            "streaming",
+            "streaming", "metering",
         }  # fmt: skip
+    # What is served is metered and costed; what drives the predictions is explained from the month's features.
+    assert deps("cost_report") == {"usage"} and deps("explanations") == {"flight_features"}
+    shift = {c["name"]: c["blocking"] for c in nodes["explanations"]["assetChecksOrError"]["checks"]}
+    assert shift == {"attribution_shift": False}
     # What drift leads to, in the lineage: a challenger, its gate, and the month's loop_report.
     assert deps("challenger_model") == {"drift_report"} and deps("challenger_evaluation") == {"challenger_model"}
     assert deps("loop_report") == {"flight_features", "drift_report", "model_deployment", "challenger_evaluation"}
