@@ -73,16 +73,7 @@ def live_platform(home: Path, *live_args: str) -> Iterator[LivePlatform]:
                    lambda: (home / "serving" / "endpoints.json").exists() or serve.poll() is not None, 180, 0.2)  # fmt: skip
         assert serve.poll() is None, (home / "serve.log").read_text()[-3000:]
         dev = start([DAGSTER, "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)], "dagster_dev.log")
-
-        def webserver_up() -> bool:
-            assert dev.poll() is None, (home / "dagster_dev.log").read_text()[-3000:]
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/server_info", timeout=5):
-                    return True
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                return False
-
-        wait_until("dagster dev is up", webserver_up, 300, 1)
+        wait_until("dagster dev is up", lambda: webserver_up(port, dev, home / "dagster_dev.log"), 300, 1)
         year = start(
             [sys.executable, "scripts/materialize.py", "--port", str(port), "--live",
              "--gateway", f"http://127.0.0.1:{gateway_port}", *live_args],
@@ -90,11 +81,26 @@ def live_platform(home: Path, *live_args: str) -> Iterator[LivePlatform]:
         )  # fmt: skip
         yield LivePlatform(home, env, year)
     finally:
-        for proc in reversed(procs):
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-        for proc in procs:
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
+        stop_groups(procs)
+
+
+def stop_groups(procs: list[subprocess.Popen]) -> None:
+    """SIGTERM to each process group still running (newest first), SIGKILL to any still there after a minute."""
+    for proc in reversed(procs):
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+    for proc in procs:
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def webserver_up(port: int, proc: subprocess.Popen, log: Path) -> bool:
+    """Whether `dagster dev` on ``port`` answers; an assertion with its log's tail if the process exited."""
+    assert proc.poll() is None, log.read_text()[-3000:]
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/server_info", timeout=5):
+            return True
+    except (urllib.error.URLError, ConnectionError, TimeoutError):
+        return False

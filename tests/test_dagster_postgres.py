@@ -5,16 +5,14 @@ launched through the webserver, and sensor ticks recorded by the daemon; nothing
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import time
-import urllib.error
-import urllib.request
 import uuid
 
 import pytest
 
 from tests.conftest import REPO
+from tests.live_platform import stop_groups, wait_until, webserver_up
 from tests.test_webserver import DAGSTER, free_port
 
 pytestmark = pytest.mark.slow
@@ -46,31 +44,16 @@ def dagster_on_postgres(tmp_path_factory, database):
     assert setup.returncode == 0, setup.stderr
     assert "KEEL_DAGSTER_POSTGRES_URL" in (home / "dagster_home" / "dagster.yaml").read_text()
     port = free_port()
-    log = open(home / "dagster_dev.log", "wb")
     proc = subprocess.Popen(
         [DAGSTER, "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)],
-        cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        cwd=REPO, env=env, stdout=open(home / "dagster_dev.log", "wb"), stderr=subprocess.STDOUT,
+        start_new_session=True,
     )  # fmt: skip
     try:
-        deadline = time.monotonic() + 240
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/server_info", timeout=5):
-                    break
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                assert proc.poll() is None and time.monotonic() < deadline, (home / "dagster_dev.log").read_text()[
-                    -3000:
-                ]
-                time.sleep(1)
+        wait_until("dagster dev is up", lambda: webserver_up(port, proc, home / "dagster_dev.log"), 300, 1)
         yield home, port, env
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-        log.close()
+        stop_groups([proc])
 
 
 def rows(database: str, sql: str) -> list[tuple]:
