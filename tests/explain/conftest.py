@@ -6,15 +6,12 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from keel.contracts.engine import CompiledContract
-from keel.contracts.spec import load_contract
-from keel.data.nycflights import read_raw, read_raw_month
 from keel.features.offline import offline_features
 from keel.home import asset_file
 from keel.registry import ModelRegistry
 from keel.storage import write_parquet_atomic
 from keel.training.model import TrainingConfig, train_model
-from tests.conftest import CONTRACTS
+from tests.features.conftest import validated_months
 
 MODEL = "flight-delay"
 MONTHS = ("2013-01", "2013-02", "2013-03")
@@ -22,12 +19,8 @@ MONTHS = ("2013-01", "2013-02", "2013-03")
 
 @pytest.fixture(scope="session")
 def features():
-    refs = {"planes.tailnum": read_raw("planes")["tailnum"]}
-    valid = {}
-    for table in ("flights", "weather"):
-        compiled = CompiledContract(load_contract(CONTRACTS / f"{table}.yaml"))
-        valid[table] = pl.concat([compiled.validate(read_raw_month(table, m), references=refs).valid for m in MONTHS])
-    return offline_features(valid["flights"], valid["weather"], read_raw("planes"), valid["flights"])
+    valid = validated_months(MONTHS)
+    return offline_features(valid["flights"], valid["weather"], valid["planes"], valid["flights"])
 
 
 @pytest.fixture(scope="session")

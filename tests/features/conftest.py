@@ -13,18 +13,21 @@ from keel.data.nycflights import read_raw, read_raw_month
 from tests.conftest import CONTRACTS
 
 
-@pytest.fixture(scope="session")
-def validated():
-    """Validated flights and weather for 2013-01 and 2013-02, as the pipeline produces them."""
+def validated_months(months: tuple[str, ...]) -> dict[str, pl.DataFrame]:
+    """Validated flights and weather of ``months``, as the pipeline produces them, and the planes."""
     refs = {"planes.tailnum": read_raw("planes")["tailnum"]}
     out = {}
     for table in ("flights", "weather"):
         compiled = CompiledContract(load_contract(CONTRACTS / f"{table}.yaml"))
-        out[table] = pl.concat(
-            [compiled.validate(read_raw_month(table, m), references=refs).valid for m in ("2013-01", "2013-02")]
-        )
+        out[table] = pl.concat([compiled.validate(read_raw_month(table, m), references=refs).valid for m in months])
     out["planes"] = read_raw("planes")
     return out
+
+
+@pytest.fixture(scope="session")
+def validated():
+    """Validated flights and weather for 2013-01 and 2013-02, as the pipeline produces them."""
+    return validated_months(("2013-01", "2013-02"))
 
 
 BACKENDS = ("sqlite", "redis")  # the online store's backends; the parity tests run against each
