@@ -52,7 +52,7 @@ CAUSAL_SPEC = Path(__file__).resolve().parent / "causal" / "low_visibility.yaml"
     "answering model version, score, latency, flight key) as Parquet.",
 )
 def experiment_exposures(context: dg.AssetExecutionContext, keel_home: KeelHomeResource) -> pl.DataFrame:
-    frame, scan = read_exposure_scan(keel_home.layout().serving.exposures, day=context.partition_key)
+    frame, scan = read_exposure_scan(keel_home.layout().exposure_dirs(), day=context.partition_key)
     if scan.skipped:
         context.log.warning(
             f"{scan.skipped} exposure-log lines were not whole records and were skipped: {scan.examples}"

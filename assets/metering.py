@@ -59,7 +59,7 @@ def usage(
 ) -> pl.DataFrame:
     days = context.partition_keys
     with policies.open() as store:
-        frame, skipped = read_usage(keel_home.layout().serving.root, days[0], days[-1], store)
+        frame, skipped = read_usage([d.root for d in keel_home.layout().serving_dirs()], days[0], days[-1], store)
     if skipped:
         context.log.warning(f"{skipped} exposure-log lines of {_span(days)} were not whole records: not metered")
     by_tenant = (

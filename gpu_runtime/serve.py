@@ -48,6 +48,13 @@ def main(argv: list[str] | None = None) -> int:
         help="address the gateway binds (default loopback; a container behind a Kubernetes Service needs 0.0.0.0)",
     )
     parser.add_argument("--triton-grpc-port", type=int, default=0, help="default: a free port")
+    parser.add_argument(
+        "--advertise-host",
+        default=os.environ.get("KEEL_ADVERTISE_HOST") or None,
+        help="the address other machines reach this runtime at ($KEEL_ADVERTISE_HOST; Kubernetes: the pod's IP). "
+        "Given, Triton's gRPC port binds all interfaces (its model-repository API still needs the admin key) and "
+        "endpoints.json announces this host instead of 127.0.0.1",
+    )
     parser.add_argument("--policy", type=Path, help="gateway policy YAML (default: built-in defaults)")
     parser.add_argument(
         "--max-body-bytes",
@@ -67,14 +74,19 @@ def main(argv: list[str] | None = None) -> int:
     if device not in ("cpu", "gpu"):
         parser.error(f"KEEL_RUNTIME_DEVICE must be cpu or gpu (which compute price applies), got {device!r}")
     home = KeelHome.from_env()
-    layout = home.serving
+    layout = home.replica(os.environ.get("KEEL_REPLICA"))  # serving/, or replicas/<name>/ of several runtimes
     layout.root.mkdir(parents=True, exist_ok=True)
     endpoints = layout.endpoints
     endpoints.unlink(missing_ok=True)  # a stale file from a run that crashed must not point deployments elsewhere
     admin_key = os.environ.get(ADMIN_KEY_ENV) or secrets.token_hex(16)
     server = TritonServer(
-        layout.model_repository, layout.triton_dir, grpc_port=args.triton_grpc_port or None, admin_key=admin_key
+        layout.model_repository,
+        layout.triton_dir,
+        grpc_port=args.triton_grpc_port or None,
+        admin_key=admin_key,
+        grpc_address="0.0.0.0" if args.advertise_host else "127.0.0.1",
     )
+    announced = args.advertise_host or "127.0.0.1"  # where deployments and clients of this replica connect
     orphan = reap_orphan(layout.triton_dir)
     if orphan:
         print(
@@ -126,10 +138,10 @@ def main(argv: list[str] | None = None) -> int:
             endpoints,
             {
                 "pid": os.getpid(),
-                "triton_grpc": server.grpc_url,
+                "triton_grpc": f"{announced}:{server.grpc_port}",
                 "triton_http": server.http_url,
                 "triton_metrics": f"127.0.0.1:{server.metrics_port}",
-                "gateway": f"{'127.0.0.1' if args.gateway_host in ('0.0.0.0', '::') else args.gateway_host}:{port}",
+                "gateway": f"{announced if args.gateway_host in ('0.0.0.0', '::') else args.gateway_host}:{port}",
                 "admin_key": admin_key,
                 "triton_version": server.info.triton_version if server.info else None,
                 "policy": policy.to_dict(),

@@ -129,8 +129,10 @@ class TritonServer:
         metrics_port: int | None = None,
         admin_key: str | None = None,
         log_verbose: int = 0,
+        grpc_address: str = "127.0.0.1",
     ):
         self.repository = Path(repository).resolve()
+        self.grpc_address = grpc_address  # 0.0.0.0 for a replica that deployments reach from other machines
         self.work_dir = Path(work_dir).resolve()
         self.http_port = http_port or free_port()
         self.grpc_port = grpc_port or free_port()
@@ -159,7 +161,7 @@ class TritonServer:
             f"--cache-directory={dist / 'caches'}",
             "--http-address=127.0.0.1",
             f"--http-port={self.http_port}",
-            "--grpc-address=127.0.0.1",
+            f"--grpc-address={self.grpc_address}",
             f"--grpc-port={self.grpc_port}",
             "--metrics-address=127.0.0.1",
             f"--metrics-port={self.metrics_port}",

@@ -9,12 +9,15 @@ after them. Keyed checkpoints close both, with a key kept outside the database:
 - every append also writes, in the same transaction, a checkpoint of the new head: HMAC-SHA256(key, chain name,
   sequence number, hash). Without the key nobody can make a checkpoint, so a recomputed chain, or an entry added
   by anything but keel, has a head without a valid checkpoint;
-- after the commit, the newest checkpoint is also written to a file beside the database (``<db>.head``, atomically).
-  Removing the newest entries (and their checkpoint rows) leaves the file pointing past the end of the log.
+- after the commit, the newest checkpoint is also *published* outside the log's transaction — to a file beside a
+  SQLite database (``<db>.head``), or to a table of a second schema for a Postgres one (``<schema>_witness``: no
+  filesystem is shared between machines; ``TableWitness``). Removing the newest entries (and their checkpoint rows)
+  leaves the published head pointing past the end of the log.
 
-``verify_chain`` checks all of it. The key comes from ``$KEEL_CHAIN_KEY`` or, when unset, from a file created on
-first use with mode 0600 (``keys/chain.key`` beside the database, i.e. under KEEL_HOME). What remains possible for
-someone who can write the files is documented in docs/policy.md ("What the chain proves").
+``verify_chain`` checks all of it. The key comes from ``$KEEL_CHAIN_KEY`` or, for a SQLite store when unset, from a
+file created on first use with mode 0600 (``keys/chain.key`` beside the database, i.e. under KEEL_HOME); a Postgres
+store requires the variable (``chain_key``). What remains possible for someone who can write the files or both
+schemas is documented in docs/policy.md ("What the chain proves") and docs/stores.md.
 """
 
 from __future__ import annotations
@@ -24,7 +27,6 @@ import hmac
 import json
 import os
 import secrets
-import sqlite3
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -94,20 +96,131 @@ class Link:
     recomputed: str
 
 
-class Checkpoints:
-    """Keyed checkpoints of a chain's head: a table in the chain's database and the newest one in ``<db>.head``."""
+class FileWitness:
+    """The published head and the journal of a chain kept in a SQLite file: ``<db>.head`` (one fixed-size record
+    rewritten in place) and ``<db>.journal`` (one JSON line per entry, O_APPEND) beside the database."""
 
-    def __init__(self, db: sqlite3.Connection, db_path: str | Path, chain: str, key: bytes | None = None):
-        self.db, self.chain = db, chain
+    def __init__(self, db_path: str | Path):
         self.db_path = Path(db_path)
         self.head_path = self.db_path.with_name(self.db_path.name + ".head")
-        self.key = key if key is not None else load_key(self.db_path)
+        self.journal_path = self.db_path.with_name(self.db_path.name + ".journal")
+        self.name, self.journal_name = self.head_path.name, self.journal_path.name
+        self.reset_hint = f"remove {self.head_path}"
+
+    def publish(self, record: dict) -> None:
+        # One fixed-size record rewritten in place with a single pwrite, not fsynced and not renamed (a rename over
+        # the old file makes ext4 flush it: 0.7 ms a commit). After a power loss the file may be older than the log,
+        # which verify accepts (it only has to not be newer), or torn, which reads as absent.
+        data = json.dumps(record).encode()
+        fd = os.open(self.head_path, os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            os.pwrite(fd, data.ljust(HEAD_RECORD_BYTES - 1) + b"\n", 0)
+        finally:
+            os.close(fd)
+
+    def read_head(self) -> dict | None:
+        try:
+            text = self.head_path.read_bytes().decode()
+            return json.loads(text) if text.strip() else None
+        except FileNotFoundError:
+            return None
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            return None
+
+    def append_journal(self, seq: int, line: str) -> None:
+        """One JSON line, O_APPEND: concurrent writers never interleave a line. Not fsynced, like the head: it guards
+        against removal, not against power loss."""
+        fd = os.open(self.journal_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, (line + "\n").encode())
+        finally:
+            os.close(fd)
+
+    def journal_lines(self) -> list[str]:
+        try:
+            return self.journal_path.read_text().splitlines()
+        except FileNotFoundError:
+            return []
+
+
+class TableWitness:
+    """The published head and the journal of a chain kept in Postgres, where no filesystem is shared between the
+    machines that write: rows of ``<schema>_witness.<chain>_published`` and ``<chain>_journal``, a schema of their
+    own so that a deployment can give keel's role INSERT and SELECT only there (docs/stores.md). Written after the
+    log's transaction committed, like the file: removing the newest log entries leaves the head pointing past the
+    end; the newest published row is the head (it never moves backwards)."""
+
+    def __init__(self, db, chain: str):
+        self.db = db
+        schema = db.location.witness_schema
+        self.published, self.journal = f"{schema}.{chain}_published", f"{schema}.{chain}_journal"
+        self.name, self.journal_name = self.published, self.journal
+        self.reset_hint = f"DELETE FROM {self.published} the rows past the log's end"
+        db.script(
+            sqlite="",
+            postgres=f"""
+            CREATE TABLE IF NOT EXISTS {self.published} (seq BIGINT PRIMARY KEY, record TEXT NOT NULL);
+            CREATE TABLE IF NOT EXISTS {self.journal} (seq BIGINT PRIMARY KEY, entry TEXT NOT NULL);
+            """,
+        )
+
+    def publish(self, record: dict) -> None:
+        self.db.execute(
+            f"INSERT INTO {self.published} (seq, record) VALUES (?, ?) ON CONFLICT (seq) DO NOTHING",
+            (int(record["seq"]), json.dumps(record)),
+        )
+
+    def read_head(self) -> dict | None:
+        row = self.db.execute(f"SELECT record FROM {self.published} ORDER BY seq DESC LIMIT 1").fetchone()
+        try:
+            return json.loads(row[0]) if row else None
+        except json.JSONDecodeError:
+            return None
+
+    def append_journal(self, seq: int, line: str) -> None:
+        self.db.execute(
+            f"INSERT INTO {self.journal} (seq, entry) VALUES (?, ?) ON CONFLICT (seq) DO NOTHING", (seq, line)
+        )
+
+    def journal_lines(self) -> list[str]:
+        return [r[0] for r in self.db.execute(f"SELECT entry FROM {self.journal} ORDER BY seq")]
+
+
+def chain_key(db) -> bytes:
+    """The checkpoint key of a store: ``$KEEL_CHAIN_KEY``; a SQLite store may fall back to its 0600 key file, a
+    Postgres store may not (its writers run on several machines: the key is a secret they are given)."""
+    if db.postgres:
+        given = os.environ.get(KEY_ENV)
+        if not given:
+            raise ChainKeyError(
+                f"{db.location.shown()}: a control plane on Postgres needs ${KEY_ENV} (the chain checkpoints' "
+                "HMAC key, the same secret on every machine that writes or verifies it)"
+            )
+        return given.encode()
+    return load_key(db.location)
+
+
+class Checkpoints:
+    """Keyed checkpoints of a chain's head: a table in the chain's database, and the newest one published outside
+    the log's transaction (``FileWitness`` beside a SQLite file, ``TableWitness`` for a Postgres schema)."""
+
+    def __init__(self, db, chain: str, key: bytes | None = None):
+        self.db, self.chain = db, chain
+        self.witness = TableWitness(db, chain) if db.postgres else FileWitness(db.location)
+        self.key = key if key is not None else chain_key(db)
         self.table = f"{chain}_checkpoints"
-        exists = db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (self.table,)).fetchone()
-        db.execute(
-            f"CREATE TABLE IF NOT EXISTS {self.table} (seq INTEGER PRIMARY KEY, hash TEXT NOT NULL, mac TEXT NOT NULL)"
+        exists = db.has_table(self.table)
+        db.script(
+            sqlite=f"CREATE TABLE IF NOT EXISTS {self.table} (seq INTEGER PRIMARY KEY, hash TEXT NOT NULL, "
+            "mac TEXT NOT NULL)",
+            postgres=f"CREATE TABLE IF NOT EXISTS {self.table} (seq BIGINT PRIMARY KEY, hash TEXT NOT NULL, "
+            "mac TEXT NOT NULL)",
         )
         self.created = not exists  # a log from before checkpoints: the store adopts its entries once
+
+    @property
+    def where(self) -> str:
+        return self.witness.name
 
     def mac(self, seq: int, digest: str) -> str:
         return hmac.new(self.key, f"{self.chain}|{seq}|{digest}".encode(), hashlib.sha256).hexdigest()
@@ -115,7 +228,8 @@ class Checkpoints:
     def record(self, seq: int, digest: str) -> None:
         """Inside the caller's write transaction: the checkpoint of the new head."""
         self.db.execute(
-            f"INSERT OR REPLACE INTO {self.table} (seq, hash, mac) VALUES (?, ?, ?)",
+            f"INSERT INTO {self.table} (seq, hash, mac) VALUES (?, ?, ?) "
+            "ON CONFLICT (seq) DO UPDATE SET hash = excluded.hash, mac = excluded.mac",
             (seq, digest, self.mac(seq, digest)),
         )
 
@@ -130,35 +244,21 @@ class Checkpoints:
             str(published.get("mac", "")), self.mac(seq, str(published.get("hash")))
         ):
             raise ChainTruncatedError(
-                f"{self.db_path}: the log ends at entry {head_seq} but entry {seq} was published "
-                f"({self.head_path.name}): its newest entries were removed. Nothing is appended until this is "
-                f"resolved; if the database was restored from a backup on purpose, remove {self.head_path}"
+                f"{shown_location(self.db)}: the log ends at entry {head_seq} but entry {seq} was published "
+                f"({self.witness.name}): its newest entries were removed. Nothing is appended until this is "
+                f"resolved; if the database was restored from a backup on purpose, {self.witness.reset_hint}"
             )
 
     def publish(self, seq: int, digest: str) -> None:
-        """After the commit: the newest checkpoint in the file beside the database (never moves backwards)."""
+        """After the commit: the newest checkpoint outside the log's transaction (never moves backwards)."""
         current = self.read_head()
         if current is not None and current.get("seq", 0) > seq:
             return
-        # One fixed-size record rewritten in place with a single pwrite, not fsynced and not renamed (a rename over
-        # the old file makes ext4 flush it: 0.7 ms a commit). After a power loss the file may be older than the log,
-        # which verify accepts (it only has to not be newer), or torn, which reads as absent.
-        data = json.dumps({"chain": self.chain, "seq": seq, "hash": digest, "mac": self.mac(seq, digest)}).encode()
-        fd = os.open(self.head_path, os.O_WRONLY | os.O_CREAT, 0o644)
-        try:
-            os.pwrite(fd, data.ljust(HEAD_RECORD_BYTES - 1) + b"\n", 0)
-        finally:
-            os.close(fd)
+        self.witness.publish({"chain": self.chain, "seq": seq, "hash": digest, "mac": self.mac(seq, digest)})
 
     def read_head(self) -> dict | None:
         """The published head, or None when there is none (never published, or torn by a power loss)."""
-        try:
-            text = self.head_path.read_bytes().decode()
-            return json.loads(text) if text.strip() else None
-        except FileNotFoundError:
-            return None
-        except (UnicodeDecodeError, json.JSONDecodeError):
-            return None
+        return self.witness.read_head()
 
     def valid(self, seq: int, digest: str) -> bool:
         """Whether the stored checkpoint of ``seq`` is a genuine one for ``digest``."""
@@ -188,10 +288,10 @@ class Checkpoints:
             newest = links[-1].seq if links else 0
             by_seq = {link.seq: link for link in links}
             if not hmac.compare_digest(str(published.get("mac", "")), self.mac(seq, digest)):
-                out.append(f"{self.head_path.name}: the published head is not a genuine checkpoint")
+                out.append(f"{self.witness.name}: the published head is not a genuine checkpoint")
             elif seq > newest:
                 out.append(
-                    f"the log ends at entry {newest} but entry {seq} was published by {self.head_path.name}: "
+                    f"the log ends at entry {newest} but entry {seq} was published by {self.witness.name}: "
                     f"entries {newest + 1}…{seq} were removed (truncated)"
                 )
             elif seq in by_seq and by_seq[seq].hash != digest:
@@ -202,10 +302,17 @@ class Checkpoints:
         """Checkpoint entries written before this store had checkpoints (trust on first use, once, when the
         checkpoint table is created on an existing log). Returns how many were adopted."""
         rows = [(seq, digest, self.mac(seq, digest)) for seq, digest in entries]
-        self.db.executemany(f"INSERT OR IGNORE INTO {self.table} (seq, hash, mac) VALUES (?, ?, ?)", rows)
+        self.db.executemany(
+            f"INSERT INTO {self.table} (seq, hash, mac) VALUES (?, ?, ?) ON CONFLICT DO NOTHING", rows
+        )
         if rows:
             self.publish(*rows[-1][:2])
         return len(rows)
+
+
+def shown_location(db) -> str:
+    loc = db.location
+    return loc.shown() if hasattr(loc, "shown") else str(loc)
 
 
 def verify_chain(

@@ -85,9 +85,15 @@ def invert_model(text: str) -> str:
     return re.sub(r"^tree_sizes=.*\n", "", out, flags=re.MULTILINE)
 
 
-def remove_newest_commit(db_path: Path) -> int:
-    """What someone with write access to the file can do: drop the append-only triggers and delete the newest policy
-    commit (its policy rows and its checkpoint too). Returns the version removed."""
+def remove_newest_commit(db_path) -> int:
+    """What someone with write access to the database can do: take the append-only triggers away and delete the
+    newest policy commit (its policy rows and its checkpoint too). Returns the version removed. ``db_path``: the
+    SQLite file, or the Postgres schema of a control plane there (the triggers disabled and enabled again inside
+    the one transaction, as its owner can)."""
+    from keel.sqldb import PgLocation
+
+    if isinstance(db_path, PgLocation):
+        return _remove_newest_commit_postgres(db_path)
     db = sqlite3.connect(db_path, timeout=30, isolation_level=None)
     try:
         db.execute("BEGIN IMMEDIATE")
@@ -102,6 +108,29 @@ def remove_newest_commit(db_path: Path) -> int:
         db.execute("DELETE FROM commits WHERE version = ?", (version,))
         db.execute("DELETE FROM policy_checkpoints WHERE seq = ?", (version,))
         db.execute("COMMIT")
+        return version
+    finally:
+        db.close()
+
+
+def _remove_newest_commit_postgres(location) -> int:
+    from keel.sqldb import Database
+
+    db = Database.open(location, create=False)
+    try:
+        with db.write(lock="commits"):
+            row = db.execute("SELECT MAX(version) FROM commits").fetchone()
+            if not row or row[0] is None:
+                raise DrillError(f"{location.shown()}: the policy store has no commit to remove")
+            version = int(row[0])
+            tables = ("commits", "policy_versions")
+            for table in tables:
+                db.execute(f"ALTER TABLE {table} DISABLE TRIGGER USER")
+            db.execute("DELETE FROM policy_versions WHERE version = ?", (version,))
+            db.execute("DELETE FROM commits WHERE version = ?", (version,))
+            db.execute("DELETE FROM policy_checkpoints WHERE seq = ?", (version,))
+            for table in tables:
+                db.execute(f"ALTER TABLE {table} ENABLE TRIGGER USER")
         return version
     finally:
         db.close()

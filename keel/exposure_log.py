@@ -20,6 +20,7 @@ import errno
 import json
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -109,14 +110,19 @@ def _problem(record: Any) -> str | None:
     return None
 
 
-def scan_exposures(directory: str | Path, *, since: float | None = None, day: str | None = None) -> ExposureScan:
+def scan_exposures(
+    directory: str | Path | Sequence[str | Path], *, since: float | None = None, day: str | None = None
+) -> ExposureScan:
     """Every whole record of the day files, oldest day first. ``since`` (epoch seconds) skips whole files of
     earlier UTC days; ``day`` (YYYY-MM-DD) reads that day's file only. A line that is not a whole record is skipped
-    and counted, never fatal to the read."""
+    and counted, never fatal to the read. ``directory`` may be several — one per gateway (``KeelHome.exposure_dirs``):
+    the records of all of them, each directory's in its order."""
     first = time.strftime("%Y%m%d", time.gmtime(since)) if since else None
     wanted = day.replace("-", "") if day else None
     scan = ExposureScan()
-    for path in sorted(Path(directory).glob("exposures-*.jsonl")):
+    directories = [directory] if isinstance(directory, str | Path) else list(directory)
+    files = [p for d in directories for p in sorted(Path(d).glob("exposures-*.jsonl"))]
+    for path in files:
         stamp = path.stem.removeprefix("exposures-")
         if (first and stamp < first) or (wanted and stamp != wanted):
             continue

@@ -5,8 +5,9 @@
     $KEEL_HOME/
       storage/<asset>/<partition>.parquet   assets' values (the Parquet IO manager; ``asset_file``), reports beside them
       registry/                             model registry (text models + metadata)
-      ledger.sqlite                         release ledger (hash-chained)
-      policies.sqlite                       policy store (hash-chained)
+      ledger.sqlite                         release ledger (hash-chained)      } or a Postgres schema:
+      policies.sqlite                       policy store (hash-chained)        } $KEEL_CONTROL_PLANE
+      registry/registry.sqlite              model metadata and aliases         } (keel.sqldb)
       keys/chain.key                        the chain checkpoints' HMAC key (0600), unless $KEEL_CHAIN_KEY
       online/features.sqlite                online feature store
       experiments/<id>/spec.yaml            experiments started with ``keel experiment start``
@@ -29,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from keel.names import validate_name
+from keel.sqldb import Location, control_plane
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -47,8 +49,11 @@ class KeelHome:
         return cls(Path(root).resolve()) if root else cls.from_env()
 
     # -- the control plane ---------------------------------------------------------------------------------------
-    def shown(self, path: Path) -> str:
-        """``path`` as the UI and logs show it: ``$KEEL_HOME/...`` inside the home (no machine paths), else as is."""
+    def shown(self, path: Path | Location) -> str:
+        """``path`` as the UI and logs show it: ``$KEEL_HOME/...`` inside the home (no machine paths), else as is (a
+        Postgres location without its password)."""
+        if not isinstance(path, Path):
+            return str(path)
         try:
             return f"$KEEL_HOME/{Path(path).resolve().relative_to(self.root).as_posix()}"
         except ValueError:
@@ -60,9 +65,10 @@ class KeelHome:
         return self.root / "clock.json"
 
     @property
-    def incidents(self) -> Path:
-        """The incident log (keel.incidents.IncidentLog)."""
-        return self.root / "incidents.sqlite"
+    def incidents(self) -> Location:
+        """The incident log (keel.incidents.IncidentLog): ``incidents.sqlite``, or the Postgres schema of
+        ``$KEEL_CONTROL_PLANE``."""
+        return control_plane(self.root / "incidents.sqlite", "incidents")
 
     @property
     def landing(self) -> Path:
@@ -74,12 +80,14 @@ class KeelHome:
         return self.root / "registry"
 
     @property
-    def ledger(self) -> Path:
-        return self.root / "ledger.sqlite"
+    def ledger(self) -> Location:
+        """``ledger.sqlite``, or the Postgres schema of ``$KEEL_CONTROL_PLANE`` (keel.sqldb.control_plane)."""
+        return control_plane(self.root / "ledger.sqlite", "entries")
 
     @property
-    def policies(self) -> Path:
-        return self.root / "policies.sqlite"
+    def policies(self) -> Location:
+        """``policies.sqlite``, or the Postgres schema of ``$KEEL_CONTROL_PLANE``."""
+        return control_plane(self.root / "policies.sqlite", "commits")
 
     @property
     def online_store(self) -> Path:
@@ -111,6 +119,24 @@ class KeelHome:
     @property
     def serving(self) -> ServingDir:
         return ServingDir(self.root / "serving")
+
+    def replica(self, name: str | None) -> ServingDir:
+        """The serving directory of one model-runtime replica (``$KEEL_REPLICA``): ``replicas/<name>/``, so that
+        several gateways and Tritons on one home never write the same file (each its own routing, endpoints,
+        exposure and compute logs). None: the single runtime's ``serving/``."""
+        if not name:
+            return self.serving
+        return ServingDir(self.root / "replicas" / validate_name(name, what="replica name"))
+
+    def serving_dirs(self) -> list[ServingDir]:
+        """Every runtime of this home: its replicas (``replicas/<name>/``) when it has any, else ``serving/`` — what
+        readers of the exposure and compute logs (canaries, metering) and a deployment to all runtimes go through."""
+        replicas = sorted(p for p in (self.root / "replicas").glob("*") if p.is_dir())
+        return [ServingDir(p) for p in replicas] or [self.serving]
+
+    def exposure_dirs(self) -> list[Path]:
+        """The exposure logs of every gateway of this home (one directory each: no file has two writers)."""
+        return [d.exposures for d in self.serving_dirs()]
 
 
 def asset_file(storage: Path, key_path: list[str], partition: str | None = None) -> Path:

@@ -3,7 +3,7 @@ timeline — injected, detected, located (the root cause as named), acted on, re
 (requests failed and degraded during it).
 
 ``IncidentLog`` keeps them in ``$KEEL_HOME/incidents.sqlite`` (WAL, synchronous=FULL, like the other control-plane
-logs). ``open_incident`` is idempotent by ``key`` (what the fault is: a canary and its version, a delivery): a
+logs), or in the control plane's Postgres schema (``$KEEL_CONTROL_PLANE``, keel.sqldb). ``open_incident`` is idempotent by ``key`` (what the fault is: a canary and its version, a delivery): a
 duplicate sensor tick or a restarted daemon updates the same record instead of opening a second one. Times are ISO
 8601 strings on the shared clock (simulated in the live year).
 """
@@ -15,7 +15,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from keel.storage import Closing, connect_durable, immediate
+from keel.sqldb import Database, Location, location_of
+from keel.storage import Closing
 
 TIMELINE = ("injected_at", "detected_at", "acted_at", "recovered_at")
 
@@ -46,15 +47,21 @@ class Incident:
 COLUMNS = [f.name for f in fields(Incident)]
 
 
+COLUMNS_SQL = (
+    "key TEXT UNIQUE NOT NULL, kind TEXT NOT NULL, severity TEXT NOT NULL, summary TEXT NOT NULL, located TEXT, "
+    "action TEXT, injected_at TEXT, detected_at TEXT, acted_at TEXT, recovered_at TEXT, requests_failed BIGINT, "
+    "requests_degraded BIGINT, source TEXT, details TEXT"
+)
+
+
 class IncidentLog(Closing):
-    def __init__(self, path: str | Path):
-        self.path = Path(path)
-        self._db = connect_durable(self.path)
-        self._db.execute(
-            "CREATE TABLE IF NOT EXISTS incidents (id INTEGER PRIMARY KEY AUTOINCREMENT, key TEXT UNIQUE NOT NULL, "
-            "kind TEXT NOT NULL, severity TEXT NOT NULL, summary TEXT NOT NULL, located TEXT, action TEXT, "
-            "injected_at TEXT, detected_at TEXT, acted_at TEXT, recovered_at TEXT, requests_failed INTEGER, "
-            "requests_degraded INTEGER, source TEXT, details TEXT)"
+    def __init__(self, location: str | Path | Location):
+        self.location = location_of(location)
+        self.path = self.location
+        self._db = Database.open(self.location)
+        self._db.script(
+            sqlite=f"CREATE TABLE IF NOT EXISTS incidents (id INTEGER PRIMARY KEY AUTOINCREMENT, {COLUMNS_SQL})",
+            postgres=f"CREATE TABLE IF NOT EXISTS incidents (id BIGSERIAL PRIMARY KEY, {COLUMNS_SQL})",
         )
 
     def close(self) -> None:
@@ -68,7 +75,7 @@ class IncidentLog(Closing):
         values = {"kind": kind, "severity": severity, "summary": summary} | {
             k: (json.dumps(v, default=str) if k == "details" else v) for k, v in fields_.items() if v is not None
         }
-        with immediate(self._db):
+        with self._db.write(lock="incidents"):
             row = self._db.execute("SELECT id FROM incidents WHERE key = ?", (key,)).fetchone()
             if row is None:
                 names = ["key", *values]

@@ -1,6 +1,8 @@
-"""The release ledger: an append-only, hash-chained log of which release was live from when, in SQLite.
+"""The release ledger: an append-only, hash-chained log of which release was live from when, in SQLite (the embedded
+default) or a Postgres schema (keel.sqldb: the same tables and guarantees).
 
-WAL mode with synchronous=FULL: an append acknowledged to the caller survives a crash. Each entry's hash covers its
+SQLite in WAL mode with synchronous=FULL, or Postgres with its durable commits: an append acknowledged to the caller
+survives a crash; appends queue on the log (gap-free numbers under concurrent writers). Each entry's hash covers its
 content and the previous entry's hash, and each append checkpoints the new head with a key kept outside the
 database (keel.chain), so ``verify`` detects an edited, reordered or removed entry, removed newest entries and a
 recomputed chain; triggers refuse UPDATE and DELETE through SQL. A revert is a new entry pointing back at an earlier
@@ -17,7 +19,10 @@ from typing import Any
 
 from keel.chain import GENESIS, Checkpoints, Link, link_hash, verify_chain
 from keel.errors import KeelError
-from keel.storage import Closing, connect_durable, immediate
+from keel.sqldb import Database, Location, append_only_sql, location_of
+from keel.storage import Closing
+
+COLUMNS = "seq, release_id, live_from, manifest, reverts, prev_hash, hash"
 
 
 class LedgerError(KeelError):
@@ -53,22 +58,30 @@ def entry_hash(
     return link_hash(prev_hash, [seq, release_id, live_from, manifest_json, reverts])
 
 
+SCHEMA_SQLITE = """
+CREATE TABLE IF NOT EXISTS entries (seq INTEGER PRIMARY KEY, release_id TEXT NOT NULL, live_from TEXT NOT NULL,
+                                    manifest TEXT NOT NULL, reverts INTEGER, prev_hash TEXT NOT NULL, hash TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS entries_live_from ON entries (live_from);
+"""
+SCHEMA_POSTGRES = """
+CREATE TABLE IF NOT EXISTS entries (seq BIGINT PRIMARY KEY, release_id TEXT NOT NULL, live_from TEXT COLLATE "C" NOT NULL,
+                                    manifest TEXT NOT NULL, reverts BIGINT, prev_hash TEXT NOT NULL, hash TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS entries_live_from ON entries (live_from);
+"""
+
+
 class Ledger(Closing):
-    def __init__(self, path: str | Path, *, key: bytes | None = None):
-        self.path = Path(path)
-        self._db = connect_durable(self.path)
-        self._db.executescript(
-            """
-            CREATE TABLE IF NOT EXISTS entries (seq INTEGER PRIMARY KEY, release_id TEXT NOT NULL, live_from TEXT NOT NULL,
-                                                manifest TEXT NOT NULL, reverts INTEGER, prev_hash TEXT NOT NULL, hash TEXT NOT NULL);
-            CREATE INDEX IF NOT EXISTS entries_live_from ON entries (live_from);
-            CREATE TRIGGER IF NOT EXISTS entries_no_update BEFORE UPDATE ON entries
-                BEGIN SELECT RAISE(ABORT, 'the ledger is append-only: UPDATE refused'); END;
-            CREATE TRIGGER IF NOT EXISTS entries_no_delete BEFORE DELETE ON entries
-                BEGIN SELECT RAISE(ABORT, 'the ledger is append-only: DELETE refused'); END;
-            """
+    """``location``: a SQLite file, or a Postgres schema (``postgresql://…?schema=…``; keel.sqldb)."""
+
+    def __init__(self, location: str | Path | Location, *, key: bytes | None = None):
+        self.location = location_of(location)
+        self.path = self.location
+        self._db = Database.open(self.location)
+        self._db.script(
+            sqlite=SCHEMA_SQLITE + append_only_sql(["entries"], "the ledger", dialect="sqlite"),
+            postgres=SCHEMA_POSTGRES + append_only_sql(["entries"], "the ledger", dialect="postgres"),
         )
-        self.checkpoints = Checkpoints(self._db, self.path, "ledger", key)
+        self.checkpoints = Checkpoints(self._db, "ledger", key)
         if self.checkpoints.created:
             self.checkpoints.adopt(self._db.execute("SELECT seq, hash FROM entries ORDER BY seq").fetchall())
 
@@ -86,7 +99,7 @@ class Ledger(Closing):
         """Record that ``release_id`` is live from ``live_from`` (default now). Returns once durable."""
         when = _utc(live_from) if live_from is not None else datetime.now(UTC)
         manifest_json = json.dumps(manifest, sort_keys=True, separators=(",", ":"), default=str)
-        with immediate(self._db):
+        with self._db.write(lock="entries"):
             last = self._db.execute("SELECT seq, live_from, hash FROM entries ORDER BY seq DESC LIMIT 1").fetchone()
             seq, prev = (last[0] + 1, last[2]) if last else (1, GENESIS)
             self.checkpoints.refuse_if_truncated(seq - 1)
@@ -114,13 +127,13 @@ class Ledger(Closing):
         return LedgerEntry(seq, release_id, _utc(live_from), json.loads(manifest), reverts, prev, digest)
 
     def entry(self, seq: int) -> LedgerEntry:
-        row = self._db.execute("SELECT * FROM entries WHERE seq = ?", (seq,)).fetchone()
+        row = self._db.execute(f"SELECT {COLUMNS} FROM entries WHERE seq = ?", (seq,)).fetchone()
         if row is None:
             raise LedgerError(f"no ledger entry {seq}")
         return self._row(row)
 
     def log(self) -> list[LedgerEntry]:
-        return [self._row(r) for r in self._db.execute("SELECT * FROM entries ORDER BY seq")]
+        return [self._row(r) for r in self._db.execute(f"SELECT {COLUMNS} FROM entries ORDER BY seq")]
 
     def at(self, when: datetime | str) -> LedgerEntry | None:
         """The release live at ``when``: the latest entry whose live_from is at or before it (boundaries inclusive).
@@ -130,20 +143,18 @@ class Ledger(Closing):
         """
         stamp = _utc(when).isoformat()
         row = self._db.execute(
-            "SELECT * FROM entries WHERE live_from <= ? ORDER BY live_from DESC, seq DESC LIMIT 1", (stamp,)
+            f"SELECT {COLUMNS} FROM entries WHERE live_from <= ? ORDER BY live_from DESC, seq DESC LIMIT 1", (stamp,)
         ).fetchone()
         return self._row(row) if row else None
 
     def verify(self) -> VerifyResult:
         problems = []
         published = self.checkpoints.read_head()  # before the log: an append landing meanwhile is not a truncation
-        integrity = self._db.execute("PRAGMA integrity_check").fetchone()[0]
-        if integrity != "ok":
-            problems.append(f"sqlite integrity_check: {integrity}")
+        problems += self._db.integrity_problems()
         links = [
             Link(seq, prev_hash, digest, entry_hash(prev_hash, seq, release_id, live_from, manifest, reverts))
             for seq, release_id, live_from, manifest, reverts, prev_hash, digest in self._db.execute(
-                "SELECT seq, release_id, live_from, manifest, reverts, prev_hash, hash FROM entries ORDER BY rowid"
+                "SELECT seq, release_id, live_from, manifest, reverts, prev_hash, hash FROM entries ORDER BY seq"
             )
         ]
         problems += verify_chain(links, self.checkpoints, published=published)

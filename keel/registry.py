@@ -1,4 +1,5 @@
-"""The model registry: LightGBM text files addressed by sha256, metadata and aliases in SQLite.
+"""The model registry: LightGBM text files addressed by sha256, metadata and aliases in SQLite (or the control
+plane's Postgres schema: ``metadata_location``).
 
 Files live at ``<root>/models/<sha256>.txt`` (written atomically; never pickles). ``registry.sqlite`` (WAL,
 synchronous=FULL) holds each model's metadata (training partitions and data versions, contract hashes, feature code
@@ -18,7 +19,8 @@ from typing import Any
 
 from keel.errors import KeelError
 from keel.names import validate_name
-from keel.storage import Closing, _atomic, connect_durable, immediate
+from keel.sqldb import Database, Location, control_plane, location_exists, location_of
+from keel.storage import Closing, _atomic
 
 ALIASES = ("champion", "challenger", "archived")
 
@@ -35,22 +37,42 @@ class RegisteredModel:
     registered_at: datetime
 
 
+SCHEMA_SQLITE = """
+CREATE TABLE IF NOT EXISTS models (name TEXT NOT NULL, sha256 TEXT NOT NULL, metadata TEXT NOT NULL,
+                                   registered_at TEXT NOT NULL, PRIMARY KEY (name, sha256));
+CREATE TABLE IF NOT EXISTS aliases (name TEXT NOT NULL, alias TEXT NOT NULL, sha256 TEXT NOT NULL,
+                                    PRIMARY KEY (name, alias));
+CREATE TABLE IF NOT EXISTS alias_events (id INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT NOT NULL,
+                                         alias TEXT NOT NULL, sha256 TEXT, previous TEXT, reason TEXT NOT NULL,
+                                         at TEXT NOT NULL);
+"""
+# Postgres has no rowid: ``id`` numbers the models in the order they were registered (registrations queue on the
+# table, so a later registration never gets a smaller id — a model's registry version never changes).
+SCHEMA_POSTGRES = """
+CREATE TABLE IF NOT EXISTS models (id BIGSERIAL UNIQUE, name TEXT NOT NULL, sha256 TEXT NOT NULL,
+                                   metadata TEXT NOT NULL, registered_at TEXT NOT NULL, PRIMARY KEY (name, sha256));
+CREATE TABLE IF NOT EXISTS aliases (name TEXT NOT NULL, alias TEXT NOT NULL, sha256 TEXT NOT NULL,
+                                    PRIMARY KEY (name, alias));
+CREATE TABLE IF NOT EXISTS alias_events (id BIGSERIAL PRIMARY KEY, name TEXT NOT NULL, alias TEXT NOT NULL,
+                                         sha256 TEXT, previous TEXT, reason TEXT NOT NULL, at TEXT NOT NULL);
+"""
+
+
+def metadata_location(root: str | Path) -> Location:
+    """Where the metadata of the registry at ``root`` lives: ``<root>/registry.sqlite``, or the control plane's
+    Postgres schema when ``$KEEL_CONTROL_PLANE`` names one (the model files stay under ``root``: immutable,
+    content-addressed, written atomically — safe on a shared volume or an object store's mount)."""
+    return control_plane(Path(root) / "registry.sqlite")
+
+
 class ModelRegistry(Closing):
-    def __init__(self, root: str | Path):
+    def __init__(self, root: str | Path, *, metadata: str | Path | Location | None = None):
         self.root = Path(root)
         (self.root / "models").mkdir(parents=True, exist_ok=True)
-        self._db = connect_durable(self.root / "registry.sqlite")
-        self._db.executescript(
-            """
-            CREATE TABLE IF NOT EXISTS models (name TEXT NOT NULL, sha256 TEXT NOT NULL, metadata TEXT NOT NULL,
-                                               registered_at TEXT NOT NULL, PRIMARY KEY (name, sha256));
-            CREATE TABLE IF NOT EXISTS aliases (name TEXT NOT NULL, alias TEXT NOT NULL, sha256 TEXT NOT NULL,
-                                                PRIMARY KEY (name, alias));
-            CREATE TABLE IF NOT EXISTS alias_events (id INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT NOT NULL,
-                                                     alias TEXT NOT NULL, sha256 TEXT, previous TEXT, reason TEXT NOT NULL,
-                                                     at TEXT NOT NULL);
-            """
-        )
+        self.location = location_of(metadata) if metadata is not None else metadata_location(self.root)
+        self._db = Database.open(self.location)
+        self._db.script(sqlite=SCHEMA_SQLITE, postgres=SCHEMA_POSTGRES)
+        self._order = "id" if self._db.postgres else "rowid"  # registration order
 
     def close(self) -> None:
         self._db.close()
@@ -71,7 +93,9 @@ class ModelRegistry(Closing):
         if not path.exists():
             _atomic(path, lambda fh: fh.write(data))
         now = datetime.now(UTC)
-        with immediate(self._db):  # read-merge-write as one transaction: concurrent annotations are not lost
+        with self._db.write(
+            lock="models"
+        ):  # read-merge-write as one transaction: concurrent annotations are not lost
             row = self._db.execute(
                 "SELECT metadata, registered_at FROM models WHERE name = ? AND sha256 = ?", (name, sha)
             ).fetchone()
@@ -118,8 +142,8 @@ class ModelRegistry(Closing):
         """The model's registry version: 1 for the first model registered under ``name``, 2 for the next, …
         (Triton serves registry version N as model version N)."""
         row = self._db.execute(
-            "SELECT COUNT(*) FROM models WHERE name = ? AND rowid <= "
-            "(SELECT rowid FROM models WHERE name = ? AND sha256 = ?)",
+            f"SELECT COUNT(*) FROM models WHERE name = ? AND {self._order} <= "
+            f"(SELECT {self._order} FROM models WHERE name = ? AND sha256 = ?)",
             (name, name, sha256),
         ).fetchone()
         if (
@@ -139,7 +163,8 @@ class ModelRegistry(Closing):
     def sha_of_version(self, name: str, version: int) -> str:
         """The sha256 of registry version ``version`` of ``name`` (the inverse of ``version``)."""
         row = self._db.execute(
-            "SELECT sha256 FROM models WHERE name = ? ORDER BY rowid LIMIT 1 OFFSET ?", (name, max(version - 1, 0))
+            f"SELECT sha256 FROM models WHERE name = ? ORDER BY {self._order} LIMIT 1 OFFSET ?",
+            (name, max(version - 1, 0)),
         ).fetchone()
         if row is None or version < 1:
             raise RegistryError(f"model {name} has no registry version {version}")
@@ -153,7 +178,7 @@ class ModelRegistry(Closing):
         if alias not in ALIASES:
             raise RegistryError(f"unknown alias {alias!r} (known: {', '.join(ALIASES)})")
         self.get(name, sha256)
-        with immediate(self._db):
+        with self._db.write(lock="aliases"):
             self._set(name, alias, sha256, reason)
 
     def _set(self, name: str, alias: str, sha256: str, reason: str) -> None:
@@ -170,7 +195,7 @@ class ModelRegistry(Closing):
     def promote(self, name: str, sha256: str, reason: str) -> None:
         """Make ``sha256`` the champion; the previous champion becomes archived. One transaction."""
         self.get(name, sha256)
-        with immediate(self._db):
+        with self._db.write(lock="aliases"):
             previous = self.alias(name, "champion")
             if previous and previous != sha256:
                 self._set(name, "archived", previous, f"replaced by {sha256[:12]}: {reason}")
@@ -178,15 +203,13 @@ class ModelRegistry(Closing):
 
     def rollback(self, name: str, reason: str) -> str:
         """Restore the previous champion (the archived one); returns its sha256."""
-        self._db.execute("BEGIN IMMEDIATE")
-        archived, current = self.alias(name, "archived"), self.alias(name, "champion")
-        if archived is None:
-            self._db.execute("ROLLBACK")
-            raise RegistryError(f"model {name} has no archived champion to roll back to")
-        self._set(name, "champion", archived, f"rollback: {reason}")
-        if current:
-            self._set(name, "archived", current, f"rolled back: {reason}")
-        self._db.execute("COMMIT")
+        with self._db.write(lock="aliases"):
+            archived, current = self.alias(name, "archived"), self.alias(name, "champion")
+            if archived is None:
+                raise RegistryError(f"model {name} has no archived champion to roll back to")
+            self._set(name, "champion", archived, f"rollback: {reason}")
+            if current:
+                self._set(name, "archived", current, f"rolled back: {reason}")
         return archived
 
     def events(self, name: str) -> list[dict[str, Any]]:
@@ -199,7 +222,7 @@ class ModelRegistry(Closing):
 def versions_lookup(root: str | Path) -> Callable[[str], set[int]] | None:
     """``model → its registry versions`` for the registry at ``root`` (None when there is none there): what the
     policy store checks model versions against."""
-    if not (Path(root) / "registry.sqlite").exists():
+    if not location_exists(metadata_location(root), "models"):
         return None
 
     def versions_of(model: str) -> set[int]:

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import dagster as dg
 
 from keel.home import KeelHome
 from keel.ledger import Ledger
+from keel.sqldb import location_of
 
 
 class LedgerResource(dg.ConfigurableResource):
@@ -15,4 +14,4 @@ class LedgerResource(dg.ConfigurableResource):
     home: str | None = None  # KEEL_HOME (definitions.py: the KEEL_HOME environment variable); None: read when used
 
     def open(self) -> Ledger:
-        return Ledger(Path(self.path) if self.path else KeelHome.of(self.home).ledger)
+        return Ledger(location_of(self.path) if self.path else KeelHome.of(self.home).ledger)

@@ -9,6 +9,7 @@ import dagster as dg
 from keel.home import KeelHome
 from keel.policies import PolicyStore
 from keel.registry import versions_lookup
+from keel.sqldb import location_of
 
 
 class PolicyStoreResource(dg.ConfigurableResource):
@@ -19,6 +20,6 @@ class PolicyStoreResource(dg.ConfigurableResource):
     def open(self) -> PolicyStore:
         registry_root = Path(self.registry_root) if self.registry_root else KeelHome.of(self.home).registry
         return PolicyStore(
-            Path(self.path) if self.path else KeelHome.of(self.home).policies,
+            location_of(self.path) if self.path else KeelHome.of(self.home).policies,
             versions_of=versions_lookup(registry_root),
         )

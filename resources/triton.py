@@ -16,6 +16,7 @@ from gpu_runtime.deploy import Deployer
 from gpu_runtime.repository import ModelRepository, ServingConfig
 from gpu_runtime.runtime import RuntimeSettings, TritonRuntime
 from gpu_runtime.triton import TritonControl, TritonServer
+from keel.deploy.routing import ReplicatedDeployer
 from keel.home import KeelHome, ServingDir
 
 
@@ -34,7 +35,16 @@ class TritonResource(dg.ConfigurableResource):
     fault_file: str | None = None
 
     def layout(self) -> ServingDir:
-        return ServingDir(Path(self.serving_dir)) if self.serving_dir else KeelHome.of(self.home).serving
+        """The configured serving directory, else the home's runtime — with several replicas, the first one running
+        (its endpoints.json present)."""
+        if self.serving_dir:
+            return ServingDir(Path(self.serving_dir))
+        return self._running()[0]
+
+    def _running(self) -> list[ServingDir]:
+        """The home's runtimes that run now (a stopped replica removed its endpoints.json), else all of them."""
+        every = KeelHome.of(self.home).serving_dirs()
+        return [d for d in every if d.endpoints.exists()] or every
 
     def runtime(self) -> TritonRuntime:
         return TritonRuntime(
@@ -64,8 +74,16 @@ class TritonResource(dg.ConfigurableResource):
     def serving_config(self, n_features: int) -> ServingConfig:
         return self.runtime().serving_config(n_features)
 
-    def deployer(self, n_features: int, control: TritonControl | None = None) -> Deployer:
-        return self.runtime().deployer(n_features, control)
+    def deployer(self, n_features: int, control: TritonControl | None = None) -> Deployer | ReplicatedDeployer:
+        """The deployer of this runtime; with no ``serving_dir`` configured and several runtime replicas in the home
+        (``$KEEL_REPLICA`` of each ``gpu_runtime.serve``), one deployment to all of them, one after another."""
+        # the replicas that run now (a stopped one restores its own last routing table when it starts again —
+        # docs/kubernetes.md, "What remains single-node")
+        replicas = [] if self.serving_dir else self._running()
+        if len(replicas) <= 1:
+            return self.runtime().deployer(n_features, control)
+        settings = self.runtime().settings
+        return ReplicatedDeployer({d.root.name: TritonRuntime(d, settings).deployer(n_features) for d in replicas})
 
     def server(self) -> TritonServer:
         return self.runtime().server()

@@ -42,7 +42,7 @@ def canary_sensor(
     now, sim_now = sim.timestamp(), sim.isoformat(timespec="seconds")
     with policies.open() as store, registry.open() as reg:
         started = start_loop_canary(context, store, reg)
-        acted = tick(store, reg, home.serving.exposures, now, storage_dir=home.storage, problems=problems)
+        acted = tick(store, reg, home.exposure_dirs(), now, storage_dir=home.storage, problems=problems)
     severity = {"rollback": "warning", "pause": "warning"}
     send_alerts(
         home,

@@ -35,7 +35,9 @@ def judge_budgets(home, now: float, problems: list[str]) -> list[str]:
         if budget is None:
             return []
         first = period_start_day(now, budget.body.get("period", "day"))
-        spend = spend_by_tenant(home.serving.root, store, budget.body["tenants"], first, day_of(now))
+        spend = spend_by_tenant(
+            [d.root for d in home.serving_dirs()], store, budget.body["tenants"], first, day_of(now)
+        )
     said = []
     try:
         sender = AlertSender.for_home(home)
@@ -69,8 +71,10 @@ def metering_sensor(context: dg.SensorEvaluationContext, keel_home: KeelHomeReso
     problems: list[str] = []
     for line in judge_budgets(home, now, problems):
         context.log.info(line)
+    runtimes = home.serving_dirs()  # every replica's logs
     days = finished_days(
-        logged_days(home.serving.exposures, "exposures"), logged_days(home.serving.compute, "compute"),
+        sorted({d for r in runtimes for d in logged_days(r.exposures, "exposures")}),
+        sorted({d for r in runtimes for d in logged_days(r.compute, "compute")}),
         day_of(now), context.cursor or None,
     )  # fmt: skip
     events = automation_problems(COST_REPORT, "metering_sensor", problems)

@@ -77,7 +77,9 @@ def check_policy_store(home, sim_now: str) -> list[str]:
                 return touched
             after = store.verify()
             action = "gateways refused the store and kept the last good policy in force; " + (
-                f"restored version(s) {restored} from {store.journal_path.name}" if restored else "nothing removed"
+                f"restored version(s) {restored} from {store.checkpoints.witness.journal_name}"
+                if restored
+                else "nothing removed"
             )
             log.open_incident(
                 key, TAMPER, "critical", "the policy store lost its newest commits (or was edited)", action=action,

@@ -9,6 +9,7 @@ import pytest
 
 from keel.contracts.engine import CompiledContract
 from keel.contracts.spec import parse_contract
+from tests.control_plane import CONTROL_PLANES, TEST_KEY, fresh_location
 
 REPO = Path(__file__).resolve().parent.parent
 CONTRACTS = REPO / "assets" / "contracts"
@@ -27,6 +28,22 @@ def make_contract(columns: str, rules: str = "", **top: object) -> CompiledContr
 @pytest.fixture
 def repo() -> Path:
     return REPO
+
+
+@pytest.fixture(params=CONTROL_PLANES)
+def backend(request, monkeypatch) -> str:
+    """A control-plane test runs on each backend (tests/control_plane.py): SQLite, and the machine's real Postgres
+    with the test chain key in the environment (a Postgres control plane has no key file)."""
+    if request.param == "postgres":
+        monkeypatch.setenv("KEEL_CHAIN_KEY", TEST_KEY)
+    return request.param
+
+
+@pytest.fixture
+def location(backend, tmp_path):
+    """A fresh control-plane location on ``backend``: a SQLite file, or a schema of its own on Postgres."""
+    with fresh_location(backend, tmp_path) as loc:
+        yield loc
 
 
 def cupy_backend_or_none():

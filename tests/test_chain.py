@@ -1,6 +1,7 @@
-"""The hash chain with keyed checkpoints (keel.chain) behind both append-only logs, probed on real SQLite files the
-way someone with write access to them would: drop the triggers, delete the newest entries, rewrite an entry and
-recompute every hash after it, append rows without the key."""
+"""The hash chain with keyed checkpoints (keel.chain) behind both append-only logs, probed on each control-plane
+backend (a real SQLite file, a schema of the real Postgres server) the way someone with write access to it would:
+take the triggers away, delete the newest entries, rewrite an entry and recompute every hash after it, append rows
+without the key."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import sqlite3
 import subprocess
 import sys
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +19,7 @@ from keel.chain import ChainKeyError, ChainTruncatedError, key_path
 from keel.ledger import Ledger, entry_hash
 from keel.policies import PolicyStore, commit_hash
 from tests.conftest import REPO
+from tests.control_plane import TEST_KEY, Raw, env_for, fresh_location, url_of
 
 LIMIT = {"default": {"rps": 100, "burst": 200}}
 
@@ -25,7 +28,7 @@ class PolicyLog:
     """The policy store seen as a chain: commits rate limits, tampers through raw SQL."""
 
     table, seq_col = "commits", "version"
-    triggers = ("commits_no_update", "commits_no_delete", "policy_versions_no_update", "policy_versions_no_delete")
+    tables = ("commits", "policy_versions", "policy_checkpoints")
 
     def __init__(self, path):
         self.path = path
@@ -40,7 +43,7 @@ class PolicyLog:
 
     def rows(self, db):
         return db.execute("SELECT version, author, reason, committed_at, reverts, changes, prev_hash, hash FROM "
-                          "commits ORDER BY version").fetchall()  # fmt: skip
+                          "commits ORDER BY version")  # fmt: skip
 
     def rehash(self, row, prev):
         v, author, reason, at, reverts, changes, _, _ = row
@@ -60,7 +63,7 @@ class PolicyLog:
 
 
 class LedgerLog:
-    table, seq_col, triggers = "entries", "seq", ("entries_no_update", "entries_no_delete")
+    table, seq_col, tables = "entries", "seq", ("entries", "ledger_checkpoints")
 
     def __init__(self, path):
         self.path = path
@@ -74,7 +77,7 @@ class LedgerLog:
 
     def rows(self, db):
         return db.execute("SELECT seq, release_id, live_from, manifest, reverts, prev_hash, hash FROM entries "
-                          "ORDER BY seq").fetchall()  # fmt: skip
+                          "ORDER BY seq")  # fmt: skip
 
     def rehash(self, row, prev):
         seq, release_id, live_from, manifest, reverts, _, _ = row
@@ -93,9 +96,10 @@ class LedgerLog:
 
 
 @pytest.fixture(params=[PolicyLog, LedgerLog], ids=["policy store", "release ledger"])
-def log(request, tmp_path, monkeypatch):
-    monkeypatch.delenv("KEEL_CHAIN_KEY", raising=False)
-    chain = request.param(tmp_path / "log.sqlite")
+def log(request, location, backend, monkeypatch):
+    if backend == "sqlite":
+        monkeypatch.delenv("KEEL_CHAIN_KEY", raising=False)  # the key file beside the database
+    chain = request.param(location)
     for i in range(1, 4):
         chain.append(i)
     assert chain.verify().ok, chain.verify().problems
@@ -103,11 +107,8 @@ def log(request, tmp_path, monkeypatch):
     chain.store.close()
 
 
-def tamper(log):
-    db = sqlite3.connect(log.path)
-    for trigger in log.triggers:
-        db.execute(f"DROP TRIGGER {trigger}")
-    return db
+def tamper(log) -> Raw:
+    return Raw(log.path).without_triggers(*log.tables)
 
 
 def test_removing_the_newest_entries_is_detected_and_blocks_appends(log):
@@ -115,7 +116,6 @@ def test_removing_the_newest_entries_is_detected_and_blocks_appends(log):
     published checkpoint says the log went further — and keel appends nothing on top of the hole."""
     db = tamper(log)
     log.delete_newest(db)
-    db.commit()
     db.close()
     result = log.verify()
     assert not result.ok
@@ -135,7 +135,6 @@ def test_a_recomputed_chain_is_detected(log):
         digest = log.rehash(row, prev)
         log.set_row(db, row, prev, digest)
         prev = digest
-    db.commit()
     db.close()
     result = log.verify()
     assert not result.ok
@@ -144,33 +143,56 @@ def test_a_recomputed_chain_is_detected(log):
 
 
 def test_an_entry_appended_without_the_key_is_detected(log):
-    db = sqlite3.connect(log.path)
+    db = Raw(log.path)
     rows = log.rows(db)
     last = rows[-1]
     forged = (last[0] + 1, *log.edit(last)[1:])
     digest = log.rehash(forged, last[-1])
     cols = ",".join("?" * len(forged))
     db.execute(f"INSERT INTO {log.table} VALUES ({cols})", (*forged[:-2], last[-1], digest))
-    db.commit()
     db.close()
     result = log.verify()
     assert not result.ok and any(f"entry {last[0] + 1} has no checkpoint" in p for p in result.problems)
 
 
-def test_the_cli_verify_exits_1_on_a_truncated_policy_store(tmp_path, monkeypatch):
-    monkeypatch.delenv("KEEL_CHAIN_KEY", raising=False)
-    log = PolicyLog(tmp_path / "policies.sqlite")
+def test_the_cli_verify_exits_1_on_a_truncated_policy_store(tmp_path, monkeypatch, backend):
+    with fresh_location(backend, tmp_path, "policies") as location:
+        verify_truncated_from_the_cli(tmp_path, monkeypatch, location)
+
+
+def verify_truncated_from_the_cli(tmp_path, monkeypatch, location):
+    if isinstance(location, Path):
+        monkeypatch.delenv("KEEL_CHAIN_KEY", raising=False)
+    log = PolicyLog(location)
     log.append(1)
     log.append(2)
     db = tamper(log)
     log.delete_newest(db)
-    db.commit()
     db.close()
+    log.store.close()
     env = {k: v for k, v in os.environ.items() if k != "KEEL_CHAIN_KEY"} | {"KEEL_HOME": str(tmp_path)}
+    if not isinstance(location, Path):  # the one setting: the CLI finds the control plane on Postgres
+        env |= {"KEEL_CONTROL_PLANE": url_of(location), **env_for(location)}
     out = subprocess.run([sys.executable, "-m", "keel.cli", "policy", "verify"], capture_output=True, text=True,
                          cwd=REPO, env=env)  # fmt: skip
     assert out.returncode == 1, out.stdout + out.stderr
     assert "truncated" in out.stdout + out.stderr
+
+
+def test_a_postgres_control_plane_needs_the_key_from_the_environment(tmp_path, monkeypatch):
+    """Writers on several machines share no key file: without $KEEL_CHAIN_KEY a Postgres store refuses to open, and
+    says why; a store opened with another key finds every checkpoint foreign."""
+    monkeypatch.setenv("KEEL_CHAIN_KEY", TEST_KEY)
+    with fresh_location("postgres", tmp_path) as location:
+        with Ledger(location) as ledger:
+            ledger.append("rel-1", {})
+        monkeypatch.delenv("KEEL_CHAIN_KEY")
+        with pytest.raises(ChainKeyError, match="needs \\$KEEL_CHAIN_KEY"):
+            Ledger(location)
+        monkeypatch.setenv("KEEL_CHAIN_KEY", "another key")
+        with Ledger(location) as ledger:
+            result = ledger.verify()
+        assert not result.ok and any("not made with this store's key" in p for p in result.problems)
 
 
 def test_the_key_lives_outside_the_database_owner_only(tmp_path, monkeypatch):

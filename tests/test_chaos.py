@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, date, datetime
+from pathlib import Path
 
 import dagster as dg
 import lightgbm as lgb
@@ -25,6 +26,7 @@ from keel.policies import PolicyReader, PolicyStore
 from keel.policies.errors import PolicyError
 from keel.storage import write_parquet_atomic
 from resources import keel_resources
+from tests.control_plane import url_of
 
 BREAKER = {"error_rate": 0.05, "window_s": 5, "min_requests": 20, "open_s": 30, "half_open_probes": 5}
 
@@ -48,8 +50,9 @@ def sensor_tick(name: str, home, instance, cursor=None):
 
 
 @pytest.fixture
-def store_with_commits(tmp_path):
-    path = tmp_path / "policies.sqlite"
+def store_with_commits(location):
+    """Three commits in a policy store on each backend (a SQLite file, a Postgres schema)."""
+    path = location
     with PolicyStore(path) as store:
         for i in range(3):
             store.apply(
@@ -73,7 +76,11 @@ def test_a_removed_commit_is_restored_from_the_journal_and_the_chain_verifies(st
     reader.close()
 
 
-def test_a_journal_entry_that_does_not_chain_is_never_restored(store_with_commits):
+def test_a_journal_entry_that_does_not_chain_is_never_restored(tmp_path):
+    with PolicyStore(tmp_path / "policies.sqlite") as store:
+        for i in range(3):
+            store.apply({"breaker": ("circuit_breaker", BREAKER | {"open_s": 30 + i})}, author="a", reason=f"v{i}")
+    store_with_commits = tmp_path / "policies.sqlite"
     journal = store_with_commits.with_name("policies.sqlite.journal")
     lines = journal.read_text().splitlines()
     forged = json.loads(lines[-1]) | {"reason": "someone else's commit"}
@@ -83,8 +90,12 @@ def test_a_journal_entry_that_does_not_chain_is_never_restored(store_with_commit
         store.restore_removed()
 
 
-def test_the_watchdog_restores_a_tampered_store_records_the_incident_and_pages(tmp_path, monkeypatch):
+def test_the_watchdog_restores_a_tampered_store_records_the_incident_and_pages(tmp_path, monkeypatch, location):
+    """On each backend: with a Postgres location, the whole control plane is there ($KEEL_CONTROL_PLANE) — the
+    policy store the drill tampers with, its journal, the incident log."""
     monkeypatch.setenv("KEEL_HOME", str(tmp_path))
+    if not isinstance(location, Path):
+        monkeypatch.setenv("KEEL_CONTROL_PLANE", url_of(location))
     home = KeelHome(tmp_path)
     with PolicyStore(home.policies) as store:
         for i in range(2):
@@ -108,6 +119,7 @@ def test_the_watchdog_restores_a_tampered_store_records_the_incident_and_pages(t
     assert [(a["kind"], a["severity"], a["channel"]) for a in alerts] == [
         ("incident", "critical", "page"), ("incident_recovered", "info", "mail"),
     ]  # fmt: skip
+    assert bool(list(tmp_path.glob("*.sqlite"))) == isinstance(location, Path)  # Postgres: no control-plane file
 
 
 def test_a_day_in_celsius_is_held_back_located_through_lineage_and_recovered_when_delivered_again(

@@ -7,8 +7,9 @@ import pytest
 from keel.incidents import IncidentLog
 
 
-def test_one_record_per_fault_filled_in_as_it_goes(tmp_path):
-    with IncidentLog(tmp_path / "incidents.sqlite") as log:
+def test_one_record_per_fault_filled_in_as_it_goes(location):
+    """On each backend: a SQLite file, the control plane's Postgres schema."""
+    with IncidentLog(location) as log:
         first = log.open_incident(
             "delivery:weather:2013-07-14", "unit_change", "critical", "temperature in °C",
             injected_at="2013-07-15T06:00:00+00:00", detected_at="2013-07-15T06:10:00+00:00",
@@ -22,7 +23,7 @@ def test_one_record_per_fault_filled_in_as_it_goes(tmp_path):
                 acted_at="2013-07-15T06:20:00+00:00", recovered_at="2013-07-15T06:20:00+00:00",
                 requests_failed=0, requests_degraded=12, details={"rows": 72},
             )  # fmt: skip
-    with IncidentLog(tmp_path / "incidents.sqlite") as log:  # durable: read back by a new connection
+    with IncidentLog(location) as log:  # durable: read back by a new connection
         [incident] = log.list()
     assert incident.injected_at == "2013-07-15T06:00:00+00:00" and incident.detected_at == "2013-07-15T06:10:00+00:00"
     assert not incident.open and incident.requests_degraded == 12 and incident.details == {"rows": 72}

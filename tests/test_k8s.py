@@ -4,8 +4,10 @@ with the real dagster-k8s code and asserted."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -34,7 +36,10 @@ def test_a_run_is_a_kubernetes_job_with_the_image_resources_and_secrets(profile)
     assert container["image"] == profile.image and container["image_pull_policy"] == "IfNotPresent"
     assert container["args"][:3] == ["dagster", "api", "execute_run"]
     assert {k: v for k, v in container["resources"].items() if v} == profile.run_resources
-    assert [e["secret_ref"]["name"] for e in container["env_from"] if e["secret_ref"]] == ["keel-secrets"]
+    # keel's secrets, and the shared stores' connection settings (KEEL_CONTROL_PLANE, KEEL_ONLINE_STORE, …)
+    assert [e["secret_ref"]["name"] for e in container["env_from"] if e["secret_ref"]] == [
+        "keel-secrets", "keel-control-plane", "keel-online-store",
+    ]  # fmt: skip
     env = {e["name"]: e for e in container["env"]}
     pg = env["DAGSTER_PG_PASSWORD"]["value_from"]["secret_key_ref"]
     assert pg["name"] == "keel-postgresql" and pg["key"] == "postgresql-password"  # from a secret, never a value
@@ -48,15 +53,57 @@ def test_a_run_is_a_kubernetes_job_with_the_image_resources_and_secrets(profile)
 
 
 def test_the_model_runtime_requests_gpus_and_reads_secrets_from_the_environment(profile):
-    deployment, service = runtime_manifests(profile)
+    deployment, replicas, service = runtime_manifests(profile)
     spec = deployment["spec"]["template"]["spec"]
     [c] = spec["containers"]
     assert c["resources"]["requests"]["nvidia.com/gpu"] == "1" == c["resources"]["limits"]["nvidia.com/gpu"]
-    assert c["envFrom"] == [{"secretRef": {"name": "keel-secrets"}}]
+    assert c["envFrom"] == [
+        {"secretRef": {"name": n}} for n in ("keel-secrets", "keel-control-plane", "keel-online-store")
+    ]
     assert not any("KEY" in e["name"] or "PASSWORD" in e["name"] for e in c["env"])  # secrets only via secretRef
     assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
     assert spec["nodeSelector"] == {"nvidia.com/gpu.present": "true"} and deployment["spec"]["replicas"] == 2
     assert service["spec"]["type"] == "ClusterIP"  # not exposed outside the cluster by default
+
+
+def test_each_runtime_replica_is_its_own_pod_announcing_its_own_address_and_no_sqlite_is_shared(profile):
+    """The faults of the old profile: one Deployment whose replicas overwrote one endpoints.json announcing a pod's
+    own 127.0.0.1, and SQLite files on a ReadWriteMany volume. Now: a StatefulSet whose pods name themselves and
+    announce their IP, a headless Service for their Tritons, the shared stores as servers from secrets."""
+    statefulset, replicas, _ = runtime_manifests(profile)
+    assert statefulset["kind"] == "StatefulSet" and statefulset["spec"]["serviceName"] == replicas["metadata"]["name"]
+    assert replicas["spec"]["clusterIP"] == "None"
+    [c] = statefulset["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e for e in c["env"]}
+    assert env["KEEL_REPLICA"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"  # replicas/<pod>/
+    assert env["KEEL_ADVERTISE_HOST"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
+    assert (
+        c["command"][-2:] == ["--triton-grpc-port", "8001"]
+        and {"containerPort": 8001, "name": "triton-grpc"} in c["ports"]
+    )
+    # what gpu_runtime.serve and keel read: the replica's own directory, its announced host, no file store
+    from keel.home import KeelHome
+
+    home = KeelHome(Path(KEEL_HOME))
+    assert home.replica("keel-model-runtime-0").root == Path(KEEL_HOME) / "replicas" / "keel-model-runtime-0"
+    text = yaml.safe_dump_all([*runtime_manifests(profile), instance_yaml(profile), helm_values(profile)])
+    assert "sqlite" not in text.lower()
+
+
+def test_the_profile_names_the_dockerfiles_of_its_images(profile):
+    """The images can not be built here (no container daemon, no registry for base images): what is checked is
+    that each Dockerfile exists, installs from the pins CI tested, runs as non-root and starts what the manifests
+    expect."""
+    platform = (REPO / profile.image_dockerfile).read_text()
+    runtime = (REPO / profile.runtime_dockerfile).read_text()
+    for text in (platform, runtime):
+        assert "-c constraints.txt" in text and "USER 10001" in text
+    assert '"dagster", "api", "grpc", "--python-file", "definitions.py"' in platform
+    assert (
+        "gpu_runtime/constraints-runtime.txt" in runtime and "KEEL_RUNTIME_PYTHON=/opt/keel/.venv-runtime" in runtime
+    )
+    [c] = runtime_manifests(profile)[0]["spec"]["template"]["spec"]["containers"]
+    assert json.dumps(c["command"]).replace(" ", "") in runtime.replace(" ", "")  # the image's CMD is the pod's
     cpu_only = runtime_manifests(profile.__class__(gpus_per_runtime=0))[0]["spec"]["template"]["spec"]
     assert "nvidia.com/gpu" not in cpu_only["containers"][0]["resources"]["requests"] and not cpu_only["nodeSelector"]
 
@@ -86,7 +133,8 @@ def test_helm_values_and_render(profile, tmp_path):
                        text=True, cwd=REPO)  # fmt: skip
     assert r.returncode == 0, r.stderr
     assert [d["kind"] for d in yaml.safe_load_all((tmp_path / "model-runtime.yaml").read_text())] == [
-        "Deployment",
+        "StatefulSet",
+        "Service",
         "Service",
     ]
     assert yaml.safe_load((tmp_path / "helm-values.yaml").read_text()) == values

@@ -73,6 +73,7 @@ from keel.features.definitions import FEATURES
 from keel.kernels import numpy_backend
 from keel.policies import PolicyReader
 from keel.policies.gateway import GatewayPolicy, Split
+from keel.sqldb import PgLocation
 
 
 @dataclass(frozen=True)
@@ -85,7 +86,7 @@ class GatewayConfig:
     online_store_prefix: str = "keel:online"
     contract_path: Path | None = None  # None: contract predict_request from keel.contracts.catalog
     online_cache_size: int = 200_000
-    policy_store_path: Path | None = None  # the versioned policy store this gateway follows (keel.policies)
+    policy_store_path: Path | PgLocation | None = None  # the policy store this gateway follows (keel.policies)
     max_body_bytes: int = MAX_BODY_BYTES  # a larger request body is answered 413
     max_tenant_buckets: int = MAX_TENANT_BUCKETS  # token buckets kept for tenants the policy does not name
     # The shared simulated clock of a live replay (keel/clock.py): exposure timestamps are its time, so the canary
@@ -139,6 +140,9 @@ class Gateway(FollowsRoutingAndPolicies, BuildsInputs, ScoresOnTriton, ReportsHe
         self._policy_checked = 0.0
         self.split: Split | None = None  # the store's ab_test split in force: weights by model version, salt
         self._policy_reader = PolicyReader(config.policy_store_path) if config.policy_store_path else None
+        self._policy_wake = asyncio.Event()  # set when the store announces a commit (following.py)
+        self._listen_retry_at = 0.0
+        self.policy_applied_at: float | None = None
         self.policy_error: str | None = None  # why the newest store version was refused
         self.policy_regressed_to: int | None = None  # the store's version when it went below the applied one
         self.policy_notes: list[
@@ -292,10 +296,14 @@ class Gateway(FollowsRoutingAndPolicies, BuildsInputs, ScoresOnTriton, ReportsHe
             try:
                 self.reload_routing()
                 self.reload_policies()
+                self.listen_for_policies()
                 await self._sample_compute()
             except Exception:  # noqa: BLE001 - a bad file or a locked store must not stop the watcher
                 self.metrics.inc("keel_gateway_watch_errors_total", {})
-            await asyncio.sleep(POLICY_POLL_S / 2)
+            try:
+                await self.wait_for_policy_change(POLICY_POLL_S / 2)
+            except Exception:  # noqa: BLE001 - a store that cannot be read now is looked at again next round
+                self.metrics.inc("keel_gateway_watch_errors_total", {})
 
     async def close(self) -> None:
         if self._watcher is not None:

@@ -1,6 +1,10 @@
 """How a gateway follows what it serves and under which policy: the routing table file (a deployment writes it) and
-the versioned policy store (``keel.policies``), both polled — a new routing generation is in force within
-``routing_poll_s``, a committed policy within ``POLICY_POLL_S``.
+the versioned policy store (``keel.policies``) — a new routing generation is in force within ``routing_poll_s``, a
+committed policy within ``POLICY_POLL_S`` (polled). A store on Postgres is also *listened to*: each commit notifies
+its version when it commits and the watcher applies it at once (``keel_gateway_policy_notifications_total``); while
+the listening connection is up the poll slows to ``SAFETY_POLL_S``, and when it drops the gateway polls every
+``POLICY_POLL_S`` again and tries to listen anew every ``LISTEN_RETRY_S`` (gauge ``keel_gateway_policy_listening``,
+counter ``keel_gateway_policy_listen_drops_total``).
 
 A mixin of ``Gateway`` (gpu_runtime/gateway/app.py), which owns the state it reads and sets: ``config``,
 ``routing``, ``policy``/``base_policy``/``split``/``policy_version``, the breakers, buckets and retry budget that a
@@ -9,12 +13,15 @@ new policy re-parameterizes, and ``metrics``.
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 from keel.deploy.routing import RoutingTable
 from keel.policies.gateway import PolicyError, effective_policy
 
 POLICY_POLL_S = 0.5  # a committed policy is in force within this (plus one request) — under the 1 s promise
+SAFETY_POLL_S = 5.0  # the poll while notifications arrive (they carry the pickup; the poll catches a lost one)
+LISTEN_RETRY_S = 2.0  # how often a gateway whose listening connection dropped tries again
 
 
 class FollowsRoutingAndPolicies:
@@ -47,7 +54,9 @@ class FollowsRoutingAndPolicies:
         """Follow the policy store: a newer version is validated again and applied; an invalid one is refused and
         the last good policy stays (counted in keel_gateway_policy_rejected_total)."""
         now = time.monotonic()
-        if self._policy_reader is None or (not force and now - self._policy_checked < POLICY_POLL_S):
+        reader = self._policy_reader
+        interval = SAFETY_POLL_S if reader is not None and reader.listening else POLICY_POLL_S
+        if reader is None or (not force and now - self._policy_checked < interval):
             return
         self._policy_checked = now
         latest = self._policy_reader.version()
@@ -82,6 +91,7 @@ class FollowsRoutingAndPolicies:
             self.policy_error = f"policy version {latest} refused: {exc}"
             return
         self.policy, self.split, self.policy_version = policy, split, latest
+        self.policy_applied_at = time.time()  # when this version came into force here (/healthz)
         self.policy_error, self.policy_notes = None, notes
         self._apply_metering_policies(state)  # prices and budgets (metering.py)
         for b in self.breakers.values():
@@ -90,3 +100,43 @@ class FollowsRoutingAndPolicies:
         self.other_buckets.clear()
         self.retry_budget.policy = policy.retry
         self.metrics.set_gauge("keel_gateway_policy_version", {}, latest)
+
+    # -- notifications (a policy store on Postgres) --
+
+    def listen_for_policies(self) -> None:
+        """From the watcher: start listening when the store can notify and no connection listens (at most every
+        LISTEN_RETRY_S); the event loop then wakes the watcher on each commit."""
+        reader = self._policy_reader
+        if reader is None or not reader.postgres or reader.listening:
+            return
+        now = time.monotonic()
+        if now < self._listen_retry_at:
+            return
+        fd = reader.listen()
+        if fd is None:
+            self._listen_retry_at = now + LISTEN_RETRY_S
+            self.metrics.set_gauge("keel_gateway_policy_listening", {}, 0)
+            return
+        asyncio.get_running_loop().add_reader(fd, self._on_policy_notification, fd)
+        self.metrics.set_gauge("keel_gateway_policy_listening", {}, 1)
+        self._policy_wake.set()  # look once now: a commit may have landed before LISTEN
+
+    def _on_policy_notification(self, fd: int) -> None:
+        reader = self._policy_reader
+        if reader.notified():
+            self.metrics.inc("keel_gateway_policy_notifications_total", {})
+            self._policy_wake.set()
+        if not reader.listening:  # the connection dropped: poll every POLICY_POLL_S, listen again later
+            asyncio.get_running_loop().remove_reader(fd)
+            self.metrics.set_gauge("keel_gateway_policy_listening", {}, 0)
+            self.metrics.inc("keel_gateway_policy_listen_drops_total", {})
+            self._listen_retry_at = time.monotonic() + LISTEN_RETRY_S
+
+    async def wait_for_policy_change(self, timeout: float) -> None:
+        """Sleep ``timeout``, or less when a commit is announced — then apply it at once."""
+        try:
+            await asyncio.wait_for(self._policy_wake.wait(), timeout)
+        except TimeoutError:
+            return
+        self._policy_wake.clear()
+        self.reload_policies(force=True)

@@ -34,6 +34,7 @@ class ReportsHealth:
             "generation": self.routing.generation,
             "versions": self.routing.versions(),
             "policy_version": self.policy_version,
+            "policy_applied_at": self.policy_applied_at,
             "policy_error": self.policy_error,
             "policy_notes": self.policy_notes,
         }

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from keel.errors import DataReadError
+from keel.sqldb import Location, location_exists
 
 EXIT_OK, EXIT_PROBLEM, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -45,12 +46,14 @@ def open_policies(args: argparse.Namespace, *, must_exist: bool = True):
     from keel.policies import PolicyStore
 
     path = args.store or home_layout().policies
-    if must_exist and not Path(path).exists():
-        raise DataReadError(f"{path}: no policy store here (pass --store FILE or set KEEL_HOME)")
+    if must_exist and not location_exists(path, "commits"):
+        raise DataReadError(
+            f"{path}: no policy store here (pass --store FILE|URL, or set KEEL_HOME / KEEL_CONTROL_PLANE)"
+        )
     from keel.registry import versions_lookup
 
     return PolicyStore(path, versions_of=versions_lookup(args.registry or home_layout().registry))
 
 
-def ledger_path(args: argparse.Namespace) -> Path:
+def ledger_path(args: argparse.Namespace) -> Location:
     return args.ledger or home_layout().ledger

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from keel.cli.common import EXIT_OK, EXIT_PROBLEM, author_of, home_layout, home_root, open_policies
+from keel.sqldb import location_of
 
 
 def register(sub) -> None:
@@ -38,7 +39,11 @@ def register(sub) -> None:
         if name != "status":
             cmd.add_argument("--reason", required=name != "start", help="why (goes into the policy commit)")
             cmd.add_argument("--author", help="default: the current user")
-        cmd.add_argument("--store", type=Path, help="policy store (default: $KEEL_HOME/policies.sqlite)")
+        cmd.add_argument(
+            "--store",
+            type=location_of,
+            help="policy store: a file or a postgresql:// URL (default: $KEEL_HOME/policies.sqlite, or $KEEL_CONTROL_PLANE)",
+        )
         cmd.add_argument("--registry", type=Path, help="model registry (default: $KEEL_HOME/registry)")
         cmd.set_defaults(func=_experiment_control, experiment_action=name)
     predict = esub.add_parser(
@@ -80,7 +85,7 @@ def _experiment_control(args: argparse.Namespace) -> int:
         from keel.registry import ModelRegistry
 
         meta = control.experiments(store).get(args.id) or {}
-        log = read_exposure_frame(home_layout().serving.exposures, since=meta.get("started_at"))
+        log = read_exposure_frame(home_layout().exposure_dirs(), since=meta.get("started_at"))
         rows = wide_rows(log, control.stored_spec(home, args.id), meta)
         days = sorted(set(rows["day"].to_list()))
         with (

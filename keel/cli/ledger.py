@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
 from keel.cli.common import EXIT_OK, EXIT_PROBLEM, Parser, home_layout, ledger_path, report_verify
 from keel.errors import DataReadError
+from keel.sqldb import location_exists, location_of
 
 
 def register(sub) -> None:
     ledger = sub.add_parser("ledger", help="the release ledger: what was live when, and is the log intact")
-    ledger.add_argument("--ledger", type=Path, help="ledger file (default: $KEEL_HOME/ledger.sqlite)")
+    ledger.add_argument(
+        "--ledger",
+        type=location_of,
+        help="ledger: a file or a postgresql:// URL (default: $KEEL_HOME/ledger.sqlite, or $KEEL_CONTROL_PLANE)",
+    )
     lsub = ledger.add_subparsers(dest="action", required=True, parser_class=Parser)
     at = lsub.add_parser("at", help="the release live at a UTC instant (ISO 8601)")
     at.add_argument("timestamp")
@@ -40,8 +44,8 @@ def _open_ledger(args: argparse.Namespace):
     from keel.ledger import Ledger
 
     path = ledger_path(args)
-    if not Path(path).exists():
-        raise DataReadError(f"{path}: no ledger here (pass --ledger FILE or set KEEL_HOME)")
+    if not location_exists(path, "entries"):
+        raise DataReadError(f"{path}: no ledger here (pass --ledger FILE|URL, or set KEEL_HOME / KEEL_CONTROL_PLANE)")
     return Ledger(path)
 
 

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from keel.cli.common import EXIT_OK, Parser, ledger_path
+from keel.sqldb import location_of
 
 
 def register(sub) -> None:
@@ -35,7 +36,11 @@ def register(sub) -> None:
     )
     ldiff.add_argument("release_a", help="release id (or a unique prefix) in the ledger, or a manifest .json file")
     ldiff.add_argument("release_b")
-    ldiff.add_argument("--ledger", type=Path, help="ledger file (default: $KEEL_HOME/ledger.sqlite)")
+    ldiff.add_argument(
+        "--ledger",
+        type=location_of,
+        help="ledger: a file or a postgresql:// URL (default: $KEEL_HOME/ledger.sqlite, or $KEEL_CONTROL_PLANE)",
+    )
     ldiff.set_defaults(func=_lineage_diff)
 
 

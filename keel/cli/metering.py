@@ -73,7 +73,7 @@ def _frame(args: argparse.Namespace, priced: bool):
         return EXIT_BAD_INPUT
     store = PolicyStore(home.policies) if home.policies.exists() else None
     try:
-        frame, skipped = read_usage(home.serving.root, first, last, store)
+        frame, skipped = read_usage([d.root for d in home.serving_dirs()], first, last, store)
         if args.tenant:
             frame = frame.filter(frame["tenant_id"].is_in(args.tenant))
         if priced:

@@ -8,11 +8,16 @@ from pathlib import Path
 
 from keel.cli.common import EXIT_OK, EXIT_PROBLEM, Parser, author_of, open_policies, report_verify
 from keel.errors import DataReadError
+from keel.sqldb import location_of
 
 
 def register(sub) -> None:
     policy = sub.add_parser("policy", help="versioned serving policies: show, log, diff, commit, revert, at")
-    policy.add_argument("--store", type=Path, help="policy store (default: $KEEL_HOME/policies.sqlite)")
+    policy.add_argument(
+        "--store",
+        type=location_of,
+        help="policy store: a file or a postgresql:// URL (default: $KEEL_HOME/policies.sqlite, or $KEEL_CONTROL_PLANE)",
+    )
     policy.add_argument(
         "--registry", type=Path, help="model registry to check model versions against (default: $KEEL_HOME/registry)"
     )

@@ -1,6 +1,15 @@
 """The Kubernetes deployment profile: Dagster runs as Kubernetes Jobs (dagster-k8s' K8sRunLauncher) on Postgres run
-storage, the model runtime (Triton + gateway) as its own Deployment with GPU requests, and values for the official
+storage, the model runtime (Triton + gateway) as its own StatefulSet with GPU requests, and values for the official
 Dagster Helm chart — all rendered from one profile (YAML).
+
+Beyond one machine, every store that several processes write is a shared server: the Dagster instance and keel's
+control plane (policies, ledger, registry metadata, incidents) on Postgres, the online store on Redis — their
+connection settings come from secrets (``control_plane_secret``, ``online_store_secret``), never from the profile.
+No SQLite file lies on the shared volume: it holds only files with one writer each (asset Parquet files written
+atomically by one run, content-addressed model files, and each runtime replica's own ``replicas/<pod>/``). Each
+replica is a StatefulSet pod that names itself (``KEEL_REPLICA`` = the pod's name) and announces the address other
+pods reach it at (``KEEL_ADVERTISE_HOST`` = the pod's IP) in its own ``endpoints.json``; a deployment run loads a
+release into every replica, one after another (``keel.deploy.routing.ReplicatedDeployer``).
 
 No cluster runs here: ``run_job`` builds the Job exactly as dagster-k8s builds it for a run
 (``dagster_k8s.job.construct_dagster_k8s_job`` with the launcher's job config), ``runtime_manifests`` the Deployment
@@ -24,7 +33,8 @@ from keel.names import validate_name
 from keel.storage import read_yaml
 
 PROFILE = Path(__file__).resolve().parent / "profile.yaml"
-KEEL_HOME = "/var/lib/keel"  # the shared volume: registry, storage, ledger, policies (ReadWriteMany)
+KEEL_HOME = "/var/lib/keel"  # the shared volume (ReadWriteMany): asset storage, model files, replicas' own logs
+DOCKERFILES = Path(__file__).resolve().parent.parent.parent / "docker"
 
 
 class ProfileError(KeelError):
@@ -44,6 +54,12 @@ class K8sProfile:
     postgres_db: str = "dagster"
     postgres_user: str = "dagster"
     keel_home_claim: str = "keel-home"
+    # KEEL_CONTROL_PLANE (postgresql://…?schema=keel) and KEEL_CHAIN_KEY; KEEL_ONLINE_STORE (redis://…) and
+    # KEEL_REDIS_PASSWORD — secrets whose keys are these variables' names (docs/kubernetes.md creates them)
+    control_plane_secret: str = "keel-control-plane"
+    online_store_secret: str = "keel-online-store"
+    image_dockerfile: str = "docker/platform.Dockerfile"  # how ``image`` is built (from the repository root)
+    runtime_dockerfile: str = "docker/runtime.Dockerfile"  # how ``runtime_image`` is built
     run_resources: dict[str, Any] = field(
         default_factory=lambda: {"requests": {"cpu": "1", "memory": "4Gi"}, "limits": {"cpu": "2", "memory": "8Gi"}}
     )
@@ -62,7 +78,10 @@ def load_profile(path: str | Path = PROFILE) -> K8sProfile:
     unknown = sorted(set(raw) - known)
     if unknown:
         raise ProfileError(f"{path}: field '{unknown[0]}' is unknown (known: {', '.join(sorted(known))})")
-    for key in ("namespace", "service_account", "secrets", "postgres_password_secret", "keel_home_claim"):
+    for key in (
+        "namespace", "service_account", "secrets", "postgres_password_secret", "keel_home_claim",
+        "control_plane_secret", "online_store_secret",
+    ):  # fmt: skip
         if key in raw:
             try:
                 validate_name(str(raw[key]), what=key)
@@ -95,6 +114,11 @@ def _env(profile: K8sProfile) -> list[dict[str, Any]]:
     ]
 
 
+def _secrets(profile: K8sProfile) -> list[str]:
+    """The secrets every keel pod reads its environment from: keel's own, the control plane's, the online store's."""
+    return [profile.secrets, profile.control_plane_secret, profile.online_store_secret]
+
+
 def instance_yaml(profile: K8sProfile) -> dict[str, Any]:
     """dagster.yaml: each run a Kubernetes Job; runs, events and schedules in Postgres (password from a secret)."""
     return {
@@ -110,7 +134,7 @@ def instance_yaml(profile: K8sProfile) -> dict[str, Any]:
                 "postgres_password_secret": profile.postgres_password_secret,
                 "dagster_home": "/opt/dagster/dagster_home",
                 "load_incluster_config": True,
-                "env_secrets": [profile.secrets],
+                "env_secrets": _secrets(profile),
                 "env_vars": [f"KEEL_HOME={KEEL_HOME}", f"KEEL_INSTANCE_KIND={_kind(profile)}"],
                 "resources": profile.run_resources,
                 "volume_mounts": [_home_mount()],
@@ -164,8 +188,10 @@ def run_job(profile: K8sProfile, run_id: str = "00000000-0000-0000-0000-00000000
 
 
 def runtime_manifests(profile: K8sProfile) -> list[dict[str, Any]]:
-    """The model runtime (Triton + gateway, `python -m gpu_runtime.serve`) as a Deployment requesting GPUs, and
-    its Service (cluster-internal; the gateway is the only port exposed)."""
+    """The model runtime (Triton + gateway, `python -m gpu_runtime.serve`) as a StatefulSet requesting GPUs — each
+    replica a pod with a stable name, its own ``replicas/<pod>/`` directory and its own announced address — a
+    headless Service that gives each replica's Triton a DNS name for deployment runs, and the gateway's Service
+    (cluster-internal; the gateway is the only port it exposes)."""
     labels = {"app.kubernetes.io/name": "keel-model-runtime", "app.kubernetes.io/part-of": "keel"}
     resources = {k: dict(v) for k, v in profile.runtime_resources.items()}
     if profile.gpus_per_runtime:
@@ -175,22 +201,31 @@ def runtime_manifests(profile: K8sProfile) -> list[dict[str, Any]]:
         "name": "model-runtime",
         "image": profile.runtime_image,
         "imagePullPolicy": profile.image_pull_policy,
-        "command": ["python", "-m", "gpu_runtime.serve", "--gateway-host", "0.0.0.0", "--gateway-port", "8080"],
-        "ports": [{"name": "gateway", "containerPort": 8080}],
-        "env": _env(profile),
-        "envFrom": [{"secretRef": {"name": profile.secrets}}],
+        "command": ["python", "-m", "gpu_runtime.serve", "--gateway-host", "0.0.0.0", "--gateway-port", "8080",
+                    "--triton-grpc-port", "8001"],
+        "ports": [{"name": "gateway", "containerPort": 8080}, {"name": "triton-grpc", "containerPort": 8001}],
+        "env": [
+            *_env(profile),
+            # which replica this pod is (its own serving directory), and where other pods reach its Triton
+            {"name": "KEEL_REPLICA", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+            {"name": "KEEL_ADVERTISE_HOST", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+            {"name": "KEEL_RUNTIME_DEVICE", "value": "gpu" if profile.gpus_per_runtime else "cpu"},
+        ],
+        "envFrom": [{"secretRef": {"name": n}} for n in _secrets(profile)],
         "resources": resources,
         "readinessProbe": {"httpGet": {"path": "/readyz", "port": "gateway"}, "periodSeconds": 5},
         "livenessProbe": {"httpGet": {"path": "/healthz", "port": "gateway"}, "periodSeconds": 10},
         "volumeMounts": [_home_mount()],
         "securityContext": {"runAsNonRoot": True, "allowPrivilegeEscalation": False},
-    }
-    deployment = {
+    }  # fmt: skip
+    statefulset = {
         "apiVersion": "apps/v1",
-        "kind": "Deployment",
+        "kind": "StatefulSet",
         "metadata": {"name": "keel-model-runtime", "namespace": profile.namespace, "labels": labels},
         "spec": {
             "replicas": profile.runtime_replicas,
+            "serviceName": "keel-model-runtime",
+            "podManagementPolicy": "Parallel",
             "selector": {"matchLabels": labels},
             "template": {
                 "metadata": {"labels": labels},
@@ -206,7 +241,17 @@ def runtime_manifests(profile: K8sProfile) -> list[dict[str, Any]]:
             },
         },
     }
-    service = {
+    replicas = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "keel-model-runtime", "namespace": profile.namespace, "labels": labels},
+        "spec": {
+            "clusterIP": "None",  # headless: one DNS name per replica (keel-model-runtime-0.keel-model-runtime)
+            "selector": labels,
+            "ports": [{"name": "triton-grpc", "port": 8001, "targetPort": "triton-grpc"}],
+        },
+    }
+    gateway = {
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": {"name": "keel-gateway", "namespace": profile.namespace, "labels": labels},
@@ -216,7 +261,7 @@ def runtime_manifests(profile: K8sProfile) -> list[dict[str, Any]]:
             "ports": [{"name": "gateway", "port": 8080, "targetPort": "gateway"}],
         },
     }
-    return [deployment, service]
+    return [statefulset, replicas, gateway]
 
 
 def helm_values(profile: K8sProfile) -> dict[str, Any]:
@@ -233,7 +278,7 @@ def helm_values(profile: K8sProfile) -> dict[str, Any]:
                     "image": {"repository": repo, "tag": tag, "pullPolicy": profile.image_pull_policy},
                     "dagsterApiGrpcArgs": ["--python-file", "definitions.py"],
                     "port": 3030,
-                    "envSecrets": [{"name": profile.secrets}],
+                    "envSecrets": [{"name": n} for n in _secrets(profile)],
                     "env": _env(profile),
                     "volumeMounts": [_home_mount()],
                     "volumes": [_home_volume(profile)],
@@ -245,7 +290,7 @@ def helm_values(profile: K8sProfile) -> dict[str, Any]:
             "config": {
                 "k8sRunLauncher": {
                     "jobNamespace": profile.namespace,
-                    "envSecrets": [{"name": profile.secrets}],
+                    "envSecrets": [{"name": n} for n in _secrets(profile)],
                     "envVars": [f"KEEL_HOME={KEEL_HOME}", f"KEEL_INSTANCE_KIND={_kind(profile)}"],
                     "resources": profile.run_resources,
                     "volumeMounts": [_home_mount()],

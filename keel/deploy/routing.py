@@ -16,6 +16,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from keel.errors import KeelError
+
 
 @dataclass(frozen=True)
 class Route:
@@ -142,3 +144,50 @@ def next_table(
         experiments=experiments or {},
         updated_at=time.time() if now is None else now,
     )
+
+
+class ReplicaDeployError(KeelError):
+    """A deployment to several runtimes stopped at one of them (named); the ones before it serve the new versions."""
+
+
+class ReplicatedDeployer(ModelDeployer):
+    """One deployment to every runtime replica (each its own Triton and routing table, ``KeelHome.replica``): the
+    replicas are deployed one after another — a rolling deployment, so that while one loads, the others serve. Each
+    replica's own deployer hot-swaps as for a single runtime (and leaves that replica as it was if its load fails);
+    a failure stops the roll-out there and raises naming the replica, the ones before it serving the new versions
+    (run the deployment again, or roll back: both go to every replica)."""
+
+    def __init__(self, deployers: dict[str, ModelDeployer]):
+        if not deployers:
+            raise ValueError("a replicated deployment needs at least one replica")
+        self.deployers = dict(deployers)
+        first = next(iter(self.deployers.values()))
+        super().__init__(first.routing_path)  # current(): the first replica's table (all equal once deployed)
+        self.reports: dict[str, DeployReport] = {}
+
+    def deploy(
+        self,
+        model: str,
+        targets: list[Target],
+        *,
+        fallback: Target | None = None,
+        experiments: dict[str, tuple[Variant, ...]] | None = None,
+    ) -> DeployReport:
+        self.reports = {}
+        for name, deployer in self.deployers.items():
+            try:
+                self.reports[name] = deployer.deploy(model, targets, fallback=fallback, experiments=experiments)
+            except Exception as exc:
+                done = ", ".join(self.reports) or "none"
+                raise ReplicaDeployError(
+                    f"deployment of {model} stopped at replica {name!r}: {exc} (already deployed: {done})"
+                ) from exc
+        reports = list(self.reports.values())
+        return DeployReport(
+            generation=max(r.generation for r in reports),
+            loaded=tuple(sorted({v for r in reports for v in r.loaded})),
+            unloaded=tuple(sorted({v for r in reports for v in r.unloaded})),
+            cold_start_s={
+                v: max(r.cold_start_s.get(v, 0.0) for r in reports) for r in reports for v in r.cold_start_s
+            },
+        )

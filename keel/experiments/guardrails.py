@@ -46,7 +46,7 @@ def tick(
         return acted, cursor
     since = min(m["started_at"] for m in running.values())
     layout = KeelHome(Path(home))
-    frame, scan = read_exposure_scan(layout.serving.exposures, since=since or None)
+    frame, scan = read_exposure_scan(layout.exposure_dirs(), since=since or None)
     if scan.skipped:
         problems.append(f"exposure log: {scan.skipped} lines were not whole records, e.g. {scan.examples[0]}")
     labels = realized_labels(frame["flight_key"], layout.storage)

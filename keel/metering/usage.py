@@ -20,7 +20,7 @@ One row per (day, tenant_id, model_version, price_version):
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from datetime import date, timedelta
 from pathlib import Path
 from typing import Any
@@ -134,24 +134,29 @@ def days_between(first: str, last: str) -> list[str]:
     return [(a + timedelta(days=i)).isoformat() for i in range((b - a).days + 1)]
 
 
-def read_usage(serving_dir: Path, first_day: str, last_day: str, store=None) -> tuple[pl.DataFrame, int]:
+def read_usage(
+    serving_dir: Path | Sequence[Path], first_day: str, last_day: str, store=None
+) -> tuple[pl.DataFrame, int]:
     """Usage of the days ``first_day``…``last_day`` (YYYY-MM-DD) from the gateway's exposure and compute logs, the
     price versions from ``store`` (a PolicyStore or PolicyReader; None: unpriced). Also returns how many exposure
-    lines were skipped as not whole records (a torn line, never counted)."""
+    lines were skipped as not whole records (a torn line, never counted). ``serving_dir`` may be several (one per
+    runtime replica, ``KeelHome.serving_dirs``): each Triton's counters are differenced on their own, then added."""
     from keel.exposure_log import scan_exposures
     from keel.metering.cost import price_versions
 
-    serving_dir = Path(serving_dir)
-    records, skipped = [], 0
-    for day in days_between(first_day, last_day):
-        scan = scan_exposures(serving_dir / "exposures", day=day)
-        records += scan.records
-        skipped += scan.skipped
-    samples = read_compute_samples(serving_dir / "compute", first_day, last_day)
-    before = _previous_day_file(serving_dir / "compute", first_day)
-    baseline = read_compute_samples(serving_dir / "compute", before, before) if before else []
+    dirs = [Path(serving_dir)] if isinstance(serving_dir, str | Path) else [Path(d) for d in serving_dir]
+    records, skipped, deltas = [], 0, []
+    for root in dirs:
+        for day in days_between(first_day, last_day):
+            scan = scan_exposures(root / "exposures", day=day)
+            records += scan.records
+            skipped += scan.skipped
+        samples = read_compute_samples(root / "compute", first_day, last_day)
+        before = _previous_day_file(root / "compute", first_day)
+        baseline = read_compute_samples(root / "compute", before, before) if before else []
+        deltas.append(compute_deltas(samples, baseline))
     mapping = price_versions(store, {r.get("policy_version") for r in records}) if store is not None else {}
-    return usage_frame(records, compute_deltas(samples, baseline), mapping.get), skipped
+    return usage_frame(records, pl.concat(deltas, how="vertical"), mapping.get), skipped
 
 
 def _previous_day_file(directory: Path, first_day: str) -> str | None:

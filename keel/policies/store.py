@@ -1,4 +1,5 @@
-"""The policy store: versioned serving policies with an immutable, hash-chained commit log in SQLite.
+"""The policy store: versioned serving policies with an immutable, hash-chained commit log — in a SQLite file (the
+embedded default) or a Postgres schema (keel.sqldb; the same tables, values and guarantees).
 
 The store holds named policies of the types in ``keel.policies.types`` — ``ab_test`` (variant weights), ``canary``
 (steps, interval, thresholds), ``circuit_breaker``, ``rate_limit``, ``sla_tier``. A *commit* changes one or more of
@@ -7,18 +8,20 @@ name, the latest body committed at or before V. So ``at(time)``, ``diff(A, B)`` 
 that sets every policy back to its body at V) are questions about the whole set, as an operator asks them.
 
 Every commit is validated before it is written — a schema per type, weights summing to 1 within 1e-9, referenced
-model versions present in the registry — and errors name the violated rule. Writes are one ``BEGIN IMMEDIATE``
-transaction each, in WAL mode with ``synchronous=FULL``: a commit that returned survives a crash. Each commit's hash
-covers its content and the previous hash (``verify`` finds an edited, reordered or removed commit); triggers refuse
-UPDATE and DELETE. A writer that finds the database locked waits (busy timeout) and retries; "database is locked"
-never reaches a caller.
+model versions present in the registry — and errors name the violated rule. Writes are one transaction each that
+serializes writers (SQLite: ``BEGIN IMMEDIATE`` in WAL mode with ``synchronous=FULL``; Postgres: ``LOCK TABLE commits
+IN EXCLUSIVE MODE``, readers never wait): a commit that returned survives a crash, versions are gap-free under
+concurrent writers. Each commit's hash covers its content and the previous hash (``verify`` finds an edited,
+reordered or removed commit); triggers refuse UPDATE and DELETE (and TRUNCATE on Postgres). A SQLite writer that
+finds the database locked waits (busy timeout) and retries; "database is locked" never reaches a caller. On Postgres
+each commit also notifies its version (``NOTIFY keel_policies_<schema>``) when it commits: followers
+(``PolicyReader.listen``) pick it up at once instead of polling.
 """
 
 from __future__ import annotations
 
 import hmac
 import json
-import os
 import sqlite3
 import time
 from collections.abc import Callable, Mapping
@@ -30,7 +33,8 @@ from typing import Any
 from keel.chain import GENESIS, Checkpoints, Link, link_hash, verify_chain
 from keel.policies.errors import PolicyError, PolicyValidationError
 from keel.policies.types import validate_policy
-from keel.storage import Closing, connect_durable, immediate
+from keel.sqldb import Database, Location, PgLocation, append_only_sql, location_of
+from keel.storage import Closing
 
 
 @dataclass(frozen=True)
@@ -74,43 +78,60 @@ def _utc(ts: datetime | str) -> datetime:
     return dt.replace(tzinfo=UTC) if dt.tzinfo is None else dt.astimezone(UTC)
 
 
+SCHEMA_SQLITE = """
+CREATE TABLE IF NOT EXISTS commits (
+    version INTEGER PRIMARY KEY, author TEXT NOT NULL, reason TEXT NOT NULL, committed_at TEXT NOT NULL,
+    reverts INTEGER, changes TEXT NOT NULL, prev_hash TEXT NOT NULL, hash TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS policy_versions (
+    name TEXT NOT NULL, version INTEGER NOT NULL, type TEXT NOT NULL, body TEXT NOT NULL,
+    PRIMARY KEY (name, version));
+CREATE INDEX IF NOT EXISTS commits_time ON commits (committed_at);
+CREATE INDEX IF NOT EXISTS policy_versions_by_version ON policy_versions (version);
+"""
+SCHEMA_POSTGRES = """
+CREATE TABLE IF NOT EXISTS commits (
+    version BIGINT PRIMARY KEY, author TEXT NOT NULL, reason TEXT NOT NULL, committed_at TEXT COLLATE "C" NOT NULL,
+    reverts BIGINT, changes TEXT NOT NULL, prev_hash TEXT NOT NULL, hash TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS policy_versions (
+    name TEXT NOT NULL, version BIGINT NOT NULL, type TEXT NOT NULL, body TEXT NOT NULL,
+    PRIMARY KEY (name, version));
+CREATE INDEX IF NOT EXISTS commits_time ON commits (committed_at);
+CREATE INDEX IF NOT EXISTS policy_versions_by_version ON policy_versions (version);
+"""
+APPEND_ONLY = ("commits", "policy_versions")
+NOTIFY_CHANNEL = "keel_policies"  # Postgres: every commit notifies its version here (PolicyReader.listen)
+
+
+def notify_channel(location: Location) -> str:
+    """The channel a store's commits are announced on: one per schema, so two deployments on one server do not
+    wake each other."""
+    return f"{NOTIFY_CHANNEL}_{location.schema}" if isinstance(location, PgLocation) else NOTIFY_CHANNEL
+
+
 class PolicyStore(Closing):
+    """``location``: a SQLite file (``Path``), or a Postgres schema (a ``postgresql://…?schema=…`` URL or a
+    ``PgLocation``): the same tables, values and guarantees on both (keel.sqldb)."""
+
     def __init__(
         self,
-        path: str | Path,
+        location: str | Path | Location,
         *,
         versions_of: Callable[[str], set[int]] | None = None,
         busy_timeout_s: float = 30.0,
         key: bytes | None = None,
     ):
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.location = location_of(location)
+        self.path = self.location  # what messages and older callers name
         self.versions_of = versions_of
         self.busy_timeout_s = busy_timeout_s
-        self._db = self._retry(lambda: connect_durable(self.path, busy_timeout_s=busy_timeout_s))
+        self._db = self._retry(lambda: Database.open(self.location, busy_timeout_s=busy_timeout_s))
         self._retry(
-            lambda: self._db.executescript(
-                """
-            CREATE TABLE IF NOT EXISTS commits (
-                version INTEGER PRIMARY KEY, author TEXT NOT NULL, reason TEXT NOT NULL, committed_at TEXT NOT NULL,
-                reverts INTEGER, changes TEXT NOT NULL, prev_hash TEXT NOT NULL, hash TEXT NOT NULL);
-            CREATE TABLE IF NOT EXISTS policy_versions (
-                name TEXT NOT NULL, version INTEGER NOT NULL, type TEXT NOT NULL, body TEXT NOT NULL,
-                PRIMARY KEY (name, version));
-            CREATE INDEX IF NOT EXISTS commits_time ON commits (committed_at);
-            CREATE INDEX IF NOT EXISTS policy_versions_by_version ON policy_versions (version);
-            CREATE TRIGGER IF NOT EXISTS commits_no_update BEFORE UPDATE ON commits
-                BEGIN SELECT RAISE(ABORT, 'the policy log is append-only: UPDATE refused'); END;
-            CREATE TRIGGER IF NOT EXISTS commits_no_delete BEFORE DELETE ON commits
-                BEGIN SELECT RAISE(ABORT, 'the policy log is append-only: DELETE refused'); END;
-            CREATE TRIGGER IF NOT EXISTS policy_versions_no_update BEFORE UPDATE ON policy_versions
-                BEGIN SELECT RAISE(ABORT, 'the policy log is append-only: UPDATE refused'); END;
-            CREATE TRIGGER IF NOT EXISTS policy_versions_no_delete BEFORE DELETE ON policy_versions
-                BEGIN SELECT RAISE(ABORT, 'the policy log is append-only: DELETE refused'); END;
-            """
+            lambda: self._db.script(
+                sqlite=SCHEMA_SQLITE + append_only_sql(APPEND_ONLY, "the policy log", dialect="sqlite"),
+                postgres=SCHEMA_POSTGRES + append_only_sql(APPEND_ONLY, "the policy log", dialect="postgres"),
             )
         )
-        self.checkpoints = self._retry(lambda: Checkpoints(self._db, self.path, "policy", key))
+        self.checkpoints = self._retry(lambda: Checkpoints(self._db, "policy", key))
         if self.checkpoints.created:
             rows = self._db.execute("SELECT version, hash FROM commits ORDER BY version").fetchall()
             self._retry(lambda: self.checkpoints.adopt(rows))
@@ -119,7 +140,8 @@ class PolicyStore(Closing):
         self._db.close()
 
     def _retry(self, fn: Callable[[], Any]) -> Any:
-        """Run ``fn``; on "database is locked" (past the busy timeout, or at BEGIN IMMEDIATE) wait and retry."""
+        """Run ``fn``; on SQLite's "database is locked" (past the busy timeout, or at BEGIN IMMEDIATE) wait and retry.
+        (Postgres writers queue on the table lock instead.)"""
         deadline = time.monotonic() + self.busy_timeout_s * 4
         delay = 0.005
         while True:
@@ -140,12 +162,7 @@ class PolicyStore(Closing):
     def state(self, version: int | None = None) -> dict[str, Policy]:
         """Every policy as of ``version`` (default: the latest)."""
         v = self.version() if version is None else version
-        rows = self._db.execute(
-            "SELECT p.name, p.type, p.body, p.version FROM policy_versions p "
-            "JOIN (SELECT name, MAX(version) AS v FROM policy_versions WHERE version <= ? GROUP BY name) latest "
-            "ON p.name = latest.name AND p.version = latest.v ORDER BY p.name",
-            (v,),
-        ).fetchall()
+        rows = self._db.execute(STATE_SQL, (v,)).fetchall()
         return {r[0]: Policy(r[0], r[1], json.loads(r[2]), r[3]) for r in rows}
 
     def get(self, name: str, version: int | None = None) -> Policy | None:
@@ -216,7 +233,7 @@ class PolicyStore(Closing):
         payload = {name: {"type": t, "body": b} for name, (t, b) in sorted(changes.items())}
 
         def write() -> Commit:
-            with immediate(self._db):
+            with self._db.write(lock="commits"):
                 last = self._db.execute(
                     "SELECT version, hash, committed_at FROM commits ORDER BY version DESC LIMIT 1"
                 ).fetchone()
@@ -252,6 +269,7 @@ class PolicyStore(Closing):
                         (name, version, type_, json.dumps(body, sort_keys=True)),
                     )
                 self.checkpoints.record(version, h)
+                self._db.notify(notify_channel(self.location), str(version))  # delivered when this commits
             return Commit(version, author, reason, when, reverts, payload, prev_hash, h)
 
         commit = self._retry(write)
@@ -259,15 +277,10 @@ class PolicyStore(Closing):
         self.checkpoints.publish(commit.version, commit.hash)
         return commit
 
-    # -- the journal: a copy of every commit outside the database, to restore removed newest commits from --
-
-    @property
-    def journal_path(self) -> Path:
-        return self.path.with_name(self.path.name + ".journal")
+    # -- the journal: a copy of every commit outside the log, to restore removed newest commits from --
 
     def _journal(self, c: Commit) -> None:
-        """Append the commit to ``<db>.journal`` (one JSON line, O_APPEND: concurrent writers never interleave a
-        line). Not fsynced, like the published head: it guards against removal, not against power loss."""
+        """Append the commit to the journal (keel.chain's witness: a file beside SQLite, a table on Postgres)."""
         line = json.dumps(
             {
                 "version": c.version, "author": c.author, "reason": c.reason,
@@ -276,19 +289,11 @@ class PolicyStore(Closing):
             },
             sort_keys=True,
         )  # fmt: skip
-        fd = os.open(self.journal_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            os.write(fd, (line + "\n").encode())
-        finally:
-            os.close(fd)
+        self.checkpoints.witness.append_journal(c.version, line)
 
     def _journal_entries(self) -> dict[int, dict]:
         out: dict[int, dict] = {}
-        try:
-            text = self.journal_path.read_text()
-        except FileNotFoundError:
-            return out
-        for line in text.splitlines():
+        for line in self.checkpoints.witness.journal_lines():
             try:
                 entry = json.loads(line)
                 out[int(entry["version"])] = entry
@@ -306,7 +311,7 @@ class PolicyStore(Closing):
             return []
         head_seq, head_hash = int(published.get("seq", 0)), str(published.get("hash", ""))
         if not hmac.compare_digest(str(published.get("mac", "")), self.checkpoints.mac(head_seq, head_hash)):
-            raise PolicyError(f"{self.checkpoints.head_path}: the published head is not genuine; nothing restored")
+            raise PolicyError(f"{self.checkpoints.where}: the published head is not genuine; nothing restored")
         last = self._db.execute("SELECT version, hash FROM commits ORDER BY version DESC LIMIT 1").fetchone()
         newest, prev = (last[0], last[1]) if last else (0, GENESIS)
         if head_seq <= newest:
@@ -316,17 +321,23 @@ class PolicyStore(Closing):
         for v in range(newest + 1, head_seq + 1):
             e = journal.get(v)
             if e is None:
-                raise PolicyError(f"version {v} was removed and {self.journal_path.name} has no copy of it")
+                raise PolicyError(
+                    f"version {v} was removed and {self.checkpoints.witness.journal_name} has no copy of it"
+                )
             h = commit_hash(prev, v, e["author"], e["reason"], e["committed_at"], e["reverts"], e["changes"])
             if e["prev_hash"] != prev or h != e["hash"]:
-                raise PolicyError(f"{self.journal_path.name}: version {v} does not chain onto the log: not restored")
+                raise PolicyError(
+                    f"{self.checkpoints.witness.journal_name}: version {v} does not chain onto the log: not restored"
+                )
             restored.append(e)
             prev = h
         if prev != head_hash:
-            raise PolicyError(f"{self.journal_path.name}: version {head_seq} does not match the published head")
+            raise PolicyError(
+                f"{self.checkpoints.witness.journal_name}: version {head_seq} does not match the published head"
+            )
 
         def write() -> None:
-            with immediate(self._db):
+            with self._db.write(lock="commits"):
                 for e in restored:
                     self._db.execute(
                         "INSERT INTO commits (version, author, reason, committed_at, reverts, changes, prev_hash, "
@@ -384,9 +395,7 @@ class PolicyStore(Closing):
             ).fetchall()
             if {r[0]: {"type": r[1], "body": json.loads(r[2])} for r in rows} != stored:
                 problems.append(f"version {c.version}: the policy table does not match the commit")
-        integrity = self._db.execute("PRAGMA integrity_check").fetchone()[0]
-        if integrity != "ok":
-            problems.append(f"sqlite integrity_check: {integrity}")
+        problems += self._db.integrity_problems()
         return VerifyResult(not problems, len(commits), tuple(problems))
 
 
@@ -430,44 +439,124 @@ def load_policy_file(path: str | Path) -> tuple[dict[str, tuple[str, dict[str, A
     return changes, expected
 
 
+STATE_SQL = (
+    "SELECT p.name, p.type, p.body, p.version FROM policy_versions p "
+    "JOIN (SELECT name, MAX(version) AS v FROM policy_versions WHERE version <= ? GROUP BY name) latest "
+    "ON p.name = latest.name AND p.version = latest.v ORDER BY p.name"
+)
+
+
 class PolicyReader(Closing):
     """A read-only view of a policy store for the processes that follow it (the gateway): it never writes, never
-    creates the file, and answers "is there a newer version?" with one indexed query."""
+    creates the store, and answers "is there a newer version?" with one indexed query.
 
-    def __init__(self, path: str | Path):
-        self.path = Path(path)
-        self._db: sqlite3.Connection | None = None
+    On Postgres it can also *listen*: ``listen()`` opens a second connection that LISTENs on the store's channel
+    (every commit notifies its version when it commits) and returns its file descriptor; the follower waits on it
+    and calls ``notified()``. When that connection drops, ``notified()`` says so (``listening`` is False) and the
+    follower polls ``version()`` until ``listen()`` succeeds again."""
 
-    def _conn(self) -> sqlite3.Connection | None:
+    def __init__(self, location: str | Path | Location):
+        self.location = location_of(location)
+        self.path = self.location
+        self._db = None
+        self._listener = None
+
+    @property
+    def postgres(self) -> bool:
+        return isinstance(self.location, PgLocation)
+
+    def _conn(self):
         if self._db is None:
-            if not self.path.exists():
-                return None
-            self._db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, isolation_level=None, timeout=1.0)
+            if self.postgres:
+                self._db = Database.open(self.location, create=False)
+            else:
+                if not self.location.exists():
+                    return None
+                self._db = sqlite3.connect(
+                    f"file:{self.location}?mode=ro", uri=True, isolation_level=None, timeout=1.0
+                )
         return self._db
 
-    def version(self) -> int:
+    def _query(self, sql: str, params: tuple = ()) -> list:
         db = self._conn()
         if db is None:
-            return 0
+            return []
         try:
-            row = db.execute("SELECT MAX(version) FROM commits").fetchone()
-        except sqlite3.OperationalError:  # not initialised yet
-            return 0
-        return int(row[0] or 0)
+            return db.execute(sql, params).fetchall()
+        except sqlite3.OperationalError as exc:
+            if "no such table" in str(exc):  # not initialised yet
+                return []
+            raise
+        except Exception as exc:
+            if self.postgres:  # the connection broke (server restarted): reconnect on the next call
+                self._drop()
+                if type(exc).__name__ == "UndefinedTable":
+                    return []
+            raise
+
+    def version(self) -> int:
+        rows = self._query("SELECT MAX(version) FROM commits")
+        return int(rows[0][0] or 0) if rows else 0
 
     def state(self, version: int) -> dict[str, Policy]:
-        db = self._conn()
-        if db is None:
-            return {}
-        rows = db.execute(
-            "SELECT p.name, p.type, p.body, p.version FROM policy_versions p "
-            "JOIN (SELECT name, MAX(version) AS v FROM policy_versions WHERE version <= ? GROUP BY name) latest "
-            "ON p.name = latest.name AND p.version = latest.v ORDER BY p.name",
-            (version,),
-        ).fetchall()
+        rows = self._query(STATE_SQL, (version,))
         return {r[0]: Policy(r[0], r[1], json.loads(r[2]), r[3]) for r in rows}
 
-    def close(self) -> None:
+    # -- following a Postgres store by notification --
+
+    @property
+    def listening(self) -> bool:
+        return self._listener is not None
+
+    def listen(self) -> int | None:
+        """Start listening for commits (Postgres only): the descriptor to wait on, or None (SQLite, or the server
+        cannot be reached — poll meanwhile)."""
+        if not self.postgres:
+            return None
+        if self._listener is None:
+            try:
+                import psycopg2
+
+                conn = psycopg2.connect(self.location.url, connect_timeout=5, application_name="keel-listen")
+                conn.autocommit = True
+                with conn.cursor() as cur:
+                    cur.execute(f"LISTEN {notify_channel(self.location)}")
+                self._listener = conn
+            except Exception:  # noqa: BLE001 - no server now: the caller polls and tries again later
+                self._listener = None
+                return None
+        return self._listener.fileno()
+
+    def notified(self) -> bool:
+        """After the descriptor became readable: whether a commit was announced. A dropped connection also answers
+        True (look now: something may have been missed) and stops listening."""
+        if self._listener is None:
+            return False
+        try:
+            self._listener.poll()
+        except Exception:  # noqa: BLE001 - the server went away: back to polling
+            self._close_listener()
+            return True
+        got = bool(self._listener.notifies)
+        self._listener.notifies.clear()
+        return got
+
+    def _close_listener(self) -> None:
+        if self._listener is not None:
+            try:
+                self._listener.close()
+            except Exception:  # noqa: BLE001 - already broken
+                pass
+            self._listener = None
+
+    def _drop(self) -> None:
         if self._db is not None:
-            self._db.close()
+            try:
+                self._db.close()
+            except Exception:  # noqa: BLE001 - already broken
+                pass
             self._db = None
+
+    def close(self) -> None:
+        self._drop()
+        self._close_listener()

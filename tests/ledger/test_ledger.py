@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import random
 import signal
-import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -13,13 +13,16 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from keel.ledger import Ledger, LedgerError
+from keel.sqldb import location_exists
+from tests.control_plane import Raw, env_for, url_of
 
 T0 = datetime(2013, 6, 1, 12, tzinfo=UTC)
 
 
 @pytest.fixture
-def ledger(tmp_path):
-    led = Ledger(tmp_path / "ledger.sqlite")
+def ledger(location):
+    """A ledger on each backend (tests/control_plane.py): a SQLite file, a Postgres schema."""
+    led = Ledger(location)
     yield led
     led.close()
 
@@ -47,16 +50,21 @@ def test_revert_is_a_new_entry_and_time_only_moves_forward(ledger):
 
 def test_sql_updates_and_deletes_are_refused(ledger):
     ledger.append("rel-a", {}, T0)
-    raw = sqlite3.connect(ledger.path)
-    for stmt in ("UPDATE entries SET release_id = 'x'", "DELETE FROM entries"):
-        with pytest.raises(sqlite3.IntegrityError, match="append-only"):
+    raw = Raw(ledger.location)
+    statements = ["UPDATE entries SET release_id = 'x'", "DELETE FROM entries"]
+    if raw.postgres:
+        statements.append("TRUNCATE entries")  # row triggers do not see it: a statement trigger does
+    for stmt in statements:
+        with pytest.raises(raw.refused, match="append-only"):
             raw.execute(stmt)
+    assert raw.execute("SELECT release_id FROM entries") == [("rel-a",)]
     raw.close()
 
 
-def tamper(path, *statements):
-    raw = sqlite3.connect(path)
-    raw.executescript("DROP TRIGGER entries_no_update; DROP TRIGGER entries_no_delete;" + ";".join(statements))
+def tamper(location, *statements):
+    raw = Raw(location).without_triggers("entries")
+    for statement in statements:
+        raw.execute(statement)
     raw.close()
 
 
@@ -76,8 +84,8 @@ def tamper(path, *statements):
         ),
     ],
 )
-def test_verify_detects_tampering_and_the_cli_exits_1(tmp_path, statements, symptom):
-    path = tmp_path / "ledger.sqlite"
+def test_verify_detects_tampering_and_the_cli_exits_1(location, statements, symptom):
+    path = location
     led = Ledger(path)
     for i in range(3):
         led.append(f"rel-{i}", {"model": str(i)}, T0 + timedelta(hours=i))
@@ -86,7 +94,10 @@ def test_verify_detects_tampering_and_the_cli_exits_1(tmp_path, statements, symp
     result = Ledger(path).verify()
     assert not result.ok and any(symptom in p for p in result.problems), result.problems
     keel = subprocess.run(
-        [sys.executable, "-m", "keel.cli", "ledger", "--ledger", str(path), "verify"], capture_output=True, text=True
+        [sys.executable, "-m", "keel.cli", "ledger", "--ledger", url_of(path), "verify"],
+        capture_output=True,
+        text=True,
+        env=os.environ | env_for(path),
     )
     assert keel.returncode == 1 and "TAMPERED" in keel.stdout
 
@@ -131,17 +142,20 @@ WRITER = textwrap.dedent(
 
 
 @pytest.mark.slow
-def test_kill_9_during_200_appends_loses_no_acknowledged_entry(tmp_path):
-    path = tmp_path / "ledger.sqlite"
+def test_kill_9_during_200_appends_loses_no_acknowledged_entry(location):
+    path = location
     rng = random.Random(42)
     acked: set[int] = set()
     kills = 0
     while True:
-        start = len(Ledger(path).log()) if path.exists() else 0
+        start = len(Ledger(path).log()) if location_exists(path, "entries") else 0
         if start >= 200:
             break
         proc = subprocess.Popen(
-            [sys.executable, "-c", WRITER, str(path), str(start)], stdout=subprocess.PIPE, text=True
+            [sys.executable, "-c", WRITER, url_of(path), str(start)],
+            stdout=subprocess.PIPE,
+            text=True,
+            env=os.environ | env_for(path),
         )
         kill_after = rng.randint(1, 40)  # a random point: after this many acknowledged appends, mid-append
         seen = 0

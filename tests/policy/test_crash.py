@@ -1,8 +1,10 @@
-"""Crash and concurrency tests with real processes: kill -9 of the writer, and two writers at once."""
+"""Crash and concurrency tests with real processes, on each control-plane backend (a SQLite file, a schema of the real
+Postgres server): kill -9 of the writer, and two writers at once."""
 
 from __future__ import annotations
 
 import json
+import os
 import random
 import subprocess
 import sys
@@ -12,6 +14,7 @@ import time
 import pytest
 
 from keel.policies import PolicyStore
+from tests.control_plane import env_for, url_of
 
 pytestmark = pytest.mark.slow
 
@@ -39,14 +42,14 @@ def acks(text: str) -> list[tuple[int, str, int, str]]:
     return out
 
 
-def test_kill_9_of_the_writer_200_times_loses_no_acknowledged_commit(tmp_path):
-    path = tmp_path / "policies.sqlite"
+def test_kill_9_of_the_writer_200_times_loses_no_acknowledged_commit(location):
+    path, env = url_of(location), os.environ | env_for(location)
     rng = random.Random(2013)
     acknowledged = []
     waited_for = 0
     for _ in range(200):
         proc = subprocess.Popen(
-            [sys.executable, "-c", WRITER, str(path), "w", "100000"], stdout=subprocess.PIPE, text=True
+            [sys.executable, "-c", WRITER, path, "w", "100000"], stdout=subprocess.PIPE, text=True, env=env
         )
         # Wait for k acknowledged commits (the event, not a clock: any machine speed), then kill within a few
         # milliseconds — in start-up (k = 0), inside a transaction, an fsync, or between commits.
@@ -62,8 +65,8 @@ def test_kill_9_of_the_writer_200_times_loses_no_acknowledged_commit(tmp_path):
         assert len(seen) == k, f"the writer died before {k} commits: {out[-2000:]}"
         waited_for += k
         acknowledged += seen + acks(out)
-    store = PolicyStore(path)
-    result = store.verify()  # hash chain, gap-free versions, policy rows = commits, PRAGMA integrity_check
+    store = PolicyStore(location)
+    result = store.verify()  # hash chain, gap-free versions, policy rows = commits, (SQLite) PRAGMA integrity_check
     assert result.ok, result.problems
     log = {c.version: c for c in store.log()}
     assert len(acknowledged) >= waited_for > 200  # the kills landed among real commits, not only at start-up
@@ -72,15 +75,16 @@ def test_kill_9_of_the_writer_200_times_loses_no_acknowledged_commit(tmp_path):
     store.close()
 
 
-def test_two_writers_2000_commits_each_gap_free_and_never_locked(tmp_path):
-    path = tmp_path / "policies.sqlite"
-    PolicyStore(path).close()  # create the schema once
+def test_two_writers_2000_commits_each_gap_free_and_never_locked(location):
+    path, env = url_of(location), os.environ | env_for(location)
+    PolicyStore(location).close()  # create the schema once
     procs = [
         subprocess.Popen(
-            [sys.executable, "-c", WRITER, str(path), who, "2000"],
+            [sys.executable, "-c", WRITER, path, who, "2000"],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            env=env,
         )
         for who in ("a", "b")
     ]
@@ -89,7 +93,7 @@ def test_two_writers_2000_commits_each_gap_free_and_never_locked(tmp_path):
         assert p.returncode == 0 and "locked" not in err, err[-2000:]
     got = acks(outs[0][0]) + acks(outs[1][0])
     assert len(got) == 4000
-    store = PolicyStore(path)
+    store = PolicyStore(location)
     versions = [c.version for c in store.log()]
     assert versions == list(range(1, 4001))  # gap-free, each acknowledged version exactly once
     assert sorted(v for v, *_ in got) == versions

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-import sqlite3
 import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
 from keel.policies import PolicyError, PolicyStore, PolicyValidationError, validate_policy
+from tests.control_plane import TEST_KEY, Raw, env_for, fresh_location, url_of
 
 T0 = datetime(2013, 6, 1, 12, 0, tzinfo=UTC)
 AB = {
@@ -33,8 +34,9 @@ CANARY = {
 
 
 @pytest.fixture
-def store(tmp_path):
-    s = PolicyStore(tmp_path / "policies.sqlite", versions_of=lambda model: {1, 2, 3})
+def store(location):
+    """A policy store on each backend (tests/control_plane.py): a SQLite file, a Postgres schema."""
+    s = PolicyStore(location, versions_of=lambda model: {1, 2, 3})
     yield s
     s.close()
 
@@ -151,62 +153,79 @@ def test_diff_and_revert_is_a_new_commit(store):
 )
 def test_updates_and_deletes_are_refused_by_triggers(store, sql):
     store.apply({"breaker": ("circuit_breaker", BREAKER)}, author="a", reason="r")
-    db = sqlite3.connect(store.path)
-    with pytest.raises(sqlite3.IntegrityError, match="append-only"):
+    db = Raw(store.location)
+    with pytest.raises(db.refused, match="append-only"):
         db.execute(sql)
+    assert db.execute("SELECT COUNT(*) FROM commits") == [(1,)]
     db.close()
+
+
+def test_truncate_is_refused_on_postgres(tmp_path, monkeypatch):
+    """Row triggers do not see TRUNCATE (SQLite has none): on Postgres a statement trigger refuses it too."""
+    monkeypatch.setenv("KEEL_CHAIN_KEY", TEST_KEY)
+    with fresh_location("postgres", tmp_path) as loc, PolicyStore(loc) as store:
+        store.apply({"breaker": ("circuit_breaker", BREAKER)}, author="a", reason="r")
+        db = Raw(loc)
+        for table in ("commits", "policy_versions"):
+            with pytest.raises(db.refused, match="append-only: TRUNCATE refused"):
+                db.execute(f"TRUNCATE {table}")
+        assert db.execute("SELECT COUNT(*) FROM policy_versions") == [(1,)]
+        db.close()
 
 
 def test_verify_finds_an_edit_behind_the_triggers(store):
     store.apply({"breaker": ("circuit_breaker", BREAKER)}, author="a", reason="r")
     store.apply({"breaker": ("circuit_breaker", BREAKER | {"open_s": 1})}, author="a", reason="r")
-    db = sqlite3.connect(store.path)
-    db.execute("DROP TRIGGER commits_no_update")
+    db = Raw(store.location).without_triggers("commits")
     db.execute("UPDATE commits SET reason = 'innocent' WHERE version = 1")
-    db.commit()
     db.close()
-    result = PolicyStore(store.path).verify()
+    with PolicyStore(store.location) as again:
+        result = again.verify()
     assert not result.ok and any("version 1" in p and "edited" in p for p in result.problems)
 
 
-def keel(*args, home):
+def keel(*args, home, location=None):
+    """The CLI in a subprocess on ``home``; with a Postgres ``location``, the control plane there
+    ($KEEL_CONTROL_PLANE, the one setting)."""
     import os
 
-    return subprocess.run(
-        [sys.executable, "-m", "keel.cli", *args],
-        capture_output=True,
-        text=True,
-        env=os.environ | {"KEEL_HOME": str(home)},
-    )
+    env = os.environ | {"KEEL_HOME": str(home)}
+    if location is not None and not isinstance(location, Path):
+        env |= {"KEEL_CONTROL_PLANE": url_of(location), **env_for(location)}
+    return subprocess.run([sys.executable, "-m", "keel.cli", *args], capture_output=True, text=True, env=env)
 
 
-def test_cli_commit_show_diff_revert_at(tmp_path):
+def test_cli_commit_show_diff_revert_at(tmp_path, location):
+    home = tmp_path / "home"
     good = tmp_path / "breaker.yaml"
     good.write_text(
         "policies:\n  - name: breaker\n    type: circuit_breaker\n    body: {error_rate: 0.05, window_s: 5, "
         "min_requests: 20, open_s: 30, half_open_probes: 5}\n"
     )
-    assert keel("policy", "commit", str(good), "--reason", "first", home=tmp_path).returncode == 0
+    assert keel("policy", "commit", str(good), "--reason", "first", home=home, location=location).returncode == 0
     tuned = tmp_path / "tuned.yaml"
     tuned.write_text(good.read_text().replace("open_s: 30", "open_s: 10") + "version: 2\n")
-    out = keel("policy", "commit", str(tuned), "--reason", "faster recovery", home=tmp_path)
+    out = keel("policy", "commit", str(tuned), "--reason", "faster recovery", home=home, location=location)
     assert out.returncode == 0 and "version 2" in out.stdout
-    stale = keel("policy", "commit", str(tuned), "--reason", "again", home=tmp_path)  # written for version 2
+    stale = keel(
+        "policy", "commit", str(tuned), "--reason", "again", home=home, location=location
+    )  # written for version 2
     assert stale.returncode == 2 and "version conflict" in stale.stderr
     bad = tmp_path / "bad.yaml"
     bad.write_text(good.read_text().replace("error_rate: 0.05", "error_rate: 5"))
-    refused = keel("policy", "commit", str(bad), "--reason", "oops", home=tmp_path)
+    refused = keel("policy", "commit", str(bad), "--reason", "oops", home=home, location=location)
     assert refused.returncode == 2 and "rule error_rate_range" in refused.stderr
-    show = keel("policy", "show", home=tmp_path)
+    show = keel("policy", "show", home=home, location=location)
     assert show.returncode == 0 and '"open_s": 10' in show.stdout
-    diff = keel("policy", "diff", "1", "2", home=tmp_path)
+    diff = keel("policy", "diff", "1", "2", home=home, location=location)
     assert '"open_s": 30' in diff.stdout and '"open_s": 10' in diff.stdout
-    revert = keel("policy", "revert", "1", "--reason", "too aggressive", home=tmp_path)
+    revert = keel("policy", "revert", "1", "--reason", "too aggressive", home=home, location=location)
     assert revert.returncode == 0 and "version 3" in revert.stdout
-    log = keel("policy", "log", home=tmp_path)
+    log = keel("policy", "log", home=home, location=location)
     assert "revert to 1" in log.stdout and log.stdout.count("#") == 3
     now = datetime.now(UTC).isoformat()
-    at = keel("policy", "at", now, home=tmp_path)
+    at = keel("policy", "at", now, home=home, location=location)
     assert at.returncode == 0 and "policy version 3" in at.stdout and '"open_s": 30' in at.stdout
-    assert keel("policy", "at", "2013-01-01T00:00:00Z", home=tmp_path).returncode == 1
-    assert keel("policy", "verify", home=tmp_path).returncode == 0
+    assert keel("policy", "at", "2013-01-01T00:00:00Z", home=home, location=location).returncode == 1
+    assert keel("policy", "verify", home=home, location=location).returncode == 0
+    assert (home / "policies.sqlite").exists() == isinstance(location, Path)  # on Postgres: no file at all

@@ -25,6 +25,7 @@ from keel.features.definitions import FEATURE_NAMES
 from keel.features.offline import offline_features
 from keel.features.online import build_views
 from keel.features.sqlite_store import SQLiteOnlineStore
+from keel.home import KeelHome
 from keel.registry import ModelRegistry
 from keel.training.model import TrainingConfig, train_model
 from resources.triton import TritonResource
@@ -78,22 +79,29 @@ PATIENT = {
 }
 
 
-def start_serve(home: Path, policy: dict | None = None) -> tuple[subprocess.Popen, dict]:
-    env = os.environ | {"KEEL_HOME": str(home)}
+def start_serve(
+    home: Path, policy: dict | None = None, *, replica: str | None = None, env: dict | None = None
+) -> tuple[subprocess.Popen, dict]:
+    """``python -m gpu_runtime.serve`` on ``home`` (its runtime ``replica`` of several, when given; ``env``: more
+    settings, such as the shared stores); returns once it announced its endpoints."""
+    env = os.environ | {"KEEL_HOME": str(home)} | (env or {})
     env.pop("KEEL_TRITON_ADMIN_KEY", None)
+    if replica:
+        env["KEEL_REPLICA"] = replica
     args = [sys.executable, "-m", "gpu_runtime.serve", "--gateway-port", str(free_port())]
     if policy is not None:
         (home / "policy.yaml").write_text(json.dumps(policy))  # JSON is YAML
         args += ["--policy", str(home / "policy.yaml")]
-    endpoints = home / "serving" / "endpoints.json"
+    layout = KeelHome(home).replica(replica)
+    endpoints = layout.endpoints
     endpoints.unlink(missing_ok=True)
-    log = open(home / "serve.log", "ab")
+    log = open(home / f"serve{'-' + replica if replica else ''}.log", "ab")
     proc = subprocess.Popen(args, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     deadline = time.monotonic() + 120
     while not endpoints.exists():
         if proc.poll() is not None or time.monotonic() > deadline:
             proc.kill()
-            raise RuntimeError(f"gpu_runtime.serve did not come up:\n{(home / 'serve.log').read_text()[-3000:]}")
+            raise RuntimeError(f"gpu_runtime.serve did not come up:\n{Path(log.name).read_text()[-3000:]}")
         time.sleep(0.1)
     return proc, json.loads(endpoints.read_text())
 

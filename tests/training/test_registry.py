@@ -9,8 +9,9 @@ from keel.registry import ModelRegistry, RegistryError
 
 
 @pytest.fixture
-def registry(tmp_path):
-    r = ModelRegistry(tmp_path / "registry")
+def registry(tmp_path, location):
+    """A registry on each backend: metadata in ``registry.sqlite`` or a Postgres schema; the model files on disk."""
+    r = ModelRegistry(tmp_path / "registry", metadata=location)
     yield r
     r.close()
 
@@ -80,3 +81,29 @@ def test_bad_names_and_aliases(registry):
         registry.set_alias("flight-delay", "production", sha, "why")
     with pytest.raises(RegistryError, match="no archived champion"):
         registry.rollback("flight-delay", "nothing to go back to")
+
+
+def test_registry_versions_never_change_under_concurrent_registrations(tmp_path, location):
+    """Two writers (threads with their own connections) register 25 models each: the versions are 1…50, each model
+    keeps the version it had when its registration returned (Triton serves registry version N as model version N)."""
+    import threading
+
+    ModelRegistry(tmp_path / "registry", metadata=location).close()  # the tables, once
+    seen: dict[str, int] = {}
+
+    def writer(who: str) -> None:
+        with ModelRegistry(tmp_path / "registry", metadata=location) as reg:
+            for i in range(25):
+                m = reg.register("flight-delay", f"tree\n{who}-{i}\n", {"who": who})
+                seen[m.sha256] = reg.version("flight-delay", m.sha256)
+
+    threads = [threading.Thread(target=writer, args=(w,)) for w in ("a", "b")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    with ModelRegistry(tmp_path / "registry", metadata=location) as reg:
+        assert reg.versions("flight-delay") == list(range(1, 51))
+        assert {sha: reg.version("flight-delay", sha) for sha in seen} == seen
+        assert sorted(seen.values()) == list(range(1, 51))
+        assert all(reg.sha_of_version("flight-delay", v) == sha for sha, v in seen.items())
