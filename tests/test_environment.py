@@ -39,6 +39,13 @@ def test_installed_versions_match_the_pins():
         )
 
 
+def test_redis_replies_are_parsed_in_c():
+    """redis-py falls back to its pure-Python parser silently when hiredis is missing (2× slower reads)."""
+    from redis.utils import HIREDIS_AVAILABLE
+
+    assert HIREDIS_AVAILABLE
+
+
 def test_analytics_environment_has_numpy_2():
     import numpy
 
