@@ -117,17 +117,28 @@ def test_bad_challenger_is_rolled_back_on_realized_labels(platform):
     result = drill(platform, "bad-challenger", timeout_s=900)
     incident = result["incident"]
     assert result["recovered"] and incident["kind"] == "canary_rollback"
-    # the canary sensor rolled back at its first tick that had the evidence: the labels of the challenger's first
-    # day are in once that day's flights have landed and been built (a day later); no tick with them waited
-    assert seconds(incident["injected_at"], incident["detected_at"]) < 3 * 86400
+    # Rolled back on the evidence of realized labels: the challenger's first day's outcomes are in once that day's
+    # flights have landed and been built. How many simulated days that takes depends on how fast this machine builds
+    # a day against the clock's 43 s per day (3 days on a quiet machine, 4 on a loaded one): printed, not asserted —
+    # the drill's own timeout bounds it; that the sensor acts at its first tick with the evidence is tested in
+    # tests/policy/test_canary_sensor.py.
+    print(f"bad challenger rolled back {seconds(incident['injected_at'], incident['detected_at']) / 86400:.1f} "
+          "simulated days after it was injected")  # fmt: skip
     assert "log-loss" in incident["located"]
+    from keel.canary import CanaryPlan
     from keel.policies import PolicyStore
     from keel.registry import ModelRegistry
 
     name = result["injection"]["details"]["canary"]
     with PolicyStore(home / "policies.sqlite") as store:
         body = store.get(name).body
+        why = json.loads(store.commit(int(incident["details"]["policy_version"])).reason)
     assert body["state"]["status"] == "rolled_back"
+    # the rollback commit's evidence: realized labels, and a log-loss rise beyond the margin with confidence
+    evidence = why["evidence"]
+    assert why["action"] == "rollback" and evidence["challenger"]["labelled"] > 0, why
+    plan = CanaryPlan.from_policy(body)
+    assert evidence["log_loss_increase"] > plan.max_log_loss_increase and evidence["log_loss_pvalue"] < plan.alpha
     with ModelRegistry(home / "registry") as reg:  # the champion is still the model the drill inverted
         assert reg.version("flight-delay", reg.alias("flight-delay", "champion")) == body["champion_version"]
     assert result["traffic"]["failed"] == 0
