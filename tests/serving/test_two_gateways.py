@@ -236,7 +236,12 @@ def test_two_gateways_follow_one_control_plane_and_a_canary_promotes_on_evidence
             author="ops",
             reason="batch-scoring tier on a shared 2-core machine",
         )  # fmt: skip
-        plan = canary(1, 2, 5.0) | {"steps": [10, 50, 100], "min_labelled": 50}
+        # What this test judges is where the evidence comes from, not the challenger's quality (tests/serving/
+        # test_canary_rollout.py does): both replays send the same May flights in the same order, so the labelled
+        # requests of a few seconds are one hour's flights twice — far fewer independent outcomes than the test
+        # counts, and a quality verdict on them would be noise. The quality margin is set out of reach; errors and
+        # latency are judged as always.
+        plan = canary(1, 2, 5.0) | {"steps": [10, 50, 100], "min_labelled": 50, "max_log_loss_increase": 1.0}
         store.apply({"rollout-2": ("canary", plan)}, author="ops", reason="roll out the model trained on Feb–Mar")
         decisions = drive(instance, resources, store, "rollout-2", {"promoted", "rolled_back", "paused"}, 300)
         actions = [d["tags"]["keel/canary_action"] for d in decisions]
