@@ -173,7 +173,7 @@ class TableWitness:
         try:
             self.db.execute(f"BEGIN; SET LOCAL synchronous_commit TO off; {statement}; COMMIT", params)
         except BaseException:
-            self.db.conn.rollback()  # the statement failed inside its BEGIN: end that transaction
+            self.db.rollback()  # the statement failed inside its BEGIN: end that transaction
             raise
 
     def publish(self, record: dict) -> None:

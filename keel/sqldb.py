@@ -202,15 +202,21 @@ class Database(Closing):
             yield self
             self.execute("COMMIT")
         except BaseException:
-            self._rollback()
+            self.rollback()
             raise
         finally:
             self._in_write = False
 
-    def _rollback(self) -> None:
+    def rollback(self) -> None:
+        """End a transaction that failed or was refused, so that the connection is usable and its locks are freed.
+        A ROLLBACK statement on both: the connections are in autocommit mode with explicit BEGIN, where psycopg2's
+        ``conn.rollback()`` does nothing (the transaction would stay open, holding the log's lock)."""
         try:
             if self.postgres:
-                self.conn.rollback()
+                import psycopg2.extensions as ext
+
+                if self.conn.info.transaction_status != ext.TRANSACTION_STATUS_IDLE:
+                    self.conn.cursor().execute("ROLLBACK")
             elif self.conn.in_transaction:
                 self.conn.execute("ROLLBACK")
         except Exception:  # noqa: BLE001 - the connection is gone: the server rolled the transaction back
