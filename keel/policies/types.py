@@ -144,6 +144,7 @@ class Canary(PolicyType):
                 "interval_s",
                 "min_samples",
                 "error_ratio",
+                "latency_ratio",
                 "alpha",
                 "max_log_loss_increase",
                 "min_labelled",
@@ -178,6 +179,7 @@ class Canary(PolicyType):
         number(name, "interval", body, "interval_s", lo=0, lo_open=True)
         number(name, "min_samples", body, "min_samples", lo=1, integer=True, required=False)
         number(name, "error_ratio", body, "error_ratio", lo=1, required=False)
+        number(name, "latency_ratio", body, "latency_ratio", lo=1, required=False)
         number(name, "alpha", body, "alpha", lo=0, hi=0.5, lo_open=True, required=False)
         number(name, "max_log_loss_increase", body, "max_log_loss_increase", lo=0, required=False)
         number(name, "min_labelled", body, "min_labelled", lo=1, integer=True, required=False)

@@ -21,6 +21,7 @@ from keel.canary import (
     log_loss_pvalue,
     rate_ratio_pvalue,
 )
+from keel.policies import validate_policy
 
 PLAN = CanaryPlan(
     steps=(1, 10, 30, 50, 100),
@@ -183,7 +184,10 @@ def test_plan_from_a_committed_canary_policy():
         "interval_s": 30,
         "min_samples": 50,
         "alpha": 0.01,
+        "latency_ratio": 3.0,
         "on_breach": "pause",
     }
+    validate_policy("c", "canary", body, lambda model: {1, 2})  # every key a plan reads can be committed
     plan = CanaryPlan.from_policy(body, p99_target_ms=15)
     assert plan.steps == (5, 50, 100) and plan.interval_s == 30 and plan.alpha == 0.01 and plan.p99_target_ms == 15
+    assert plan.latency_ratio == 3.0

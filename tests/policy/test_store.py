@@ -66,6 +66,7 @@ def store(location):
         ("canary", CANARY | {"challenger_version": 1}, "distinct_versions"),
         ("canary", CANARY | {"interval_s": 0}, "interval_range"),
         ("canary", CANARY | {"on_breach": "ignore"}, "on_breach"),
+        ("canary", CANARY | {"latency_ratio": 0.5}, "latency_ratio_range"),
         ("circuit_breaker", BREAKER | {"error_rate": 1.5}, "error_rate_range"),
         ("circuit_breaker", BREAKER | {"min_requests": 2.5}, "min_requests_integer"),
         ("circuit_breaker", {k: v for k, v in BREAKER.items() if k != "open_s"}, "open_present"),
