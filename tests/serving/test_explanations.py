@@ -14,7 +14,6 @@ from keel.exposure_log import read_exposures
 from keel.features.definitions import FEATURE_NAMES
 from tests.serving.conftest import request_body, serving_version_1
 
-
 # The 10,000 requests go as fast as 8 connections carry them: on a fast machine past the gateway's default tenant
 # limit (500 req/s, burst 1,000), which would answer 429 — limits are tests/serving/test_gateway_limits.py's subject.
 POLICY = {"version": "explain-tests", "default_rate_limit": {"rps": 1_000_000, "burst": 1_000_000}}

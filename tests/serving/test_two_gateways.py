@@ -236,8 +236,8 @@ def test_two_gateways_follow_one_control_plane_and_a_canary_promotes_on_evidence
             author="ops",
             reason="batch-scoring tier on a shared 2-core machine",
         )  # fmt: skip
-        # What this test judges is where the evidence comes from, not the challenger's quality (tests/serving/
-        # test_canary_rollout.py does): both replays send the same May flights in the same order, so the labelled
+        # What this test judges is where the evidence comes from, not the challenger's quality (the bad-challenger
+        # chaos drill and tests/policy/test_canary.py do): both replays send the same May flights in the same order, so the labelled
         # requests of a few seconds are one hour's flights twice — far fewer independent outcomes than the test
         # counts, and a quality verdict on them would be noise. The quality margin is set out of reach; errors and
         # latency are judged as always.
