@@ -62,11 +62,46 @@ def main(argv: list[str] | None = None) -> int:
         default=int(os.environ.get("KEEL_GATEWAY_MAX_BODY_BYTES", str(1 << 20))),
         help="largest request body the gateway reads; larger ones are answered 413 (default 1 MiB)",
     )
+    parser.add_argument(
+        "--header-timeout-s",
+        type=float,
+        default=float(os.environ.get("KEEL_GATEWAY_HEADER_TIMEOUT_S", "10")),
+        help="a request's headers must arrive within this (else 408 and the connection closes; default 10)",
+    )
+    parser.add_argument(
+        "--body-timeout-s",
+        type=float,
+        default=float(os.environ.get("KEEL_GATEWAY_BODY_TIMEOUT_S", "10")),
+        help="a request's body must arrive within this after its headers (else 408, connection closed; default 10)",
+    )
+    parser.add_argument(
+        "--max-connections",
+        type=int,
+        default=int(os.environ.get("KEEL_GATEWAY_MAX_CONNECTIONS", "1024")),
+        help="open connections the gateway holds at once; one more is answered 503 and closed (default 1024)",
+    )
+    parser.add_argument(
+        "--keepalive-s",
+        type=int,
+        default=int(os.environ.get("KEEL_GATEWAY_KEEPALIVE_S", "5")),
+        help="an idle keep-alive connection is closed after this many seconds (default 5)",
+    )
     args = parser.parse_args(argv)
+    for name in ("header_timeout_s", "body_timeout_s", "max_connections", "keepalive_s"):
+        if getattr(args, name) <= 0:
+            parser.error(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
+
+    import resource
 
     import uvicorn
 
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = args.max_connections + 512  # the connections, Triton's channels, log and store files
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(wanted, hard), hard))
+
     from gpu_runtime.gateway.app import Gateway, GatewayConfig
+    from gpu_runtime.gateway.server import bounded_protocol
     from keel.features.backends import online_store_url
     from keel.policies.gateway import GatewayPolicy
 
@@ -119,6 +154,7 @@ def main(argv: list[str] | None = None) -> int:
             online_store_prefix=os.environ.get("KEEL_ONLINE_PREFIX") or "keel:online",
             policy_store_path=home.policies,
             max_body_bytes=args.max_body_bytes,
+            body_timeout_s=args.body_timeout_s,
             clock_path=home.clock,
             compute_dir=layout.compute,
             meter_interval_s=float(os.environ.get("KEEL_METER_INTERVAL_S", "5")),
@@ -129,8 +165,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     port = args.gateway_port or free_port()
     config = uvicorn.Config(
-        gateway, host=args.gateway_host, port=port, log_level="warning", access_log=False, lifespan="on"
-    )
+        gateway, host=args.gateway_host, port=port, log_level="warning", access_log=False, lifespan="on",
+        http=bounded_protocol(gateway, args.header_timeout_s, args.max_connections),
+        timeout_keep_alive=args.keepalive_s,
+    )  # fmt: skip
     uv = uvicorn.Server(config)
 
     def on_started() -> None:

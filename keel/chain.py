@@ -9,10 +9,12 @@ after them. Keyed checkpoints close both, with a key kept outside the database:
 - every append also writes, in the same transaction, a checkpoint of the new head: HMAC-SHA256(key, chain name,
   sequence number, hash). Without the key nobody can make a checkpoint, so a recomputed chain, or an entry added
   by anything but keel, has a head without a valid checkpoint;
-- after the commit, the newest checkpoint is also *published* outside the log's transaction — to a file beside a
+- after the commit, each entry is copied to a *journal* (one keyed line per entry, append-only) and the newest
+  checkpoint is *published*, both outside the log's transaction — to a file beside a
   SQLite database (``<db>.head``), or to a table of a second schema for a Postgres one (``<schema>_witness``: no
   filesystem is shared between machines; ``TableWitness``). Removing the newest entries (and their checkpoint rows)
-  leaves the published head pointing past the end of the log.
+  leaves the published head pointing past the end of the log; restoring the database *and* its head from an older
+  copy (a rollback) leaves the journal holding genuine entries past the log's end.
 
 ``verify_chain`` checks all of it. The key comes from ``$KEEL_CHAIN_KEY`` or, for a SQLite store when unset, from a
 file created on first use with mode 0600 (``keys/chain.key`` beside the database, i.e. under KEEL_HOME); a Postgres
@@ -83,6 +85,15 @@ def load_key(db_path: str | Path) -> bytes:
     if not key:
         raise ChainKeyError(f"{path}: the checkpoint key file is empty")
     return key.encode()
+
+
+@dataclass(frozen=True)
+class Witnessed:
+    """What the witness knew when a verifier started: the published head and the journal's genuine entries (seq →
+    hash). Read *before* the log: a commit lands in the log first, then in the journal, then in the head."""
+
+    head: dict | None
+    journal: dict[int, str]
 
 
 @dataclass(frozen=True)
@@ -270,16 +281,49 @@ class Checkpoints:
         """The published head, or None when there is none (never published, or torn by a power loss)."""
         return self.witness.read_head()
 
+    def journal_line(self, seq: int, digest: str, fields: dict) -> str:
+        """One journal line: the entry's fields, its hash and a checkpoint of it (only keel, with the key, writes a
+        line that verify counts)."""
+        return json.dumps(fields | {"seq": seq, "hash": digest, "mac": self.mac(seq, digest)}, sort_keys=True)
+
+    def journal(self, seq: int, digest: str, fields: dict) -> None:
+        """After the commit, before the head is published (a head is never newer than the journal)."""
+        self.witness.append_journal(seq, self.journal_line(seq, digest, fields))
+
+    def journaled(self) -> dict[int, str]:
+        """seq → hash of every genuine journal line (a torn last line, garbage or a line without a valid checkpoint
+        is not counted: those cannot make verify fail, nor hide anything)."""
+        out: dict[int, str] = {}
+        for line in self.witness.journal_lines():
+            try:
+                entry = json.loads(line)
+                seq, digest = int(entry.get("seq", entry.get("version"))), str(entry["hash"])
+            except (ValueError, KeyError, TypeError, AttributeError):
+                continue
+            if hmac.compare_digest(str(entry.get("mac", "")), self.mac(seq, digest)):
+                out[seq] = digest
+        return out
+
+    def witnessed(self) -> Witnessed:
+        """The head and the journal, as a verifier reads them before the log."""
+        return Witnessed(self.read_head(), self.journaled())
+
     def valid(self, seq: int, digest: str) -> bool:
         """Whether the stored checkpoint of ``seq`` is a genuine one for ``digest``."""
         row = self.db.execute(f"SELECT hash, mac FROM {self.table} WHERE seq = ?", (seq,)).fetchone()
         return bool(row) and row[0] == digest and hmac.compare_digest(row[1], self.mac(seq, digest))
 
-    def problems(self, links: list[Link], published: dict | None | object = ...) -> list[str]:
-        """``published``: the head as read *before* the log was (a verifier running beside writers must read the
-        head first — a commit publishes its head after it is in the log, so a head read afterwards can be newer than
-        the log read and look like a truncation). Read now when not given."""
+    def problems(self, links: list[Link], published: Witnessed | dict | None | object = ...) -> list[str]:
+        """``published``: what the witness knew *before* the log was read (``witnessed()``; a verifier running beside
+        writers must read it first — a commit reaches the journal and the head after the log, so a witness read
+        afterwards can be newer than the log read and look like a truncation). Read now when not given; a bare head
+        (dict or None) checks the head only."""
         out = []
+        if published is ...:
+            published = self.witnessed()
+        journal: dict[int, str] = {}
+        if isinstance(published, Witnessed):
+            published, journal = published.head, published.journal
         stored = {
             seq: (digest, mac) for seq, digest, mac in self.db.execute(f"SELECT seq, hash, mac FROM {self.table}")
         }
@@ -291,12 +335,20 @@ class Checkpoints:
                 out.append(f"checkpoint {link.seq}: not made with this store's key (forged, or the key changed)")
             elif digest != link.hash:
                 out.append(f"entry {link.seq}: does not match its checkpoint (the chain was rewritten)")
-        if published is ...:
-            published = self.read_head()
+        newest = links[-1].seq if links else 0
+        by_seq = {link.seq: link for link in links}
+        if journal and max(journal) > newest:
+            top = max(journal)
+            out.append(
+                f"the log ends at entry {newest} but {self.witness.journal_name} holds genuine entries up to {top}: "
+                f"entries {newest + 1}…{top} were rolled back (the database, and its head, restored to an older state)"
+            )
+        for seq, digest in sorted(journal.items()):
+            if seq in by_seq and by_seq[seq].hash != digest:
+                out.append(f"entry {seq}: does not match its journal line in {self.witness.journal_name} (rewritten)")
+                break
         if published is not None:
             seq, digest = int(published.get("seq", -1)), str(published.get("hash", ""))
-            newest = links[-1].seq if links else 0
-            by_seq = {link.seq: link for link in links}
             if not hmac.compare_digest(str(published.get("mac", "")), self.mac(seq, digest)):
                 out.append(f"{self.witness.name}: the published head is not a genuine checkpoint")
             elif seq > newest:
@@ -326,7 +378,10 @@ def shown_location(db) -> str:
 
 
 def verify_chain(
-    links: Iterable[Link], checkpoints: Checkpoints | None, what: str = "entry", published: dict | None | object = ...
+    links: Iterable[Link],
+    checkpoints: Checkpoints | None,
+    what: str = "entry",
+    published: Witnessed | dict | None | object = ...,
 ) -> list[str]:
     """Every problem of a chain: numbering gaps, broken links, edited entries, and (with checkpoints) forged or
     missing checkpoints, a rewritten chain or removed newest entries. ``published``: the head read before the links

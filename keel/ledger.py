@@ -114,6 +114,9 @@ class Ledger(Closing):
                 (seq, release_id, stamp, manifest_json, reverts, prev, digest),
             )
             self.checkpoints.record(seq, digest)
+        fields = {"release_id": release_id, "live_from": stamp, "manifest": manifest_json, "reverts": reverts,
+                  "prev_hash": prev}  # fmt: skip
+        self.checkpoints.journal(seq, digest, fields)  # before the head: a head is never newer than the journal
         self.checkpoints.publish(seq, digest)
         return LedgerEntry(seq, release_id, when, manifest, reverts, prev, digest)
 
@@ -149,7 +152,7 @@ class Ledger(Closing):
 
     def verify(self) -> VerifyResult:
         problems = []
-        published = self.checkpoints.read_head()  # before the log: an append landing meanwhile is not a truncation
+        published = self.checkpoints.witnessed()  # before the log: an append landing meanwhile is no truncation
         problems += self._db.integrity_problems()
         links = [
             Link(seq, prev_hash, digest, entry_hash(prev_hash, seq, release_id, live_from, manifest, reverts))

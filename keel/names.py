@@ -18,3 +18,14 @@ def validate_name(name: str, *, what: str = "name") -> str:
             "(lowercase letters, digits, '_' and '-', starting with a letter or digit)"
         )
     return name
+
+
+# Tenant ids: what callers send as ``tenant_id`` and what policies (rate limits, prices, budgets) name. Narrower than
+# the other identifiers of a request: no '.', '/' or ':' — a tenant id appears in file-backed reports, metric labels
+# and policy keys, and with this alphabet it can never name a path (no separators, no '..').
+TENANT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+TENANT_ID_RULE = "1…64 characters from A–Z a–z 0–9 _ -, starting with a letter or digit"
+
+
+def is_tenant_id(value: object) -> bool:
+    return isinstance(value, str) and TENANT_ID.fullmatch(value) is not None

@@ -124,6 +124,35 @@ def test_removing_the_newest_entries_is_detected_and_blocks_appends(log):
         log.append(9)
 
 
+def test_rolling_back_the_database_with_its_head_is_detected_from_the_journal(log, backend):
+    """The hostile probe: the database and its published head restored from a copy taken before the newest entry
+    (the newest entry and its head gone together, consistently). The rest chains, the head matches it — but the
+    journal still holds the newer entry, checkpointed with the key, and verify says so."""
+    chain = "policy" if isinstance(log, PolicyLog) else "ledger"
+    if backend == "sqlite":
+        files = [Path(f"{log.path}{suffix}") for suffix in ("", "-wal", "-shm", ".head")]
+        log.store.close()
+        saved = {f: f.read_bytes() for f in files if f.exists()}
+        log.store = type(log.store)(log.path)
+        log.append(4)
+        assert log.verify().ok
+        log.store.close()
+        for f in files:
+            f.unlink(missing_ok=True)
+        for f, data in saved.items():
+            f.write_bytes(data)
+        log.store = type(log.store)(log.path)
+    else:
+        log.append(4)
+        db = tamper(log)
+        log.delete_newest(db)
+        db.execute(f"DELETE FROM {log.path.witness_schema}.{chain}_published WHERE seq = 4")
+        db.close()
+    result = log.verify()
+    assert not result.ok, "a rolled-back store passed verify"
+    assert any("entries 4…4 were rolled back" in p for p in result.problems), result.problems
+
+
 def test_a_recomputed_chain_is_detected(log):
     """Rewrite the first entry and recompute every hash after it: the chain is self-consistent again, but no
     checkpoint made with the key matches it."""

@@ -49,6 +49,7 @@ from gpu_runtime.gateway.following import POLICY_POLL_S, FollowsRoutingAndPolici
 from gpu_runtime.gateway.health import ReportsHealth
 from gpu_runtime.gateway.inputs import BuildsInputs
 from gpu_runtime.gateway.limits import (
+    BODY_TIMEOUT_S,
     MAX_BODY_BYTES,
     MAX_TENANT_BUCKETS,
     OTHER_TENANT,
@@ -61,6 +62,7 @@ from gpu_runtime.gateway.limits import (
     read_body,
     respond,
     respond_text,
+    tenant_identifier,
 )
 from gpu_runtime.gateway.metering import METER_INTERVAL_S, MetersUsage
 from gpu_runtime.gateway.metrics import Metrics
@@ -88,6 +90,7 @@ class GatewayConfig:
     online_cache_size: int = 200_000
     policy_store_path: Path | PgLocation | None = None  # the policy store this gateway follows (keel.policies)
     max_body_bytes: int = MAX_BODY_BYTES  # a larger request body is answered 413
+    body_timeout_s: float = BODY_TIMEOUT_S  # a body not complete this long after its headers is answered 408
     max_tenant_buckets: int = MAX_TENANT_BUCKETS  # token buckets kept for tenants the policy does not name
     # The shared simulated clock of a live replay (keel/clock.py): exposure timestamps are its time, so the canary
     # controller and label arrival agree with them. Absent file (or None): the wall clock.
@@ -156,6 +159,8 @@ class Gateway(FollowsRoutingAndPolicies, BuildsInputs, ScoresOnTriton, ReportsHe
         self._routing_mtime = 0.0
         self._routing_checked = 0.0
         self.breakers: dict[int, CircuitBreaker] = {}
+        self._max_batch: dict[str, int] = {}  # Triton model → its max_batch_size (scoring.py)
+        self.open_connections: set | None = None  # the HTTP server's open connections (gateway/server.py)
         self.buckets: dict[str, TokenBucket] = {}  # tenants the policy names
         self.other_buckets: BoundedLRU[str, TokenBucket] = BoundedLRU(config.max_tenant_buckets)  # all others
         self.retry_budget = RetryBudget(self.policy.retry)
@@ -207,6 +212,7 @@ class Gateway(FollowsRoutingAndPolicies, BuildsInputs, ScoresOnTriton, ReportsHe
         Calls in flight on the old channel finish before it is closed."""
         self._restarts_seen = self.runtime.restarts
         self.breakers.clear()
+        self._max_batch.clear()
         old, self._client = self._client, None
         if old is not None:
 
@@ -254,7 +260,7 @@ class Gateway(FollowsRoutingAndPolicies, BuildsInputs, ScoresOnTriton, ReportsHe
             try:
                 headers = decode_headers(scope.get("headers", []))
                 body: bytes | RequestError = await read_body(
-                    receive, self.config.max_body_bytes, headers.get("content-length")
+                    receive, self.config.max_body_bytes, headers.get("content-length"), self.config.body_timeout_s
                 )
             except RequestError as err:
                 body = err
@@ -264,6 +270,8 @@ class Gateway(FollowsRoutingAndPolicies, BuildsInputs, ScoresOnTriton, ReportsHe
                     limit_bytes=exc.limit,
                 )  # fmt: skip
             status, payload, extra = await self.predict(body, headers)
+            if isinstance(body, RequestError) and body.code in ("body_timeout", "incomplete_body"):
+                extra = extra | {"connection": "close"}  # the client stopped sending: its connection ends
             await respond(send, status, payload, extra)
         elif path == "/metrics" and method == "GET":
             self._export_breakers()
@@ -272,6 +280,8 @@ class Gateway(FollowsRoutingAndPolicies, BuildsInputs, ScoresOnTriton, ReportsHe
             self._export_runtime()
             self._export_freezes()
             self._export_budgets()
+            if self.open_connections is not None:
+                self.metrics.set_gauge("keel_gateway_connections_open", {}, len(self.open_connections))
             await respond_text(send, 200, self.metrics.render(), "text/plain; version=0.0.4")
         elif path == "/healthz" and method == "GET":
             up = self.runtime is None or self.runtime.up
@@ -369,7 +379,7 @@ class Gateway(FollowsRoutingAndPolicies, BuildsInputs, ScoresOnTriton, ReportsHe
         self, body: bytes, headers: dict[str, str], request_id: str, record: dict[str, Any]
     ) -> tuple[int, dict[str, Any], dict[str, str]]:
         req = parse_json(body)
-        tenant = identifier(req["tenant_id"], "tenant_id") if req.get("tenant_id") is not None else "default"
+        tenant = tenant_identifier(req["tenant_id"]) if req.get("tenant_id") is not None else "default"
         record["tenant_id"] = tenant
         risk = req.get("risk_level", 3)
         if not isinstance(risk, int) or isinstance(risk, bool) or risk not in self.lanes:

@@ -39,6 +39,13 @@ class CircuitBreaker:
         self.transitions.append((self.clock(), state))
         self.transition_counts[state] += 1
 
+    def observed_state(self) -> str:
+        """The state as /metrics reports it: an open breaker whose ``open_s`` has passed is half-open — it lets the
+        next request through as a probe — whether or not a request has come since (``state`` moves on then)."""
+        if self.state == OPEN and self.clock() - self._opened_at >= self.policy.open_s:
+            return HALF_OPEN
+        return self.state
+
     def allow(self) -> bool:
         """May a request go to this version now? (In half-open, reserves one of the probes.)"""
         if self.state == OPEN:

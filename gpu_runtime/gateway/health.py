@@ -87,6 +87,6 @@ class ReportsHealth:
     def _export_breakers(self) -> None:
         for version, b in self.breakers.items():
             labels = {"model_version": str(version)}
-            self.metrics.set_gauge("keel_gateway_breaker_state", labels, STATE_CODES[b.state])
+            self.metrics.set_gauge("keel_gateway_breaker_state", labels, STATE_CODES[b.observed_state()])
             for state, n in b.transition_counts.items():
                 self.metrics.set_gauge("keel_gateway_breaker_transitions", labels | {"to": state}, n)

@@ -21,6 +21,18 @@ from keel.flight_key import flight_key
 MAX_BATCH = 1024
 
 
+def _impossible_date(r: dict[str, Any]) -> str | None:
+    """Why year/month/day name no calendar day (``None``: they do, or are not all integers — the contract says)."""
+    y, m, d = r.get("year"), r.get("month"), r.get("day")
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (y, m, d)):
+        return None
+    try:
+        date(y, m, d)
+    except ValueError as exc:
+        return f"flight.day {d} of {y}-{m:02d}: {exc}"
+    return None
+
+
 class BuildsInputs:
     def _features(self, req: dict[str, Any], record: dict[str, Any] | None = None) -> tuple[np.ndarray, list[str]]:
         """The [batch, n_features] float32 matrix for the request, and degraded flags. For one flight, its key goes
@@ -36,19 +48,17 @@ class BuildsInputs:
             if not isinstance(flight, dict):
                 raise RequestError(422, "invalid_input", "each flight must be a JSON object", index=i)
             verdict = self.contract.validate_record(flight)
-            if verdict.sink != "valid":
-                invalid.append({"index": i, "rules": list(verdict.failed_rules)})
+            r = verdict.record
+            impossible = _impossible_date(r)
+            if verdict.sink != "valid" or impossible:
+                violation = {"index": i, "rules": list(verdict.failed_rules)}
+                if impossible:  # each field in range, the date impossible (2013-02-31): say which field
+                    violation |= {"field": "day", "message": impossible}
+                    violation["rules"].append("calendar_date")
+                invalid.append(violation)
                 entities.append(None)
                 continue
-            r = verdict.record
-            try:
-                entities.append(r | {"sched_date": date(r["year"], r["month"], r["day"])})
-            except ValueError as exc:  # each field in range, the date impossible (2013-02-31)
-                invalid.append(
-                    {"index": i, "rules": ["calendar_date"], "field": "day",
-                     "message": f"flight.day {r['day']} of {r['year']}-{r['month']:02d}: {exc}"}
-                )  # fmt: skip
-                entities.append(None)
+            entities.append(r | {"sched_date": date(r["year"], r["month"], r["day"])})
         if record is not None and len(entities) == 1 and entities[0] is not None:
             record["flight_key"] = flight_key(entities[0])
         if invalid and self.policy.invalid_input == "reject":

@@ -9,6 +9,7 @@ metric label is ``other``).
 
 from __future__ import annotations
 
+import asyncio
 import string
 from collections import OrderedDict
 from collections.abc import Callable
@@ -16,7 +17,10 @@ from typing import Any, Generic, TypeVar
 
 import orjson
 
+from keel.names import TENANT_ID_RULE, is_tenant_id
+
 MAX_BODY_BYTES = 1 << 20  # 1 MiB; GatewayConfig.max_body_bytes / --max-body-bytes / KEEL_GATEWAY_MAX_BODY_BYTES
+BODY_TIMEOUT_S = 10.0  # the whole body, from the end of the headers; GatewayConfig.body_timeout_s
 MAX_ID_CHARS = 128
 ID_CHARS = frozenset(string.ascii_letters + string.digits + "._:@/+=-")
 ID_RULE = f"1…{MAX_ID_CHARS} characters from A–Z a–z 0–9 . _ : @ / + = -"
@@ -50,6 +54,18 @@ def identifier(value: Any, field: str) -> str:
     return value
 
 
+def tenant_identifier(value: Any) -> str:
+    """A caller's ``tenant_id``: the tenant-id alphabet of keel.names (no '.', '/' or ':'), the one policies use —
+    422 ``invalid_input`` naming the field otherwise."""
+    tenant = identifier(value, "tenant_id")
+    if not is_tenant_id(tenant):
+        shown = tenant[:40] + ("…" if len(tenant) > 40 else "")
+        raise RequestError(
+            422, "invalid_input", f"tenant_id must be {TENANT_ID_RULE} (got {shown!r})", field="tenant_id"
+        )
+    return tenant
+
+
 def decode_headers(raw: list[tuple[bytes, bytes]]) -> dict[str, str]:
     """The request's headers as text; bytes that are not UTF-8 are the caller's error (400 ``bad_header``)."""
     out = {}
@@ -68,21 +84,34 @@ class BodyTooLarge(Exception):
         self.limit = limit
 
 
-async def read_body(receive: Any, limit: int, declared: str | None = None) -> bytes:
+async def read_body(
+    receive: Any, limit: int, declared: str | None = None, timeout_s: float = BODY_TIMEOUT_S
+) -> bytes:
     """The whole request body, or BodyTooLarge as soon as it is known to exceed ``limit`` bytes (from the declared
-    content-length, else while reading: the rest is never buffered)."""
+    content-length, else while reading: the rest is never buffered). A body that is not complete within
+    ``timeout_s`` (a client that stopped sending: shorter than its content-length, a chunked body with no last
+    chunk) is 408 ``body_timeout``; a client that went away mid-body is 400 ``incomplete_body``."""
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise BodyTooLarge(limit)
     chunks, size = [], 0
-    while True:
-        message = await receive()
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            raise BodyTooLarge(limit)
-        chunks.append(chunk)
-        if not message.get("more_body"):
-            return b"".join(chunks)
+    try:
+        async with asyncio.timeout(timeout_s):
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    raise RequestError(400, "incomplete_body", "the client closed the connection mid-body")
+                chunk = message.get("body", b"")
+                size += len(chunk)
+                if size > limit:
+                    raise BodyTooLarge(limit)
+                chunks.append(chunk)
+                if not message.get("more_body"):
+                    return b"".join(chunks)
+    except TimeoutError:
+        raise RequestError(
+            408, "body_timeout", f"the request body did not arrive within {timeout_s:g} s ({size:,} bytes came)",
+            timeout_s=timeout_s,
+        ) from None  # fmt: skip
 
 
 K = TypeVar("K")

@@ -2,6 +2,11 @@
 fallback), retries within the retry budget (on another version first when the version itself failed), and the gRPC
 call with the route's or the SLA tier's timeout.
 
+A request larger than the model's ``max_batch_size`` (read from Triton's model config once per version) is split into
+several Triton calls and answered as one. A call that Triton refuses because of what it was sent (gRPC
+``INVALID_ARGUMENT``: a shape or size the model does not take) is the caller's error — 422, never a breaker strike
+or a retry: one client's odd request must not open the breaker that every tenant goes through.
+
 A failure while the model runtime is down (or its process has just died) is not the version's fault: it is not
 counted by the version's breaker, and the request is answered ``runtime_unavailable``; when the supervisor has
 restarted Triton, the breakers start afresh.
@@ -23,6 +28,13 @@ from gpu_runtime.repository import triton_name
 from keel.deploy.routing import Route, RoutingTable
 
 RUNTIME_GONE_GRACE_S = 0.2
+DEFAULT_MAX_BATCH = 256  # ServingConfig's default, used when Triton's model config cannot be read
+
+
+def refused_as_input(exc: Exception) -> bool:
+    """Did Triton refuse the call because of its input (not because the version is broken)?"""
+    status = getattr(exc, "status", None)
+    return callable(status) and "INVALID_ARGUMENT" in str(status())
 
 
 @dataclass(frozen=True)
@@ -72,8 +84,16 @@ class ScoresOnTriton:
                 if attempts > 1:
                     flags.append("retried")
                 return scores, route, flags, explained
-            except Exception as exc:  # noqa: BLE001 - every Triton failure counts against the version
+            except RequestError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - every other Triton failure counts against the version
                 last = exc
+                if refused_as_input(exc):
+                    raise RequestError(
+                        422, "input_refused_by_model",
+                        f"{table.model} v{route.version} refused the request's input: {_message(exc)}",
+                        model_version=route.version,
+                    ) from None  # fmt: skip
                 if await self._runtime_gone(exc):
                     break  # the runtime died, not the version: no breaker strike, no retry (runtime_unavailable)
                 self.breaker(route.version).record(False)
@@ -111,8 +131,39 @@ class ScoresOnTriton:
                 return True
         return False
 
+    async def max_batch(self, model: str, version: int) -> int:
+        """The largest batch the version takes in one call (its Triton config's ``max_batch_size``), read once."""
+        name = triton_name(model, version)
+        size = self._max_batch.get(name)
+        if size is None:
+            try:
+                config = await self.client.get_model_config(name, str(version), as_json=True, client_timeout=5)
+                size = int(config.get("config", config).get("max_batch_size") or 0) or DEFAULT_MAX_BATCH
+            except Exception:  # noqa: BLE001 - not readable now: the default, asked again next time
+                return DEFAULT_MAX_BATCH
+            self._max_batch[name] = size
+        return size
+
     async def _infer(
         self, model: str, version: int, x: np.ndarray, timeout: float, explain: bool = False
+    ) -> tuple[np.ndarray, Explained | None]:
+        """One answer for the whole matrix: Triton calls of at most the version's ``max_batch_size`` rows each, in
+        flight together (its dynamic batcher sees them as any other requests)."""
+        size = await self.max_batch(model, version) if len(x) > 1 else 1  # a batching model takes one row
+        if len(x) <= size:
+            return await self._infer_call(model, version, x, timeout, explain)
+        parts = await asyncio.gather(
+            *(self._infer_call(model, version, x[i : i + size], timeout, explain) for i in range(0, len(x), size))
+        )
+        scores = np.concatenate([p[0] for p in parts])
+        if not explain:
+            return scores, None
+        return scores, Explained(
+            np.concatenate([p[1].contrib for p in parts]), np.concatenate([p[1].raw_score for p in parts])
+        )
+
+    async def _infer_call(
+        self, model: str, version: int, x: np.ndarray, timeout: float, explain: bool
     ) -> tuple[np.ndarray, Explained | None]:
         import tritonclient.grpc.aio as aio
 
@@ -130,3 +181,9 @@ class ScoresOnTriton:
         if not explain:
             return scores, None
         return scores, Explained(result.as_numpy("contrib"), result.as_numpy("raw_score")[:, 0])
+
+
+def _message(exc: Exception) -> str:
+    message = getattr(exc, "message", None)
+    text = message() if callable(message) else str(exc)
+    return str(text)[:300]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from keel.cli.common import EXIT_OK, EXIT_PROBLEM, Parser, author_of, open_policies, report_verify
@@ -58,7 +59,14 @@ def _policy_show(args: argparse.Namespace) -> int:
     version = args.version if args.version is not None else store.version()
     if version > store.version() or version < 0:
         raise DataReadError(f"no policy version {version} (latest is {store.version()})")
-    _print_policies(version, store.state(version))
+    policies = store.state(version)
+    _print_policies(version, policies)
+    problems = store.state_problems(policies)
+    for problem in problems:
+        print(f"keel policy show: WARNING: {problem}", file=sys.stderr)
+    if problems:
+        print("keel policy show: what is shown cannot be trusted; run `keel policy verify`", file=sys.stderr)
+        return EXIT_PROBLEM
     return EXIT_OK
 
 

@@ -156,11 +156,11 @@ def to_typed(value: Any, column: ColumnSpec) -> tuple[Any, bool]:
     if t == "string":
         typed = value if isinstance(value, str) else polars_text(value)
         return typed, typed is None or "\ufffd" in typed
+    if isinstance(value, bool) and (t in _INT_RANGE or t in ("float32", "float64")):
+        return None, True  # booleans are not numbers (cast_expr: the batch path refuses them too)
     if t in _INT_RANGE:
         lo, hi = _INT_RANGE[t]
-        if isinstance(value, bool):
-            typed = int(value)
-        elif isinstance(value, int):
+        if isinstance(value, int):
             typed = value if lo <= value <= hi else None
         elif isinstance(value, float):
             typed = int(value) if math.isfinite(value) and value == round(value) and lo <= int(value) <= hi else None
@@ -199,7 +199,10 @@ def to_typed(value: Any, column: ColumnSpec) -> tuple[Any, bool]:
             else None
         )
         if typed is None:
-            typed = _cast_via_polars(value, t, column.format)
+            try:
+                typed = _cast_via_polars(value, t, column.format)
+            except ValueError:  # parsed by polars, not representable in Python (year 0): cast_expr nulls it too
+                typed = None
         return typed, typed is None
     if t == "date":
         if isinstance(value, date) and not isinstance(value, datetime):

@@ -19,10 +19,23 @@ from keel.errors import ContractError
 
 
 def cast_expr(src: pl.Expr, src_dtype: pl.DataType, target: str, fmt: str | None) -> pl.Expr:
-    """Parse/cast ``src`` to the contract type; values that do not fit become null (never an exception)."""
+    """Parse/cast ``src`` to the contract type; values that do not fit become null (never an exception).
+
+    Booleans are not numbers (``true`` in an integer or float column is a type violation, not 1), and a timestamp
+    outside the years 1…9999 is one too (Python, hence every record and every consumer, cannot represent it)."""
     tdtype = DTYPES[target]
     if src_dtype == tdtype:
         return src
+    if target == "datetime":
+        parsed = _cast_expr(src, src_dtype, target, fmt)
+        return pl.when(parsed.dt.year().is_between(1, 9999)).then(parsed).otherwise(None)
+    return _cast_expr(src, src_dtype, target, fmt)
+
+
+def _cast_expr(src: pl.Expr, src_dtype: pl.DataType, target: str, fmt: str | None) -> pl.Expr:
+    tdtype = DTYPES[target]
+    if src_dtype == pl.Boolean and (target.startswith("int") or target.startswith("float")):
+        return pl.lit(None, dtype=tdtype)
     is_text = src_dtype in (pl.String, pl.Categorical) or isinstance(src_dtype, pl.Enum)
     if is_text:
         text = src.cast(pl.String).str.strip_chars()

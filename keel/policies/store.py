@@ -168,6 +168,29 @@ class PolicyStore(Closing):
     def get(self, name: str, version: int | None = None) -> Policy | None:
         return self.state(version).get(name)
 
+    def state_problems(self, policies: dict[str, Policy]) -> list[str]:
+        """Why a state read from the policy table cannot be trusted: a body that is not the one its commit recorded,
+        or a commit whose stored hash its content no longer matches (each policy is checked against the commit that
+        set it; ``verify`` checks the whole chain)."""
+        problems = []
+        for name, p in sorted(policies.items()):
+            try:
+                c = self.commit(p.version)
+            except PolicyError:
+                problems.append(f"{name}: set in version {p.version}, which is not in the log")
+                continue
+            recomputed = commit_hash(
+                c.prev_hash, c.version, c.author, c.reason, c.committed_at.isoformat(), c.reverts, c.changes
+            )
+            if recomputed != c.hash:
+                problems.append(f"{name}: version {c.version} does not match its hash (the commit was edited)")
+            elif c.changes.get(name, {}).get("body") != p.body or c.changes.get(name, {}).get("type") != p.type:
+                problems.append(
+                    f"{name}: the policy table's body is not the one version {c.version} committed "
+                    f"(hash {c.hash[:12]}): edited outside keel"
+                )
+        return problems
+
     def commit_at(self, when: datetime | str) -> Commit | None:
         """The commit in force at ``when``: the newest committed at or before it."""
         row = self._db.execute(
@@ -281,15 +304,14 @@ class PolicyStore(Closing):
 
     def _journal(self, c: Commit) -> None:
         """Append the commit to the journal (keel.chain's witness: a file beside SQLite, a table on Postgres)."""
-        line = json.dumps(
+        self.checkpoints.journal(
+            c.version, c.hash,
             {
                 "version": c.version, "author": c.author, "reason": c.reason,
                 "committed_at": c.committed_at.isoformat(), "reverts": c.reverts, "changes": c.changes,
-                "prev_hash": c.prev_hash, "hash": c.hash,
+                "prev_hash": c.prev_hash,
             },
-            sort_keys=True,
         )  # fmt: skip
-        self.checkpoints.witness.append_journal(c.version, line)
 
     def _journal_entries(self) -> dict[int, dict]:
         out: dict[int, dict] = {}
@@ -374,7 +396,7 @@ class PolicyStore(Closing):
     def verify(self) -> VerifyResult:
         """The chain (keel.chain: links, edits, checkpoints, truncation), the policy table against the commits, and
         SQLite's own integrity check."""
-        published = self.checkpoints.read_head()  # before the log: a commit landing meanwhile is not a truncation
+        published = self.checkpoints.witnessed()  # before the log: a commit landing meanwhile is no truncation
         commits = self.log()
         links = [
             Link(

@@ -13,6 +13,7 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
+from keel.names import TENANT_ID_RULE, is_tenant_id
 from keel.policies.errors import PolicyValidationError
 
 VersionsOf = Callable[[str], set[int]]
@@ -245,6 +246,11 @@ class RateLimitType(PolicyType):
     @classmethod
     def validate(cls, name: str, body: dict[str, Any], versions_of: VersionsOf | None = None) -> None:
         known_keys(name, body, {"default", "tenants"})
+        for tenant in body.get("tenants") if isinstance(body.get("tenants"), dict) else {}:
+            if not is_tenant_id(tenant):
+                raise PolicyValidationError(
+                    name, "tenant_id", f"tenants: {tenant!r} is not a tenant id ({TENANT_ID_RULE})"
+                )
         limits = {"default": body.get("default")} | {
             f"tenants.{k}": v for k, v in (body.get("tenants") or {}).items()
         }
@@ -310,8 +316,10 @@ class Cost(PolicyType):
         if not isinstance(tenants, dict):
             raise PolicyValidationError(name, "tenants_shape", "'tenants' maps tenant ids to price overrides")
         for tenant, override in tenants.items():
-            if not isinstance(tenant, str) or not tenant or len(tenant) > 64:
-                raise PolicyValidationError(name, "tenant_id", f"tenants: {tenant!r} is not a tenant id")
+            if not is_tenant_id(tenant):
+                raise PolicyValidationError(
+                    name, "tenant_id", f"tenants: {tenant!r} is not a tenant id ({TENANT_ID_RULE})"
+                )
             if not isinstance(override, dict) or not override:
                 raise PolicyValidationError(
                     name, "override_shape", f"tenants.{tenant} overrides some of {PRICE_KEYS}"
@@ -354,8 +362,10 @@ class Budget(PolicyType):
         if not isinstance(tenants, dict) or not tenants:
             raise PolicyValidationError(name, "tenants_present", "'tenants' maps tenant ids to their budgets")
         for tenant, spec in tenants.items():
-            if not isinstance(tenant, str) or not tenant or len(tenant) > 64:
-                raise PolicyValidationError(name, "tenant_id", f"tenants: {tenant!r} is not a tenant id")
+            if not is_tenant_id(tenant):
+                raise PolicyValidationError(
+                    name, "tenant_id", f"tenants: {tenant!r} is not a tenant id ({TENANT_ID_RULE})"
+                )
             if not isinstance(spec, dict):
                 raise PolicyValidationError(name, "budget_shape", f"tenants.{tenant} needs a limit")
             known_keys(name, spec, {"limit", "soft_share", "hard"})

@@ -57,3 +57,26 @@ def test_prices_are_versioned_and_read_as_of_a_time(tmp_path):
     policy, split, notes = effective_policy(GatewayPolicy(), state, "flight-delay", {1}, 2)
     base = GatewayPolicy()
     assert replace(policy, version=base.version) == base and split is None and notes == []  # prices shape no gateway
+
+
+@pytest.mark.parametrize("type_", ["rate_limit", "cost", "budget"])
+@pytest.mark.parametrize("tenant", ["ops.team", "../ops", "a/b", "a:b", ""])
+def test_every_policy_that_names_tenants_takes_only_the_tenant_id_alphabet(type_, tenant):
+    """The gateway refuses such a tenant_id (422); a policy naming one could never apply — it is refused too."""
+    bodies = {
+        "rate_limit": {"default": {"rps": 10, "burst": 10}, "tenants": {tenant: {"rps": 1, "burst": 1}}},
+        "cost": {
+            "currency": "EUR",
+            "per_1000_requests": 0.1,
+            "per_cpu_second": 0.01,
+            "per_gpu_second": 0.1,
+            "tenants": {tenant: {"per_1000_requests": 0.2}},
+        },
+        "budget": {"currency": "EUR", "period": "day", "tenants": {tenant: {"limit": 5}}},
+    }
+    with pytest.raises(PolicyValidationError, match="is not a tenant id"):
+        validate_policy("p", type_, bodies[type_])
+    good = {k: v for k, v in bodies[type_].items() if k != "tenants"} | {
+        "tenants": {"ops-team_2": next(iter(bodies[type_]["tenants"].values()))}
+    }
+    validate_policy("p", type_, good)

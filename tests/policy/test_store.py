@@ -230,3 +230,25 @@ def test_cli_commit_show_diff_revert_at(tmp_path, location):
     assert keel("policy", "at", "2013-01-01T00:00:00Z", home=home, location=location).returncode == 1
     assert keel("policy", "verify", home=home, location=location).returncode == 0
     assert (home / "policies.sqlite").exists() == isinstance(location, Path)  # on Postgres: no file at all
+
+
+def test_cli_show_says_when_a_body_is_not_the_one_its_commit_recorded(tmp_path, location):
+    """A policy body edited in the table (its triggers dropped): `keel policy show` still prints what the table
+    holds, and says on stderr that it is not what the commit recorded, with exit 1."""
+    home = tmp_path / "home"
+    spec = tmp_path / "limits.yaml"
+    spec.write_text(
+        "policies:\n  - name: limits\n    type: rate_limit\n    body: {default: {rps: 100, burst: 200}}\n"
+    )
+    assert keel("policy", "commit", str(spec), "--reason", "limits", home=home, location=location).returncode == 0
+    clean = keel("policy", "show", home=home, location=location)
+    assert clean.returncode == 0 and "WARNING" not in clean.stderr
+    where = home / "policies.sqlite" if isinstance(location, Path) else location
+    db = Raw(where).without_triggers("policy_versions")
+    edited = '{"default": {"rps": 1e9, "burst": 1e9}}'
+    db.execute("UPDATE policy_versions SET body = ? WHERE name = 'limits'", (edited,))
+    db.close()
+    show = keel("policy", "show", home=home, location=location)
+    assert '"rps": 1000000000.0' in show.stdout  # what the table holds is shown…
+    assert show.returncode == 1, show.stderr  # …and not trusted
+    assert "limits: the policy table's body is not the one version 1 committed" in show.stderr

@@ -305,3 +305,34 @@ def test_a_call_cut_off_just_before_the_process_is_seen_to_exit_is_still_the_run
     status, payload, _ = asyncio.run(gateway.predict(body, {}))
     assert status == 503 and payload["error"]["code"] == "runtime_unavailable", payload
     assert not gateway.breaker(1)._events
+
+
+def test_an_open_breaker_reads_half_open_on_metrics_once_its_time_is_up_with_no_traffic(tmp_path):
+    """The breaker of a version no request reaches any more still says when it would let a probe through: /metrics
+    shows half-open (1) once open_s has passed, not "open" (2) forever."""
+    import json
+
+    from gpu_runtime.gateway.app import Gateway, GatewayConfig
+    from keel.deploy.routing import Route, RoutingTable
+
+    table = RoutingTable(1, "flight-delay", 3, (Route("champion", 1, "a" * 64, 1.0),))
+    (tmp_path / "routing.json").write_text(json.dumps(table.to_dict()))
+    gateway = Gateway(GatewayConfig(triton_url="127.0.0.1:1", routing_path=tmp_path / "routing.json",
+                                    exposure_dir=tmp_path / "exposures"))  # fmt: skip
+    clock = Clock()
+    b = gateway.breakers[1] = CircuitBreaker(BreakerPolicy(min_requests=5, open_s=30, half_open_probes=3), clock)
+    for _ in range(5):
+        b.record(False)
+
+    def gauge() -> str:
+        gateway._export_breakers()
+        [line] = [ln for ln in gateway.metrics.render().splitlines() if ln.startswith("keel_gateway_breaker_state")]
+        return line.split()[-1]
+
+    assert gauge() == "2"
+    clock.t += 29.9
+    assert gauge() == "2" and b.observed_state() == OPEN
+    clock.t += 0.2  # no request came, but the next one would be a probe
+    assert gauge() == "1" and b.observed_state() == HALF_OPEN
+    assert b.state == OPEN  # reading the metric reserves no probe: the state moves on with the next request
+    assert b.allow() and b.state == HALF_OPEN

@@ -44,7 +44,8 @@ def test_an_impossible_calendar_date_is_the_callers_error_naming_the_field(runti
     err = resp.json()["error"]
     assert err["code"] == "invalid_input"
     [violation] = err["violations"]
-    assert violation["field"] == "day" and violation["rules"] == ["calendar_date"]
+    # the day does not exist, so no time_hour can be that scheduled hour either
+    assert violation["field"] == "day" and violation["rules"] == ["time_hour_is_the_scheduled_hour", "calendar_date"]
     assert "2013-02" in violation["message"]
 
 
@@ -64,6 +65,9 @@ def test_header_bytes_that_are_not_utf8_are_a_400(runtime, good):
         ({"unit_id": "a b"}, "unit_id"),
         ({"tenant_id": 'ops"\nkeel_gateway_requests_total{x="1"} 1e9'}, "tenant_id"),
         ({"tenant_id": ["ops"]}, "tenant_id"),
+        ({"tenant_id": "ops.team"}, "tenant_id"),  # tenant ids have no '.', '/' or ':' (keel.names.TENANT_ID)
+        ({"tenant_id": "../../etc"}, "tenant_id"),
+        ({"tenant_id": "a:b"}, "tenant_id"),
     ],
 )
 def test_identifiers_are_bounded_and_of_a_safe_alphabet(runtime, good, change, field):

@@ -134,6 +134,11 @@ def test_flights_with_regex_rules_and_request_features(tmp_path):
         pl.col("_source_row") + 500_000,
         pl.when(pl.int_range(pl.len()) == 0).then(pl.lit("N12!45")).otherwise(pl.col("tailnum")).alias("tailnum"),
         pl.when(pl.int_range(pl.len()) == 1).then(pl.lit("u9")).otherwise(pl.col("carrier")).alias("carrier"),
+        # the local hour written as if it were UTC: timestamp_parts, in Flink SQL through CONVERT_TZ
+        pl.when(pl.int_range(pl.len()) == 2)
+        .then(pl.lit("2013-02-01T") + pl.col("hour").str.zfill(2) + pl.lit(":00:00Z"))
+        .otherwise(pl.col("time_hour"))
+        .alias("time_hour"),
     )
     rows = pl.concat([raw, broken]).sort("time_hour", "_source_row", nulls_last=True)
     rows.with_columns(pl.col("_source_row").cast(pl.Int64)).write_csv(tmp_path / "rows.csv", include_header=False,
@@ -157,6 +162,7 @@ def test_flights_with_regex_rules_and_request_features(tmp_path):
     first = min(rows["_source_row"].filter(rows["_source_row"] >= 500_000))
     rules_of = dict(s_q.select("_source_row", "_failed_rules").iter_rows())
     assert rules_of[first + 1].startswith("carrier_code")  # a regex rule, evaluated by the flpc UDF in Flink
+    assert rules_of[first + 2] == "time_hour_is_the_scheduled_hour"
     assert first in s_valid["_source_row"].to_list()  # tailnum_format is a warning that flags, not quarantines
     offline = (
         entity_frame(batch.valid.with_columns(pl.col("_source_row").cast(pl.Int64)))

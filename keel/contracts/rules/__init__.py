@@ -106,6 +106,7 @@ def _registry() -> dict[str, RuleType]:
         parseable,
         range,
         regex,
+        timestamp_parts,
         unique,
     )
 
@@ -120,6 +121,7 @@ def _registry() -> dict[str, RuleType]:
         freshness.Freshness(),
         unique.Unique(),
         condition.Condition(),
+        timestamp_parts.TimestampParts(),
     ]
     return {t.name: t for t in types}
 
