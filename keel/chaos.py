@@ -215,26 +215,52 @@ def _inject(drill: str, home) -> Injection:
 
 
 def _bad_challenger(home) -> tuple[str, int]:
-    from keel.policies import PolicyStore
+    return plant_challenger(home, invert_model, "drill", DRILL_AUTHOR, "chaos drill bad-challenger: v{challenger} is "
+                            "v{champion} with inverted scores", {"drill": "bad-challenger"})  # fmt: skip
+
+
+def twin_model(text: str) -> str:
+    """The same trees under another recorded seed: byte for byte another model (another sha256, another registry
+    version), score for score the same one — a challenger known to be exactly as good as the champion."""
+    out, n = re.subn(r"^\[seed: (-?\d+)\]$", lambda m: f"[seed: {int(m.group(1)) + 1}]", text, flags=re.MULTILINE)
+    if n != 1:
+        raise DrillError("not a LightGBM text model with a recorded seed")
+    return out
+
+
+def plant_challenger(
+    home, transform, tag: str, author: str, reason: str, meta: dict[str, Any], canary: dict[str, Any] | None = None
+) -> tuple[str, int]:
+    """A challenger made from the champion's model text by ``transform``, registered and put into a canary named
+    ``<model>.<tag>-v<version>`` (body ``canary``, default DRILL_CANARY). Refused while a canary of the model is
+    unfinished; the commit is made for the store's next version only, so a canary the loop starts meanwhile is never
+    disturbed (the caller may try again). ``reason`` may name ``{challenger}`` and ``{champion}``."""
+    from keel.policies import PolicyError, PolicyStore
     from keel.registry import ModelRegistry
 
     with ModelRegistry(home.registry) as reg, PolicyStore(home.policies) as store:
-        for name, p in store.state().items():
+        seen = store.version()
+        for name, p in store.state(seen).items():
             status = (p.body.get("state") or {}).get("status", "not started")
             if p.type == "canary" and p.body.get("model") == MODEL and status not in ("promoted", "rolled_back"):
                 raise DrillError(f"canary {name} is running: the drill would disturb it; run it when it has finished")
         champion = reg.alias(MODEL, "champion")
         if champion is None:
-            raise DrillError(f"{MODEL} has no champion to invert")
-        meta = dict(reg.get(MODEL, champion).metadata)
-        text = invert_model(reg.load(champion))
-        bad = reg.register(MODEL, text, meta | {"drill": "bad-challenger", "inverted_from": champion})
-        version = reg.version(MODEL, bad.sha256)
+            raise DrillError(f"{MODEL} has no champion to make a challenger from")
+        base = dict(reg.get(MODEL, champion).metadata)
+        planted = reg.register(MODEL, transform(reg.load(champion)), base | meta | {"planted_from": champion})
+        version = reg.version(MODEL, planted.sha256)
         champion_version = reg.version(MODEL, champion)
-        name = f"{MODEL}.drill-v{version}"
-        body = {"model": MODEL, "champion_version": champion_version, "challenger_version": version, **DRILL_CANARY}
-        store.apply({name: ("canary", body)}, author=DRILL_AUTHOR, reason=f"chaos drill bad-challenger: v{version} "
-                    f"is v{champion_version} with inverted scores")  # fmt: skip
+        name = f"{MODEL}.{tag}-v{version}"
+        body = {"model": MODEL, "champion_version": champion_version, "challenger_version": version,
+                **(canary or DRILL_CANARY)}  # fmt: skip
+        try:
+            store.apply({name: ("canary", body)}, author=author, expected_version=seen + 1,
+                        reason=reason.format(challenger=version, champion=champion_version))  # fmt: skip
+        except PolicyError as exc:  # someone committed since the look above (the loop may have started a canary)
+            raise DrillError(
+                f"the policy store moved on while the challenger was planted ({exc}); try again"
+            ) from exc
     return name, version
 
 

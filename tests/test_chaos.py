@@ -17,7 +17,14 @@ import pytest
 
 import definitions
 from keel.alerts import read_alerts
-from keel.chaos import fahrenheit_to_celsius, invert_model, remove_newest_commit
+from keel.chaos import (
+    DrillError,
+    fahrenheit_to_celsius,
+    invert_model,
+    plant_challenger,
+    remove_newest_commit,
+    twin_model,
+)
 from keel.clock import SimClock
 from keel.data.landing import LandingZone, _day_rows
 from keel.home import KeelHome
@@ -40,6 +47,39 @@ def test_an_inverted_model_scores_the_complement():
     )
     inverted = lgb.Booster(model_str=invert_model(booster.model_to_string()))
     np.testing.assert_allclose(inverted.predict(x), 1 - booster.predict(x), atol=1e-12)
+
+
+def test_a_twin_model_is_another_model_with_the_same_scores():
+    rng = np.random.default_rng(8)
+    x = rng.normal(size=(2000, 4))
+    y = (x[:, 0] + rng.normal(size=2000) > 0).astype(int)
+    booster = lgb.train({"objective": "binary", "verbose": -1, "num_leaves": 7, "seed": 5}, lgb.Dataset(x, y), 20)
+    text = booster.model_to_string()
+    twin = twin_model(text)
+    assert twin != text and "[seed: 6]" in twin
+    np.testing.assert_array_equal(lgb.Booster(model_str=twin).predict(x), booster.predict(x))
+
+
+def test_a_planted_challenger_enters_a_canary_only_when_none_is_unfinished(tmp_path):
+    """The drill's (and the live-year test's) planted challenger: registered from the champion, one canary at a
+    time, and never committed over a commit it did not see."""
+    from keel.registry import ModelRegistry
+
+    home = KeelHome(tmp_path)
+    rng = np.random.default_rng(9)
+    x = rng.normal(size=(500, 3))
+    booster = lgb.train({"objective": "binary", "verbose": -1, "seed": 1}, lgb.Dataset(x, x[:, 0] > 0), 5)
+    with ModelRegistry(home.registry) as reg:
+        champion = reg.register("flight-delay", booster.model_to_string(), {"note": "champion"})
+        reg.set_alias("flight-delay", "champion", champion.sha256, "the first model")
+    name, version = plant_challenger(home, twin_model, "twin", "tests", "v{challenger} twin of v{champion}", {})
+    assert (name, version) == ("flight-delay.twin-v2", 2)
+    with PolicyStore(home.policies) as store:
+        body = store.get(name).body
+        assert body["champion_version"] == 1 and body["challenger_version"] == 2
+        assert store.commit(store.version()).reason == "v2 twin of v1"
+    with pytest.raises(DrillError, match="is running"):
+        plant_challenger(home, invert_model, "drill", "tests", "inverted", {})
 
 
 def sensor_tick(name: str, home, instance, cursor=None):
@@ -135,7 +175,8 @@ def test_a_day_in_celsius_is_held_back_located_through_lineage_and_recovered_whe
     write_parquet_atomic(fahrenheit_to_celsius(_day_rows("weather", bad_day)), zone.path("weather", bad_day))
     with dg.instance_for_test() as instance:
         first = sensor_tick("landing_sensor", tmp_path, instance)
-        assert all(r.partition_key != "2013-04" or r.run_key == "landing:2013-04:2f2w" for r in first.run_requests)
+        april = [r.run_key for r in first.run_requests if r.partition_key == "2013-04"]
+        assert april == ["landing:2013-04:2f2w"]  # April is built once, without the day held back
         with IncidentLog(home.incidents) as log:
             incident = log.get("delivery:weather:2013-04-03")
         assert incident.open and incident.detected_at.startswith("2013-04-03T")  # the clock runs: simulated time

@@ -109,7 +109,7 @@ def test_schema_break_is_held_back_and_nothing_downstream_reads_that_day(platfor
     assert "columns missing: arr_delay, tailnum" in incident["located"]
     held = json.loads((home / "landing" / "_quarantine" / "flights" / f"{day}.json").read_text())
     assert held["missing_columns"] == ["arr_delay", "tailnum"]
-    assert result["traffic"]["failed"] == 0
+    assert result["traffic"]["answered"] > 0 and result["traffic"]["failed"] == 0  # traffic met the drill
 
 
 def test_bad_challenger_is_rolled_back_on_realized_labels(platform):
@@ -141,7 +141,7 @@ def test_bad_challenger_is_rolled_back_on_realized_labels(platform):
     assert evidence["log_loss_increase"] > plan.max_log_loss_increase and evidence["log_loss_pvalue"] < plan.alpha
     with ModelRegistry(home / "registry") as reg:  # the champion is still the model the drill inverted
         assert reg.version("flight-delay", reg.alias("flight-delay", "champion")) == body["champion_version"]
-    assert result["traffic"]["failed"] == 0
+    assert result["traffic"]["answered"] > 0 and result["traffic"]["failed"] == 0  # traffic met the drill
 
 
 def test_control_plane_tamper_is_refused_by_the_gateway_and_restored(platform):
@@ -159,7 +159,7 @@ def test_control_plane_tamper_is_refused_by_the_gateway_and_restored(platform):
 
     with PolicyStore(home / "policies.sqlite") as store:
         assert store.verify().ok and store.version() >= version
-    assert result["traffic"]["failed"] == 0
+    assert result["traffic"]["answered"] > 0 and result["traffic"]["failed"] == 0  # traffic met the drill
 
 
 def test_runtime_crash_answers_only_scored_or_flagged_and_recovers(platform):
@@ -172,6 +172,9 @@ def test_runtime_crash_answers_only_scored_or_flagged_and_recovers(platform):
     wall = incident["details"]["wall_s_to_recover"]
     assert wall <= 30, incident  # the bound: killed → serving the routed versions again
     traffic = result["traffic"]
+    # the drill met traffic, and some of it while Triton was down (a restart takes seconds; 40 requests/s): those
+    # answers are the structured refusal (no last-resort score is configured) — so the checks below are not vacuous
+    assert traffic["answered"] > 0 and traffic["by_error"].get("runtime_unavailable", 0) > 0, traffic
     assert set(traffic["by_status"]) <= {"200", "503"}, traffic  # no bare 5xx
     assert set(traffic["by_error"]) <= {"runtime_unavailable"}, traffic  # every refusal is the structured one
 

@@ -43,3 +43,14 @@ def test_backend_can_be_forced_to_numpy(monkeypatch):
         assert backend().name == "numpy"
     finally:
         backend.cache_clear()
+
+
+def test_only_a_missing_device_reads_as_no_gpu():
+    """tests/conftest.py skips the GPU tests for a missing cupy or a machine without a CUDA device — and for nothing
+    else: a broken driver or a mismatched cupy build must fail the GPU tests on a GPU machine."""
+    from tests.conftest import no_cuda_device
+
+    assert no_cuda_device(RuntimeError("cudaErrorNoDevice: no CUDA-capable device is detected"))
+    assert no_cuda_device(RuntimeError("cudaErrorInsufficientDriver: CUDA driver version is insufficient"))
+    assert not no_cuda_device(RuntimeError("cudaErrorInitializationError: initialization error"))
+    assert not no_cuda_device(RuntimeError("cudaErrorSystemDriverMismatch: system has unsupported display driver"))

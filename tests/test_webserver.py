@@ -46,8 +46,10 @@ def graphql(port: int, query: str) -> dict:
 
 
 def home_env(home: Path) -> dict[str, str]:
+    """The environment scripts/up gives its children: no Triton admin key (only the runtime holds it; deployments
+    read it from the runtime's 0600 endpoints.json)."""
     env = os.environ | {"KEEL_HOME": str(home), "DAGSTER_HOME": str(home / "dagster_home")}
-    env["KEEL_TRITON_ADMIN_KEY"] = "test-admin-key"  # as scripts/up exports one for its children
+    env.pop("KEEL_TRITON_ADMIN_KEY", None)
     return env
 
 
@@ -81,10 +83,14 @@ def keel_home(tmp_path_factory) -> Path:
 def dagster_dev(keel_home):
     """`dagster dev` on a free loopback port, and the pipeline materialized through it by scripts/materialize.py."""
     home, env = keel_home, home_env(keel_home)
-    port = free_port()
+    port, internal = free_port(), free_port()  # the UI's port (the guard, keel/uiguard.py) and the webserver's
     log = open(home / "dagster_dev.log", "wb")
+    guard = subprocess.Popen(
+        [sys.executable, "-m", "keel.uiguard", "--listen", f"127.0.0.1:{port}", "--upstream", f"127.0.0.1:{internal}"],
+        cwd=REPO, env=env, stdout=open(home / "uiguard.log", "wb"), stderr=subprocess.STDOUT,
+    )  # fmt: skip
     proc = subprocess.Popen(
-        [DAGSTER, "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)],
+        [DAGSTER, "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(internal)],
         cwd=REPO,
         env=env,
         stdout=log,
@@ -116,6 +122,8 @@ def dagster_dev(keel_home):
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
         yield port
     finally:
+        guard.terminate()
+        guard.wait(timeout=30)
         os.killpg(proc.pid, signal.SIGTERM)
         try:
             proc.wait(timeout=60)
@@ -550,3 +558,81 @@ def test_setup_runs_belong_to_defined_jobs_and_can_be_reexecuted(dagster_dev):
         assert time.monotonic() < deadline, status
         time.sleep(2)
     assert status == "SUCCESS"
+
+
+def forged_post(port: int, query: str, headers: dict[str, str]) -> tuple[int, dict]:
+    """A GraphQL POST to the UI with the given Host/Origin headers (http.client sends exactly what it is told)."""
+    import http.client
+
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    body = json.dumps({"query": query}).encode()
+    conn.putrequest("POST", "/graphql", skip_host=True)
+    sent = {"Host": f"127.0.0.1:{port}", "Content-Type": "application/json", **headers}
+    for name, value in sent.items():
+        conn.putheader(name, value)
+    conn.putheader("Content-Length", str(len(body)))
+    conn.endheaders(body)
+    resp = conn.getresponse()
+    data = json.loads(resp.read() or b"{}")
+    conn.close()
+    return resp.status, data
+
+
+def run_count(port: int) -> int:
+    return len(graphql(port, "{ runsOrError { ... on Runs { results { runId } } } }")["runsOrError"]["results"])
+
+
+def test_the_ui_refuses_a_forged_host_or_a_foreign_origin_and_launches_nothing(dagster_dev):
+    """DNS rebinding (a page whose name now resolves to 127.0.0.1: Host is its name) and a cross-site POST (Origin
+    is the other page) both try `launchRun` of the rollback job; the UI's guard refuses both, nothing is launched,
+    and the UI itself — same address, same origin, or no Origin at all (scripts) — still works."""
+    launch = """mutation { launchRun(executionParams: {selector: {repositoryLocationName: "keel",
+        repositoryName: "__repository__", jobName: "rollback_job"}, runConfigData: {}}) { __typename } }"""
+    before = run_count(dagster_dev)
+    status, body = forged_post(dagster_dev, launch, {"Host": f"evil.example:{dagster_dev}"})
+    assert status == 403 and body["error"]["code"] == "host_not_allowed", body
+    status, body = forged_post(dagster_dev, launch, {"Origin": "https://evil.example"})
+    assert status == 403 and body["error"]["code"] == "origin_not_allowed", body
+    status, body = forged_post(dagster_dev, launch, {"Origin": "null"})  # a sandboxed page or a file:// one
+    assert status == 403 and body["error"]["code"] == "origin_not_allowed", body
+    assert run_count(dagster_dev) == before
+    status, body = forged_post(
+        dagster_dev, "{ version }", {"Host": f"localhost:{dagster_dev}", "Origin": f"http://localhost:{dagster_dev}"}
+    )
+    assert status == 200 and body["data"]["version"], body
+
+
+def test_the_uis_websocket_passes_the_guard_only_from_the_ui(dagster_dev):
+    """GraphQL subscriptions (live run logs) are a WebSocket: the handshake from the UI's own origin is forwarded
+    (101), one from another page is refused."""
+    from websockets.exceptions import InvalidStatus
+    from websockets.sync.client import connect
+
+    url = f"ws://127.0.0.1:{dagster_dev}/graphql"
+    with connect(url, origin=f"http://127.0.0.1:{dagster_dev}", subprotocols=["graphql-ws"], open_timeout=60) as ws:
+        assert ws.subprotocol == "graphql-ws"
+    with pytest.raises(InvalidStatus) as refused:
+        connect(url, origin="https://evil.example", subprotocols=["graphql-ws"], open_timeout=60)
+    assert refused.value.response.status_code == 403
+
+
+def test_the_webserver_does_not_hold_the_triton_admin_key(dagster_dev, keel_home):
+    """Only the model runtime holds the key; deployments (runs) read it from its 0600 endpoints.json — and did:
+    the backfill deployed the champion (test_the_deployed_champion_answers_through_the_gateway)."""
+    key = json.loads((keel_home / "serving" / "endpoints.json").read_text())["admin_key"]
+    assert (keel_home / "serving" / "endpoints.json").stat().st_mode & 0o077 == 0
+    webservers = []
+    for pid in (p for p in os.listdir("/proc") if p.isdigit()):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            environ = Path(f"/proc/{pid}/environ").read_bytes()
+        except OSError:
+            continue
+        if (
+            any(b"dagster_webserver" in c or c.endswith(b"dagster-webserver") for c in cmdline)
+            and str(keel_home).encode() in environ
+        ):
+            webservers.append(environ)
+    assert webservers, "no dagster webserver process of this test's home found"
+    for environ in webservers:
+        assert b"KEEL_TRITON_ADMIN_KEY" not in environ and key.encode() not in environ

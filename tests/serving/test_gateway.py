@@ -287,7 +287,10 @@ def test_weighted_split_and_experiments_are_sticky_per_unit(runtime, serving_mod
         [runtime.target(1, "champion", 0.7), runtime.target(2, "challenger", 0.3)],
         experiments=experiments,
     )
-    time.sleep(0.3)  # the gateway re-reads routing every 0.1 s
+    deadline = time.monotonic() + 30  # the gateway re-reads routing every 0.1 s: wait until it serves both
+    while httpx.get(f"{runtime.url}/readyz", timeout=5).json().get("versions") != [1, 2]:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
     units = [f"unit-{i}" for i in range(300)]
     split = {u: runtime.post(body | {"unit_id": u}).json() for u in units}
     assert all(

@@ -4,24 +4,19 @@ materialization metadata. Marked ``flink`` (needs .venv-flink)."""
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import dagster as dg
 import polars as pl
 import pytest
 
 import definitions
 from resources import FlinkResource, ParquetIOManager
-from tests.conftest import REPO
+from tests.streaming.flink_env import FLINK_PY, require_flink_environment
 
 pytestmark = pytest.mark.flink
-FLINK_PY = Path(os.environ.get("KEEL_FLINK_PYTHON", REPO / ".venv-flink" / "bin" / "python"))
 
 
 def test_the_stream_assets_materialize_with_throughput_and_parity(tmp_path):
-    if not FLINK_PY.exists():
-        pytest.skip(f"no Flink environment at {FLINK_PY} (KEEL_WITH_FLINK=1 scripts/setup creates .venv-flink)")
+    require_flink_environment()
     keys = [dg.AssetKey(k) for k in ("raw_weather", "validated_weather", "weather_quarantine",
                                      "stream_validated_weather", "stream_weather_quarantine")]  # fmt: skip
     result = dg.materialize(

@@ -13,7 +13,6 @@ import os
 import subprocess
 from dataclasses import replace
 from datetime import timedelta
-from pathlib import Path
 
 import polars as pl
 import pytest
@@ -23,17 +22,16 @@ from keel.contracts.spec import load_contract
 from keel.data.nycflights import read_raw_month
 from keel.streaming.drift_windows import batch_windows, reference_bins
 from tests.conftest import CONTRACTS, REPO
+from tests.streaming.flink_env import FLINK_PY, require_flink_environment
 
 pytestmark = pytest.mark.flink
-FLINK_PY = Path(os.environ.get("KEEL_FLINK_PYTHON", REPO / ".venv-flink" / "bin" / "python"))
 SKIP = ["one_reading_per_local_hour", "observed_in_window"]  # partition-wide rules: no streaming form
 FEATURES = ["temp", "humid", "wind_speed", "visib"]
 
 
 @pytest.fixture(scope="module")
 def flink_run(tmp_path_factory):
-    if not FLINK_PY.exists():
-        pytest.skip(f"no Flink environment at {FLINK_PY} (KEEL_WITH_FLINK=1 scripts/setup creates .venv-flink)")
+    require_flink_environment()
     tmp = tmp_path_factory.mktemp("flink")
     spec = load_contract(CONTRACTS / "weather.yaml")
     raw = read_raw_month("weather", "2013-02").select("_source_row", *spec.column_names)
@@ -124,8 +122,7 @@ FLIGHT_SKIP = ["scheduled_in_window", "one_departure_per_flight_number", "tailnu
 def test_flights_with_regex_rules_and_request_features(tmp_path):
     """The flights contract — three regex rules run as the flpc UDF — and the request features computed in Flink SQL
     from keel.features.definitions, against the batch path and the offline feature expressions."""
-    if not FLINK_PY.exists():
-        pytest.skip(f"no Flink environment at {FLINK_PY}")
+    require_flink_environment()
     from keel.features.definitions import entity_frame, request_expressions
 
     spec = load_contract(CONTRACTS / "flights.yaml")
