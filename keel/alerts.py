@@ -138,22 +138,39 @@ def payload(alert: Alert, channel: Channel) -> Any:
             }
         ]
     if channel.format == "slack":
-        return {"text": f"[{alert.severity}] {alert.kind}: {alert.summary}"}
+        heads = alert.details.get("witness") or {}
+        witness = f" (witness: {', '.join(f'{k} {v}' for k, v in sorted(heads.items()))})" if heads else ""
+        return {"text": f"[{alert.severity}] {alert.kind}: {alert.summary}{witness}"}
     return None
 
 
 class AlertSender:
     """Sends alerts by ``config`` and keeps every one in ``log_path`` (JSONL, appended)."""
 
-    def __init__(self, log_path: Path, config: AlertConfig | None = None):
+    def __init__(self, log_path: Path, config: AlertConfig | None = None, witness=None):
         self.log_path = Path(log_path)
         self.config = config or AlertConfig.default()
+        # () -> {chain: "SEQ:HASH"}: the control plane's published heads, carried by every alert off this machine —
+        # a witness a rollback of every local file cannot reach (`keel policy verify --head`, docs/policy.md)
+        self.witness = witness
 
     @classmethod
     def for_home(cls, home) -> AlertSender:
         """The sender of a KEEL_HOME: its configuration (``KEEL_ALERTS_CONFIG`` or ``alerts.yaml``) and log."""
+        from keel.chain import published_heads
+
         config_path = Path(os.environ.get("KEEL_ALERTS_CONFIG") or Path(home.root) / "alerts.yaml")
-        return cls(Path(home.root) / "alerts" / "alerts.jsonl", AlertConfig.load(config_path))
+        return cls(
+            Path(home.root) / "alerts" / "alerts.jsonl", AlertConfig.load(config_path), lambda: published_heads(home)
+        )
+
+    def _heads(self) -> dict[str, str]:
+        if self.witness is None:
+            return {}
+        try:
+            return self.witness()
+        except Exception:  # noqa: BLE001 - an unreadable head must not stop the alert that carries it
+            return {}
 
     def sent_once(self, key: str) -> bool:
         """Whether an alert sent with ``once=key`` is in the log already."""
@@ -166,6 +183,9 @@ class AlertSender:
             return None
         if not alert.at:
             alert = Alert(**(asdict(alert) | {"at": datetime.now(UTC).isoformat(timespec="seconds")}))
+        heads = self._heads()
+        if heads:
+            alert = Alert(**(asdict(alert) | {"details": alert.details | {"witness": heads}}))
         channel = route(alert, self.config)
         record: dict[str, Any] = {**asdict(alert), "channel": channel.name, "format": channel.format}
         if once is not None:

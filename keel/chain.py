@@ -372,6 +372,42 @@ class Checkpoints:
         return len(rows)
 
 
+def parse_head(text: str) -> tuple[int, str]:
+    """``SEQ:HASH`` (a head as alerts and ``verify`` print it; the hash may be shortened to 12+ characters)."""
+    seq, sep, digest = text.partition(":")
+    digest = digest.strip().lower()
+    if not sep or not seq.strip().isdigit() or len(digest) < 12 or any(c not in "0123456789abcdef" for c in digest):
+        raise ValueError(f"a head is SEQ:HASH (entry number, then 12 or more hex digits of its hash), got {text!r}")
+    return int(seq), digest
+
+
+def known_head_problems(links: list[Link], head: tuple[int, str], what: str = "entry") -> list[str]:
+    """Problems against a head a witness off this machine saw (an alert's ``witness``, a note kept elsewhere): the
+    log must hold that entry with that hash. This is what catches a rollback of *every* local file at once."""
+    seq, digest = head
+    newest = links[-1].seq if links else 0
+    by_seq = {link.seq: link for link in links}
+    if seq > newest:
+        return [f"a witness saw {what} {seq} ({digest[:12]}), but the log ends at {what} {newest}: the store was "
+                f"rolled back (its newest {seq - newest} {what}(s) are gone, with whatever recorded them here)"]
+    if seq not in by_seq or not by_seq[seq].hash.startswith(digest):
+        return [f"{what} {seq} is not the one a witness saw ({digest[:12]}): the chain was rewritten"]
+    return []
+
+
+def published_heads(home) -> dict[str, str]:
+    """The policy store's and the ledger's published heads as ``SEQ:HASH`` (SQLite control plane: read from their
+    ``.head`` files, no database opened) — what alerts carry off this machine (keel.alerts)."""
+    out = {}
+    for chain, path in (("policies", home.policies), ("ledger", home.ledger)):
+        if not isinstance(path, Path):
+            continue  # a Postgres control plane: its witness schema is the witness off this machine already
+        head = FileWitness(path).read_head() if path.exists() else None
+        if head and "seq" in head and "hash" in head:
+            out[chain] = f"{int(head['seq'])}:{head['hash']}"
+    return out
+
+
 def shown_location(db) -> str:
     loc = db.location
     return loc.shown() if hasattr(loc, "shown") else str(loc)

@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from keel.chain import GENESIS, Checkpoints, Link, link_hash, verify_chain
+from keel.chain import GENESIS, Checkpoints, Link, known_head_problems, link_hash, verify_chain
 from keel.errors import KeelError
 from keel.sqldb import Database, Location, append_only_sql, location_of
 from keel.storage import Closing
@@ -150,7 +150,9 @@ class Ledger(Closing):
         ).fetchone()
         return self._row(row) if row else None
 
-    def verify(self) -> VerifyResult:
+    def verify(self, known_head: tuple[int, str] | None = None) -> VerifyResult:
+        """The chain (keel.chain) and SQLite's integrity; ``known_head``: (seq, hash) a witness off this machine saw
+        (an alert's ``witness.ledger``) — the log must hold it."""
         problems = []
         published = self.checkpoints.witnessed()  # before the log: an append landing meanwhile is no truncation
         problems += self._db.integrity_problems()
@@ -161,4 +163,6 @@ class Ledger(Closing):
             )
         ]
         problems += verify_chain(links, self.checkpoints, published=published)
+        if known_head is not None:
+            problems += known_head_problems(links, known_head)
         return VerifyResult(not problems, len(links), tuple(problems))

@@ -153,6 +153,20 @@ def test_rolling_back_the_database_with_its_head_is_detected_from_the_journal(lo
     assert any("entries 4…4 were rolled back" in p for p in result.problems), result.problems
 
 
+def test_a_head_seen_off_the_machine_must_be_in_the_log(log):
+    """``verify(known_head)``: the head an alert carried (keel.alerts' witness) — still there passes; past the end
+    (rolled back) or another hash (rewritten) does not."""
+    db = Raw(log.path)
+    newest, links_hash = log.rows(db)[-1][0], log.rows(db)[-1][-1]
+    db.close()
+    assert log.store.verify((newest, links_hash[:12])).ok
+    ahead = log.store.verify((newest + 2, "ab" * 32))
+    assert not ahead.ok and any(f"the log ends at {'version' if isinstance(log, PolicyLog) else 'entry'} {newest}"
+                                in p for p in ahead.problems), ahead.problems  # fmt: skip
+    other = log.store.verify((newest, "0" * 64))
+    assert not other.ok and any("is not the one a witness saw" in p for p in other.problems)
+
+
 def test_a_recomputed_chain_is_detected(log):
     """Rewrite the first entry and recompute every hash after it: the chain is self-consistent again, but no
     checkpoint made with the key matches it."""

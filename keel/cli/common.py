@@ -28,6 +28,16 @@ def author_of(args: argparse.Namespace) -> str:
     return args.author or getpass.getuser()
 
 
+def head_arg(text: str) -> tuple[int, str]:
+    """``--head SEQ:HASH`` as argparse takes it (a bad value is a usage error, exit 2)."""
+    from keel.chain import parse_head
+
+    try:
+        return parse_head(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def report_verify(ok: bool, problems: tuple[str, ...], what: str) -> int:
     """How both hash-chained logs (ledger, policies) report a verify: each problem, then the verdict."""
     for problem in problems:

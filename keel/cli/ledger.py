@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from keel.cli.common import EXIT_OK, EXIT_PROBLEM, Parser, home_layout, ledger_path, report_verify
+from keel.cli.common import EXIT_OK, EXIT_PROBLEM, Parser, head_arg, home_layout, ledger_path, report_verify
 from keel.errors import DataReadError
 from keel.sqldb import location_exists, location_of
 
@@ -29,9 +29,14 @@ def register(sub) -> None:
     why.add_argument("release", help="a release id (rel-…), or 'live' for the newest entry")
     why.add_argument("--model", default="flight-delay")
     why.set_defaults(func=_ledger_why)
-    lsub.add_parser(
+    lverify = lsub.add_parser(
         "verify", help="check the hash chain (exit 1 when an entry was edited, reordered or removed)"
-    ).set_defaults(func=_ledger_verify)
+    )
+    lverify.add_argument(
+        "--head", type=head_arg, metavar="SEQ:HASH",
+        help="a head a witness off this machine saw (an alert's witness.ledger): the ledger must hold it",
+    )  # fmt: skip
+    lverify.set_defaults(func=_ledger_verify)
     rb = sub.add_parser(
         "rollback", help="put the previous release back in service (Triton, routing, registry, ledger)"
     )
@@ -115,7 +120,7 @@ def _ledger_why(args: argparse.Namespace) -> int:
 
 
 def _ledger_verify(args: argparse.Namespace) -> int:
-    result = _open_ledger(args).verify()
+    result = _open_ledger(args).verify(args.head)
     return report_verify(result.ok, result.problems, f"{result.entries} entries")
 
 

@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from keel.cli.common import EXIT_OK, EXIT_PROBLEM, Parser, author_of, open_policies, report_verify
+from keel.cli.common import EXIT_OK, EXIT_PROBLEM, Parser, author_of, head_arg, open_policies, report_verify
 from keel.errors import DataReadError
 from keel.sqldb import location_of
 
@@ -45,6 +45,10 @@ def register(sub) -> None:
     pat.add_argument("timestamp")
     pat.set_defaults(func=_policy_at)
     pverify = psub.add_parser("verify", help="check the hash chain and SQLite integrity (exit 1 on a problem)")
+    pverify.add_argument(
+        "--head", type=head_arg, metavar="SEQ:HASH",
+        help="a head a witness off this machine saw (an alert's witness.policies): the store must hold it",
+    )  # fmt: skip
     pverify.set_defaults(func=_policy_verify)
 
 
@@ -120,5 +124,5 @@ def _policy_at(args: argparse.Namespace) -> int:
 
 
 def _policy_verify(args: argparse.Namespace) -> int:
-    result = open_policies(args).verify()
+    result = open_policies(args).verify(args.head)
     return report_verify(result.ok, result.problems, f"{result.commits} commits")

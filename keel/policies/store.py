@@ -30,7 +30,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from keel.chain import GENESIS, Checkpoints, Link, link_hash, verify_chain
+from keel.chain import GENESIS, Checkpoints, Link, known_head_problems, link_hash, verify_chain
 from keel.policies.errors import PolicyError, PolicyValidationError
 from keel.policies.types import validate_policy
 from keel.sqldb import Database, Location, PgLocation, append_only_sql, location_of
@@ -393,9 +393,10 @@ class PolicyStore(Closing):
             raise PolicyError(f"nothing to revert: the policies are already as at version {version}")
         return self.apply(changes, author=author, reason=f"revert to version {version}: {reason}", reverts=version)
 
-    def verify(self) -> VerifyResult:
-        """The chain (keel.chain: links, edits, checkpoints, truncation), the policy table against the commits, and
-        SQLite's own integrity check."""
+    def verify(self, known_head: tuple[int, str] | None = None) -> VerifyResult:
+        """The chain (keel.chain: links, edits, checkpoints, truncation, rollback against the journal), the policy
+        table against the commits, and SQLite's own integrity check. ``known_head``: (version, hash) a witness off
+        this machine saw (an alert's ``witness.policies``) — the log must hold it."""
         published = self.checkpoints.witnessed()  # before the log: a commit landing meanwhile is no truncation
         commits = self.log()
         links = [
@@ -410,6 +411,8 @@ class PolicyStore(Closing):
             for c in commits
         ]
         problems = verify_chain(links, self.checkpoints, what="version", published=published)
+        if known_head is not None:
+            problems += known_head_problems(links, known_head, what="version")
         for c in commits:
             stored = {n: {"type": p["type"], "body": p["body"]} for n, p in c.changes.items()}
             rows = self._db.execute(

@@ -284,3 +284,25 @@ def _feature_body() -> dict:
     from keel.features.definitions import FEATURES
 
     return {"features": {f.name: f.default for f in FEATURES}, "tenant_id": "tests", "risk_level": 2}
+
+
+MALFORMED = [
+    b"", b"null", b"[]", b'"flight"', b"{", b'{"flight": ', b"\xff\xfe{}", b'{"flight": null}', b'{"flight": []}',
+    b'{"flights": []}', b'{"flights": {}}', b'{"flights": [1, 2]}', b'{"features": "x"}', b'{"features": []}',
+    b'{"features": {"columns": "a", "rows": 1}}', b'{"risk_level": "1", "features": {}}', b'{"risk_level": true}',
+    b'{"tenant_id": {"a": 1}}', b'{"unit_id": 1.5}', b'{"explain": "yes", "features": {}}',
+    b'{"flight": {"carrier": "UA"}}', b'{"flight": {"year": 1e400}}', b'{"a": ' + b"[" * 5000 + b"]" * 5000 + b"}",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("body", MALFORMED, ids=range(len(MALFORMED)))
+def test_a_malformed_body_is_a_structured_4xx_with_its_request_id_logged(runtime, body):
+    resp = httpx.post(f"{runtime.url}/v1/predict", content=body, headers={"content-type": "application/json"},
+                      timeout=30)  # fmt: skip
+    assert 400 <= resp.status_code < 500, resp.text[:300]
+    payload = resp.json()
+    assert payload["error"]["code"] and payload["error"]["message"] and payload["request_id"]
+    lines = [
+        e for e in read_exposures(runtime.home / "serving" / "exposures") if e["request_id"] == payload["request_id"]
+    ]
+    assert [e["status"] for e in lines] == [resp.status_code]
