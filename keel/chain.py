@@ -388,8 +388,10 @@ def known_head_problems(links: list[Link], head: tuple[int, str], what: str = "e
     newest = links[-1].seq if links else 0
     by_seq = {link.seq: link for link in links}
     if seq > newest:
-        return [f"a witness saw {what} {seq} ({digest[:12]}), but the log ends at {what} {newest}: the store was "
-                f"rolled back (its newest {seq - newest} {what}(s) are gone, with whatever recorded them here)"]
+        return [
+            f"a witness saw {what} {seq} ({digest[:12]}), but the log ends at {what} {newest}: the store was "
+            f"rolled back (its newest {seq - newest} {what}(s) are gone, with whatever recorded them here)"
+        ]
     if seq not in by_seq or not by_seq[seq].hash.startswith(digest):
         return [f"{what} {seq} is not the one a witness saw ({digest[:12]}): the chain was rewritten"]
     return []
