@@ -67,12 +67,15 @@ def live_platform(home: Path, *live_args: str) -> Iterator[LivePlatform]:
         return proc
 
     try:
-        gateway_port, port = free_port(), free_port()
+        gateway_port, port, internal = free_port(), free_port(), free_port()
         serve = start([sys.executable, "-m", "gpu_runtime.serve", "--gateway-port", str(gateway_port)], "serve.log")
         wait_until("the model runtime is up",
                    lambda: (home / "serving" / "endpoints.json").exists() or serve.poll() is not None, 180, 0.2)  # fmt: skip
         assert serve.poll() is None, (home / "serve.log").read_text()[-3000:]
-        dev = start([DAGSTER, "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)], "dagster_dev.log")
+        # as scripts/up: the webserver on an internal port, the UI's port is keel's guard in front of it
+        dev = start([DAGSTER, "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(internal)], "dagster_dev.log")
+        start([sys.executable, "-m", "keel.uiguard", "--listen", f"127.0.0.1:{port}", "--upstream",
+               f"127.0.0.1:{internal}"], "uiguard.log")  # fmt: skip
         wait_until("dagster dev is up", lambda: webserver_up(port, dev, home / "dagster_dev.log"), 300, 1)
         year = start(
             [sys.executable, "scripts/materialize.py", "--port", str(port), "--live",
