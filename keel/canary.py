@@ -18,7 +18,11 @@ The three checks, each on the exposures of the current step only:
   (H0: Δ ≤ max_log_loss_increase), p < ``alpha`` — a few unlucky labels do not roll a good model back.
 
 No data, too few samples, NaN → hold (never promote). A step advances only after ``interval_s`` *and*
-``min_samples`` challenger requests with no breach; the last step (100 %) promotes. Past ``progress_deadline_s``
+``min_samples`` challenger requests with no breach; the last step (100 %) promotes. Quality must have been judged
+before the challenger gets all the traffic: a step on fewer than ``min_labelled`` realized labels per arm may
+advance on errors and latency, but the move to the last step (where no champion traffic is left to compare with)
+and the promotion wait — hold — until some step's quality verdict, on enough labels, found no breach
+(``quality_judged``; a clock that runs ahead of the labels otherwise promotes a model nobody has judged). Past ``progress_deadline_s``
 without finishing → roll back. ``on_breach: pause`` pauses instead of rolling back. A finished rollout (promoted,
 rolled back) never changes again, so a duplicate tick or a replayed one cannot roll back twice or promote after a
 breach.
@@ -64,6 +68,7 @@ class CanaryState:
     step: int = 0  # index into plan.steps
     started_at: float = 0.0  # epoch seconds
     step_started_at: float = 0.0
+    quality_judged: bool = False  # some step's quality verdict (≥ min_labelled labels per arm) found no breach
 
     def percent(self, plan: CanaryPlan) -> float:
         if self.status == PROMOTED:
@@ -133,6 +138,7 @@ def decide(
         return Decision("none", state, pct, ("rollout paused: an operator resumes or rolls back",))
 
     evidence: dict[str, Any] = {"step": state.step, "percent": pct}
+    judged_now = False
     breaches: list[str] = []
     inconclusive: list[str] = []
     if challenger is None or champion is None:
@@ -209,6 +215,7 @@ def decide(
                     delta = challenger.log_loss - champion.log_loss
                     evidence["log_loss_increase"] = delta
                     evidence["log_loss_pvalue"] = p_loss
+                    judged_now = p_loss >= plan.alpha
                     if p_loss < plan.alpha:
                         breaches.append(
                             f"log-loss {challenger.log_loss:.4f} vs champion {champion.log_loss:.4f} on "
@@ -237,13 +244,21 @@ def decide(
     held_for = now - state.step_started_at
     if held_for < plan.interval_s:
         inconclusive.append(f"step held {held_for:.0f} s of {plan.interval_s:g} s")
+    judged = state.quality_judged or judged_now
+    evidence["quality_judged"] = judged
+    if not judged and state.step + 2 >= len(plan.steps):
+        inconclusive.append(
+            f"quality not judged yet: no step has had {plan.min_labelled} realized labels in each arm — the "
+            f"challenger gets all the traffic only once its quality is known"
+        )
     if inconclusive:
         return Decision("hold", state, pct, tuple(inconclusive), evidence)
     if state.step + 1 >= len(plan.steps):
         return Decision(
-            "promote", replace(state, status=PROMOTED), 100.0, (f"all {len(plan.steps)} steps passed",), evidence
-        )
-    nxt = replace(state, step=state.step + 1, step_started_at=now)
+            "promote", replace(state, status=PROMOTED, quality_judged=judged), 100.0,
+            (f"all {len(plan.steps)} steps passed",), evidence,
+        )  # fmt: skip
+    nxt = replace(state, step=state.step + 1, step_started_at=now, quality_judged=judged)
     return Decision(
         "advance",
         nxt,

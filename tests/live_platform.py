@@ -73,7 +73,9 @@ def live_platform(home: Path, *live_args: str) -> Iterator[LivePlatform]:
                    lambda: (home / "serving" / "endpoints.json").exists() or serve.poll() is not None, 180, 0.2)  # fmt: skip
         assert serve.poll() is None, (home / "serve.log").read_text()[-3000:]
         # as scripts/up: the webserver on an internal port, the UI's port is keel's guard in front of it
-        dev = start([DAGSTER, "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(internal)], "dagster_dev.log")
+        dev = start(
+            [DAGSTER, "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(internal)], "dagster_dev.log"
+        )
         start([sys.executable, "-m", "keel.uiguard", "--listen", f"127.0.0.1:{port}", "--upstream",
                f"127.0.0.1:{internal}"], "uiguard.log")  # fmt: skip
         wait_until("dagster dev is up", lambda: webserver_up(port, dev, home / "dagster_dev.log"), 300, 1)

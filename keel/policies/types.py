@@ -206,6 +206,8 @@ class Canary(PolicyType):
             number(name, "state_step", rollout, "step", lo=0, hi=len(steps) - 1, integer=True)
             number(name, "state_started", rollout, "started_at", lo=0)
             number(name, "state_step_started", rollout, "step_started_at", lo=0)
+            if not isinstance(rollout.get("quality_judged", False), bool):
+                raise PolicyValidationError(name, "state_quality_judged", "state.quality_judged is true or false")
         if body.get("on_breach", "rollback") not in ("rollback", "pause"):
             raise PolicyValidationError(
                 name, "on_breach", f"on_breach is rollback or pause, got {body.get('on_breach')!r}"

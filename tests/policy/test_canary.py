@@ -191,3 +191,26 @@ def test_plan_from_a_committed_canary_policy():
     plan = CanaryPlan.from_policy(body, p99_target_ms=15)
     assert plan.steps == (5, 50, 100) and plan.interval_s == 30 and plan.alpha == 0.01 and plan.p99_target_ms == 15
     assert plan.latency_ratio == 3.0
+
+
+def test_no_challenger_gets_all_the_traffic_before_its_quality_is_judged():
+    """The clock can run ahead of the outcomes (a live replay builds a day's flights after it flew): steps on too few
+    labels advance on errors and latency — but the move to 100 %, where no champion traffic is left to compare with,
+    and the promotion hold until some step's quality verdict found no breach. (The live year's inverted challenger
+    was promoted before this, on a fast clock.)"""
+    unlabelled = replace(GOOD, labelled=5)
+    early = decide(PLAN, state(step=1), unlabelled, CHAMP, T0)
+    assert early.action == "advance" and early.state.quality_judged is False  # 10 % → 30 %: on errors and latency
+    held = decide(PLAN, state(step=3), unlabelled, CHAMP, T0)  # 50 % → 100 % without a verdict
+    assert held.action == "hold" and "quality not judged yet" in held.reasons[-1]
+    judged = decide(PLAN, state(step=3), GOOD, CHAMP, T0)  # this step's labels are in: judged, no breach
+    assert judged.action == "advance" and judged.percent == 100 and judged.state.quality_judged is True
+    # at 100 % the champion serves nothing: the verdict carried from the step before is what promotes
+    alone = ArmStats(requests=0, errors=0, p99_ms=math.nan, labelled=0)
+    d = decide(replace(PLAN, p99_target_ms=None), judged.state, replace(GOOD, labelled=0), alone, T0 + 61)
+    assert d.action == "promote" and d.state.quality_judged is True
+    never = decide(replace(PLAN, p99_target_ms=None), state(step=4), replace(GOOD, labelled=0), alone, T0)
+    assert never.action == "hold" and "quality not judged yet" in never.reasons[-1]
+    # a verdict that is a breach is a rollback, never a judged pass
+    worse = decide(PLAN, state(step=3), replace(GOOD, log_loss=0.60), CHAMP, T0)
+    assert worse.action == "rollback" and worse.state.quality_judged is False

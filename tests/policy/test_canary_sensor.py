@@ -67,22 +67,49 @@ def split(store):
     return {v["name"]: v["weight"] for v in store.state()["rollout.split"].body["variants"]}
 
 
-def test_start_hold_advance_promote(world):
+def january_outcomes(tmp_path, validated):  # noqa: F811
+    """Real January flights with their outcomes, in storage as the pipeline writes them (the labels' source)."""
+    flights = validated["flights"].filter(pl.col("time_hour").dt.month() == 1, pl.col("arr_delay").is_not_null())
+    storage = tmp_path / "storage"
+    (storage / "validated_flights").mkdir(parents=True)
+    flights.write_parquet(storage / "validated_flights" / "2013-01.parquet")
+    return storage, flights
+
+
+def labelled_traffic(log, start, rows, score_of) -> None:
+    """One answer per flight, a third of them by the challenger (v2), each with its flight key and score."""
+    from keel.flight_key import flight_key
+
+    for i, row in enumerate(rows):
+        key = flight_key({**row, "time_hour": row["time_hour"].strftime("%Y-%m-%dT%H:%M:%SZ")})
+        version = 2 if i % 3 == 0 else 1
+        log.append({"ts": start + i * 0.01, "routed_version": version, "model_version": version, "status": 200,
+                    "latency_ms": 4.0, "score": score_of(row, version), "flight_key": key})  # fmt: skip
+
+
+def test_start_hold_advance_promote(world, tmp_path, validated):  # noqa: F811
     store, registry, log, exposures, shas = world
-    [start] = tick(store, registry, exposures, T0)
+    storage, flights = january_outcomes(tmp_path, validated)
+    [start] = tick(store, registry, exposures, T0, storage_dir=storage)
     assert start["action"] == "start" and split(store) == {"champion": 0.9, "challenger": 0.1}
-    assert tick(store, registry, exposures, T0 + 1) == []  # no traffic yet: hold, nothing committed
+    assert tick(store, registry, exposures, T0 + 1, storage_dir=storage) == []  # no traffic yet: hold
     traffic(log, T0 + 1)
-    assert tick(store, registry, exposures, T0 + 30) == []  # data, but the step is not held for an interval yet
-    [advance] = tick(store, registry, exposures, T0 + 61)
+    assert tick(store, registry, exposures, T0 + 30, storage_dir=storage) == []  # the step not held long enough
+    # Held long enough, enough requests, no breach — but no outcome is in: the challenger does not get all the
+    # traffic (where nothing is left to compare it with) before its quality is judged.
+    assert tick(store, registry, exposures, T0 + 61, storage_dir=storage) == []
+    base = float((flights["arr_delay"] > 15).mean())
+    labelled_traffic(log, T0 + 62, flights.head(900).to_dicts(), lambda row, version: base)  # as good as the champion
+    [advance] = tick(store, registry, exposures, T0 + 72, storage_dir=storage)
     assert advance["action"] == "advance" and split(store) == {"champion": 0.0, "challenger": 1.0}
     commit = store.commit(advance["version"])
     evidence = json.loads(commit.reason)
-    assert commit.author == "canary-controller" and evidence["evidence"]["challenger"]["requests"] == 100
-    assert "error_rate_pvalue" in evidence["evidence"]
-    assert tick(store, registry, exposures, T0 + 62) == []  # a duplicate tick: the new step has no data yet
-    traffic(log, T0 + 62)
-    [promote] = tick(store, registry, exposures, T0 + 125)
+    assert commit.author == "canary-controller" and evidence["evidence"]["challenger"]["requests"] == 100 + 300
+    assert evidence["evidence"]["challenger"]["labelled"] == 300 and evidence["evidence"]["quality_judged"]
+    assert "error_rate_pvalue" in evidence["evidence"] and evidence["evidence"]["log_loss_pvalue"] >= 0.05
+    assert tick(store, registry, exposures, T0 + 73) == []  # a duplicate tick: the new step has no data yet
+    traffic(log, T0 + 73)
+    [promote] = tick(store, registry, exposures, T0 + 135)
     assert promote["action"] == "promote" and registry.alias("flight-delay", "champion") == shas[1]
     assert store.state()["rollout"].body["state"]["status"] == "promoted"
     assert tick(store, registry, exposures, T0 + 500) == []  # finished: nothing more, ever
