@@ -262,3 +262,25 @@ def test_the_traffic_during_a_drill_is_the_difference_of_two_snapshots():
         "by_status": {"200": 93, "503": 7}, "by_error": {"runtime_unavailable": 7},
     }  # fmt: skip
     assert traffic_delta(None, after) is None  # no live traffic: nothing to say
+
+
+@pytest.mark.parametrize(
+    ("traffic", "why"),
+    [
+        (None, "no traffic met the drill"),
+        ({"answered": 0, "failed": 0, "degraded": 0, "by_status": {}, "by_error": {}}, "no traffic met the drill"),
+        ({"answered": 400, "failed": 0, "degraded": 0, "by_status": {"200": 400}, "by_error": {}}, "met the outage"),
+        ({"answered": 40, "failed": 3, "degraded": 0, "by_status": {"200": 37, "502": 3},
+          "by_error": {"runtime_unavailable": 1, "backend_error": 2}}, ""),
+    ],
+)  # fmt: skip
+def test_the_runtime_crash_drills_traffic_check_fails_on_a_drill_that_met_no_traffic(traffic, why):
+    """The slow drill's own check (tests/test_chaos_drills.py), on the planted defects: a drill with no traffic, one
+    whose traffic never met the outage, one that answered bare 5xx. Each fails; the genuine shape passes."""
+    from tests.test_chaos_drills import assert_served_through_the_crash
+
+    with pytest.raises(AssertionError, match=why):
+        assert_served_through_the_crash(traffic)
+    genuine = {"answered": 400, "failed": 0, "degraded": 0, "by_status": {"200": 380, "503": 20},
+               "by_error": {"runtime_unavailable": 20}}  # fmt: skip
+    assert_served_through_the_crash(genuine)
