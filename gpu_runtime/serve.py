@@ -62,30 +62,18 @@ def main(argv: list[str] | None = None) -> int:
         default=int(os.environ.get("KEEL_GATEWAY_MAX_BODY_BYTES", str(1 << 20))),
         help="largest request body the gateway reads; larger ones are answered 413 (default 1 MiB)",
     )
-    parser.add_argument(
-        "--header-timeout-s",
-        type=float,
-        default=float(os.environ.get("KEEL_GATEWAY_HEADER_TIMEOUT_S", "10")),
-        help="a request's headers must arrive within this (else 408 and the connection closes; default 10)",
-    )
-    parser.add_argument(
-        "--body-timeout-s",
-        type=float,
-        default=float(os.environ.get("KEEL_GATEWAY_BODY_TIMEOUT_S", "10")),
-        help="a request's body must arrive within this after its headers (else 408, connection closed; default 10)",
-    )
-    parser.add_argument(
-        "--max-connections",
-        type=int,
-        default=int(os.environ.get("KEEL_GATEWAY_MAX_CONNECTIONS", "1024")),
-        help="open connections the gateway holds at once; one more is answered 503 and closed (default 1024)",
-    )
-    parser.add_argument(
-        "--keepalive-s",
-        type=int,
-        default=int(os.environ.get("KEEL_GATEWAY_KEEPALIVE_S", "5")),
-        help="an idle keep-alive connection is closed after this many seconds (default 5)",
-    )
+    # The server's bounds (gpu_runtime/gateway/server.py, docs/serving.md "Limits"): flag, type, environment, default
+    for flag, kind, env, default, what in (
+        ("--header-timeout-s", float, "KEEL_GATEWAY_HEADER_TIMEOUT_S", "10",
+         "a request's headers must arrive within this (else 408 and the connection closes)"),
+        ("--body-timeout-s", float, "KEEL_GATEWAY_BODY_TIMEOUT_S", "10",
+         "a request's body must arrive within this after its headers (else 408, connection closed)"),
+        ("--max-connections", int, "KEEL_GATEWAY_MAX_CONNECTIONS", "1024",
+         "open connections the gateway holds at once; one more is answered 503 and closed"),
+        ("--keepalive-s", int, "KEEL_GATEWAY_KEEPALIVE_S", "5", "an idle keep-alive connection is closed after this"),
+    ):  # fmt: skip
+        parser.add_argument(flag, type=kind, default=kind(os.environ.get(env, default)),
+                            help=f"{what} (${env}; default {default})")  # fmt: skip
     args = parser.parse_args(argv)
     for name in ("header_timeout_s", "body_timeout_s", "max_connections", "keepalive_s"):
         if getattr(args, name) <= 0:

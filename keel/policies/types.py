@@ -21,6 +21,12 @@ WEIGHT_TOLERANCE = 1e-9
 EXPERIMENT_STATUSES = ("running", "paused", "stopped", "rolled_back")
 
 
+def tenant_id(name: str, tenant: object) -> None:
+    """A tenant a policy names has the gateway's tenant-id alphabet (keel.names), or the policy is refused."""
+    if not is_tenant_id(tenant):
+        raise PolicyValidationError(name, "tenant_id", f"tenants: {tenant!r} is not a tenant id ({TENANT_ID_RULE})")
+
+
 def number(
     name: str,
     rule: str,
@@ -249,10 +255,7 @@ class RateLimitType(PolicyType):
     def validate(cls, name: str, body: dict[str, Any], versions_of: VersionsOf | None = None) -> None:
         known_keys(name, body, {"default", "tenants"})
         for tenant in body.get("tenants") if isinstance(body.get("tenants"), dict) else {}:
-            if not is_tenant_id(tenant):
-                raise PolicyValidationError(
-                    name, "tenant_id", f"tenants: {tenant!r} is not a tenant id ({TENANT_ID_RULE})"
-                )
+            tenant_id(name, tenant)
         limits = {"default": body.get("default")} | {
             f"tenants.{k}": v for k, v in (body.get("tenants") or {}).items()
         }
@@ -318,10 +321,7 @@ class Cost(PolicyType):
         if not isinstance(tenants, dict):
             raise PolicyValidationError(name, "tenants_shape", "'tenants' maps tenant ids to price overrides")
         for tenant, override in tenants.items():
-            if not is_tenant_id(tenant):
-                raise PolicyValidationError(
-                    name, "tenant_id", f"tenants: {tenant!r} is not a tenant id ({TENANT_ID_RULE})"
-                )
+            tenant_id(name, tenant)
             if not isinstance(override, dict) or not override:
                 raise PolicyValidationError(
                     name, "override_shape", f"tenants.{tenant} overrides some of {PRICE_KEYS}"
@@ -364,10 +364,7 @@ class Budget(PolicyType):
         if not isinstance(tenants, dict) or not tenants:
             raise PolicyValidationError(name, "tenants_present", "'tenants' maps tenant ids to their budgets")
         for tenant, spec in tenants.items():
-            if not is_tenant_id(tenant):
-                raise PolicyValidationError(
-                    name, "tenant_id", f"tenants: {tenant!r} is not a tenant id ({TENANT_ID_RULE})"
-                )
+            tenant_id(name, tenant)
             if not isinstance(spec, dict):
                 raise PolicyValidationError(name, "budget_shape", f"tenants.{tenant} needs a limit")
             known_keys(name, spec, {"limit", "soft_share", "hard"})
