@@ -8,7 +8,6 @@ import dagster as dg
 from assets.models import MODEL_NAME, MODEL_PROMOTION
 from keel.clock import SimClock
 from keel.deploy.plan import NoChampionError, RunningCanary, plan_deployment, release
-from keel.features.definitions import FEATURE_NAMES
 from keel.policies import PolicyError
 from keel.release import infra_snapshot
 from resources.home import KeelHomeResource
@@ -16,6 +15,9 @@ from resources.ledger import LedgerResource
 from resources.policy import PolicyStoreResource
 from resources.registry import ModelRegistryResource
 from resources.triton import TritonResource
+from usecases.flights.features import FLIGHT_FEATURES as FEATURE_SET
+
+FEATURE_NAMES = FEATURE_SET.names
 
 DEPLOYMENTS_GROUP = "deployments"
 MODEL_DEPLOYMENT = dg.AssetKey("model_deployment")

@@ -11,13 +11,15 @@ from keel.clock import SimClock
 from keel.drift import DriftConfig, DriftReport, ReferenceProfile, build_reference, compare
 from keel.drift.plot import drift_svg_markdown
 from keel.factories.checks import partitioned_check
-from keel.features.definitions import FEATURE_NAMES
-from keel.features.offline import LABEL
 from keel.loop.freeze import FreezeDecision, freeze_evidence
 from keel.loop.reference import reference_window, window_label
 from resources.home import KeelHomeResource
 from resources.pools import MemoryPoolsResource
 from resources.registry import ModelRegistryResource
+from usecases.flights.features import FLIGHT_FEATURES as FEATURE_SET
+
+FEATURE_NAMES = FEATURE_SET.names
+LABEL = FEATURE_SET.label.column
 
 DRIFT_GROUP = "drift"
 DRIFT_REFERENCE = dg.AssetKey("drift_reference")

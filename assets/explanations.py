@@ -22,11 +22,13 @@ from keel.explanations import (
 )
 from keel.factories.checks import partitioned_check
 from keel.factories.markdown import frame_to_markdown
-from keel.features.definitions import FEATURE_NAMES
 from keel.home import asset_file
 from keel.plots import stacked_bars_svg, svg_markdown
 from resources.home import KeelHomeResource
 from resources.registry import ModelRegistryResource
+from usecases.flights.features import FLIGHT_FEATURES as FEATURE_SET
+
+FEATURE_NAMES = FEATURE_SET.names
 
 EXPLANATIONS = dg.AssetKey("explanations")
 ATTRIBUTION_SHIFT = "attribution_shift"

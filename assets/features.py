@@ -8,17 +8,18 @@ from pathlib import Path
 import dagster as dg
 import polars as pl
 
-import keel.features.definitions as definitions_module
 import keel.features.offline as offline_module
+import keel.features.spec as spec_module
+import usecases.flights.features as definitions_module
 from assets.partitions import MONTHLY_CADENCE, monthly_2013
 from assets.raw import RAW_PLANES
 from assets.validated import VALIDATED_FLIGHTS, VALIDATED_WEATHER
 from keel.factories.checks import partitioned_check
 from keel.features.checks import FeatureStability, feature_health, online_distribution, training_serving_skew
-from keel.features.definitions import BY_NAME, COLUMN_SOURCES, FEATURE_NAMES, FEATURES
-from keel.features.offline import LABEL, offline_features
-from keel.features.online import REQUEST_COLUMNS, build_views, get_online_features
+from keel.features.offline import offline_features
+from keel.features.online import build_views, get_online_features
 from resources.online_store import OnlineStoreResource
+from usecases.flights.features import FLIGHT_FEATURES as FEATURE_SET
 
 FEATURES_GROUP = "features"
 FLIGHT_FEATURES = dg.AssetKey("flight_features")
@@ -30,10 +31,15 @@ SKEW_SAMPLE = 300
 DISTRIBUTION_SAMPLE = 1000
 PSI_WARN = 0.25
 HEALTH_MAX_AGE = timedelta(hours=36)
+FEATURE_NAMES = FEATURE_SET.names
+LABEL = FEATURE_SET.label.column
+REQUEST_COLUMNS = list(FEATURE_SET.entity.request_columns)
+BY_NAME = FEATURE_SET.by_name
+COLUMN_SOURCES = FEATURE_SET.column_sources()
 
 # The feature code's hash is the code_version: editing a definition marks the features (and what they feed) stale.
 FEATURE_CODE_VERSION = hashlib.sha256(
-    b"".join(Path(m.__file__).read_bytes() for m in (definitions_module, offline_module))
+    b"".join(Path(m.__file__).read_bytes() for m in (definitions_module, spec_module, offline_module))
 ).hexdigest()[:16]
 
 # The feature table's columns besides the features themselves: keys and the label.
@@ -86,6 +92,10 @@ def _month_of(history: pl.DataFrame, partition_key: str) -> pl.DataFrame:
     return history.filter((pl.col("year") == year) & (pl.col("month") == month))
 
 
+def _lookups(weather: pl.DataFrame, planes: pl.DataFrame) -> dict[str, pl.DataFrame]:
+    return {"validated_weather": weather, "raw_planes": planes}
+
+
 def _month_end(partition_key: str) -> date:
     year, month = (int(x) for x in partition_key.split("-"))
     return date(year + (month == 12), month % 12 + 1, 1)
@@ -107,7 +117,7 @@ def _month_end(partition_key: str) -> date:
             columns=[
                 dg.TableColumn(
                     column,
-                    BY_NAME[column].dtype.__name__ if column in BY_NAME else KEY_COLUMN_TYPES[column],
+                    BY_NAME[column].polars_type.__name__ if column in BY_NAME else KEY_COLUMN_TYPES[column],
                     description=BY_NAME[column].description if column in BY_NAME else KEY_COLUMN_NOTES.get(column),
                 )
                 for column in COLUMN_SOURCES
@@ -127,7 +137,7 @@ def flight_features(
     context: dg.AssetExecutionContext, history: pl.DataFrame, weather: pl.DataFrame, planes: pl.DataFrame
 ) -> dg.Output[pl.DataFrame]:
     flights = _month_of(history, context.partition_key)
-    table = offline_features(flights, weather, planes, history)
+    table = offline_features(FEATURE_SET, flights, _lookups(weather, planes), history)
     nulls = table.select([pl.col(n).null_count().alias(n) for n in FEATURE_NAMES]).transpose(
         include_header=True, header_name="feature", column_names=["nulls"]
     )
@@ -204,7 +214,7 @@ def online_features(
 ):
     as_of = _month_end(context.partition_key)
     with online_store.open() as store:
-        views = build_views(weather, planes, history, as_of=as_of)
+        views = build_views(FEATURE_SET, _lookups(weather, planes), history, as_of=as_of)
         store.write_snapshot(views, as_of=as_of, partition=context.partition_key)
         yield dg.MaterializeResult(
             asset_key=ONLINE_FEATURES,
@@ -219,9 +229,11 @@ def online_features(
         last_day = month.filter(pl.col("day") == month["day"].max())
         rng = random.Random(f"skew:{context.partition_key}")
         sample = last_day[sorted(rng.sample(range(last_day.height), min(SKEW_SAMPLE, last_day.height)))]
-        expected = offline_features(sample, weather, planes, history, as_of=as_of)
+        expected = offline_features(FEATURE_SET, sample, _lookups(weather, planes), history, as_of=as_of)
         served = get_online_features(store, expected.select(REQUEST_COLUMNS).to_dicts())
-        skew = training_serving_skew(expected.select(FEATURE_NAMES), served, expected["flight_id"].to_list())
+        skew = training_serving_skew(
+            FEATURE_SET, expected.select(FEATURE_NAMES), served, expected["flight_id"].to_list()
+        )
         yield dg.AssetCheckResult(
             asset_key=ONLINE_FEATURES,
             check_name=SKEW_CHECK,
@@ -237,9 +249,9 @@ def online_features(
         # of the last week's flights, against the store's answers for the same flights.
         week = month.filter(pl.col("day") > pl.col("day").max() - 7)
         week = week.sample(min(DISTRIBUTION_SAMPLE, week.height), seed=7)
-        offline_as_of = offline_features(week, weather, planes, history, as_of=as_of)
+        offline_as_of = offline_features(FEATURE_SET, week, _lookups(weather, planes), history, as_of=as_of)
         served_week = get_online_features(store, offline_as_of.select(REQUEST_COLUMNS).to_dicts())
-        stability = online_distribution(offline_as_of, served_week)
+        stability = online_distribution(FEATURE_SET, offline_as_of, served_week)
         worst = [s.feature for s in stability if s.psi is not None and s.psi > PSI_WARN]
         yield dg.AssetCheckResult(
             asset_key=ONLINE_FEATURES,
@@ -272,4 +284,3 @@ def online_features(
 
 
 feature_assets = [flight_features, online_features]
-assert {f.name for f in FEATURES} == set(FEATURE_NAMES)

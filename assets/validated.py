@@ -1,4 +1,4 @@
-"""Validated flights and weather: the contracts in assets/contracts/ applied to each monthly partition."""
+"""Validated flights and weather: the contracts in usecases/flights/contracts/ applied to each monthly partition."""
 
 from __future__ import annotations
 

@@ -41,6 +41,7 @@ from keel.contracts.catalog import compiled_contract  # noqa: E402
 from keel.data.nycflights import MONTHS, read_raw, read_raw_month  # noqa: E402
 from keel.drift import DriftConfig, build_reference, compare  # noqa: E402
 from keel.kernels import backend  # noqa: E402
+from usecases.flights.features import FLIGHT_FEATURES  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -118,15 +119,15 @@ def evidently(ref_path: Path, cur_path: Path) -> dict:
 def online_latency(
     calls: int = 5000, batch: int = 100, cache_size: int = 0, as_rows: bool = False
 ) -> dict[str, float]:
-    from keel.features.offline import offline_features
-    from keel.features.online import REQUEST_COLUMNS, build_views, get_online_features
+    from keel.features.online import get_online_features
     from keel.features.sqlite_store import SQLiteOnlineStore
+    from usecases.flights.features import REQUEST_COLUMNS, build_views, offline_features
 
     flights, weather = validated("flights"), validated("weather")
     jan_feb = flights.filter(pl.col("month") <= 2)
     day = date(2013, 2, 20)
     with tempfile.TemporaryDirectory() as tmp:
-        store = SQLiteOnlineStore(Path(tmp) / "online.sqlite", cache_size=cache_size)
+        store = SQLiteOnlineStore(Path(tmp) / "online.sqlite", features=FLIGHT_FEATURES, cache_size=cache_size)
         store.write_snapshot(
             build_views(weather.filter(pl.col("month") <= 2), read_raw("planes"), jan_feb, as_of=day),
             as_of=day,

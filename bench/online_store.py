@@ -32,9 +32,14 @@ import polars as pl  # noqa: E402
 
 from keel.contracts.catalog import compiled_contract  # noqa: E402
 from keel.data.nycflights import read_raw, read_raw_month  # noqa: E402
-from keel.features.online import REQUEST_COLUMNS, build_views, get_online_features  # noqa: E402
+from keel.features.online import get_online_features  # noqa: E402
 from keel.features.redis_store import RedisOnlineStore  # noqa: E402
 from keel.features.sqlite_store import SQLiteOnlineStore  # noqa: E402
+from usecases.flights.features import (  # noqa: E402
+    FLIGHT_FEATURES,  # noqa: E402
+    REQUEST_COLUMNS,
+    build_views,
+)
 
 AS_OF = date(2013, 2, 15)
 
@@ -64,9 +69,9 @@ def main() -> int:
     )
     rows = flights.select(REQUEST_COLUMNS).to_dicts()
     tmp = Path(tempfile.mkdtemp(prefix="keel-bench-online-"))
-    sqlite = SQLiteOnlineStore(tmp / "features.sqlite")
-    cached = SQLiteOnlineStore(tmp / "features.sqlite", cache_size=200_000)
-    redis_store = RedisOnlineStore(args.redis, prefix=f"keel-bench:{uuid.uuid4().hex}")
+    sqlite = SQLiteOnlineStore(tmp / "features.sqlite", features=FLIGHT_FEATURES)
+    cached = SQLiteOnlineStore(tmp / "features.sqlite", features=FLIGHT_FEATURES, cache_size=200_000)
+    redis_store = RedisOnlineStore(args.redis, features=FLIGHT_FEATURES, prefix=f"keel-bench:{uuid.uuid4().hex}")
     try:
         for s in (sqlite, redis_store):
             s.write_snapshot(views, as_of=AS_OF, partition="2013-02")

@@ -50,13 +50,17 @@ from gpu_runtime.triton import TritonControl, free_port  # noqa: E402
 from keel.contracts.catalog import compiled_contract  # noqa: E402
 from keel.data.nycflights import read_raw, read_raw_month  # noqa: E402
 from keel.deploy.routing import Route, Target  # noqa: E402
-from keel.features.definitions import FEATURE_NAMES, FEATURES  # noqa: E402
-from keel.features.offline import offline_features  # noqa: E402
-from keel.features.online import build_views  # noqa: E402
 from keel.features.sqlite_store import SQLiteOnlineStore  # noqa: E402
 from keel.registry import ModelRegistry  # noqa: E402
 from keel.training.model import TrainingConfig, train_model  # noqa: E402
 from resources.triton import TritonResource  # noqa: E402
+from usecases.flights.features import (  # noqa: E402
+    FEATURE_NAMES,
+    FEATURES,
+    FLIGHT_FEATURES,  # noqa: E402
+    build_views,  # noqa: E402
+    offline_features,  # noqa: E402
+)
 
 REPO = Path(__file__).resolve().parent.parent
 MODEL = "flight-delay"
@@ -75,7 +79,7 @@ def setup(home: Path) -> tuple[list[str], pl.DataFrame]:
         c = compiled_contract(t)
         v[t] = pl.concat([c.validate(read_raw_month(t, m), references=refs).valid for m in ("2013-01", "2013-02")])
     planes = read_raw("planes")
-    store = SQLiteOnlineStore(home / "online" / "features.sqlite")
+    store = SQLiteOnlineStore(home / "online" / "features.sqlite", features=FLIGHT_FEATURES)
     store.write_snapshot(build_views(v["weather"], planes, v["flights"], as_of=AS_OF), as_of=AS_OF, partition="b")
     store.close()
     feats = offline_features(v["flights"], v["weather"], planes, v["flights"])

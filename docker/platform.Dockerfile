@@ -20,6 +20,7 @@ COPY assets ./assets
 COPY resources ./resources
 COPY sensors ./sensors
 COPY gpu_runtime ./gpu_runtime
+COPY usecases ./usecases
 COPY definitions.py workspace.yaml ./
 RUN python -m pip install --no-cache-dir --disable-pip-version-check "pip==25.3" \
  && python -m pip install --no-cache-dir --disable-pip-version-check -c constraints.txt ".[k8s]"

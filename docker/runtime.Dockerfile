@@ -28,6 +28,7 @@ COPY assets ./assets
 COPY resources ./resources
 COPY sensors ./sensors
 COPY gpu_runtime ./gpu_runtime
+COPY usecases ./usecases
 COPY definitions.py workspace.yaml ./
 RUN python -m venv /opt/keel/.venv \
  && /opt/keel/.venv/bin/python -m pip install --no-cache-dir --disable-pip-version-check "pip==25.3" \

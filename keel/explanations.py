@@ -23,9 +23,14 @@ import numpy as np
 import polars as pl
 from scipy.stats import spearmanr
 
-from keel.features.definitions import FEATURE_NAMES, FEATURES
+from keel.usecase import only
 
-DEFAULTS = np.array([f.default for f in FEATURES])
+
+def _names() -> tuple[str, ...]:
+    """The model's inputs (issue 30: still the one installed use case's; threaded next)."""
+    return only().features.names
+
+
 SHIFT_THRESHOLD = 0.10  # a feature whose share of attribution moves by more than this (absolute) is flagged
 SAMPLE_FLIGHTS = 5000  # flights explained per month (and of the reference window): TreeSHAP costs ~0.2–0.5 ms each
 
@@ -39,8 +44,9 @@ def explanation_sample(frame: pl.DataFrame, n: int = SAMPLE_FLIGHTS, seed: int =
 
 
 def feature_matrix(frame: pl.DataFrame) -> np.ndarray:
-    x = frame.select([pl.col(n).cast(pl.Float64) for n in FEATURE_NAMES]).to_numpy()
-    return np.where(np.isnan(x), DEFAULTS, x)
+    fs = only().features
+    x = frame.select([pl.col(n).cast(pl.Float64) for n in fs.names]).to_numpy()
+    return np.where(np.isnan(x), fs.defaults, x)
 
 
 def tree_shap(booster, x: np.ndarray) -> np.ndarray:
@@ -126,7 +132,7 @@ def compare_lime(
     from lime.lime_tabular import LimeTabularExplainer
 
     explainer = LimeTabularExplainer(
-        background, feature_names=list(FEATURE_NAMES), class_names=["on time", "late"], mode="classification",
+        background, feature_names=list(_names()), class_names=["on time", "late"], mode="classification",
         random_state=seed,
     )  # fmt: skip
 
@@ -139,11 +145,9 @@ def compare_lime(
     per_flight, lime_ms = [], []
     for i, fid in enumerate(flight_ids):
         t0 = time.perf_counter()
-        exp = explainer.explain_instance(
-            x[i], proba, num_features=len(FEATURE_NAMES), num_samples=samples, labels=(1,)
-        )
+        exp = explainer.explain_instance(x[i], proba, num_features=len(_names()), num_samples=samples, labels=(1,))
         lime_ms.append((time.perf_counter() - t0) * 1000)
-        weights = np.zeros(len(FEATURE_NAMES))
+        weights = np.zeros(len(_names()))
         for j, w in exp.as_map()[1]:
             weights[j] = w
         contrib = shap[i, :-1]
@@ -155,8 +159,8 @@ def compare_lime(
             FlightComparison(
                 fid, float(scores[i]), float(rho) if np.isfinite(rho) else 0.0, len(shared) / top_k,
                 float(np.mean(signs)) if signs else 0.0,
-                [(FEATURE_NAMES[j], float(contrib[j])) for j in top_shap],
-                [(FEATURE_NAMES[j], float(weights[j])) for j in top_lime],
+                [(_names()[j], float(contrib[j])) for j in top_shap],
+                [(_names()[j], float(weights[j])) for j in top_lime],
             )
         )  # fmt: skip
     one = x[:1]
@@ -182,14 +186,12 @@ def compare_lime(
 def attribution_summary(frame: pl.DataFrame, contrib: np.ndarray, segments: tuple[str, ...]) -> pl.DataFrame:
     """Mean |contribution| per feature: overall (segment ``all``) and per value of each segment column, with each
     feature's share of the segment's total and the flights behind it. Long form: one row per segment × feature."""
-    abs_c = pl.DataFrame(np.abs(contrib[:, :-1]), schema=list(FEATURE_NAMES), orient="row")
+    abs_c = pl.DataFrame(np.abs(contrib[:, :-1]), schema=list(_names()), orient="row")
     parts = [abs_c.with_columns(pl.lit("all").alias("segment"), pl.lit("all").alias("value"))]
     for col in segments:
         parts.append(abs_c.with_columns(pl.lit(col).alias("segment"), frame[col].cast(pl.Utf8).alias("value")))
     wide = pl.concat(parts)
-    means = wide.group_by("segment", "value").agg(
-        pl.len().alias("flights"), *[pl.col(n).mean() for n in FEATURE_NAMES]
-    )
+    means = wide.group_by("segment", "value").agg(pl.len().alias("flights"), *[pl.col(n).mean() for n in _names()])
     long = means.unpivot(index=["segment", "value", "flights"], variable_name="feature", value_name="mean_abs")
     return long.with_columns(
         (pl.col("mean_abs") / pl.col("mean_abs").sum().over("segment", "value")).alias("share")
@@ -216,5 +218,5 @@ def attribution_shift(current: pl.DataFrame, reference: pl.DataFrame) -> list[At
     first. A share that moves by more than SHIFT_THRESHOLD flags: what drives the predictions changed sharply."""
     now = dict(current.filter(pl.col("segment") == "all").select("feature", "share").iter_rows())
     ref = dict(reference.filter(pl.col("segment") == "all").select("feature", "share").iter_rows())
-    out = [AttributionShift(f, float(now.get(f, 0.0)), float(ref.get(f, 0.0))) for f in FEATURE_NAMES]
+    out = [AttributionShift(f, float(now.get(f, 0.0)), float(ref.get(f, 0.0))) for f in _names()]
     return sorted(out, key=lambda s: -abs(s.moved))

@@ -9,6 +9,7 @@ import dagster as dg
 
 from keel.features.backends import describe, open_online_store
 from keel.features.online import OnlineStore
+from keel.features.spec import FeatureSet
 from keel.home import KeelHome
 
 
@@ -22,8 +23,11 @@ class OnlineStoreResource(dg.ConfigurableResource):
     def store_path(self) -> Path:
         return Path(self.path) if self.path else KeelHome.of(self.home).online_store
 
-    def open(self) -> OnlineStore:
-        return open_online_store(self.store_path())
+    def open(self, features: FeatureSet | None = None) -> OnlineStore:
+        """The store of ``features`` (None: the installed use case's)."""
+        from keel.usecase import only
+
+        return open_online_store(self.store_path(), features=features or only().features)
 
     def shown(self) -> str:
         """Where the store is, as the UI shows it (``$KEEL_HOME/...`` for the file, host and prefix for Redis)."""

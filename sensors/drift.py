@@ -33,7 +33,6 @@ from keel.clock import SimClock
 from keel.data.landing import LandingZone
 from keel.deploy.plan import running_canary
 from keel.drift.policy import DriftPolicy, decide
-from keel.features.definitions import FEATURE_NAMES
 from keel.loop.freeze import ActiveFreeze, freezes_to_clear
 from keel.loop.reference import trained_on
 from keel.loop.retrain import LoopState, NoRetrain, RetrainPlan, plan_retrain
@@ -43,6 +42,9 @@ from resources.policy import PolicyStoreResource
 from resources.registry import ModelRegistryResource
 from sensors.alerting import send_alerts
 from sensors.problems import automation_problems
+from usecases.flights.features import FLIGHT_FEATURES as FEATURE_SET
+
+FEATURE_NAMES = FEATURE_SET.names
 
 DRIFT_POLICY = DriftPolicy()
 IN_PROGRESS = [

@@ -16,8 +16,8 @@ from keel.alerts import Alert, AlertConfigError, AlertSender
 from keel.clock import SimClock
 from keel.metering.budget import budget_alert, decide_budget, period_start_day
 from keel.metering.compute import day_of
-from keel.metering.cost import policy_of_type, spend_by_tenant
-from keel.metering.usage import finished_days, logged_days
+from keel.metering.cost import policy_of_type
+from keel.metering.usage import finished_days, logged_days, spend_by_tenant
 from keel.policies import PolicyStore
 from resources.home import KeelHomeResource
 from sensors.problems import automation_problems

@@ -12,7 +12,7 @@ from keel.contracts.spec import parse_contract
 from tests.control_plane import CONTROL_PLANES, TEST_KEY, fresh_location
 
 REPO = Path(__file__).resolve().parent.parent
-CONTRACTS = REPO / "assets" / "contracts"
+CONTRACTS = REPO / "usecases" / "flights" / "contracts"
 
 
 def make_contract(columns: str, rules: str = "", **top: object) -> CompiledContract:

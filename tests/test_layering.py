@@ -2,7 +2,9 @@
 
 - ``keel/`` (the library) imports none of ``gpu_runtime/``, ``resources/``, ``assets/``, ``sensors/``,
   ``definitions``: the runtime is reached through the ``keel.runtimes`` entry points (keel/deploy/runtime.py);
-- ``gpu_runtime/`` (the model runtime) imports none of ``assets/``, ``sensors/``, ``resources/``, ``definitions``.
+- ``gpu_runtime/`` (the model runtime) imports none of ``assets/``, ``sensors/``, ``resources/``, ``definitions``;
+- neither imports a use case (``usecases/``): use cases are found through the ``keel.usecases`` entry points
+  (keel/usecase.py).
 
 Every import counts: module level, inside functions, ``if TYPE_CHECKING`` blocks, and ``importlib.import_module``
 with a literal name.
@@ -17,8 +19,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 RULES = {
-    "keel": {"gpu_runtime", "resources", "assets", "sensors", "definitions"},
-    "gpu_runtime": {"assets", "sensors", "resources", "definitions"},
+    "keel": {"gpu_runtime", "resources", "assets", "sensors", "definitions", "usecases"},
+    "gpu_runtime": {"assets", "sensors", "resources", "definitions", "usecases"},
 }
 
 

@@ -26,6 +26,7 @@ import pytest
 from keel.chaos import invert_model, twin_model
 from tests.live_platform import instance_of, live_platform, wait_until
 from tests.test_webserver import home_env
+from usecases.flights.features import FLIGHT_FEATURES
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]  # the year runs in the first test's set-up
 
@@ -276,7 +277,7 @@ def test_no_freeze_outlives_a_model_that_learned_its_drift(live):
     home, *_ = live
     with registry_of(home) as reg:
         learned = set(trained_on(reg.get("flight-delay", reg.alias("flight-delay", "champion")).metadata))
-    with SQLiteOnlineStore(home / "online" / "features.sqlite") as store:
+    with SQLiteOnlineStore(home / "online" / "features.sqlite", features=FLIGHT_FEATURES) as store:
         frozen = store.frozen()
         log = store.freeze_log()
     for feature in frozen:

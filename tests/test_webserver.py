@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
+from usecases.flights.features import FLIGHT_FEATURES
 
 pytestmark = pytest.mark.slow
 
@@ -498,7 +499,7 @@ def test_frozen_features_are_an_observation_and_a_metric(dagster_dev, keel_home)
                    metadataEntries { label ... on IntMetadataEntry { intValue } ... on TextMetadataEntry { text } } } } }"""
 
     def frozen_in_store() -> set[str]:
-        store = SQLiteOnlineStore(keel_home / "online" / "features.sqlite")
+        store = SQLiteOnlineStore(keel_home / "online" / "features.sqlite", features=FLIGHT_FEATURES)
         try:
             return set(store.frozen())
         finally:

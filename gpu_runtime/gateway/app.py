@@ -1,17 +1,17 @@
-"""The inference gateway: an ASGI app in front of Triton.
+"""The inference gateway: an ASGI app in front of Triton, serving a use case's model (keel/usecase.py).
 
-``POST /v1/predict`` with a JSON body::
+``POST /v1/models/{model}/predict`` with a JSON body::
 
-    {"flight": {"carrier": "UA", "flight": 1545, "origin": "EWR", "dest": "IAH", "tailnum": "N14228",
-                "year": 2013, "month": 6, "day": 1, "hour": 5, "distance": 1400, "time_hour": "2013-06-01T09:00:00Z"},
-     "tenant_id": "ops", "risk_level": 2, "unit_id": "flight-UA1545"}
+    {"entities": [{...}, ...], "tenant_id": "ops", "risk_level": 2, "unit_id": "u-1545"}
 
-(``flights``: a list of such objects scores a batch; ``features``: {name: value} gives all model features directly
-instead of reading them from the online store.) What happens to a request, in order:
+each entity an object of the use case's request contract (``features``: {name: value} instead gives all model
+features directly, not read from the online store). An unknown model is 404 ``unknown_model`` whose ``models``
+lists the served ones. ``POST /v1/predict`` is the use case's alias route: its ``serving.alias`` field holds one
+entity and the plural (``alias`` + ``s``) a list. What happens to a request, in order:
 
 1. the body is parsed; the tenant's token bucket admits it or the answer is 429 ``rate_limited``;
 2. it enters its risk level's lane (separate concurrency limits: level 1 never queues behind 2 or 3);
-3. each flight is validated with contract ``predict_request`` (the single-record path of keel's contract engine):
+3. each entity is validated with the request contract (the single-record path of keel's contract engine):
    a missing or out-of-range field is 422 ``invalid_input`` with the rule ids, or — when the policy says
    ``invalid_input: default`` — served with the reference defaults and flagged ``degraded``;
 4. features are read from the online store (frozen features come back flagged);
@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -42,9 +41,7 @@ from gpu_runtime.gateway.control import (
     CircuitBreaker,
     RetryBudget,
     TokenBucket,
-    choose_route,
 )
-from gpu_runtime.gateway.explain import explanations, requested_top_k
 from gpu_runtime.gateway.following import POLICY_POLL_S, FollowsRoutingAndPolicies
 from gpu_runtime.gateway.health import ReportsHealth
 from gpu_runtime.gateway.inputs import BuildsInputs
@@ -52,30 +49,27 @@ from gpu_runtime.gateway.limits import (
     BODY_TIMEOUT_S,
     MAX_BODY_BYTES,
     MAX_TENANT_BUCKETS,
-    OTHER_TENANT,
     BodyTooLarge,
     BoundedLRU,
     RequestError,
     decode_headers,
-    identifier,
-    parse_json,
     read_body,
     respond,
     respond_text,
-    tenant_identifier,
 )
 from gpu_runtime.gateway.metering import METER_INTERVAL_S, MetersUsage
 from gpu_runtime.gateway.metrics import Metrics
+from gpu_runtime.gateway.predict import Predicts
 from gpu_runtime.gateway.scoring import ScoresOnTriton
 from gpu_runtime.pools import PoolRegistry
 from keel.clock import ClockError, ClockState, SimClock
 from keel.deploy.routing import RoutingTable
 from keel.exposure_log import ExposureLog
-from keel.features.definitions import FEATURES
 from keel.kernels import numpy_backend
 from keel.policies import PolicyReader
 from keel.policies.gateway import GatewayPolicy, Split
 from keel.sqldb import PgLocation
+from keel.usecase import UseCase, get, only
 
 
 @dataclass(frozen=True)
@@ -86,7 +80,8 @@ class GatewayConfig:
     online_store_path: Path | None = None
     online_store_url: str | None = None  # a redis:// URL: the shared Redis store instead of the SQLite file
     online_store_prefix: str = "keel:online"
-    contract_path: Path | None = None  # None: contract predict_request from keel.contracts.catalog
+    contract_path: Path | None = None  # None: the use case's request contract (keel/usecase.py)
+    usecase: str | None = None  # the use case served (None: the one installed)
     online_cache_size: int = 200_000
     policy_store_path: Path | PgLocation | None = None  # the policy store this gateway follows (keel.policies)
     max_body_bytes: int = MAX_BODY_BYTES  # a larger request body is answered 413
@@ -100,6 +95,14 @@ class GatewayConfig:
     compute_dir: Path | None = None
     meter_interval_s: float = METER_INTERVAL_S
     compute_device: str = "cpu"
+
+
+def _model_route(path: str) -> str | None:
+    """``model`` of ``/v1/models/{model}/predict``; None for any other path."""
+    if path.startswith("/v1/models/") and path.endswith("/predict"):
+        model = path[len("/v1/models/") : -len("/predict")]
+        return model if model and "/" not in model else None
+    return None
 
 
 def triton_channel_args() -> list[tuple[str, int]]:
@@ -123,13 +126,12 @@ def triton_channel_args() -> list[tuple[str, int]]:
     ]
 
 
-class Gateway(FollowsRoutingAndPolicies, BuildsInputs, ScoresOnTriton, ReportsHealth, MetersUsage):
+class Gateway(FollowsRoutingAndPolicies, Predicts, BuildsInputs, ScoresOnTriton, ReportsHealth, MetersUsage):
     """The ASGI app: the request path (``predict``), health, readiness and metrics. Following routing and policies,
     building inputs, scoring on Triton, reporting health and metering are its mixins (following.py, inputs.py,
     scoring.py, health.py, metering.py)."""
 
     def __init__(self, config: GatewayConfig, policy: GatewayPolicy | None = None, runtime=None):
-        from keel.contracts.catalog import contract_path
         from keel.contracts.engine import CompiledContract
         from keel.contracts.spec import load_contract
 
@@ -152,7 +154,10 @@ class Gateway(FollowsRoutingAndPolicies, BuildsInputs, ScoresOnTriton, ReportsHe
             str
         ] = []  # what of the policy in force is not applied (a split to undeployed versions)
         self._watcher: asyncio.Task | None = None
-        self.contract = CompiledContract(load_contract(config.contract_path or contract_path("predict_request")))
+        self.usecase: UseCase = get(config.usecase) if config.usecase else only()
+        self.features = self.usecase.features
+        request_contract = self.usecase.contract_path(self.usecase.serving.request_contract)
+        self.contract = CompiledContract(load_contract(config.contract_path or request_contract))
         self.metrics = Metrics()
         self.exposures = ExposureLog(config.exposure_dir)
         self.routing: RoutingTable | None = None
@@ -171,9 +176,9 @@ class Gateway(FollowsRoutingAndPolicies, BuildsInputs, ScoresOnTriton, ReportsHe
         self._client = None
         self._background: set = set()  # tasks that must outlive the request that started them
         self._ready_cache: tuple[float, bool] = (0.0, False)
-        self.defaults = np.array([f.default for f in FEATURES], dtype=np.float32)
-        self.lo = np.array([f.lo for f in FEATURES])
-        self.hi = np.array([f.hi for f in FEATURES])
+        self.defaults = self.features.defaults.astype(np.float32)
+        self.lo = np.array([f.lo for f in self.features.features])
+        self.hi = np.array([f.hi for f in self.features.features])
         self._clock = SimClock(config.clock_path) if config.clock_path else None
         self._clock_state: ClockState | None = None
         self._clock_checked = 0.0
@@ -229,13 +234,15 @@ class Gateway(FollowsRoutingAndPolicies, BuildsInputs, ScoresOnTriton, ReportsHe
         if self._store is None and self.config.online_store_url is not None:
             from keel.features.redis_store import RedisOnlineStore
 
-            self._store = RedisOnlineStore(self.config.online_store_url, prefix=self.config.online_store_prefix)
+            self._store = RedisOnlineStore(
+                self.config.online_store_url, features=self.features, prefix=self.config.online_store_prefix
+            )
         elif self._store is None and self.config.online_store_path is not None:
             from keel.features.sqlite_store import SQLiteOnlineStore
 
             if Path(self.config.online_store_path).exists():
                 self._store = SQLiteOnlineStore(
-                    self.config.online_store_path, cache_size=self.config.online_cache_size
+                    self.config.online_store_path, features=self.features, cache_size=self.config.online_cache_size
                 )
         return self._store
 
@@ -255,7 +262,8 @@ class Gateway(FollowsRoutingAndPolicies, BuildsInputs, ScoresOnTriton, ReportsHe
         if scope["type"] != "http":
             return
         path, method = scope["path"], scope["method"]
-        if path == "/v1/predict" and method == "POST":
+        model = _model_route(path)
+        if (path == "/v1/predict" or model is not None) and method == "POST":
             headers: dict[str, str] = {}
             try:
                 headers = decode_headers(scope.get("headers", []))
@@ -269,7 +277,7 @@ class Gateway(FollowsRoutingAndPolicies, BuildsInputs, ScoresOnTriton, ReportsHe
                     413, "body_too_large", f"the request body is over the gateway's limit of {exc.limit:,} bytes",
                     limit_bytes=exc.limit,
                 )  # fmt: skip
-            status, payload, extra = await self.predict(body, headers)
+            status, payload, extra = await self.predict(body, headers, model)
             if isinstance(body, RequestError) and body.code in ("body_timeout", "incomplete_body"):
                 extra = extra | {"connection": "close"}  # the client stopped sending: its connection ends
             await respond(send, status, payload, extra)
@@ -300,6 +308,10 @@ class Gateway(FollowsRoutingAndPolicies, BuildsInputs, ScoresOnTriton, ReportsHe
         else:
             await respond(send, 404, {"error": {"code": "not_found", "message": f"no route {method} {path}"}})
 
+    def served_models(self) -> list[str]:
+        """The models this gateway answers for (``/v1/models/{model}/predict``)."""
+        return [self.usecase.model.name]
+
     async def _watch(self) -> None:
         """Follow routing and policies even when no request comes: a commit is in force within POLICY_POLL_S."""
         while True:
@@ -329,188 +341,3 @@ class Gateway(FollowsRoutingAndPolicies, BuildsInputs, ScoresOnTriton, ReportsHe
         self.exposures.close()
         if self.compute_log is not None:
             self.compute_log.close()
-
-    # -- predict --------------------------------------------------------------------------------------------------
-
-    async def predict(
-        self, body: bytes | RequestError, headers: dict[str, str]
-    ) -> tuple[int, dict[str, Any], dict[str, str]]:
-        """Answer one request and log it: every answer, errors included, is one exposure-log line with its
-        request_id and model_version (null when none was chosen). ``body`` may already be the error that reading
-        the request ended in (too large, a bad header)."""
-        started = time.perf_counter()
-        request_id = uuid.uuid4().hex
-        record: dict[str, Any] = {
-            "request_id": request_id, "ts": self.now(), "model_version": None, "policy_version": self.policy_version,
-        }  # fmt: skip
-        try:
-            given = headers.get("x-request-id")
-            if given is not None:  # the caller's id is used and echoed, once it is known to be safe to log
-                request_id = record["request_id"] = identifier(given, "header x-request-id")
-            if isinstance(body, RequestError):
-                raise body
-            status, payload, extra = await self._predict(body, headers, request_id, record)
-        except RequestError as err:
-            status, payload, extra = err.status, err.body(request_id), {"x-request-id": request_id}
-            record.update(status=status, error=err.code)
-        except Exception as exc:  # noqa: BLE001 - the gateway answers 500 and logs, never drops a request silently
-            status, payload, extra = (
-                500,
-                {"request_id": request_id, "error": {"code": "internal", "message": str(exc)}},
-                {"x-request-id": request_id},
-            )
-            record.update(status=500, error="internal")
-        latency = time.perf_counter() - started
-        record.setdefault("status", status)
-        record["latency_ms"] = round(latency * 1000, 3)
-        if not self.exposures.append(record):  # the answer stands; the lost record is counted and reported
-            self.metrics.inc("keel_gateway_exposure_write_failures_total", {})
-        self._meter(record)
-        version = str(record["model_version"]) if record.get("model_version") is not None else "none"
-        self.metrics.inc("keel_gateway_requests_total", {"model_version": version, "status": str(status)})
-        self.metrics.observe("keel_gateway_request_duration_seconds", {"model_version": version}, latency)
-        if status >= 400:
-            self.metrics.inc(
-                "keel_gateway_errors_total", {"model_version": version, "code": str(record.get("error", status))}
-            )
-        return status, payload, extra
-
-    async def _predict(
-        self, body: bytes, headers: dict[str, str], request_id: str, record: dict[str, Any]
-    ) -> tuple[int, dict[str, Any], dict[str, str]]:
-        req = parse_json(body)
-        tenant = tenant_identifier(req["tenant_id"]) if req.get("tenant_id") is not None else "default"
-        record["tenant_id"] = tenant
-        risk = req.get("risk_level", 3)
-        if not isinstance(risk, int) or isinstance(risk, bool) or risk not in self.lanes:
-            raise RequestError(
-                422, "invalid_risk_level", f"risk_level must be one of {sorted(self.lanes)}", value=str(risk)[:40]
-            )
-        unit_id = identifier(req["unit_id"], "unit_id") if req.get("unit_id") is not None else request_id
-        experiment_id = headers.get("x-experiment-id")
-        if experiment_id is not None:
-            experiment_id = identifier(experiment_id, "header x-experiment-id")
-        record.update(risk_level=risk, unit_id=unit_id, experiment_id=experiment_id)
-
-        if not self._bucket(tenant).take():
-            named = tenant if tenant in self.policy.tenant_rate_limits else OTHER_TENANT
-            self.metrics.inc("keel_gateway_rate_limited_total", {"tenant": named})
-            raise RequestError(429, "rate_limited", f"tenant {tenant} is over its rate limit")
-        budget_headers = self._check_budget(tenant)
-
-        if self._watcher is None:  # embedded without an ASGI lifespan: nobody else follows routing and policies
-            self.reload_routing()
-            self.reload_policies()
-        if self.routing is None:  # the first deployment may be newer than the watcher's last look
-            self.reload_routing(force=True)
-        if self.routing is None:
-            raise RequestError(503, "not_deployed", "no model is deployed yet (no routing table)")
-        table = self.routing
-        if self.runtime is not None and not self.runtime.up:
-            return self._runtime_unavailable(req, table, request_id, record)
-        if self.runtime is not None and self.runtime.restarts != self._restarts_seen:
-            self._after_restart()
-        tier = self.policy.tier_of(table.model)
-        timeout = tier.timeout_ms / 1000
-        lane = self.lanes[risk]
-        try:
-            if lane.locked():  # full: wait for a place, up to the timeout
-                await asyncio.wait_for(lane.acquire(), timeout)
-            else:  # a place is free: take it without wait_for's task (most requests)
-                await lane.acquire()
-        except TimeoutError:
-            raise RequestError(503, "overloaded", f"risk level {risk} lane is full", risk_level=risk) from None
-        self.metrics.add_gauge("keel_gateway_lane_in_flight", {"risk_level": str(risk)}, 1)
-        try:
-            top_k = requested_top_k(req)
-            x, degraded = self._features(req, record)
-            record["rows"] = len(x)
-            if top_k is not None:
-                record["explain"] = top_k
-            values = x  # what the explanation shows (the pooled copy goes back to the pool)
-            x = self._pooled(table.model, x)
-            route, variant, flags = choose_route(table, self.split, unit_id, experiment_id)
-            degraded += flags
-            record.update(variant=variant, routed_version=route.version)  # who was asked, before any fallback
-            self.retry_budget.on_request()
-            try:
-                scores, route, more, explained = await self._score(table, route, x, timeout, top_k is not None)
-            except RequestError as err:
-                if (
-                    err.code == "backend_error"
-                    and self.runtime is not None
-                    and (not self.runtime.up or self.runtime.died())
-                ):
-                    return self._runtime_unavailable(req, table, request_id, record)  # it died under this request
-                raise
-            degraded += more
-        finally:
-            lane.release()
-            self.metrics.add_gauge("keel_gateway_lane_in_flight", {"risk_level": str(risk)}, -1)
-        confidence = np.abs(2.0 * scores - 1.0)
-        record.update(
-            model=table.model,
-            model_version=route.version,
-            sha256=route.sha256,
-            release_id=route.release_id,
-            score=float(scores[0]) if len(scores) == 1 else np.round(scores, 6).tolist(),
-            degraded=sorted(set(degraded)) or None,
-        )
-        self._count_degraded(degraded)
-        predictions = [
-            {"score": s, "confidence_score": c} for s, c in zip(scores.tolist(), confidence.tolist(), strict=True)
-        ]
-        if explained is not None:
-            for p, e in zip(
-                predictions, explanations(values, explained.contrib, explained.raw_score, top_k), strict=True
-            ):
-                p["explanation"] = e
-        payload = {
-            "request_id": request_id,
-            "model": table.model,
-            "model_version": route.version,
-            "release_id": route.release_id,
-            "variant": variant,
-            "degraded": sorted(set(degraded)),
-            "score": predictions[0]["score"],
-            "confidence_score": predictions[0]["confidence_score"],
-            **({"explanation": predictions[0]["explanation"]} if explained is not None else {}),
-            **({"predictions": predictions} if len(predictions) > 1 else {}),
-        }
-        return 200, payload, {"x-model-signature": route.sha256, "x-request-id": request_id, **budget_headers}
-
-    def _runtime_unavailable(
-        self, req: dict[str, Any], table: RoutingTable, request_id: str, record: dict[str, Any]
-    ) -> tuple[int, dict[str, Any], dict[str, str]]:
-        """Triton is down (the supervisor is restarting it): the policy's last-resort score flagged
-        ``runtime_unavailable``, or a structured 503 — never a bare error."""
-        self.metrics.inc("keel_gateway_runtime_unavailable_total", {})
-        score = self.policy.last_resort_score
-        if score is None:
-            raise RequestError(
-                503, "runtime_unavailable",
-                (f"the model runtime is {self.runtime.state} ({self.runtime.last_failure}); retry shortly"
-                 if not self.runtime.up else "the model runtime's process has exited; it is being restarted, retry "
-                 "shortly"),
-                retry_after_s=1,
-            )  # fmt: skip
-        n = len(req["flights"]) if isinstance(req.get("flights"), list) else 1
-        record.update(model=table.model, score=score, degraded=["runtime_unavailable"], variant=None, rows=n)
-        self._count_degraded(["runtime_unavailable"])
-        payload = {
-            "request_id": request_id, "model": table.model, "model_version": None, "release_id": None,
-            "variant": None, "degraded": ["runtime_unavailable"], "score": score,
-            "confidence_score": abs(2 * score - 1),
-            **({"predictions": [{"score": score, "confidence_score": abs(2 * score - 1)}] * n} if n > 1 else {}),
-        }  # fmt: skip
-        return 200, payload, {"x-request-id": request_id}
-
-    def _bucket(self, tenant: str) -> TokenBucket:
-        """The tenant's token bucket: its own for tenants the policy names, else one from a bounded LRU — state
-        does not grow with the tenant names callers invent."""
-        if tenant in self.policy.tenant_rate_limits:
-            bucket = self.buckets.get(tenant)
-            if bucket is None:
-                bucket = self.buckets[tenant] = TokenBucket(self.policy.rate_limit_of(tenant))
-            return bucket
-        return self.other_buckets.get_or_create(tenant, lambda: TokenBucket(self.policy.default_rate_limit))

@@ -15,27 +15,28 @@ from typing import Any
 import numpy as np
 
 from gpu_runtime.gateway.limits import RequestError
-from keel.features.definitions import FEATURE_NAMES
 
 
-def requested_top_k(req: dict[str, Any]) -> int | None:
+def requested_top_k(req: dict[str, Any], names: tuple[str, ...]) -> int | None:
     """How many contributions the request asks for: None (no explanation), every feature for ``true``, else k.
     Anything else is 422 ``invalid_input`` naming the field."""
     value = req.get("explain")
     if value is None or value is False:
         return None
     if value is True:
-        return len(FEATURE_NAMES)
-    if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= len(FEATURE_NAMES):
+        return len(names)
+    if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= len(names):
         return value
     raise RequestError(
         422, "invalid_input",
-        f"explain must be true, false or a top-k from 1 to {len(FEATURE_NAMES)}, got {str(value)[:40]!r}",
+        f"explain must be true, false or a top-k from 1 to {len(names)}, got {str(value)[:40]!r}",
         field="explain",
     )  # fmt: skip
 
 
-def explanations(x: np.ndarray, contrib: np.ndarray, raw_score: np.ndarray, k: int) -> list[dict[str, Any]]:
+def explanations(
+    names: tuple[str, ...], x: np.ndarray, contrib: np.ndarray, raw_score: np.ndarray, k: int
+) -> list[dict[str, Any]]:
     """One explanation per row of ``x`` (the feature values scored) from Triton's ``contrib`` and ``raw_score``."""
     out = []
     for row, c, raw in zip(x, contrib, raw_score, strict=True):
@@ -47,8 +48,7 @@ def explanations(x: np.ndarray, contrib: np.ndarray, raw_score: np.ndarray, k: i
                 "base_value": float(c[-1]),
                 "raw_score": float(raw),
                 "contributions": [
-                    {"feature": FEATURE_NAMES[i], "value": float(row[i]), "contribution": float(parts[i])}
-                    for i in top
+                    {"feature": names[i], "value": float(row[i]), "contribution": float(parts[i])} for i in top
                 ],
                 "rest": float(parts[others].sum()) if len(others) else 0.0,
                 "units": "log-odds",

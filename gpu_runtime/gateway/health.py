@@ -11,7 +11,6 @@ from typing import Any
 
 from gpu_runtime.gateway.control import STATE_CODES
 from gpu_runtime.repository import triton_name
-from keel.features.definitions import FEATURE_NAMES
 
 
 class ReportsHealth:
@@ -60,7 +59,7 @@ class ReportsHealth:
             frozen = store.frozen()
         except Exception:  # noqa: BLE001 - a busy or missing store must not break /metrics
             return
-        for name in FEATURE_NAMES:
+        for name in self.features.names:
             self.metrics.set_gauge("keel_features_frozen", {"feature": name}, 1 if name in frozen else 0)
 
     def _export_runtime(self) -> None:

@@ -15,57 +15,84 @@ import numpy as np
 
 from gpu_runtime.gateway.limits import RequestError
 from gpu_runtime.pools import PoolBudgetExceeded
-from keel.features.definitions import FEATURE_NAMES
+from keel.features.spec import Entity
 from keel.flight_key import flight_key
 
 MAX_BATCH = 1024
 
 
-def _impossible_date(r: dict[str, Any]) -> str | None:
-    """Why year/month/day name no calendar day (``None``: they do, or are not all integers — the contract says)."""
-    y, m, d = r.get("year"), r.get("month"), r.get("day")
+def _impossible_date(r: dict[str, Any], entity: Entity) -> tuple[str, str] | None:
+    """(field, why) when the entity's date parts name no calendar day (``None``: they do, the entity's date is not
+    built from parts, or they are not all integers — the contract says)."""
+    if entity.date_parts is None:
+        return None
+    y, m, d = (r.get(p) for p in entity.date_parts)
     if not all(isinstance(v, int) and not isinstance(v, bool) for v in (y, m, d)):
         return None
     try:
         date(y, m, d)
     except ValueError as exc:
-        return f"flight.day {d} of {y}-{m:02d}: {exc}"
+        day = entity.date_parts[2]
+        return day, f"{entity.name}.{day} {d} of {y}-{m:02d}: {exc}"
     return None
 
 
 class BuildsInputs:
-    def _features(self, req: dict[str, Any], record: dict[str, Any] | None = None) -> tuple[np.ndarray, list[str]]:
-        """The [batch, n_features] float32 matrix for the request, and degraded flags. For one flight, its key goes
-        into the exposure record so that outcomes can be joined later (canary quality, experiments)."""
+    def _entities_of(self, req: dict[str, Any], generic: bool) -> list[Any] | None:
+        """The entities a request scores: ``entities`` on the generic route, the use case's alias fields on
+        ``/v1/predict``; None when the request gives ``features`` directly."""
         if "features" in req:
+            return None
+        if generic:
+            entities, what = req.get("entities"), "'entities' must be a list of 1…{n} objects"
+        else:
+            alias = self.usecase.serving.alias
+            if alias is None:
+                raise RequestError(
+                    422, "invalid_input", "this use case has no alias route: use /v1/models/{model}/predict"
+                )
+            plural = f"{alias}s"
+            entities = req.get(plural) if plural in req else [req.get(alias)]
+            what = f"'{plural}' must be a list of 1…{{n}} {alias} objects"
+        if not isinstance(entities, list) or not entities or len(entities) > MAX_BATCH:
+            raise RequestError(422, "invalid_input", what.format(n=MAX_BATCH))
+        return entities
+
+    def _features(
+        self, req: dict[str, Any], entities: list[Any] | None, record: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, list[str]]:
+        """The [batch, n_features] float32 matrix for the request, and degraded flags. For one entity, its key goes
+        into the exposure record so that outcomes can be joined later (canary quality, experiments)."""
+        if entities is None:
             return self._direct_features(req["features"]), []
-        flights = req.get("flights") if "flights" in req else [req.get("flight")]
-        if not isinstance(flights, list) or not flights or len(flights) > MAX_BATCH:
-            raise RequestError(422, "invalid_input", f"'flights' must be a list of 1…{MAX_BATCH} flight objects")
+        given, entities = entities, []
         degraded: list[str] = []
-        entities, invalid = [], []
-        for i, flight in enumerate(flights):
-            if not isinstance(flight, dict):
-                raise RequestError(422, "invalid_input", "each flight must be a JSON object", index=i)
-            verdict = self.contract.validate_record(flight)
+        invalid = []
+        entity = self.features.entity
+        for i, row in enumerate(given):
+            if not isinstance(row, dict):
+                raise RequestError(
+                    422, "invalid_input", f"each {self.features.entity.name} must be a JSON object", index=i
+                )
+            verdict = self.contract.validate_record(row)
             r = verdict.record
-            impossible = _impossible_date(r)
+            impossible = _impossible_date(r, entity)
             if verdict.sink != "valid" or impossible:
                 violation = {"index": i, "rules": list(verdict.failed_rules)}
                 if impossible:  # each field in range, the date impossible (2013-02-31): say which field
-                    violation |= {"field": "day", "message": impossible}
+                    violation |= {"field": impossible[0], "message": impossible[1]}
                     violation["rules"].append("calendar_date")
                 invalid.append(violation)
                 entities.append(None)
                 continue
-            entities.append(r | {"sched_date": date(r["year"], r["month"], r["day"])})
+            entities.append(r | {entity.date: entity.date_of(r)})
         if record is not None and len(entities) == 1 and entities[0] is not None:
             record["flight_key"] = flight_key(entities[0])
         if invalid and self.policy.invalid_input == "reject":
             raise RequestError(
-                422, "invalid_input", "the request breaks contract predict_request", violations=invalid
+                422, "invalid_input", f"the request breaks contract {self.contract.spec.name}", violations=invalid
             )
-        x = np.tile(self.defaults, (len(flights), 1))
+        x = np.tile(self.defaults, (len(given), 1))
         good = [i for i, e in enumerate(entities) if e is not None]
         if invalid:
             degraded.append("invalid_input_defaults")
@@ -96,16 +123,17 @@ class BuildsInputs:
             raise RequestError(503, "memory_budget_exceeded", str(exc), model=model) from None
 
     def _direct_features(self, given: Any) -> np.ndarray:
+        names = self.features.names
         """Feature values sent with the request: one object {name: value}, a list of them, or the columnar form
         {"columns": [names], "rows": [[values], …]} (the cheapest to send and to parse for big batches)."""
         if isinstance(given, dict) and "rows" in given:
             columns, rows = given.get("columns"), given.get("rows")
             if not isinstance(rows, list) or not isinstance(columns, list):
                 raise RequestError(422, "invalid_input", "columnar features need 'columns' and 'rows' lists")
-            absent = [n for n in FEATURE_NAMES if n not in columns]
+            absent = [n for n in names if n not in columns]
             if absent:
                 raise RequestError(422, "missing_input", f"features missing: {', '.join(absent)}", missing=absent)
-            order = [columns.index(n) for n in FEATURE_NAMES]
+            order = [columns.index(n) for n in names]
         else:
             rows = given if isinstance(given, list) else [given]
             order = None
@@ -113,39 +141,39 @@ class BuildsInputs:
             raise RequestError(422, "invalid_input", f"'features' must hold 1…{MAX_BATCH} rows")
         try:
             if order is None:
-                x = np.array([[row[n] for n in FEATURE_NAMES] for row in rows], dtype=np.float64)
+                x = np.array([[row[n] for n in names] for row in rows], dtype=np.float64)
             else:
                 x = np.array(rows, dtype=np.float64)
                 if x.ndim != 2 or x.shape[1] != len(columns):
                     raise ValueError("ragged rows")
                 x = x[:, order]
         except (KeyError, TypeError, ValueError, IndexError):
-            raise self._explain_features(rows, order) from None
+            raise self._explain_features(names, rows, order) from None
         bad = (x < self.lo) | (x > self.hi) | ~np.isfinite(x)
         if bad.any():
             i, j = np.argwhere(bad)[0]
             raise RequestError(
                 422,
                 "out_of_range",
-                f"feature {FEATURE_NAMES[j]} = {x[i, j]} is outside [{self.lo[j]:g}, {self.hi[j]:g}]",
+                f"feature {names[j]} = {x[i, j]} is outside [{self.lo[j]:g}, {self.hi[j]:g}]",
                 index=int(i),
-                feature=FEATURE_NAMES[j],
+                feature=names[j],
             )
         return x.astype(np.float32)
 
     @staticmethod
-    def _explain_features(rows: list[Any], order: list[int] | None) -> RequestError:
+    def _explain_features(names: tuple[str, ...], rows: list[Any], order: list[int] | None) -> RequestError:
         """The slow path, only for a bad request: which row, and what is wrong with it."""
         for i, row in enumerate(rows):
             if order is None:
                 if not isinstance(row, dict):
                     return RequestError(422, "invalid_input", "each features entry must be a JSON object", index=i)
-                absent = [n for n in FEATURE_NAMES if n not in row]
+                absent = [n for n in names if n not in row]
                 if absent:
                     return RequestError(
                         422, "missing_input", f"features missing: {', '.join(absent)}", index=i, missing=absent
                     )
-                values = [row[n] for n in FEATURE_NAMES]
+                values = [row[n] for n in names]
             else:
                 if not isinstance(row, list) or len(row) <= max(order):
                     return RequestError(422, "invalid_input", "each row must list a value per column", index=i)

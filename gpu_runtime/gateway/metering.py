@@ -59,7 +59,7 @@ class MetersUsage:
 
     def _seed_spend(self) -> None:
         """Each budgeted tenant's spend in the current period so far, from the exposure and compute logs."""
-        from keel.metering.cost import spend_by_tenant
+        from keel.metering.usage import spend_by_tenant
 
         now = self.now()
         period = self.budget.get("period", "day")

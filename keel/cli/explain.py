@@ -44,13 +44,15 @@ def _explain(args: argparse.Namespace) -> int:
     import polars as pl
 
     from keel.explanations import compare_lime, feature_matrix
-    from keel.features.definitions import FEATURE_NAMES
     from keel.home import asset_file
     from keel.registry import ModelRegistry
     from keel.storage import write_json_atomic
+    from keel.usecase import only
 
-    if args.flights < 1 or args.samples < 100 or not 1 <= args.top_k <= len(FEATURE_NAMES):
-        print(f"keel: error: --flights ≥ 1, --samples ≥ 100, --top-k in 1…{len(FEATURE_NAMES)}", file=sys.stderr)
+    if args.flights < 1 or args.samples < 100 or not 1 <= args.top_k <= len(only().features.names):
+        print(
+            f"keel: error: --flights ≥ 1, --samples ≥ 100, --top-k in 1…{len(only().features.names)}", file=sys.stderr
+        )
         return EXIT_BAD_INPUT
     home = home_layout()
     path = asset_file(home.storage, ["flight_features"], args.month)

@@ -126,17 +126,17 @@ def _ledger_verify(args: argparse.Namespace) -> int:
 
 def _rollback(args: argparse.Namespace) -> int:
     from keel.deploy.runtime import load_deployer
-    from keel.features.definitions import FEATURE_NAMES
     from keel.ledger import Ledger
     from keel.registry import ModelRegistry
     from keel.rollback import rollback
+    from keel.usecase import only
 
     home = home_layout()
     ledger_path = home.ledger
     if not ledger_path.exists():
         raise DataReadError(f"{ledger_path}: no ledger here (set KEEL_HOME)")
     with ModelRegistry(home.registry) as registry, Ledger(ledger_path) as ledger:
-        deployer = load_deployer(home.serving.root, len(FEATURE_NAMES))
+        deployer = load_deployer(home.serving.root, len(only().features.names))
         result = rollback(registry, ledger, deployer, args.model, args.reason)
     print(
         f"rolled back {result.replaced.release_id} → {result.restored.release_id} "

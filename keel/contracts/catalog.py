@@ -1,5 +1,5 @@
-"""Where this deployment's data contracts live — the one place that says so: ``$KEEL_CONTRACTS_DIR``, else
-``assets/contracts/`` in the repository (flights, weather, predict_request, …; one YAML file per contract)."""
+"""Where this deployment's data contracts live — the one place that says so: ``$KEEL_CONTRACTS_DIR``, else the
+contracts folder of the installed use case (keel/usecase.py; one YAML file per contract)."""
 
 from __future__ import annotations
 
@@ -8,12 +8,16 @@ from pathlib import Path
 
 from keel.names import validate_name
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 CONTRACTS_ENV = "KEEL_CONTRACTS_DIR"
 
 
 def contracts_dir() -> Path:
-    return Path(os.environ.get(CONTRACTS_ENV) or REPO_ROOT / "assets" / "contracts")
+    given = os.environ.get(CONTRACTS_ENV)
+    if given:
+        return Path(given)
+    from keel.usecase import only
+
+    return only().contracts
 
 
 def contract_path(name: str) -> Path:

@@ -363,7 +363,7 @@ class CompiledContract:
     ) -> RecordVerdict:
         """Validate one record with the batch semantics (see keel.contracts.record); ``unique`` cannot fail here."""
         if self._record_validator is None:
-            self._record_validator = RecordValidator(self)
+            self._record_validator = RecordValidator(self.spec, self.rules, self.prepared)
         return self._record_validator.validate(record, partition, references)
 
 

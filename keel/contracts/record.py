@@ -14,20 +14,16 @@ import hashlib
 import math
 import threading
 from collections import OrderedDict
+from collections.abc import Mapping, Sequence
 from datetime import UTC, date, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import polars as pl
 
-from keel.contracts.model import DTYPES, ColumnSpec
-from keel.contracts.results import SOURCE_ROW, PartitionWindow, RecordVerdict
+from keel.contracts.model import DTYPES, ColumnSpec, ContractSpec
+from keel.contracts.results import SOURCE_ROW, CompiledRule, PartitionWindow, RecordVerdict
 from keel.contracts.rules import RULES, RecordContext
 from keel.contracts.values import cast_expr, polars_text, polars_value
-
-if TYPE_CHECKING:
-    from collections.abc import Mapping
-
-    from keel.contracts.engine import CompiledContract
 
 _INT_RANGE = {
     "int8": (-(2**7), 2**7 - 1),
@@ -217,11 +213,11 @@ def to_typed(value: Any, column: ColumnSpec) -> tuple[Any, bool]:
 class RecordValidator:
     """Evaluates a compiled contract's rules on one record. Built once per contract; cheap per call."""
 
-    def __init__(self, compiled: CompiledContract):
-        self.compiled = compiled
-        self.spec = compiled.spec
+    def __init__(self, spec: ContractSpec, rules: Sequence[CompiledRule], prepared: Mapping[str, Any]):
+        self.rules = tuple(rules)  # the compiled contract's rules, in order
+        self.spec = spec
         self._columns = {c.name: c for c in self.spec.columns}
-        self._prepared = compiled.prepared  # per rule, what its type prepared once (bounds, value sets, …)
+        self._prepared = prepared  # per rule, what its type prepared once (bounds, value sets, …)
         self._reference_sets: dict[tuple[str, int], tuple[pl.Series, set[Any]]] = {}
 
     def _reference_set(self, rule_id: str, ref: str, series: pl.Series) -> set[Any]:
@@ -268,14 +264,14 @@ class RecordValidator:
             v = typed.get(p["column"]) if "column" in p else None
             bad = RULES[rule.type].record(v, rule, self._prepared[rule.id], ctx)
             fails[rule.id] = bad
-        failed = [r.id for r in self.compiled.rules if fails[r.id]]
-        actions = {r.action for r in self.compiled.rules if fails[r.id]}
+        failed = [r.id for r in self.rules if fails[r.id]]
+        actions = {r.action for r in self.rules if fails[r.id]}
         if "quarantine" in actions:
             return RecordVerdict("quarantine", tuple(failed), dict(record), False)
         if "reject" in actions:
             return RecordVerdict("rejected", tuple(failed), dict(record), False)
         enriched = False
-        for r in self.compiled.rules:
+        for r in self.rules:
             if r.action != "enrich" or not fails[r.id]:
                 continue
             e = r.spec.enrich

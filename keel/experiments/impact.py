@@ -162,9 +162,9 @@ def predictor_path(home: str | Path) -> Path:
 
 
 def prediction_path(home: str | Path, exp_id: str) -> Path:
-    from keel.experiments.control import experiment_dir
+    from keel.home import KeelHome
 
-    return experiment_dir(Path(home), exp_id) / "impact_prediction.json"
+    return KeelHome(Path(home)).experiment(exp_id) / "impact_prediction.json"
 
 
 def train_predictor(units: pl.DataFrame, *, history: int = 120, held_out: int = 25, seed: int = 2013):

@@ -19,7 +19,6 @@ The contract's sha256 is the code_version of both assets, so editing the contrac
 downstream, stale in the UI.
 """
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,19 +26,24 @@ from typing import Any
 import dagster as dg
 import polars as pl
 
-from keel.alerts import Alert, AlertConfigError, AlertSender
 from keel.contracts.engine import CompiledContract, PartitionWindow, ValidationReport
 from keel.contracts.model import RuleSpec
-from keel.contracts.results import SOURCE_ROW, RuleOutcome
 from keel.contracts.rules import RULES
 from keel.contracts.spec import ContractSpec, load_contract
 from keel.factories.checks import partitioned_check
-from keel.home import KeelHome
+from keel.factories.contract_alerts import breach_alerts, send_breach_alerts
+from keel.factories.contract_metadata import (
+    _column_metadata,
+    checks_not_passed,
+    failing_rows_table,
+    quarantine_sample,
+    rule_check_name,
+    rules_table,
+)
 
 CONSERVATION_CHECK = "conservation"
 BUDGET_CHECK = "critical_budget"
 SCHEMA_CHECK = "schema_conformance"
-QUARANTINE_SAMPLE_COLUMNS = ("_rule_id", "_reason", "_source_row")
 
 
 def validated_key(name: str) -> dg.AssetKey:
@@ -48,10 +52,6 @@ def validated_key(name: str) -> dg.AssetKey:
 
 def quarantine_key(name: str) -> dg.AssetKey:
     return dg.AssetKey(f"{name}_quarantine")
-
-
-def rule_check_name(rule_id: str) -> str:
-    return f"rule_{rule_id}"
 
 
 def contract_check_specs(
@@ -203,104 +203,6 @@ def _check_results(spec: ContractSpec, report: ValidationReport) -> Iterator[dg.
         )
 
 
-def failing_rows_table(rule: RuleOutcome) -> dg.TableMetadataValue:
-    """A few rows that fail ``rule``: the source row and the rule's columns as they arrived."""
-    columns = [SOURCE_ROW, *(c for c in rule.columns if c in rule.sample[0])]
-    return dg.MetadataValue.table(
-        records=[dg.TableRecord({c: row.get(c) for c in columns}) for row in rule.sample],
-        schema=dg.TableSchema(
-            columns=[dg.TableColumn(SOURCE_ROW, "int", description="row number in the delivery")]
-            + [dg.TableColumn(c, "string") for c in columns[1:]]
-        ),
-    )
-
-
-def checks_not_passed(report: ValidationReport) -> str:
-    """The rule checks this partition failed or warned on, with what failed — on the materialization, so that the
-    partition's own page (which lists no check results) says it."""
-    out = [
-        f"{rule_check_name(r.id)} ({r.failed:,} row{'s' if r.failed != 1 else ''}: {r.reason})"
-        for r in report.rules
-        if r.type != "schema" and r.severity != "info" and not r.within_threshold
-    ]
-    return "; ".join(out) or "none"
-
-
-def rules_table(report: ValidationReport) -> dg.TableMetadataValue:
-    """One row per rule: what it tests, what it did to this partition — rules with failing rows first, then the
-    contract's rules, then the schema's. A table Dagster renders and sorts."""
-    ordered = sorted(report.rules, key=lambda r: (r.failed == 0, r.type == "schema"))
-    return dg.MetadataValue.table(
-        records=[
-            dg.TableRecord(
-                {
-                    "rule": r.id,
-                    "test": r.reason,
-                    "severity": r.severity,
-                    "action": r.action,
-                    "failed_rows": r.failed,
-                    "pass_rate": round(r.pass_rate, 6),
-                }
-            )
-            for r in ordered
-        ],
-        schema=dg.TableSchema(
-            columns=[
-                dg.TableColumn("rule", "string"),
-                dg.TableColumn("test", "string", description="a row fails when…"),
-                dg.TableColumn("severity", "string"),
-                dg.TableColumn("action", "string", description="what happens to a failing row"),
-                dg.TableColumn("failed_rows", "int"),
-                dg.TableColumn("pass_rate", "float"),
-            ]
-        ),
-    )
-
-
-def quarantine_sample(spec: ContractSpec, quarantine: pl.DataFrame, rows: int = 10) -> dg.TableMetadataValue:
-    """The first quarantined rows, the failing rule's columns first (so the bad value is in view), then the rest."""
-    sample = quarantine.head(rows)
-    rule_columns: list[str] = []
-    by_id = {r.id: r for r in spec.rules}
-    for rule_id in sample["_rule_id"].drop_nulls().unique(maintain_order=True):
-        rule = by_id.get(rule_id)
-        rule_columns += [c for c in (rule.columns if rule else ()) if c not in rule_columns]
-    columns = [c for c in QUARANTINE_SAMPLE_COLUMNS if c in sample.columns]
-    columns += rule_columns + [c for c in spec.column_names if c not in rule_columns]
-    return dg.MetadataValue.table(
-        records=[dg.TableRecord(row) for row in sample.select(columns).iter_rows(named=True)],
-        schema=dg.TableSchema(columns=[dg.TableColumn(c, "int" if c == SOURCE_ROW else "string") for c in columns]),
-    )
-
-
-def _column_metadata(spec: ContractSpec, raw_key: dg.AssetKey, ref_keys: dict[str, dg.AssetKey]) -> dict[str, Any]:
-    """The contract's columns as the asset's schema and column lineage: each typed column comes from the raw column
-    of its name, and from every reference column an ``in_set`` rule reads (a reference decides which rows pass)."""
-    references = [
-        dg.TableColumnDep(asset_key=ref_keys[ref.split(".", 1)[0]], column_name=ref.split(".", 1)[1])
-        for ref in sorted(spec.references)
-    ]
-    return {
-        "dagster/column_schema": dg.TableSchema(
-            columns=[
-                dg.TableColumn(
-                    c.name,
-                    c.dtype,
-                    description=c.description or None,
-                    constraints=dg.TableColumnConstraints(nullable=c.nullable),
-                )
-                for c in spec.columns
-            ]
-        ),
-        "dagster/column_lineage": dg.TableColumnLineage(
-            deps_by_column={
-                c.name: [dg.TableColumnDep(asset_key=raw_key, column_name=c.name), *references] for c in spec.columns
-            }
-        ),
-        "keel/contract_sha256": spec.content_hash,
-    }
-
-
 def contract_assets(
     contract_path: str | Path,
     *,
@@ -415,53 +317,4 @@ def contract_assets(
     return _validate
 
 
-def breach_alerts(spec: ContractSpec, report: ValidationReport, complete: bool = True) -> list[tuple[Alert, str]]:
-    """The contract's breaches in one partition, as alerts by the rule's severity (warning and critical rules whose
-    failures exceed their allowance, and a critical budget exceeded), each with its one-time key (contract, rule,
-    partition, contract hash: a month rebuilt for each new delivery alerts once; an edited contract, again).
-
-    ``complete=False`` (a live month, partly delivered): an allowance is a share of the whole partition, so only a
-    rule allowed no failure at all breaches yet — three readings of the hour that repeats when the clocks go back
-    are 0.14 % of November but 1.1 % of its first three days."""
-    if report.dry_run:
-        return []
-    where = report.partition or "all rows"
-    out = []
-    for r in report.rules:
-        if r.severity == "info" or r.within_threshold or (not complete and r.max_failure_fraction > 0):
-            continue
-        share = 1 - r.pass_rate
-        out.append((
-            Alert("contract_breach", r.severity,
-                  f"contract {spec.name} v{spec.version}, {where}: rule {r.id} failed on {r.failed:,} "
-                  f"row{'s' if r.failed != 1 else ''} "
-                  f"({share:.2%}, allowed {r.max_failure_fraction:.2%}): {r.reason}",
-                  {"contract": spec.name, "rule": r.id, "partition": report.partition, "action": r.action},
-                  source=f"validate_{spec.name}"),
-            f"contract:{spec.name}:{r.id}:{report.partition}:{spec.content_hash[:12]}",
-        ))  # fmt: skip
-    if report.budget_exceeded and complete:
-        out.append((
-            Alert("contract_breach", "critical",
-                  f"contract {spec.name} v{spec.version}, {where}: {report.critical_failed_fraction:.2%} of rows "
-                  f"break a critical rule (budget {report.critical_budget_fraction:.2%}): nothing downstream runs",
-                  {"contract": spec.name, "rule": "critical_budget", "partition": report.partition},
-                  source=f"validate_{spec.name}"),
-            f"contract:{spec.name}:critical_budget:{report.partition}:{spec.content_hash[:12]}",
-        ))  # fmt: skip
-    return out
-
-
-def send_breach_alerts(spec: ContractSpec, report: ValidationReport, log, complete: bool = True) -> None:
-    """Send the partition's breach alerts through the KEEL_HOME's alert routes (keel.alerts); only where a KEEL_HOME
-    is set (the platform's runs), and never failing the validation: a configuration problem is logged."""
-    alerts = breach_alerts(spec, report, complete)
-    if not alerts or not os.environ.get("KEEL_HOME"):
-        return
-    try:
-        sender = AlertSender.for_home(KeelHome.from_env())
-    except AlertConfigError as exc:
-        log.error(f"contract breach alerts not sent: {exc}")
-        return
-    for alert, key in alerts:
-        sender.send(alert, once=key)
+__all__ = ["BUDGET_CHECK", "CONSERVATION_CHECK", "SCHEMA_CHECK", "breach_alerts", "contract_assets"]

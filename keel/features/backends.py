@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 
 from keel.features.online import OnlineStore, OnlineStoreError
+from keel.features.spec import FeatureSet
 
 ENV = "KEEL_ONLINE_STORE"
 
@@ -34,13 +35,13 @@ def describe(sqlite_path: Path) -> str:
     return f"{url.split('@')[-1]} ({os.environ.get('KEEL_ONLINE_PREFIX') or 'keel:online'})"
 
 
-def open_online_store(sqlite_path: Path, *, cache_size: int = 0) -> OnlineStore:
-    """The store the environment selects; ``sqlite_path`` is the embedded one's file."""
+def open_online_store(sqlite_path: Path, *, features: FeatureSet, cache_size: int = 0) -> OnlineStore:
+    """The store of ``features`` the environment selects; ``sqlite_path`` is the embedded one's file."""
     url = online_store_url()
     if url is None:
         from keel.features.sqlite_store import SQLiteOnlineStore
 
-        return SQLiteOnlineStore(sqlite_path, cache_size=cache_size)
+        return SQLiteOnlineStore(sqlite_path, features=features, cache_size=cache_size)
     from keel.features.redis_store import DEFAULT_PREFIX, RedisOnlineStore
 
-    return RedisOnlineStore(url, prefix=os.environ.get("KEEL_ONLINE_PREFIX") or DEFAULT_PREFIX)
+    return RedisOnlineStore(url, features=features, prefix=os.environ.get("KEEL_ONLINE_PREFIX") or DEFAULT_PREFIX)

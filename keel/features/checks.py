@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from keel.features.definitions import BY_NAME, FEATURES
 from keel.features.online import OnlineStore, get_online_features
+from keel.features.spec import FeatureSet
 
 FLOAT_TOLERANCE = 1e-9  # relative, for float features; categoricals and integers must match exactly
 
@@ -38,14 +38,16 @@ def _same(a: Any, b: Any, is_float: bool) -> bool:
     return a == b
 
 
-def training_serving_skew(offline: pl.DataFrame, online: list[dict[str, Any]], keys: list[str]) -> SkewReport:
+def training_serving_skew(
+    fs: FeatureSet, offline: pl.DataFrame, online: list[dict[str, Any]], keys: list[str]
+) -> SkewReport:
     """Compare offline rows with the online answers for the same entities, field by field."""
     report = SkewReport(compared=len(online))
     for key, want, got in zip(keys, offline.iter_rows(named=True), online, strict=True):
-        for f in FEATURES:
+        for f in fs.features:
             if f.name in got.get("degraded", []):
                 continue  # a frozen feature is served on purpose with its freeze value
-            if not _same(want[f.name], got[f.name], f.dtype == pl.Float64):
+            if not _same(want[f.name], got[f.name], f.dtype == "float"):
                 report.mismatches[f.name] = report.mismatches.get(f.name, 0) + 1
                 examples = report.examples.setdefault(f.name, [])
                 if len(examples) < 3:
@@ -88,16 +90,16 @@ class FeatureStability:
 
 
 def online_distribution(
-    offline_rows: pl.DataFrame, online: list[dict[str, Any]], *, bins: int = 20, max_values: int = 32
+    fs: FeatureSet, offline_rows: pl.DataFrame, online: list[dict[str, Any]], *, bins: int = 20, max_values: int = 32
 ) -> list[FeatureStability]:
-    """Per feature, PSI of the online answers against the offline rows *for the same flights as of the same time*
+    """Per feature, PSI of the online answers against the offline rows *for the same rows as of the same time*
     (the caller computes both sides as of the store's snapshot), so a difference is the serving path's, not time's.
 
     A feature with at most ``max_values`` distinct offline values (delay rates early in the year, categorical
     codes) is binned around its values (``value_centred_stability``); others over ``bins`` equal-width bins of the
     feature's declared range. A frozen feature is served with its freeze value on purpose and is not compared."""
     out = []
-    for f in FEATURES:
+    for f in fs.features:
         expected = offline_rows[f.name].drop_nulls().cast(pl.Float64).to_numpy()
         distinct = int(np.unique(np.round(expected[np.isfinite(expected)], 9)).size)
         if online and all(f.name in r.get("degraded", ()) for r in online):
@@ -146,8 +148,8 @@ def feature_health(
         report.problems.append("no hot keys to read back: nothing was verified")
     served = get_online_features(store, hot_rows) if hot_rows else []
     report.sampled = len(served)
-    for name in (f.name for f in FEATURES):
-        spec = BY_NAME[name]
+    for spec in store.features.features:
+        name = spec.name
         values = [r[name] for r in served]
         nulls = sum(v is None for v in values)
         if served and nulls:

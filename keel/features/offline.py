@@ -1,41 +1,50 @@
-"""The offline path: one row per flight, every feature point-in-time correct.
+"""The offline path: one row per entity, every feature point-in-time correct, computed from a ``FeatureSet``.
 
-Nothing a flight's features use comes from after its scheduled departure: weather is the observation of the
-scheduled hour (``time_hour`` is the scheduled departure truncated to the hour), plane data is static, and delay
-rates count only flights of *earlier days* (an as-of join that excludes the flight's own day). ``as_of`` replaces
-each flight's own date with one fixed day — the online store's point of view — for the skew check.
+Nothing a row's features use comes from after its date: request features read the row itself, lookups match on
+their keys (an hourly observation on the row's UTC hour), and histories count only rows of *earlier days* (an
+as-of join that excludes the row's own day). ``as_of`` replaces each row's own date with one fixed day — the online
+store's point of view — for the skew check.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import date
 
 import polars as pl
 
-from keel.features.definitions import (
-    FEATURE_NAMES,
-    HISTORY_VIEWS,
-    WEATHER_COLUMNS,
-    daily_outcomes,
-    entity_frame,
-    plane_features_expr,
-    plane_table,
-    request_expressions,
-    smoothed_rate,
-)
-
-LABEL = "label_late15"
+from keel.features.spec import FeatureSet, FeatureSpecError, History, PolarsOps
 
 
-def history_rates(entities: pl.DataFrame, history: pl.DataFrame, as_of: date | None = None) -> pl.DataFrame:
-    """Each entity row plus one delay-rate column per history view, from days strictly before its date (or as_of)."""
-    out = entities.with_columns((pl.lit(as_of) if as_of else pl.col("sched_date")).cast(pl.Date).alias("_as_of"))
-    for view in HISTORY_VIEWS:
-        daily = (
-            daily_outcomes(history, view)
-            .select([*view.keys, "sched_date", "n_cum", "late_cum"])
-            .rename({"sched_date": "_day"})
+def entity_frame(fs: FeatureSet, rows: pl.DataFrame) -> pl.DataFrame:
+    """Source rows → entity rows (the date and id columns added; rows that already have them are kept as they are)."""
+    return rows if fs.entity.id_column in rows.columns else fs.entity.with_date(rows)
+
+
+def daily_totals(fs: FeatureSet, history: pl.DataFrame, view: History) -> pl.DataFrame:
+    """Per group and day: rows with a known value, the sum of their values, and both summed over the days so far."""
+    day = fs.entity.date
+    return (
+        history.with_columns(view.value.cast(pl.Float64).alias("_value"))
+        .filter(pl.col("_value").is_not_null())
+        .group_by([*view.keys, day])
+        .agg(pl.len().alias("n"), pl.col("_value").sum().alias("total"))
+        .sort(day)
+        .with_columns(
+            pl.col("n").cum_sum().over(list(view.keys)).alias("n_cum"),
+            pl.col("total").cum_sum().over(list(view.keys)).alias("sum_cum"),
         )
+    )
+
+
+def history_features(
+    fs: FeatureSet, entities: pl.DataFrame, history: pl.DataFrame, as_of: date | None = None
+) -> pl.DataFrame:
+    """Each entity row plus one column per history, from days strictly before its date (or ``as_of``)."""
+    day = fs.entity.date
+    out = entities.with_columns((pl.lit(as_of) if as_of else pl.col(day)).cast(pl.Date).alias("_as_of"))
+    for view in fs.histories:
+        daily = daily_totals(fs, history, view).select([*view.keys, day, "n_cum", "sum_cum"]).rename({day: "_day"})
         out = (
             out.sort("_as_of")
             .join_asof(
@@ -47,32 +56,32 @@ def history_rates(entities: pl.DataFrame, history: pl.DataFrame, as_of: date | N
                 allow_exact_matches=False,
                 check_sortedness=False,
             )
-            .with_columns(smoothed_rate(pl.col("late_cum"), pl.col("n_cum")).alias(view.feature))
-            .drop("_day", "n_cum", "late_cum")
+            .with_columns(view.smoothed(pl.col("sum_cum"), pl.col("n_cum"), PolarsOps).alias(view.feature))
+            .drop("_day", "n_cum", "sum_cum")
         )
     return out.drop("_as_of")
 
 
 def offline_features(
-    flights: pl.DataFrame,
-    weather: pl.DataFrame,
-    planes_raw: pl.DataFrame,
+    fs: FeatureSet,
+    rows: pl.DataFrame,
+    sources: Mapping[str, pl.DataFrame],
     history: pl.DataFrame,
     *,
     as_of: date | None = None,
 ) -> pl.DataFrame:
-    """Features for ``flights`` (validated rows); ``history`` holds every validated flight the rates may use."""
-    entities = entity_frame(flights)
-    hist = entity_frame(history) if "sched_date" not in history.columns else history
-    out = entities.with_columns(request_expressions())
-    out = out.join(
-        weather.select(["origin", "time_hour", *WEATHER_COLUMNS]).unique(["origin", "time_hour"], keep="first"),
-        on=["origin", "time_hour"],
-        how="left",
-    )
-    out = out.join(plane_table(planes_raw), on="tailnum", how="left").with_columns(plane_features_expr())
-    out = history_rates(out, hist, as_of)
-    label = (pl.col("arr_delay") > 15).cast(pl.Int8).alias(LABEL)
-    return out.select(
-        "flight_id", "carrier", "origin", "dest", "tailnum", "sched_date", "hour", "time_hour", *FEATURE_NAMES, label
-    ).sort("flight_id")
+    """The feature table for ``rows`` (validated source rows of the entity). ``sources``: each lookup's table by its
+    ``source`` name; ``history``: every validated row the histories may count."""
+    missing = [v.source for v in fs.lookups if v.source not in sources]
+    if missing:
+        raise FeatureSpecError(f"feature set of {fs.entity.name}: no table given for {', '.join(missing)}")
+    out = entity_frame(fs, rows)
+    for r in fs.request:
+        out = out.with_columns([e.alias(name) for name, e in r.compute(pl.col, PolarsOps).items()])
+    for view in fs.lookups:
+        out = out.join(view.table(sources[view.source]), on=[k.column for k in view.keys], how="left")
+        if view.compute is not None:
+            out = out.with_columns([e.alias(name) for name, e in view.compute(pl.col, PolarsOps).items()])
+    out = history_features(fs, out, entity_frame(fs, history), as_of)
+    label = fs.label.expr.alias(fs.label.column)
+    return out.with_columns(label).select(fs.table_columns).sort(fs.entity.id_column)

@@ -1,13 +1,14 @@
 """The online path: an online store with the latest values per entity, read by ``get_online_features``.
 
-``OnlineStore`` is the interface; ``SQLiteOnlineStore`` (keel/features/sqlite_store.py) is the embedded default (WAL mode, synchronous=FULL, one
-transaction per snapshot, so a reader sees the previous snapshot or the new one, never half). A Redis store would
-implement the same four methods.
+``OnlineStore`` is the interface; ``SQLiteOnlineStore`` (keel/features/sqlite_store.py) is the embedded default (WAL
+mode, synchronous=FULL, one transaction per snapshot, so a reader sees the previous snapshot or the new one, never
+half) and ``RedisOnlineStore`` (keel/features/redis_store.py) the shared one. A store holds one use case's
+``FeatureSet`` (keel/features/spec.py): its views are the set's lookups and histories.
 
-A snapshot is written *as of* a day: delay-rate counters over flights before that day, the hourly weather
-observations and the planes. ``get_online_features`` then runs the same definitions as the offline path
-(keel.features.definitions, evaluated with numpy) on the looked-up values, so the two paths agree for the same inputs — the skew check
-and tests/features/test_parity.py hold them to it.
+A snapshot is written *as of* a day: each history's counters over rows before that day, and each lookup's table.
+``get_online_features`` then runs the same declarations as the offline path (evaluated with numpy) on the looked-up
+values, so the two paths agree for the same inputs — the skew check and tests/features/test_parity.py hold them to
+it.
 
 Frozen features (``freeze``) are served with the value recorded at the freeze (the reference default unless
 given) and the response lists them under ``degraded``; freezes and unfreezes are kept in ``freeze_log``.
@@ -26,29 +27,11 @@ import numpy as np
 import polars as pl
 
 from keel.errors import KeelError
-from keel.features.definitions import (
-    FEATURE_NAMES,
-    FEATURES,
-    HISTORY_VIEWS,
-    WEATHER_COLUMNS,
-    NumpyOps,
-    daily_outcomes,
-    entity_frame,
-    plane_features,
-    plane_table,
-    request_features,
-    smoothed_rate,
-)
+from keel.features.offline import daily_totals, entity_frame
+from keel.features.spec import FeatureSet, FeatureSpecError, Key, NumpyOps
 from keel.storage import Closing
 
-REQUEST_COLUMNS = ("carrier", "origin", "dest", "tailnum", "sched_date", "hour", "time_hour", "distance")
-# The values each view stores per key (as REAL columns v0…v4 of entity_values).
-VIEW_FIELDS: dict[str, tuple[str, ...]] = {
-    "weather": WEATHER_COLUMNS,
-    "plane": ("plane_year", "seats"),
-    **{v.feature: ("n_cum", "late_cum") for v in HISTORY_VIEWS},
-}
-MAX_FIELDS = 5
+MAX_FIELDS = 5  # values per key a store keeps (the SQLite store's v0…v4 columns)
 
 
 class OnlineStoreError(KeelError):
@@ -75,7 +58,10 @@ class FreezeEvent:
 
 class OnlineStore(Closing, ABC):
     """What serving and the drift sensor need of an online store: snapshots in, lookups out, and freezes (a feature
-    frozen is served at a fixed value, flagged degraded). ``with store:`` closes it."""
+    frozen is served at a fixed value, flagged degraded). ``features``: the feature set whose views it holds.
+    ``with store:`` closes it."""
+
+    features: FeatureSet
 
     @abstractmethod
     def write_snapshot(self, views: Mapping[str, pl.DataFrame], *, as_of: date, partition: str) -> None: ...
@@ -84,13 +70,21 @@ class OnlineStore(Closing, ABC):
     def lookup(self, view: str, keys: list[str]) -> dict[str, dict[str, Any]]: ...
 
     def lookup_many(self, requests: Mapping[str, list[str]]) -> dict[str, dict[str, tuple]]:
-        """Several views at once, each key's values as a tuple in VIEW_FIELDS order; stores override it with a
-        single round trip."""
+        """Several views at once, each key's values as a tuple in ``features.view_fields`` order; stores override it
+        with a single round trip."""
         out = {}
         for view, keys in requests.items():
-            fields = VIEW_FIELDS[view]
+            fields = self.features.view_fields[view]
             out[view] = {k: tuple(v.get(f) for f in fields) for k, v in self.lookup(view, keys).items()}
         return out
+
+    def feature_default(self, feature: str) -> float:
+        """The reference default a freeze serves; a feature the set does not declare is an error naming it."""
+        spec = self.features.by_name.get(feature)
+        if spec is None:
+            raise OnlineStoreError(f"unknown feature {feature!r}: the {self.features.entity.name} features are "
+                                   f"{', '.join(self.features.names)}")  # fmt: skip
+        return spec.default
 
     @abstractmethod
     def health(self) -> StoreHealth: ...
@@ -114,34 +108,45 @@ class OnlineStore(Closing, ABC):
         return get_online_features(self, entity_rows)
 
 
+def check_views_fit(fs: FeatureSet) -> None:
+    """A store keeps at most MAX_FIELDS values per key: say which view is too wide before anything is written."""
+    wide = [f"{v} ({len(f)})" for v, f in fs.view_fields.items() if len(f) > MAX_FIELDS]
+    if wide:
+        raise FeatureSpecError(f"online store: at most {MAX_FIELDS} fields per view; too wide: {', '.join(wide)}")
+
+
+def _source_key(key: Key) -> pl.Expr:
+    if key.kind == "utc_hour":
+        return pl.col(key.column).dt.strftime("%Y-%m-%dT%H:%M:%S+00:00")
+    return pl.col(key.column).cast(pl.String)
+
+
 def build_views(
-    weather: pl.DataFrame, planes_raw: pl.DataFrame, history: pl.DataFrame, *, as_of: date
+    fs: FeatureSet, sources: Mapping[str, pl.DataFrame], history: pl.DataFrame, *, as_of: date
 ) -> dict[str, pl.DataFrame]:
-    """The entity tables of a snapshot, each as a ``key`` column plus the view's fields (VIEW_FIELDS), computed with
-    the same definitions as the offline path."""
-    hist = entity_frame(history) if "sched_date" not in history.columns else history
-    hist = hist.filter(pl.col("sched_date") < as_of)
+    """The tables of a snapshot, each as a ``key`` column plus the view's fields (``fs.view_fields``), computed with
+    the same declarations as the offline path."""
+    check_views_fit(fs)
+    day = fs.entity.date
+    hist = entity_frame(fs, history).filter(pl.col(day) < as_of)
     views: dict[str, pl.DataFrame] = {}
-    for view in HISTORY_VIEWS:
+    for h in fs.histories:
         totals = (
-            daily_outcomes(hist, view)
-            .group_by(list(view.keys))
-            .agg(pl.col("n").sum().alias("n_cum"), pl.col("late").sum().alias("late_cum"))
+            daily_totals(fs, hist, h)
+            .group_by(list(h.keys))
+            .agg(pl.col("n").sum().alias("n_cum"), pl.col("total").sum().alias("sum_cum"))
         )
-        views[view.feature] = totals.select(
-            pl.concat_str([pl.col(k).cast(pl.String) for k in view.keys], separator="|").alias("key"),
+        views[h.feature] = totals.select(
+            pl.concat_str([pl.col(k).cast(pl.String) for k in h.keys], separator="|").alias("key"),
             pl.col("n_cum").cast(pl.Float64),
-            pl.col("late_cum").cast(pl.Float64),
+            pl.col("sum_cum").cast(pl.Float64),
         )
-    w = weather.unique(["origin", "time_hour"], keep="first")
-    views["weather"] = w.select(
-        pl.concat_str(
-            [pl.col("origin"), pl.col("time_hour").dt.strftime("%Y-%m-%dT%H:%M:%S+00:00")], separator="|"
-        ).alias("key"),
-        *[pl.col(c).cast(pl.Float64) for c in WEATHER_COLUMNS],
-    )
-    p = plane_table(planes_raw)
-    views["plane"] = p.select(pl.col("tailnum").alias("key"), pl.col("plane_year"), pl.col("seats"))
+    for v in fs.lookups:
+        table = v.table(sources[v.source])
+        views[v.name] = table.select(
+            pl.concat_str([_source_key(k) for k in v.keys], separator="|").alias("key"),
+            *[pl.col(f).cast(pl.Float64) for f in v.fields],
+        )
     return views
 
 
@@ -155,85 +160,93 @@ def _as_date(v: Any) -> date:
 
 @lru_cache(maxsize=4096)
 def _hour_key(v: Any) -> str:
-    """The weather view's time part of a key: the UTC hour, as build_views writes it."""
+    """A ``utc_hour`` key's text: the UTC hour, as build_views writes it."""
     dt = v if isinstance(v, datetime) else datetime.fromisoformat(str(v).replace("Z", "+00:00"))
     if dt.tzinfo is not None and dt.utcoffset():
         dt = dt.astimezone(UTC)
     return f"{dt.year:04d}-{dt.month:02d}-{dt.day:02d}T{dt.hour:02d}:00:00+00:00"
 
 
-_NO_COUNTS = (None, None)
+def _key_of(row: Mapping[str, Any], keys: tuple[Key, ...]) -> str:
+    parts = [_hour_key(row[k.column]) if k.kind == "utc_hour" else str(row[k.column]) for k in keys]
+    return parts[0] if len(parts) == 1 else "|".join(parts)
 
 
-def _entity_key(row: Mapping[str, Any], keys: tuple[str, ...]) -> str:
+def _history_key(row: Mapping[str, Any], keys: tuple[str, ...]) -> str:
     return str(row[keys[0]]) if len(keys) == 1 else "|".join([str(row[k]) for k in keys])
 
 
-_INT_FEATURES = {f.name for f in FEATURES if f.dtype == pl.Int32}
-
-
 def get_online_features(store: OnlineStore, entity_rows: Iterable[Mapping[str, Any]]) -> FeatureBatch:
-    """Feature vectors for flights being scheduled: ``carrier, origin, dest, tailnum, sched_date, hour, time_hour,
-    distance`` per row. Each result has every feature, ``degraded`` (frozen features served with their freeze value)
-    and ``missing`` (features with no value in the store, served as null)."""
+    """Feature vectors for entity rows (each with the feature set's ``entity.request_columns``). Each result has
+    every feature, ``degraded`` (frozen features served with their freeze value) and ``missing`` (features with no
+    value in the store, served as null)."""
+    fs = store.features
     rows = list(entity_rows)
+    n_features = len(fs.names)
     if not rows:
-        return FeatureBatch(np.empty((len(FEATURE_NAMES), 0)), np.empty((len(FEATURE_NAMES), 0), dtype=bool), ())
-    absent = [c for c in REQUEST_COLUMNS if c not in rows[0]]
+        return FeatureBatch(fs, np.empty((n_features, 0)), np.empty((n_features, 0), dtype=bool), ())
+    absent = [c for c in fs.entity.request_columns if c not in rows[0]]
     if absent:
-        raise ValueError(f"entity rows need {', '.join(REQUEST_COLUMNS)}; missing {', '.join(absent)}")
+        raise ValueError(f"entity rows need {', '.join(fs.entity.request_columns)}; missing {', '.join(absent)}")
     keys = {
-        "weather": [f"{r['origin']}|{_hour_key(r['time_hour'])}" for r in rows],
-        "plane": [str(r["tailnum"]) for r in rows],
-        **{v.feature: [_entity_key(r, v.keys) for r in rows] for v in HISTORY_VIEWS},
+        **{v.name: [_key_of(r, v.keys) for r in rows] for v in fs.lookups},
+        **{h.feature: [_history_key(r, h.keys) for r in rows] for h in fs.histories},
     }
     found = store.lookup_many(keys)
     n = len(rows)
-    inputs: dict[str, np.ndarray] = {
-        "sched_date": np.array([_as_date(r["sched_date"]) for r in rows], dtype="datetime64[D]"),
-        "hour": np.array([r["hour"] for r in rows], dtype=np.float64),
-        "distance": np.array([r["distance"] for r in rows], dtype=np.float64),
-    }
-    for view in ("weather", "plane"):
-        width = len(VIEW_FIELDS[view])
-        hits = np.array([found[view].get(k) or (None,) * width for k in keys[view]], dtype=np.float64).reshape(
-            n, width
-        )
-        for i, name in enumerate(VIEW_FIELDS[view]):
-            inputs[name] = hits[:, i]
-    col = inputs.__getitem__
-    values: dict[str, np.ndarray] = {**request_features(col, NumpyOps), **plane_features(col, NumpyOps)}
-    for name in WEATHER_COLUMNS:
-        values[name] = inputs[name]
-    for v in HISTORY_VIEWS:
-        hits = np.array([found[v.feature].get(k) or _NO_COUNTS for k in keys[v.feature]], dtype=np.float64).reshape(
-            n, 2
-        )
-        values[v.feature] = smoothed_rate(hits[:, 1], hits[:, 0], NumpyOps)  # VIEW_FIELDS: (n_cum, late_cum)
+    columns: dict[str, np.ndarray] = {}
+
+    def col(name: str) -> np.ndarray:
+        if name not in columns:
+            if name == fs.entity.date:
+                columns[name] = np.array([_as_date(r[name]) for r in rows], dtype="datetime64[D]")
+            else:
+                columns[name] = np.array([r[name] for r in rows], dtype=np.float64)
+        return columns[name]
+
+    values: dict[str, np.ndarray] = {}
+    for r in fs.request:
+        values |= r.compute(col, NumpyOps)
+    for v in fs.lookups:
+        fields = fs.view_fields[v.name]
+        width = len(fields)
+        hits = np.array([found[v.name].get(k) or (None,) * width for k in keys[v.name]], dtype=np.float64)
+        hits = hits.reshape(n, width)
+        looked_up = {name: hits[:, i] for i, name in enumerate(fields)}
+        if v.compute is None:
+            values |= looked_up
+        else:
+            values |= v.compute(lambda name, lu=looked_up: lu[name] if name in lu else col(name), NumpyOps)
+    no_counts = (None, None)
+    for h in fs.histories:
+        hits = np.array([found[h.feature].get(k) or no_counts for k in keys[h.feature]], dtype=np.float64)
+        hits = hits.reshape(n, 2)
+        values[h.feature] = h.smoothed(hits[:, 1], hits[:, 0], NumpyOps)  # view fields: (n_cum, sum_cum)
     frozen = store.frozen()
-    matrix = np.vstack([values[name] for name in FEATURE_NAMES])  # features × flights
+    matrix = np.vstack([np.broadcast_to(values[name], (n,)) for name in fs.names])  # features × rows
     for name, value in frozen.items():
-        matrix[FEATURE_NAMES.index(name)] = value  # served with its freeze value
-    return FeatureBatch(matrix, np.isnan(matrix), tuple(frozen))
+        if name in fs.by_name:
+            matrix[fs.names.index(name)] = value  # served with its freeze value
+    return FeatureBatch(fs, matrix, np.isnan(matrix), tuple(f for f in frozen if f in fs.by_name))
 
 
 class FeatureBatch(Sequence):
-    """The answer of ``get_online_features``: columnar (what a model consumes), and a sequence of per-flight dicts
+    """The answer of ``get_online_features``: columnar (what a model consumes), and a sequence of per-row dicts
     (built on first access) for everything else.
 
-    ``matrix`` is features × flights (float64, NaN where a value is missing), in ``FEATURE_NAMES`` order.
+    ``matrix`` is features × rows (float64, NaN where a value is missing), in the feature set's order.
     """
 
-    names = FEATURE_NAMES
-
-    def __init__(self, matrix: np.ndarray, nulls: np.ndarray, degraded: tuple[str, ...]):
+    def __init__(self, fs: FeatureSet, matrix: np.ndarray, nulls: np.ndarray, degraded: tuple[str, ...]):
+        self.features = fs
+        self.names = fs.names
         self.matrix = matrix
         self.nulls = nulls
         self.degraded = degraded
         self._rows: list[dict[str, Any]] | None = None
 
     def column(self, name: str) -> np.ndarray:
-        return self.matrix[FEATURE_NAMES.index(name)]
+        return self.matrix[self.names.index(name)]
 
     def __len__(self) -> int:
         return self.matrix.shape[1]
@@ -249,15 +262,15 @@ class FeatureBatch(Sequence):
     __hash__ = None  # type: ignore[assignment]
 
     def rows(self) -> list[dict[str, Any]]:
-        """One dict per flight: every feature (None where missing), ``missing`` and ``degraded``."""
+        """One dict per row: every feature (None where missing), ``missing`` and ``degraded``."""
         if self._rows is not None:
             return self._rows
+        names = self.names
+        ints = {f.name for f in self.features.features if f.dtype == "int"}
         columns = []
-        for i, name in enumerate(FEATURE_NAMES):
+        for i, name in enumerate(names):
             row_nulls = self.nulls[i]
-            arr = (
-                np.where(row_nulls, 0.0, self.matrix[i]).astype(np.int64) if name in _INT_FEATURES else self.matrix[i]
-            )
+            arr = np.where(row_nulls, 0.0, self.matrix[i]).astype(np.int64) if name in ints else self.matrix[i]
             as_list = arr.tolist()
             if row_nulls.any():
                 as_list = [None if m else x for x, m in zip(as_list, row_nulls.tolist(), strict=True)]
@@ -265,8 +278,8 @@ class FeatureBatch(Sequence):
         has_null = self.nulls.any(axis=0).tolist()
         out = []
         for j, row_values in enumerate(zip(*columns, strict=True)):
-            row = dict(zip(FEATURE_NAMES, row_values, strict=True))
-            row["missing"] = [FEATURE_NAMES[i] for i in np.flatnonzero(self.nulls[:, j])] if has_null[j] else []
+            row = dict(zip(names, row_values, strict=True))
+            row["missing"] = [names[i] for i in np.flatnonzero(self.nulls[:, j])] if has_null[j] else []
             row["degraded"] = list(self.degraded)
             out.append(row)
         self._rows = out

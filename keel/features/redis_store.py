@@ -4,7 +4,7 @@ against both), freezes included, with an explicit expiry policy.
 Layout, under a key prefix (default ``keel:online``; one prefix per deployment):
 
 - ``<prefix>:view:<view>`` — a hash per view: entity key → its values packed as little-endian float64s (NaN for
-  a missing value), in ``VIEW_FIELDS`` order;
+  a missing value), in the view's field order (``features.view_fields``);
 - ``<prefix>:meta`` — last_write_at, as_of, partition of the snapshot in force;
 - ``<prefix>:freezes`` — feature → {"value", "reason", "frozen_at"} (JSON); ``<prefix>:freeze_log`` — a list of
   JSON events, oldest first.
@@ -29,8 +29,8 @@ from typing import Any
 
 import polars as pl
 
-from keel.features.definitions import BY_NAME
-from keel.features.online import VIEW_FIELDS, FreezeEvent, OnlineStore, OnlineStoreError, StoreHealth
+from keel.features.online import FreezeEvent, OnlineStore, OnlineStoreError, StoreHealth
+from keel.features.spec import FeatureSet
 
 DEFAULT_PREFIX = "keel:online"
 DEFAULT_SNAPSHOT_TTL_S = 40 * 86_400
@@ -54,6 +54,7 @@ class RedisOnlineStore(OnlineStore):
         self,
         url: str,
         *,
+        features: FeatureSet,
         prefix: str = DEFAULT_PREFIX,
         snapshot_ttl_s: int | None = DEFAULT_SNAPSHOT_TTL_S,
         allow_eviction: bool = False,
@@ -63,6 +64,7 @@ class RedisOnlineStore(OnlineStore):
 
         import redis
 
+        self.features = features
         self.url, self.prefix, self.snapshot_ttl_s = url, prefix, snapshot_ttl_s
         self._errors = (redis.RedisError, OSError)
         try:
@@ -98,7 +100,7 @@ class RedisOnlineStore(OnlineStore):
         try:
             staging = self._r.pipeline(transaction=False)
             for view, frame in views.items():
-                fields = VIEW_FIELDS[view]
+                fields = self.features.view_fields[view]
                 nxt = self._key("next", view)
                 staging.delete(nxt)
                 mapping = {key: _pack(values) for key, *values in frame.select("key", *fields).iter_rows()}
@@ -124,7 +126,7 @@ class RedisOnlineStore(OnlineStore):
             raise OnlineStoreError(f"online store {self._where()}: writing the snapshot failed: {exc}") from None
 
     def lookup(self, view: str, keys: list[str]) -> dict[str, dict[str, Any]]:
-        fields = VIEW_FIELDS[view]
+        fields = self.features.view_fields[view]
         found = self.lookup_many({view: keys})[view]
         return {k: dict(zip(fields, v, strict=True)) for k, v in found.items()}
 
@@ -142,7 +144,7 @@ class RedisOnlineStore(OnlineStore):
         except self._errors as exc:
             raise OnlineStoreError(f"online store {self._where()}: {exc}") from None
         for (view, keys), values in zip(asked, answers, strict=True):
-            n = len(VIEW_FIELDS[view])
+            n = len(self.features.view_fields[view])
             out[view] = {k: _unpack(v, n) for k, v in zip(keys, values, strict=True) if v is not None}
         return out
 
@@ -150,7 +152,7 @@ class RedisOnlineStore(OnlineStore):
         try:
             pipe = self._r.pipeline(transaction=False)
             pipe.hgetall(self._key("meta"))
-            for view in VIEW_FIELDS:
+            for view in self.features.view_fields:
                 pipe.hlen(self._key("view", view))
             meta_raw, *counts = pipe.execute()
         except self._errors as exc:
@@ -160,15 +162,14 @@ class RedisOnlineStore(OnlineStore):
             reachable=True,
             last_write_at=datetime.fromisoformat(meta["last_write_at"]) if "last_write_at" in meta else None,
             as_of=date.fromisoformat(meta["as_of"]) if "as_of" in meta else None,
-            rows_per_view={v: int(c) for v, c in zip(VIEW_FIELDS, counts, strict=True) if c},
+            rows_per_view={v: int(c) for v, c in zip(self.features.view_fields, counts, strict=True) if c},
         )
 
     # -- freezes ----------------------------------------------------------------------------------------------
 
     def freeze(self, feature: str, reason: str, value: float | None = None) -> None:
-        if feature not in BY_NAME:
-            raise KeyError(f"unknown feature '{feature}'")
-        value = BY_NAME[feature].default if value is None else value
+        default = self.feature_default(feature)  # an unknown feature is an error even with a value
+        value = default if value is None else value
         now = datetime.now(UTC).isoformat()
         event = {"feature": feature, "action": "freeze", "reason": reason, "at": now, "value": value}
         try:

@@ -11,15 +11,15 @@ from typing import Any
 
 import polars as pl
 
-from keel.features.definitions import BY_NAME
 from keel.features.online import (
     MAX_FIELDS,
-    VIEW_FIELDS,
     FreezeEvent,
     OnlineStore,
     OnlineStoreError,
     StoreHealth,
+    check_views_fit,
 )
+from keel.features.spec import FeatureSet
 from keel.storage import immediate
 
 _MISS = object()
@@ -33,7 +33,9 @@ class SQLiteOnlineStore(OnlineStore):
     written by any process empties it on the next read. 0 reads every key from SQLite.
     """
 
-    def __init__(self, path: str | Path, *, cache_size: int = 0):
+    def __init__(self, path: str | Path, *, features: FeatureSet, cache_size: int = 0):
+        check_views_fit(features)
+        self.features = features
         self.path = Path(path)
         self.cache_size = cache_size
         self._cache: dict[tuple[str, str], tuple | None] = {}
@@ -71,7 +73,7 @@ class SQLiteOnlineStore(OnlineStore):
         with immediate(self._db):
             for view, frame in views.items():
                 self._db.execute("DELETE FROM entity_values WHERE view = ?", (view,))
-                fields = VIEW_FIELDS[view]
+                fields = self.features.view_fields[view]
                 pad = (None,) * (MAX_FIELDS - len(fields))
                 self._db.executemany(
                     "INSERT INTO entity_values (view, key, v0, v1, v2, v3, v4) VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -94,7 +96,7 @@ class SQLiteOnlineStore(OnlineStore):
                 f"SELECT key, v0, v1, v2, v3, v4 FROM entity_values WHERE view = ? AND key IN ({marks})",
                 (view, *chunk),
             )  # noqa: S608 - only placeholders
-            fields = VIEW_FIELDS[view]
+            fields = self.features.view_fields[view]
             out.update((k, dict(zip(fields, values, strict=False))) for k, *values in rows)
         return out
 
@@ -126,7 +128,7 @@ class SQLiteOnlineStore(OnlineStore):
                 for key in unique:
                     cache[(view, key)] = None  # remembered as absent unless the query finds it
         if parts:
-            widths = {view: 2 + len(VIEW_FIELDS[view]) for view in requests}
+            widths = {view: 2 + len(self.features.view_fields[view]) for view in requests}
             for row in self._db.execute(" UNION ALL ".join(parts), params).fetchall():  # noqa: S608 - only placeholders
                 values = row[2 : widths[row[0]]]
                 out[row[0]][row[1]] = values
@@ -158,9 +160,8 @@ class SQLiteOnlineStore(OnlineStore):
 
     # -- freezes
     def freeze(self, feature: str, reason: str, value: float | None = None) -> None:
-        if feature not in BY_NAME:
-            raise KeyError(f"unknown feature '{feature}'")
-        value = BY_NAME[feature].default if value is None else value
+        default = self.feature_default(feature)  # an unknown feature is an error even with a value
+        value = default if value is None else value
         now = datetime.now(UTC).isoformat()
         with immediate(self._db):
             self._db.execute(

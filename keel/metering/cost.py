@@ -91,18 +91,3 @@ def totals(cost: pl.DataFrame, by: list[str]) -> pl.DataFrame:
         )
         .sort(by, nulls_last=True)
     )  # fmt: skip
-
-
-def spend_by_tenant(serving_dir, store, tenants: Iterable[str], first_day: str, last_day: str) -> dict[str, float]:
-    """What each of ``tenants`` spent from ``first_day`` to ``last_day`` (inclusive), read from the gateway's logs and
-    priced by the store's price tables: the budget's view (unpriced usage counts as nothing spent)."""
-    from keel.metering.usage import read_usage
-
-    wanted = sorted(set(tenants))
-    usage, _ = read_usage(serving_dir, first_day, last_day, store)
-    usage = usage.filter(pl.col("tenant_id").is_in(wanted))
-    cost = cost_frame(usage, price_tables(store, usage["price_version"].to_list()))
-    spend = dict.fromkeys(wanted, 0.0)
-    for tenant, amount in cost.group_by("tenant_id").agg(pl.col("cost").fill_null(0.0).sum()).iter_rows():
-        spend[tenant] = float(amount)
-    return spend

@@ -187,3 +187,18 @@ def logged_days(directory: Path, prefix: str) -> list[str]:
     """The days (YYYY-MM-DD) that have a ``<prefix>-YYYYMMDD.jsonl`` file in ``directory``."""
     stamps = (p.stem.removeprefix(f"{prefix}-") for p in Path(directory).glob(f"{prefix}-*.jsonl"))
     return sorted(f"{s[:4]}-{s[4:6]}-{s[6:]}" for s in stamps if len(s) == 8 and s.isdigit())
+
+
+def spend_by_tenant(serving_dir, store, tenants: Iterable[str], first_day: str, last_day: str) -> dict[str, float]:
+    """What each of ``tenants`` spent from ``first_day`` to ``last_day`` (inclusive), read from the gateway's logs and
+    priced by the store's price tables: the budget's view (unpriced usage counts as nothing spent)."""
+    from keel.metering.cost import cost_frame, price_tables
+
+    wanted = sorted(set(tenants))
+    usage, _ = read_usage(serving_dir, first_day, last_day, store)
+    usage = usage.filter(pl.col("tenant_id").is_in(wanted))
+    cost = cost_frame(usage, price_tables(store, usage["price_version"].to_list()))
+    spend = dict.fromkeys(wanted, 0.0)
+    for tenant, amount in cost.group_by("tenant_id").agg(pl.col("cost").fill_null(0.0).sum()).iter_rows():
+        spend[tenant] = float(amount)
+    return spend

@@ -16,6 +16,9 @@ reordered or removed commit); triggers refuse UPDATE and DELETE (and TRUNCATE on
 finds the database locked waits (busy timeout) and retries; "database is locked" never reaches a caller. On Postgres
 each commit also notifies its version (``NOTIFY keel_policies_<schema>``) when it commits: followers
 (``PolicyReader.listen``) pick it up at once instead of polling.
+
+The values (records.py), the follower (reader.py) and policy files (files.py) are modules of their own; their names
+are importable from here as before.
 """
 
 from __future__ import annotations
@@ -25,87 +28,29 @@ import json
 import sqlite3
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from keel.chain import GENESIS, Checkpoints, Link, known_head_problems, link_hash, verify_chain
+from keel.chain import GENESIS, Checkpoints, Link, known_head_problems, verify_chain
 from keel.policies.errors import PolicyError, PolicyValidationError
+from keel.policies.files import load_policy_file
+from keel.policies.reader import STATE_SQL, PolicyReader
+from keel.policies.records import (
+    APPEND_ONLY,
+    SCHEMA_POSTGRES,
+    SCHEMA_SQLITE,
+    Commit,
+    Policy,
+    VerifyResult,
+    _commit,
+    _utc,
+    commit_hash,
+    notify_channel,
+)
 from keel.policies.types import validate_policy
-from keel.sqldb import Database, Location, PgLocation, append_only_sql, location_of
+from keel.sqldb import Database, Location, append_only_sql, location_of
 from keel.storage import Closing
-
-
-@dataclass(frozen=True)
-class Policy:
-    name: str
-    type: str
-    body: dict[str, Any]
-    version: int  # the commit that last set it
-
-
-@dataclass(frozen=True)
-class Commit:
-    version: int
-    author: str
-    reason: str
-    committed_at: datetime
-    reverts: int | None
-    changes: dict[str, dict[str, Any]]  # name → {"type": …, "body": …}
-    prev_hash: str
-    hash: str
-
-
-@dataclass(frozen=True)
-class VerifyResult:
-    ok: bool
-    commits: int
-    problems: tuple[str, ...]
-
-
-# -- the store --------------------------------------------------------------------------------------------------
-
-
-def commit_hash(
-    prev_hash: str, version: int, author: str, reason: str, at: str, reverts: int | None, changes: Mapping[str, Any]
-) -> str:
-    return link_hash(prev_hash, [version, author, reason, at, reverts, changes])
-
-
-def _utc(ts: datetime | str) -> datetime:
-    dt = datetime.fromisoformat(ts.replace("Z", "+00:00")) if isinstance(ts, str) else ts
-    return dt.replace(tzinfo=UTC) if dt.tzinfo is None else dt.astimezone(UTC)
-
-
-SCHEMA_SQLITE = """
-CREATE TABLE IF NOT EXISTS commits (
-    version INTEGER PRIMARY KEY, author TEXT NOT NULL, reason TEXT NOT NULL, committed_at TEXT NOT NULL,
-    reverts INTEGER, changes TEXT NOT NULL, prev_hash TEXT NOT NULL, hash TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS policy_versions (
-    name TEXT NOT NULL, version INTEGER NOT NULL, type TEXT NOT NULL, body TEXT NOT NULL,
-    PRIMARY KEY (name, version));
-CREATE INDEX IF NOT EXISTS commits_time ON commits (committed_at);
-CREATE INDEX IF NOT EXISTS policy_versions_by_version ON policy_versions (version);
-"""
-SCHEMA_POSTGRES = """
-CREATE TABLE IF NOT EXISTS commits (
-    version BIGINT PRIMARY KEY, author TEXT NOT NULL, reason TEXT NOT NULL, committed_at TEXT COLLATE "C" NOT NULL,
-    reverts BIGINT, changes TEXT NOT NULL, prev_hash TEXT NOT NULL, hash TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS policy_versions (
-    name TEXT NOT NULL, version BIGINT NOT NULL, type TEXT NOT NULL, body TEXT NOT NULL,
-    PRIMARY KEY (name, version));
-CREATE INDEX IF NOT EXISTS commits_time ON commits (committed_at);
-CREATE INDEX IF NOT EXISTS policy_versions_by_version ON policy_versions (version);
-"""
-APPEND_ONLY = ("commits", "policy_versions")
-NOTIFY_CHANNEL = "keel_policies"  # Postgres: every commit notifies its version here (PolicyReader.listen)
-
-
-def notify_channel(location: Location) -> str:
-    """The channel a store's commits are announced on: one per schema, so two deployments on one server do not
-    wake each other."""
-    return f"{NOTIFY_CHANNEL}_{location.schema}" if isinstance(location, PgLocation) else NOTIFY_CHANNEL
 
 
 class PolicyStore(Closing):
@@ -424,164 +369,16 @@ class PolicyStore(Closing):
         return VerifyResult(not problems, len(commits), tuple(problems))
 
 
-def _commit(row: tuple) -> Commit:
-    return Commit(
-        version=row[0],
-        author=row[1],
-        reason=row[2],
-        committed_at=datetime.fromisoformat(row[3]),
-        reverts=row[4],
-        changes=json.loads(row[5]),
-        prev_hash=row[6],
-        hash=row[7],
-    )
-
-
-def load_policy_file(path: str | Path) -> tuple[dict[str, tuple[str, dict[str, Any]]], int | None]:
-    """A YAML policy file: ``policies: [{name, type, body}, …]`` (or one ``{name, type, body}``), optional
-    ``version`` (the version this commit must become). Returns (changes, expected_version)."""
-    import yaml
-
-    try:
-        raw = yaml.safe_load(Path(path).read_text())
-    except FileNotFoundError:
-        raise PolicyError(f"{path}: no such file") from None
-    except yaml.YAMLError as exc:
-        raise PolicyError(f"{path}: not YAML: {exc}") from None
-    if not isinstance(raw, dict):
-        raise PolicyError(f"{path}: expected a mapping with 'policies' (or name, type, body)")
-    items = raw.get("policies", [raw] if "name" in raw else None)
-    if not isinstance(items, list) or not items:
-        raise PolicyError(f"{path}: expected 'policies': a list of {{name, type, body}}")
-    changes = {}
-    for i, item in enumerate(items):
-        if not isinstance(item, dict) or not {"name", "type", "body"} <= set(item):
-            raise PolicyError(f"{path}: policies[{i}] needs name, type and body")
-        changes[item["name"]] = (item["type"], item["body"])
-    expected = raw.get("version")
-    if expected is not None and (isinstance(expected, bool) or not isinstance(expected, int)):
-        raise PolicyError(f"{path}: 'version' must be a whole number")
-    return changes, expected
-
-
-STATE_SQL = (
-    "SELECT p.name, p.type, p.body, p.version FROM policy_versions p "
-    "JOIN (SELECT name, MAX(version) AS v FROM policy_versions WHERE version <= ? GROUP BY name) latest "
-    "ON p.name = latest.name AND p.version = latest.v ORDER BY p.name"
-)
-
-
-class PolicyReader(Closing):
-    """A read-only view of a policy store for the processes that follow it (the gateway): it never writes, never
-    creates the store, and answers "is there a newer version?" with one indexed query.
-
-    On Postgres it can also *listen*: ``listen()`` opens a second connection that LISTENs on the store's channel
-    (every commit notifies its version when it commits) and returns its file descriptor; the follower waits on it
-    and calls ``notified()``. When that connection drops, ``notified()`` says so (``listening`` is False) and the
-    follower polls ``version()`` until ``listen()`` succeeds again."""
-
-    def __init__(self, location: str | Path | Location):
-        self.location = location_of(location)
-        self.path = self.location
-        self._db = None
-        self._listener = None
-
-    @property
-    def postgres(self) -> bool:
-        return isinstance(self.location, PgLocation)
-
-    def _conn(self):
-        if self._db is None:
-            if self.postgres:
-                self._db = Database.open(self.location, create=False)
-            else:
-                if not self.location.exists():
-                    return None
-                self._db = sqlite3.connect(
-                    f"file:{self.location}?mode=ro", uri=True, isolation_level=None, timeout=1.0
-                )
-        return self._db
-
-    def _query(self, sql: str, params: tuple = ()) -> list:
-        db = self._conn()
-        if db is None:
-            return []
-        try:
-            return db.execute(sql, params).fetchall()
-        except sqlite3.OperationalError as exc:
-            if "no such table" in str(exc):  # not initialised yet
-                return []
-            raise
-        except Exception as exc:
-            if self.postgres:  # the connection broke (server restarted): reconnect on the next call
-                self._drop()
-                if type(exc).__name__ == "UndefinedTable":
-                    return []
-            raise
-
-    def version(self) -> int:
-        rows = self._query("SELECT MAX(version) FROM commits")
-        return int(rows[0][0] or 0) if rows else 0
-
-    def state(self, version: int) -> dict[str, Policy]:
-        rows = self._query(STATE_SQL, (version,))
-        return {r[0]: Policy(r[0], r[1], json.loads(r[2]), r[3]) for r in rows}
-
-    # -- following a Postgres store by notification --
-
-    @property
-    def listening(self) -> bool:
-        return self._listener is not None
-
-    def listen(self) -> int | None:
-        """Start listening for commits (Postgres only): the descriptor to wait on, or None (SQLite, or the server
-        cannot be reached — poll meanwhile)."""
-        if not self.postgres:
-            return None
-        if self._listener is None:
-            try:
-                import psycopg2
-
-                conn = psycopg2.connect(self.location.url, connect_timeout=5, application_name="keel-listen")
-                conn.autocommit = True
-                with conn.cursor() as cur:
-                    cur.execute(f"LISTEN {notify_channel(self.location)}")
-                self._listener = conn
-            except Exception:  # noqa: BLE001 - no server now: the caller polls and tries again later
-                self._listener = None
-                return None
-        return self._listener.fileno()
-
-    def notified(self) -> bool:
-        """After the descriptor became readable: whether a commit was announced. A dropped connection also answers
-        True (look now: something may have been missed) and stops listening."""
-        if self._listener is None:
-            return False
-        try:
-            self._listener.poll()
-        except Exception:  # noqa: BLE001 - the server went away: back to polling
-            self._close_listener()
-            return True
-        got = bool(self._listener.notifies)
-        self._listener.notifies.clear()
-        return got
-
-    def _close_listener(self) -> None:
-        if self._listener is not None:
-            try:
-                self._listener.close()
-            except Exception:  # noqa: BLE001 - already broken
-                pass
-            self._listener = None
-
-    def _drop(self) -> None:
-        if self._db is not None:
-            try:
-                self._db.close()
-            except Exception:  # noqa: BLE001 - already broken
-                pass
-            self._db = None
-
-    def close(self) -> None:
-        self._drop()
-        self._close_listener()
+__all__ = [
+    "Commit",
+    "Policy",
+    "PolicyError",
+    "PolicyReader",
+    "PolicyStore",
+    "PolicyValidationError",
+    "VerifyResult",
+    "commit_hash",
+    "load_policy_file",
+    "notify_channel",
+    "validate_policy",
+]

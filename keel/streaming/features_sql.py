@@ -1,17 +1,17 @@
 """Features in Flink SQL from the same definitions the offline and online paths use.
 
-``keel.features.definitions`` writes each feature once against a few primitives (month, weekday, year, casts,
-fill-null) with a polars and a numpy implementation; ``SqlOps`` is a third, producing Flink SQL expressions. The
-request features (calendar, hour, distance) are computed from the flight row alone, so the streaming job computes
-them with those very definitions. Weather, plane and history features need a lookup or state across events
-(a temporal join with the weather stream, a plane table, per-group running counts): not expressed here.
+A use case's feature functions (keel/features/spec.py) are written once against a few primitives (month, weekday,
+year, casts, fill-null) with a polars and a numpy implementation; ``SqlOps`` is a third, producing Flink SQL
+expressions. Request features are computed from the request row alone, so the streaming job computes them with
+those very functions. Lookups and histories need a join or state across events (a temporal join with another
+stream, a table, per-group running counts): not expressed here.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from keel.features.definitions import request_features
+from keel.features.spec import FeatureSet
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ def _sql(x) -> str:
 
 
 class SqlOps:
-    """The primitives of keel.features.definitions on Flink SQL expressions."""
+    """The feature primitives (keel.features.spec.PolarsOps) on Flink SQL expressions."""
 
     @staticmethod
     def month(d: Sql) -> Sql:
@@ -78,16 +78,23 @@ class SqlOps:
         return Sql(f"COALESCE({x.text}, 0)")
 
 
-SCHED_DATE = Sql(
-    "TO_DATE(CONCAT(CAST(`year` AS STRING), '-', LPAD(CAST(`month` AS STRING), 2, '0'), '-', "
-    "LPAD(CAST(`day` AS STRING), 2, '0')))"
-)
+def date_sql(fs: FeatureSet) -> Sql:
+    """The entity's date in Flink SQL: its column, or built from its (year, month, day) parts."""
+    e = fs.entity
+    if e.date_parts is None:
+        return Sql(f"`{e.date}`")
+    y, m, d = e.date_parts
+    return Sql(
+        f"TO_DATE(CONCAT(CAST(`{y}` AS STRING), '-', LPAD(CAST(`{m}` AS STRING), 2, '0'), '-', "
+        f"LPAD(CAST(`{d}` AS STRING), 2, '0')))"
+    )
 
 
-def request_feature_sql() -> dict[str, str]:
-    """feature name → Flink SQL over the typed flight columns (the contract's year, month, day, hour, distance)."""
+def request_feature_sql(fs: FeatureSet) -> dict[str, str]:
+    """feature name → Flink SQL over the typed columns of the entity's contract, for every request feature."""
+    date = date_sql(fs)
 
     def col(name: str) -> Sql:
-        return SCHED_DATE if name == "sched_date" else Sql(f"`{name}`")
+        return date if name == fs.entity.date else Sql(f"`{name}`")
 
-    return {name: expr.text for name, expr in request_features(col, SqlOps).items()}
+    return {name: expr.text for r in fs.request for name, expr in r.compute(col, SqlOps).items()}

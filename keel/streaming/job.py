@@ -2,7 +2,7 @@
 computes windowed drift on event time. Runs in the Flink environment (.venv-flink), on Flink's local mini-cluster by
 default or a remote cluster (``--jobmanager host:port``):
 
-    .venv-flink/bin/python -m keel.streaming.job --contract assets/contracts/weather.yaml \
+    .venv-flink/bin/python -m keel.streaming.job --contract usecases/flights/contracts/weather.yaml \
         --input rows.csv --out out/ [--skip RULE …] [--parallelism 2] \
         [--event-time time_hour --window-s 10 --reference reference.json]
 
@@ -123,8 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reference", type=Path, help="reference bins (JSON) for windowed drift")
     parser.add_argument(
         "--request-features",
-        action="store_true",
-        help="add the request features (keel.features.definitions) to valid",
+        metavar="USECASE_MODULE",
+        help="add the request features of a use case (its package, e.g. usecases.flights) to valid",
     )
     args = parser.parse_args(argv)
 
@@ -164,15 +164,15 @@ def main(argv: list[str] | None = None) -> int:
     meta = ["_rule_id", "_failed_rules", "_severity", "_reason"]
     features = {}
     if args.request_features:
-        from keel.features.definitions import BY_NAME
         from keel.streaming.features_sql import request_feature_sql
+        from keel.usecase import from_module
 
+        fs = from_module(args.request_features).features
         features = {
-            f"feature_{n}": e for n, e in request_feature_sql().items()
+            f"feature_{n}": e for n, e in request_feature_sql(fs).items()
         }  # month etc. are contract columns too
     feature_types = {
-        n: "INT" if BY_NAME[n.removeprefix("feature_")].dtype.__name__.startswith("Int") else "DOUBLE"
-        for n in features
+        n: "INT" if fs.by_name[n.removeprefix("feature_")].dtype == "int" else "DOUBLE" for n in features
     }
     sink("valid_sink", [("_source_row", "BIGINT")] + [(c, types[c]) for c in cols] + list(feature_types.items()))
     sink(

@@ -16,8 +16,13 @@ import numpy as np
 import polars as pl
 from scipy.stats import rankdata
 
-from keel.features.definitions import FEATURE_NAMES
-from keel.features.offline import LABEL
+from keel.usecase import only
+
+
+def _table():
+    """The feature table's declaration (issue 30: still the one installed use case's; threaded next)."""
+    return only().features
+
 
 DEFAULT_PARAMS: dict[str, Any] = {
     "objective": "binary",
@@ -56,9 +61,11 @@ class TrainedModel:
 
 
 def _xy(frame: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    labelled = frame.filter(pl.col(LABEL).is_not_null()).sort("flight_id")
-    x = labelled.select([pl.col(f).cast(pl.Float64) for f in FEATURE_NAMES]).to_numpy()
-    return x, labelled[LABEL].to_numpy().astype(np.float64)
+    fs = _table()
+    label = fs.label.column
+    labelled = frame.filter(pl.col(label).is_not_null()).sort(fs.entity.id_column)
+    x = labelled.select([pl.col(f).cast(pl.Float64) for f in fs.names]).to_numpy()
+    return x, labelled[label].to_numpy().astype(np.float64)
 
 
 def month_of(frame: pl.DataFrame, month: str) -> pl.DataFrame:
@@ -79,7 +86,8 @@ def train_model(features: pl.DataFrame, config: TrainingConfig) -> TrainedModel:
         )
     xt, yt = _xy(train)
     xv, yv = _xy(valid)
-    dtrain = lgb.Dataset(xt, yt, feature_name=list(FEATURE_NAMES), params={"verbose": -1}, free_raw_data=False)
+    names = _table().names
+    dtrain = lgb.Dataset(xt, yt, feature_name=list(names), params={"verbose": -1}, free_raw_data=False)
     dvalid = lgb.Dataset(xv, yv, reference=dtrain)
     booster = lgb.train(
         config.params,
@@ -89,7 +97,7 @@ def train_model(features: pl.DataFrame, config: TrainingConfig) -> TrainedModel:
         callbacks=[lgb.early_stopping(config.early_stopping_rounds, verbose=False)],
     )
     text = booster.model_to_string(num_iteration=booster.best_iteration)
-    return TrainedModel(text, hashlib.sha256(text.encode()).hexdigest(), int(booster.best_iteration), FEATURE_NAMES)
+    return TrainedModel(text, hashlib.sha256(text.encode()).hexdigest(), int(booster.best_iteration), names)
 
 
 def predict(model_text: str, frame: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
@@ -147,7 +155,8 @@ class Evaluation:
 def evaluate(
     model_text: str, holdout: pl.DataFrame, dimensions: tuple[str, ...] = ("carrier", "origin")
 ) -> Evaluation:
-    labelled = holdout.filter(pl.col(LABEL).is_not_null()).sort("flight_id")
+    fs = _table()
+    labelled = holdout.filter(pl.col(fs.label.column).is_not_null()).sort(fs.entity.id_column)
     scores, labels = predict(model_text, labelled)
     segments: dict[str, dict[str, dict[str, float]]] = {}
     for dim in dimensions:

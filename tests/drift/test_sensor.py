@@ -18,6 +18,7 @@ from keel.registry import ModelRegistry
 from resources import keel_resources
 from sensors.drift import DriftCursor
 from tests.drift.summaries import feat
+from usecases.flights.features import FLIGHT_FEATURES
 
 EXPIRES = "2013-07-31T12:00:00+00:00"
 FAR = "2999-01-01T00:00:00+00:00"
@@ -60,7 +61,7 @@ def tick(instance, home, cursor=None):
 def frozen(home) -> dict:
     from keel.features.sqlite_store import SQLiteOnlineStore
 
-    with SQLiteOnlineStore(home.online_store) as store:
+    with SQLiteOnlineStore(home.online_store, features=FLIGHT_FEATURES) as store:
         return store.frozen()
 
 
@@ -125,7 +126,7 @@ def test_duplicate_ticks_and_a_lost_cursor_freeze_nothing_twice(home, instance):
     tick(instance, home, None)  # a restarted daemon that lost its cursor replays the report
     from keel.features.sqlite_store import SQLiteOnlineStore
 
-    with SQLiteOnlineStore(home.online_store) as store:
+    with SQLiteOnlineStore(home.online_store, features=FLIGHT_FEATURES) as store:
         assert [(e.feature, e.action) for e in store.freeze_log()] == [("temp", "freeze")]
     assert DriftCursor.parse("17").after == 17  # an older keel's cursor (a storage id) still reads
 
@@ -151,7 +152,7 @@ def test_a_freeze_expires_on_the_shared_clock(home, instance):
     assert frozen(home) == {} and DriftCursor.parse(after.cursor).freezes == {}
     from keel.features.sqlite_store import SQLiteOnlineStore
 
-    with SQLiteOnlineStore(home.online_store) as store:
+    with SQLiteOnlineStore(home.online_store, features=FLIGHT_FEATURES) as store:
         assert "expired at 2013-07-31T12:00:00" in store.freeze_log()[-1].reason
 
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from keel.features.offline import offline_features
 from keel.home import asset_file
 from keel.registry import ModelRegistry
 from keel.storage import write_parquet_atomic
 from keel.training.model import TrainingConfig, train_model
 from tests.features.conftest import validated_months
+from usecases.flights.features import offline_features
 
 MODEL = "flight-delay"
 MONTHS = ("2013-01", "2013-02", "2013-03")

@@ -19,8 +19,8 @@ from keel.explanations import (
     explanation_sample,
     feature_matrix,
 )
-from keel.features.definitions import FEATURE_NAMES
 from resources import keel_resources
+from usecases.flights.features import FEATURE_NAMES
 
 STORED_FEATURES = dg.AssetSpec("flight_features", partitions_def=monthly_2013)  # read from the files written
 

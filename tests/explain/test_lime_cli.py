@@ -41,7 +41,7 @@ def test_lime_next_to_treeshap_reports_agreement_and_cost(explained_home, tmp_pa
     first = report["per_flight"][0]
     row = feb.filter(pl.col("flight_id") == first["flight_id"])
     contrib = lgb.Booster(model_str=text).predict(feature_matrix(row), pred_contrib=True)[0]
-    from keel.features.definitions import FEATURE_NAMES
+    from usecases.flights.features import FEATURE_NAMES
 
     for name, value in first["shap_top"]:
         assert value == contrib[FEATURE_NAMES.index(name)]

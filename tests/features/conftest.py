@@ -11,6 +11,7 @@ from keel.contracts.engine import CompiledContract
 from keel.contracts.spec import load_contract
 from keel.data.nycflights import read_raw, read_raw_month
 from tests.conftest import CONTRACTS
+from usecases.flights.features import FLIGHT_FEATURES
 
 
 def validated_months(months: tuple[str, ...]) -> dict[str, pl.DataFrame]:
@@ -41,7 +42,7 @@ def online_store(kind: str, directory: Path):
     if kind == "sqlite":
         from keel.features.sqlite_store import SQLiteOnlineStore
 
-        store = SQLiteOnlineStore(directory / "features.sqlite")
+        store = SQLiteOnlineStore(directory / "features.sqlite", features=FLIGHT_FEATURES)
         try:
             yield store
         finally:
@@ -49,7 +50,7 @@ def online_store(kind: str, directory: Path):
         return
     from keel.features.redis_store import RedisOnlineStore
 
-    store = RedisOnlineStore(REDIS_URL, prefix=f"keel-test:{uuid.uuid4().hex}")
+    store = RedisOnlineStore(REDIS_URL, features=FLIGHT_FEATURES, prefix=f"keel-test:{uuid.uuid4().hex}")
     try:
         yield store
     finally:

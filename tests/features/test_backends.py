@@ -9,6 +9,7 @@ from keel.features.online import OnlineStoreError
 from keel.features.redis_store import RedisOnlineStore
 from keel.features.sqlite_store import SQLiteOnlineStore
 from tests.features.conftest import REDIS_URL
+from usecases.flights.features import FLIGHT_FEATURES
 
 
 @pytest.mark.parametrize("value", [None, "", "sqlite"])
@@ -17,7 +18,7 @@ def test_the_embedded_store_is_the_default(tmp_path, monkeypatch, value):
         monkeypatch.delenv("KEEL_ONLINE_STORE", raising=False)
     else:
         monkeypatch.setenv("KEEL_ONLINE_STORE", value)
-    with open_online_store(tmp_path / "features.sqlite") as store:
+    with open_online_store(tmp_path / "features.sqlite", features=FLIGHT_FEATURES) as store:
         assert isinstance(store, SQLiteOnlineStore) and (tmp_path / "features.sqlite").exists()
     assert describe(tmp_path / "features.sqlite") == str(tmp_path / "features.sqlite")
 
@@ -25,7 +26,7 @@ def test_the_embedded_store_is_the_default(tmp_path, monkeypatch, value):
 def test_a_redis_url_selects_the_shared_store(tmp_path, monkeypatch):
     monkeypatch.setenv("KEEL_ONLINE_STORE", REDIS_URL)
     monkeypatch.setenv("KEEL_ONLINE_PREFIX", "keel-test:backends")
-    with open_online_store(tmp_path / "features.sqlite") as store:
+    with open_online_store(tmp_path / "features.sqlite", features=FLIGHT_FEATURES) as store:
         assert isinstance(store, RedisOnlineStore) and store.prefix == "keel-test:backends"
         assert store.health().reachable
     assert not (tmp_path / "features.sqlite").exists()
@@ -36,5 +37,5 @@ def test_a_redis_url_selects_the_shared_store(tmp_path, monkeypatch):
 def test_anything_else_is_a_clear_error_naming_the_setting(tmp_path, monkeypatch):
     monkeypatch.setenv("KEEL_ONLINE_STORE", "postgres://u:s3cret@db/x")
     with pytest.raises(OnlineStoreError, match="KEEL_ONLINE_STORE must be sqlite or a redis:// URL") as err:
-        open_online_store(tmp_path / "features.sqlite")
+        open_online_store(tmp_path / "features.sqlite", features=FLIGHT_FEATURES)
     assert "s3cret" not in str(err.value)

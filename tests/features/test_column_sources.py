@@ -3,9 +3,8 @@
 import polars as pl
 
 from keel.contracts.spec import load_contract
-from keel.features.definitions import COLUMN_SOURCES
-from keel.features.offline import offline_features
 from tests.conftest import CONTRACTS
+from usecases.flights.features import COLUMN_SOURCES, offline_features
 
 
 def test_every_feature_table_column_declares_its_sources_and_they_exist(validated):

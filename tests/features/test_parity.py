@@ -8,11 +8,17 @@ from datetime import date, timedelta
 import polars as pl
 import pytest
 
-from keel.features.definitions import FEATURE_NAMES, FEATURES
-from keel.features.offline import offline_features
-from keel.features.online import REQUEST_COLUMNS, build_views, get_online_features
+from keel.features.online import get_online_features
 from keel.features.sqlite_store import SQLiteOnlineStore
 from tests.features.conftest import BACKENDS, online_store
+from usecases.flights.features import (
+    FEATURE_NAMES,
+    FEATURES,
+    FLIGHT_FEATURES,
+    REQUEST_COLUMNS,
+    build_views,
+    offline_features,
+)
 
 DAY = date(2013, 2, 15)
 
@@ -150,8 +156,8 @@ def test_unknown_entities_are_missing_not_zero(store):
 
 def test_read_cache_serves_the_same_answers_and_follows_new_snapshots(validated, tmp_path):
     path = tmp_path / "cached.sqlite"
-    writer = SQLiteOnlineStore(path)
-    cached = SQLiteOnlineStore(path, cache_size=10_000)
+    writer = SQLiteOnlineStore(path, features=FLIGHT_FEATURES)
+    cached = SQLiteOnlineStore(path, features=FLIGHT_FEATURES, cache_size=10_000)
     views = build_views(validated["weather"], validated["planes"], validated["flights"], as_of=DAY)
     writer.write_snapshot(views, as_of=DAY, partition="2013-02")
     flights = day_flights(validated)

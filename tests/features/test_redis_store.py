@@ -11,10 +11,11 @@ from datetime import timedelta
 import pytest
 import redis
 
-from keel.features.online import VIEW_FIELDS, OnlineStoreError, build_views
+from keel.features.online import OnlineStoreError
 from keel.features.redis_store import RedisOnlineStore
 from tests.features.conftest import REDIS_URL, online_store
 from tests.features.test_parity import DAY
+from usecases.flights.features import FLIGHT_FEATURES, build_views
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +42,7 @@ def test_every_key_reads_back_as_sqlite_reads_it(views, tmp_path):
 def test_a_reader_sees_the_old_snapshot_or_the_new_one_never_half(validated, views, tmp_path):
     later = DAY + timedelta(days=7)
     newer = build_views(validated["weather"], validated["planes"], validated["flights"], as_of=later)
-    history = [v for v in VIEW_FIELDS if v not in ("weather", "plane")]
+    history = [v for v in FLIGHT_FEATURES.view_fields if v not in ("weather", "plane")]
     probe = {v: views[v]["key"].head(200).to_list() for v in history}  # rates differ between the two days
     with online_store("redis", tmp_path) as s:
         s.write_snapshot(views, as_of=DAY, partition="2013-02")
@@ -49,7 +50,7 @@ def test_a_reader_sees_the_old_snapshot_or_the_new_one_never_half(validated, vie
         reads, stop = [], threading.Event()
 
         def read() -> None:
-            reader = RedisOnlineStore(REDIS_URL, prefix=s.prefix)
+            reader = RedisOnlineStore(REDIS_URL, features=FLIGHT_FEATURES, prefix=s.prefix)
             while not stop.is_set():
                 reads.append(reader.lookup_many(probe))
             reader.close()
@@ -75,7 +76,7 @@ def test_snapshots_expire_as_configured_and_freezes_never(views, tmp_path):
         raw = redis.Redis.from_url(REDIS_URL)
         assert 0 < raw.ttl(s._key("view", "weather")) <= 40 * 86_400
         assert raw.ttl(s._key("freezes")) == -1 and raw.ttl(s._key("freeze_log")) == -1  # no expiry
-        short = RedisOnlineStore(REDIS_URL, prefix=s.prefix, snapshot_ttl_s=1)
+        short = RedisOnlineStore(REDIS_URL, features=FLIGHT_FEATURES, prefix=s.prefix, snapshot_ttl_s=1)
         short.write_snapshot(views, as_of=DAY, partition="2013-02")
         key = views["weather"]["key"][0]
         deadline = time.monotonic() + 30
@@ -83,7 +84,7 @@ def test_snapshots_expire_as_configured_and_freezes_never(views, tmp_path):
             assert time.monotonic() < deadline, "the snapshot did not expire"
             time.sleep(0.2)
         assert short.frozen() == {"temp": 55.0}  # the freeze outlived the snapshot
-        forever = RedisOnlineStore(REDIS_URL, prefix=s.prefix, snapshot_ttl_s=None)
+        forever = RedisOnlineStore(REDIS_URL, features=FLIGHT_FEATURES, prefix=s.prefix, snapshot_ttl_s=None)
         forever.write_snapshot(views, as_of=DAY, partition="2013-02")
         assert raw.ttl(s._key("view", "weather")) == -1
         for store in (short, forever):
@@ -97,8 +98,10 @@ def test_a_server_that_may_evict_freezes_is_refused(tmp_path):
     try:
         raw.config_set("maxmemory-policy", "allkeys-lru")
         with pytest.raises(OnlineStoreError, match="maxmemory-policy is allkeys-lru"):
-            RedisOnlineStore(REDIS_URL, prefix="keel-test:evicting")
-        RedisOnlineStore(REDIS_URL, prefix="keel-test:evicting", allow_eviction=True).close()
+            RedisOnlineStore(REDIS_URL, features=FLIGHT_FEATURES, prefix="keel-test:evicting")
+        RedisOnlineStore(
+            REDIS_URL, features=FLIGHT_FEATURES, prefix="keel-test:evicting", allow_eviction=True
+        ).close()
     finally:
         raw.config_set("maxmemory-policy", before)
         raw.close()
@@ -106,5 +109,5 @@ def test_a_server_that_may_evict_freezes_is_refused(tmp_path):
 
 def test_an_unreachable_server_is_a_clear_error_without_the_password():
     with pytest.raises(OnlineStoreError) as err:
-        RedisOnlineStore("redis://:s3cret@127.0.0.1:1/0", socket_timeout_s=1)
+        RedisOnlineStore("redis://:s3cret@127.0.0.1:1/0", features=FLIGHT_FEATURES, socket_timeout_s=1)
     assert "127.0.0.1:1/0" in str(err.value) and "s3cret" not in str(err.value)

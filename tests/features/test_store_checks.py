@@ -11,10 +11,9 @@ import polars as pl
 import pytest
 
 from keel.features.checks import feature_health, online_distribution, population_stability, value_centred_stability
-from keel.features.definitions import FEATURE_NAMES
-from keel.features.offline import offline_features
-from keel.features.online import REQUEST_COLUMNS, build_views, get_online_features
+from keel.features.online import get_online_features
 from keel.features.sqlite_store import SQLiteOnlineStore
+from usecases.flights.features import FEATURE_NAMES, FLIGHT_FEATURES, REQUEST_COLUMNS, build_views, offline_features
 
 AS_OF = date(2013, 3, 1)  # the store's snapshot: the end of February
 
@@ -22,7 +21,7 @@ AS_OF = date(2013, 3, 1)  # the store's snapshot: the end of February
 @pytest.fixture(scope="module")
 def february(validated, tmp_path_factory):
     """The store as of February's end and the offline path for its last week's flights, as of the same time."""
-    store = SQLiteOnlineStore(tmp_path_factory.mktemp("dist") / "f.sqlite")
+    store = SQLiteOnlineStore(tmp_path_factory.mktemp("dist") / "f.sqlite", features=FLIGHT_FEATURES)
     store.write_snapshot(
         build_views(validated["weather"], validated["planes"], validated["flights"], as_of=AS_OF),
         as_of=AS_OF,
@@ -37,7 +36,7 @@ def february(validated, tmp_path_factory):
 def test_a_correct_store_has_no_distribution_alarm(february):
     store, offline = february
     served = get_online_features(store, offline.select(REQUEST_COLUMNS).to_dicts())
-    stability = online_distribution(offline, served)
+    stability = online_distribution(FLIGHT_FEATURES, offline, served)
     psi = {s.feature: s.psi for s in stability}
     assert all(v is not None and v < 1e-6 for v in psi.values()), psi
     # the delay rates early in the year take few values: compared value by value, not in 0.05-wide bins
@@ -50,7 +49,7 @@ def test_a_serving_path_bug_is_caught(february):
     store, offline = february
     served = get_online_features(store, offline.select(REQUEST_COLUMNS).to_dicts())
     shifted = [r | {"carrier_delay_rate": r["carrier_delay_rate"] + 0.05} for r in served]
-    psi = {s.feature: s.psi for s in online_distribution(offline, shifted)}
+    psi = {s.feature: s.psi for s in online_distribution(FLIGHT_FEATURES, offline, shifted)}
     assert psi["carrier_delay_rate"] > 0.25 and psi["temp"] < 1e-6
 
 
@@ -61,7 +60,7 @@ def test_frozen_features_are_not_compared(february):
         served = get_online_features(store, offline.select(REQUEST_COLUMNS).to_dicts())
     finally:
         store.unfreeze("temp", reason="test done")
-    by_feature = {s.feature: s for s in online_distribution(offline, served)}
+    by_feature = {s.feature: s for s in online_distribution(FLIGHT_FEATURES, offline, served)}
     assert by_feature["temp"].measure == "frozen" and by_feature["temp"].psi is None
     assert by_feature["wind_speed"].psi < 1e-6
 

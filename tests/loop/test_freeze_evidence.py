@@ -8,10 +8,9 @@ from datetime import UTC, date, datetime, timedelta
 import numpy as np
 import polars as pl
 
-from keel.features.definitions import FEATURE_NAMES
-from keel.features.offline import LABEL
 from keel.loop.freeze import DEFAULT_FREEZE, freeze_evidence
 from keel.training.model import TrainingConfig, train_model
+from usecases.flights.features import FEATURE_NAMES, LABEL
 
 NOW = datetime(2013, 7, 2, 12, tzinfo=UTC)
 

@@ -21,9 +21,6 @@ import pytest
 
 from gpu_runtime.triton import TritonControl, free_port
 from keel.deploy.routing import Route, Target
-from keel.features.definitions import FEATURE_NAMES
-from keel.features.offline import offline_features
-from keel.features.online import build_views
 from keel.features.sqlite_store import SQLiteOnlineStore
 from keel.home import KeelHome
 from keel.registry import ModelRegistry
@@ -31,6 +28,7 @@ from keel.training.model import TrainingConfig, train_model
 from resources.triton import TritonResource
 from tests.conftest import REPO
 from tests.features.conftest import validated  # noqa: F401 - shared session fixture
+from usecases.flights.features import FEATURE_NAMES, FLIGHT_FEATURES, build_views, offline_features
 
 AS_OF = date(2013, 2, 15)
 MODEL = "flight-delay"
@@ -52,7 +50,7 @@ def serving_models(validated):  # noqa: F811
 @pytest.fixture(scope="module")
 def runtime_home(tmp_path_factory, validated, serving_models):  # noqa: F811
     home = tmp_path_factory.mktemp("keel_home")
-    store = SQLiteOnlineStore(home / "online" / "features.sqlite")
+    store = SQLiteOnlineStore(home / "online" / "features.sqlite", features=FLIGHT_FEATURES)
     store.write_snapshot(
         build_views(validated["weather"], validated["planes"], validated["flights"], as_of=AS_OF),
         as_of=AS_OF,
@@ -188,7 +186,7 @@ def request_body(row: dict, **extra) -> dict:
 
 def local_scores(text: str, feature_rows: pl.DataFrame) -> np.ndarray:
     """What the model says in-process for the same feature values (NaN → the reference default, as the gateway)."""
-    from keel.features.definitions import FEATURES
+    from usecases.flights.features import FEATURES
 
     x = feature_rows.select([pl.col(n).cast(pl.Float64) for n in FEATURE_NAMES]).to_numpy()
     defaults = np.array([f.default for f in FEATURES])

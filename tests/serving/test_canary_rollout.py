@@ -35,8 +35,6 @@ from keel.contracts.engine import CompiledContract
 from keel.contracts.spec import load_contract
 from keel.data.nycflights import read_raw, read_raw_month
 from keel.exposure_log import read_exposures
-from keel.features.offline import offline_features
-from keel.features.online import build_views
 from keel.features.sqlite_store import SQLiteOnlineStore
 from keel.ledger import Ledger
 from keel.policies import PolicyStore
@@ -46,6 +44,7 @@ from keel.training.model import TrainingConfig, train_model
 from resources import TritonResource, keel_resources
 from tests.conftest import CONTRACTS, REPO
 from tests.serving.conftest import MODEL, PATIENT, start_serve, stop_serve
+from usecases.flights.features import FLIGHT_FEATURES, build_views, offline_features
 
 pytestmark = pytest.mark.slow
 
@@ -84,7 +83,7 @@ def home(tmp_path_factory):
         shas.append(registry.register(MODEL, text, meta | {"data_versions": {"flight_features": {}}}).sha256)
     registry.promote(MODEL, shas[0], "trained on January")
     registry.close()
-    store = SQLiteOnlineStore(home / "online" / "features.sqlite")
+    store = SQLiteOnlineStore(home / "online" / "features.sqlite", features=FLIGHT_FEATURES)
     store.write_snapshot(
         build_views(weather, planes, history, as_of=date(2013, 5, 1)), as_of=date(2013, 5, 1), partition="2013-05"
     )

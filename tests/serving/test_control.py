@@ -265,7 +265,7 @@ def test_a_triton_that_died_since_the_last_poll_is_runtime_unavailable_not_the_v
     alive = {"yes": False}
     status_ = RuntimeStatus(process_alive=lambda: alive["yes"])  # up by the last poll, dead now
     gateway = Gateway(config, runtime=status_)
-    from keel.features.definitions import FEATURE_NAMES
+    from usecases.flights.features import FEATURE_NAMES
 
     body = json.dumps({"features": dict.fromkeys(FEATURE_NAMES, 1.0), "unit_id": "u1"}).encode()
     status, payload, _ = asyncio.run(gateway.predict(body, {}))
@@ -293,7 +293,7 @@ def test_a_call_cut_off_just_before_the_process_is_seen_to_exit_is_still_the_run
     from gpu_runtime.gateway.app import Gateway, GatewayConfig
     from gpu_runtime.supervisor import RuntimeStatus
     from keel.deploy.routing import Route, RoutingTable
-    from keel.features.definitions import FEATURE_NAMES
+    from usecases.flights.features import FEATURE_NAMES
 
     table = RoutingTable(1, "flight-delay", 3, (Route("champion", 1, "a" * 64, 1.0),))
     (tmp_path / "routing.json").write_text(json.dumps(table.to_dict()))

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from keel.exposure_log import read_exposures
-from keel.features.definitions import FEATURE_NAMES
 from tests.serving.conftest import request_body, serving_version_1
+from usecases.flights.features import FEATURE_NAMES
 
 # The 10,000 requests go as fast as 8 connections carry them: on a fast machine past the gateway's default tenant
 # limit (500 req/s, burst 1,000), which would answer 429 — limits are tests/serving/test_gateway_limits.py's subject.

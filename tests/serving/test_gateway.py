@@ -15,6 +15,7 @@ from keel.exposure_log import read_exposures
 from keel.features.online import get_online_features
 from keel.features.sqlite_store import SQLiteOnlineStore
 from tests.serving.conftest import MODEL, request_body, serving_version_1
+from usecases.flights.features import FLIGHT_FEATURES
 
 POLICY = {
     "version": "test-1",
@@ -41,7 +42,7 @@ def test_triton_serves_the_registered_model_exactly(runtime, serving_models):
 
 
 def local_x(rows):
-    from keel.features.definitions import FEATURE_NAMES, FEATURES
+    from usecases.flights.features import FEATURE_NAMES, FEATURES
 
     x = rows.select(FEATURE_NAMES).to_numpy().astype(np.float64)
     return np.where(np.isnan(x), [f.default for f in FEATURES], x).astype(np.float32)
@@ -58,10 +59,10 @@ def test_gateway_answers_with_online_features_and_says_which_model(runtime, serv
     assert 0 <= body["score"] <= 1 and 0 <= body["confidence_score"] <= 1
     assert body["confidence_score"] == pytest.approx(abs(2 * body["score"] - 1))
     # The same flight through the online store and the model in-process gives the same score.
-    store = SQLiteOnlineStore(runtime.home / "online" / "features.sqlite")
+    store = SQLiteOnlineStore(runtime.home / "online" / "features.sqlite", features=FLIGHT_FEATURES)
     batch = get_online_features(store, [row])
     store.close()
-    from keel.features.definitions import FEATURES
+    from usecases.flights.features import FEATURES
 
     x = np.where(np.isnan(batch.matrix.T), [f.default for f in FEATURES], batch.matrix.T).astype(np.float32)
     expected = lgb.Booster(model_str=runtime.texts[0]).predict(x.astype(np.float64))[0]
@@ -107,7 +108,7 @@ def test_direct_features_are_range_checked(runtime, serving_models):
 
 
 def local_feature_names():
-    from keel.features.definitions import FEATURE_NAMES
+    from usecases.flights.features import FEATURE_NAMES
 
     return list(FEATURE_NAMES)
 
@@ -315,7 +316,7 @@ def test_a_frozen_feature_shows_in_metrics_and_counts_degraded_answers(runtime, 
     body = request_body(serving_models[1].row(11, named=True))
     assert metric(runtime, "keel_features_frozen", feature="temp") == 0
     before = metric(runtime, "keel_gateway_degraded_answers_total", flag="frozen:temp")
-    store = SQLiteOnlineStore(runtime.home / "online" / "features.sqlite")
+    store = SQLiteOnlineStore(runtime.home / "online" / "features.sqlite", features=FLIGHT_FEATURES)
     store.freeze("temp", reason="test: drift in 2013-07", value=41.5)
     try:
         deadline = time.monotonic() + 30  # the gateway's store reader follows the new freeze
@@ -334,3 +335,42 @@ def test_a_frozen_feature_shows_in_metrics_and_counts_degraded_answers(runtime, 
         assert time.monotonic() < deadline
         time.sleep(0.05)
     assert metric(runtime, "keel_features_frozen", feature="temp") == 0
+
+
+def test_the_generic_route_answers_real_flights_as_the_alias_route_does(runtime, serving_models):
+    """POST /v1/models/flight-delay/predict with entities: the same score, model and version as /v1/predict for the
+    same flight; a batch of 40 scores each flight as one-flight requests do."""
+    _, feb = serving_models
+    rows = [feb.row(i, named=True) for i in range(100, 140)]
+    url = f"{runtime.url}/v1/models/{MODEL}/predict"
+    for row in rows[:5]:
+        alias = runtime.post(request_body(row)).json()
+        body = request_body(row)
+        generic = httpx.post(url, json={"entities": [body.pop("flight")], **body}, timeout=10)
+        assert generic.status_code == 200, generic.text
+        got = generic.json()
+        assert (got["model"], got["model_version"]) == (alias["model"], alias["model_version"]) == (MODEL, 1)
+        assert got["score"] == alias["score"]
+    singles = [runtime.post(request_body(r)).json()["score"] for r in rows]
+    entities = [request_body(r)["flight"] for r in rows]
+    batch = httpx.post(url, json={"entities": entities, "tenant_id": "tests"}, timeout=10)
+    assert batch.status_code == 200, batch.text
+    assert [p["score"] for p in batch.json()["predictions"]] == pytest.approx(singles, rel=1e-6)
+
+
+def test_the_generic_route_refuses_an_unknown_model_and_a_request_that_breaks_the_contract(runtime, serving_models):
+    _, feb = serving_models
+    flight = request_body(feb.row(3, named=True))["flight"]
+    wrong = httpx.post(f"{runtime.url}/v1/models/no-such-model/predict", json={"entities": [flight]}, timeout=10)
+    assert wrong.status_code == 404, wrong.text
+    error = wrong.json()["error"]
+    assert error["code"] == "unknown_model" and error["models"] == [MODEL]
+    url = f"{runtime.url}/v1/models/{MODEL}/predict"
+    broken = httpx.post(url, json={"entities": [flight, flight | {"carrier": "u9", "hour": 99}]}, timeout=10)
+    assert broken.status_code == 422, broken.text
+    violations = broken.json()["error"]["violations"]
+    assert [v["index"] for v in violations] == [1] and violations[0]["rules"]
+    assert "contract predict_request" in broken.json()["error"]["message"]
+    for bad in ({"entities": []}, {"entities": flight}, {"flight": flight}):
+        r = httpx.post(url, json=bad, timeout=10)
+        assert r.status_code == 422 and "'entities' must be a list" in r.json()["error"]["message"], r.text

@@ -110,7 +110,7 @@ def test_an_input_triton_refuses_is_a_422_with_no_breaker_strike_and_no_retry(ru
     itself refuses the 1,024-row call (INVALID_ARGUMENT). That is the request's fault, not the version's."""
     from gpu_runtime.gateway.app import Gateway, GatewayConfig
     from gpu_runtime.repository import triton_name
-    from keel.features.definitions import FEATURE_NAMES, FEATURES
+    from usecases.flights.features import FEATURE_NAMES, FEATURES
 
     gateway = Gateway(
         GatewayConfig(
@@ -281,7 +281,7 @@ def test_connections_past_the_cap_are_refused_at_once_and_the_open_ones_still_an
 
 
 def _feature_body() -> dict:
-    from keel.features.definitions import FEATURES
+    from usecases.flights.features import FEATURES
 
     return {"features": {f.name: f.default for f in FEATURES}, "tenant_id": "tests", "risk_level": 2}
 

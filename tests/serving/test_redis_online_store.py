@@ -10,17 +10,17 @@ import lightgbm as lgb
 import numpy as np
 import pytest
 
-from keel.features.definitions import FEATURES
-from keel.features.online import build_views, get_online_features
+from keel.features.online import get_online_features
 from keel.features.redis_store import RedisOnlineStore
 from keel.features.sqlite_store import SQLiteOnlineStore
 from tests.features.conftest import REDIS_URL
 from tests.serving.conftest import AS_OF, request_body, serving_version_1
+from usecases.flights.features import FEATURES, FLIGHT_FEATURES, build_views
 
 
 @pytest.fixture(scope="module")
 def redis_store(validated):  # noqa: F811 - the session fixture
-    store = RedisOnlineStore(REDIS_URL, prefix=f"keel-test:{uuid.uuid4().hex}")
+    store = RedisOnlineStore(REDIS_URL, features=FLIGHT_FEATURES, prefix=f"keel-test:{uuid.uuid4().hex}")
     store.write_snapshot(
         build_views(validated["weather"], validated["planes"], validated["flights"], as_of=AS_OF),
         as_of=AS_OF,
@@ -52,7 +52,7 @@ def test_the_gateway_on_redis_scores_as_on_sqlite(runtime, serving_models):
         assert resp.status_code == 200, resp.text
         scores.append(resp.json()["score"])
         defaulted.append("missing_features_defaulted" in resp.json()["degraded"])
-    with SQLiteOnlineStore(runtime.home / "online" / "features.sqlite") as sqlite:
+    with SQLiteOnlineStore(runtime.home / "online" / "features.sqlite", features=FLIGHT_FEATURES) as sqlite:
         batch = get_online_features(sqlite, rows)
     # the same flights miss the same values (a tailnum absent from planes) — and most miss none
     assert defaulted == list(np.isnan(batch.matrix).any(axis=0)) and defaulted.count(False) > len(rows) / 2

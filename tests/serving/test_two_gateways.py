@@ -36,8 +36,6 @@ from keel.contracts.engine import CompiledContract
 from keel.contracts.spec import load_contract
 from keel.data.nycflights import read_raw, read_raw_month
 from keel.exposure_log import read_exposures
-from keel.features.offline import offline_features
-from keel.features.online import build_views
 from keel.features.redis_store import RedisOnlineStore
 from keel.home import KeelHome
 from keel.ledger import Ledger
@@ -51,6 +49,7 @@ from tests.control_plane import TEST_KEY, fresh_location, url_of
 from tests.features.conftest import REDIS_URL
 from tests.serving.conftest import MODEL, PATIENT, start_serve, stop_serve
 from tests.serving.test_canary_rollout import canary, drive
+from usecases.flights.features import FLIGHT_FEATURES, build_views, offline_features
 
 pytestmark = pytest.mark.slow
 
@@ -95,7 +94,7 @@ def shared(tmp_path_factory):
                 meta = {"train_months": list(config.train_months), "data_versions": {"flight_features": {}}}
                 shas.append(registry.register(MODEL, train_model(feats, config).text, meta).sha256)
             registry.promote(MODEL, shas[0], "trained on January")
-        online = RedisOnlineStore(REDIS_URL, prefix=prefix)
+        online = RedisOnlineStore(REDIS_URL, features=FLIGHT_FEATURES, prefix=prefix)
         online.write_snapshot(
             build_views(weather, planes, history, as_of=date(2013, 5, 1)), as_of=date(2013, 5, 1), partition=MONTH
         )

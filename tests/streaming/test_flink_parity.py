@@ -121,9 +121,11 @@ FLIGHT_SKIP = ["scheduled_in_window", "one_departure_per_flight_number", "tailnu
 
 def test_flights_with_regex_rules_and_request_features(tmp_path):
     """The flights contract — three regex rules run as the flpc UDF — and the request features computed in Flink SQL
-    from keel.features.definitions, against the batch path and the offline feature expressions."""
+    from the flights declaration, against the batch path and the offline feature expressions."""
     require_flink_environment()
-    from keel.features.definitions import entity_frame, request_expressions
+    from keel.features.offline import entity_frame
+    from keel.features.spec import PolarsOps
+    from usecases.flights.features import FLIGHT_FEATURES
 
     spec = load_contract(CONTRACTS / "flights.yaml")
     raw = read_raw_month("flights", "2013-02").select("_source_row", *spec.column_names)
@@ -142,7 +144,7 @@ def test_flights_with_regex_rules_and_request_features(tmp_path):
                                                                       null_value="")  # fmt: skip
     r = subprocess.run(
         [str(FLINK_PY), "-m", "keel.streaming.job", "--contract", str(CONTRACTS / "flights.yaml"), "--input",
-         str(tmp_path / "rows.csv"), "--out", str(tmp_path / "out"), "--skip", *FLIGHT_SKIP, "--request-features"],
+         str(tmp_path / "rows.csv"), "--out", str(tmp_path / "out"), "--skip", *FLIGHT_SKIP, "--request-features", "usecases.flights"],
         cwd=REPO, env=os.environ | {"PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
@@ -162,8 +164,11 @@ def test_flights_with_regex_rules_and_request_features(tmp_path):
     assert rules_of[first + 2] == "time_hour_is_the_scheduled_hour"
     assert first in s_valid["_source_row"].to_list()  # tailnum_format is a warning that flags, not quarantines
     offline = (
-        entity_frame(batch.valid.with_columns(pl.col("_source_row").cast(pl.Int64)))
-        .select("_source_row", *request_expressions())
+        entity_frame(FLIGHT_FEATURES, batch.valid.with_columns(pl.col("_source_row").cast(pl.Int64)))
+        .select(
+            "_source_row",
+            *[e.alias(n) for r in FLIGHT_FEATURES.request for n, e in r.compute(pl.col, PolarsOps).items()],
+        )
         .sort("_source_row")
     )
     names = [c for c in offline.columns if c != "_source_row"]

@@ -5,8 +5,8 @@ from datetime import timedelta
 import polars as pl
 import pytest
 
-from keel.features.offline import offline_features
 from tests.features.conftest import validated  # noqa: F401 - shared session fixture
+from usecases.flights.features import offline_features
 
 
 @pytest.fixture(scope="session")
