@@ -13,7 +13,7 @@ import polars as pl
 
 from assets.validated import VALIDATED_FLIGHTS, VALIDATED_WEATHER
 from keel.experiments.analysis import analyze, decision_p_values, with_decision
-from keel.experiments.causal import load_causal_spec, low_visibility_frame, run_causal
+from keel.experiments.causal import load_causal_spec, run_causal
 from keel.experiments.control import RUNNING, experiments, guardrail_decision, rolled_back_days, stored_spec
 from keel.experiments.impact import (
     predict_experiment,
@@ -23,13 +23,15 @@ from keel.experiments.impact import (
     record_prediction,
     train_predictor,
 )
-from keel.experiments.lake import WIDE_COLUMNS, wide_rows
-from keel.experiments.simulator import flight_units
+from keel.experiments.lake import key_segments, wide_columns, wide_rows
 from keel.exposures import read_exposure_scan, realized_labels
 from keel.storage import write_json_atomic
 from resources.home import KeelHomeResource
 from resources.parquet_io import ALLOW_MISSING_PARTITIONS
 from resources.policy import PolicyStoreResource
+from usecases.flights import usecase as FLIGHTS
+from usecases.flights.experiments import flight_units, low_visibility_frame
+from usecases.flights.features import FLIGHT_FEATURES
 
 EXPERIMENTS_GROUP = "experiments"
 EXPERIMENT_EXPOSURES = dg.AssetKey("experiment_exposures")
@@ -90,14 +92,18 @@ def experiment_wide_table(
     home = layout.root
     with policies.open() as store:
         known = experiments(store)
-    labels = realized_labels(exposures["flight_key"], layout.storage)
+    labels = realized_labels(FLIGHT_FEATURES, exposures["entity_key"], layout.storage)
     frames = []
     for exp_id, meta in sorted(known.items()):
         spec = stored_spec(home, exp_id)
         frames.append(
             wide_rows(exposures, spec, meta, labels=labels, rolled_back_days=rolled_back_days(home, exp_id))
         )
-    wide = pl.concat(frames, how="vertical_relaxed") if frames else pl.DataFrame(schema=dict.fromkeys(WIDE_COLUMNS))
+    wide = (
+        pl.concat(frames, how="vertical_relaxed")
+        if frames
+        else pl.DataFrame(schema=dict.fromkeys(wide_columns(key_segments(FLIGHTS.model.name))))
+    )
     counts = wide.group_by("experiment_id", "variant").len().sort("experiment_id", "variant") if frames else None
     context.add_output_metadata(
         {

@@ -120,7 +120,7 @@ def explanations(
         summary.filter(pl.col("segment") != "all")
         .sort("mean_abs", descending=True)
         .group_by("segment", "value", maintain_order=True)
-        .agg(pl.col("flights").first(), pl.col("feature").first().alias("top_feature"),
+        .agg(pl.col("rows").first(), pl.col("feature").first().alias("top_feature"),
              pl.col("share").first().round(3).alias("top_share"))
         .sort("segment", "value")
     )  # fmt: skip

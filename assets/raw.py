@@ -12,8 +12,9 @@ from assets.partitions import MONTHLY_CADENCE, monthly_2013
 from keel.clock import SimClock
 from keel.data.delivery import DeliveryGate
 from keel.data.landing import LandingZone
-from keel.data.nycflights import read_raw, read_raw_month
 from resources.home import KeelHomeResource
+from usecases.flights import usecase as FLIGHTS
+from usecases.flights.data import read_raw, read_raw_month
 
 RAW_GROUP = "raw"
 RAW_FLIGHTS = dg.AssetKey("raw_flights")
@@ -47,7 +48,7 @@ def _monthly_table(table: str, description: str) -> dg.AssetsDefinition:
             df = read_raw_month(table, context.partition_key)
             return dg.Output(df, metadata=_raw_metadata(df))
         # A live replay: the days of the month that have landed so far (keel/data/landing.py)
-        zone = LandingZone(home.landing)
+        zone = LandingZone(home.landing, FLIGHTS)
         gate = DeliveryGate(zone)
         for verdict in gate.check_new([table], context.partition_key):  # a run never reads a day nobody checked
             if not verdict.ok:

@@ -31,7 +31,7 @@ import polars as pl  # noqa: E402
 from keel.contracts.catalog import contract_path  # noqa: E402
 from keel.contracts.engine import CompiledContract  # noqa: E402
 from keel.contracts.spec import load_contract  # noqa: E402
-from keel.data.nycflights import read_raw  # noqa: E402
+from usecases.flights.data import read_raw  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 CONTRACT = HERE / "contracts_bench.yaml"

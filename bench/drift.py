@@ -38,9 +38,9 @@ from scipy import stats  # noqa: E402
 
 from keel.cli import partition_window  # noqa: E402
 from keel.contracts.catalog import compiled_contract  # noqa: E402
-from keel.data.nycflights import MONTHS, read_raw, read_raw_month  # noqa: E402
 from keel.drift import DriftConfig, build_reference, compare  # noqa: E402
 from keel.kernels import backend  # noqa: E402
+from usecases.flights.data import MONTHS, read_raw, read_raw_month  # noqa: E402
 from usecases.flights.features import FLIGHT_FEATURES  # noqa: E402
 
 HERE = Path(__file__).resolve().parent

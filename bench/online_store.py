@@ -31,10 +31,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import polars as pl  # noqa: E402
 
 from keel.contracts.catalog import compiled_contract  # noqa: E402
-from keel.data.nycflights import read_raw, read_raw_month  # noqa: E402
 from keel.features.online import get_online_features  # noqa: E402
 from keel.features.redis_store import RedisOnlineStore  # noqa: E402
 from keel.features.sqlite_store import SQLiteOnlineStore  # noqa: E402
+from usecases.flights.data import read_raw, read_raw_month  # noqa: E402
 from usecases.flights.features import (  # noqa: E402
     FLIGHT_FEATURES,  # noqa: E402
     REQUEST_COLUMNS,

@@ -48,12 +48,12 @@ import polars as pl  # noqa: E402
 from gpu_runtime.repository import triton_name  # noqa: E402
 from gpu_runtime.triton import TritonControl, free_port  # noqa: E402
 from keel.contracts.catalog import compiled_contract  # noqa: E402
-from keel.data.nycflights import read_raw, read_raw_month  # noqa: E402
 from keel.deploy.routing import Route, Target  # noqa: E402
 from keel.features.sqlite_store import SQLiteOnlineStore  # noqa: E402
 from keel.registry import ModelRegistry  # noqa: E402
 from keel.training.model import TrainingConfig, train_model  # noqa: E402
 from resources.triton import TritonResource  # noqa: E402
+from usecases.flights.data import read_raw, read_raw_month  # noqa: E402
 from usecases.flights.features import (  # noqa: E402
     FEATURE_NAMES,
     FEATURES,

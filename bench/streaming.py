@@ -30,8 +30,8 @@ import polars as pl  # noqa: E402
 from keel.contracts.catalog import contract_path  # noqa: E402
 from keel.contracts.engine import CompiledContract  # noqa: E402
 from keel.contracts.spec import load_contract  # noqa: E402
-from keel.data.nycflights import read_raw  # noqa: E402
 from keel.streaming.drift_windows import batch_windows, reference_bins  # noqa: E402
+from usecases.flights.data import read_raw  # noqa: E402
 
 CONTRACT = contract_path("weather")
 SKIP = ["one_reading_per_local_hour", "observed_in_window"]

@@ -39,9 +39,9 @@ import assets.models as models  # noqa: E402
 from assets.features import FLIGHT_FEATURES  # noqa: E402
 from assets.partitions import monthly_2013  # noqa: E402
 from keel.contracts.catalog import compiled_contract  # noqa: E402
-from keel.data.nycflights import MONTHS, read_raw, read_raw_month  # noqa: E402
 from keel.training.model import TrainingConfig  # noqa: E402
 from resources import LedgerResource, ModelRegistryResource, ParquetIOManager  # noqa: E402
+from usecases.flights.data import MONTHS, read_raw, read_raw_month  # noqa: E402
 from usecases.flights.features import (  # noqa: E402
     FEATURE_NAMES,  # noqa: E402
     LABEL,

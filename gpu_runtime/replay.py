@@ -1,19 +1,21 @@
-"""Replay load: held-out real flights sent to the gateway at a fixed rate, from a process of its own.
+"""Replay load: a use case's real requests (its ``replay`` declaration, keel/usecase.py) sent to the gateway at a
+fixed rate, from a process of its own.
 
     .venv/bin/python -m gpu_runtime.replay --url http://127.0.0.1:8080 --rps 200 --seconds 60 \
-        [--month 2013-06] [--out results.jsonl] [--max-in-flight 256] [--tenants ops,pricing]
+        [--usecase NAME] [--month YYYY-MM] [--out results.jsonl] [--max-in-flight 256] [--tenants ops,pricing]
     .venv/bin/python -m gpu_runtime.replay --url http://127.0.0.1:8080 --live [--rps 25]
 
-``--live`` follows the live replay's simulated clock (``$KEEL_HOME/clock.json``) instead: each request asks about a
-flight scheduled on the simulated day (the day's flights in scheduled order, cycled), at ``--rps`` while the clock
-runs, none while it is paused, until the clock reaches its end. Its running totals (sent, ok, failed by status and
+Requests go to ``POST /v1/models/{model}/predict``, one entity each. ``--live`` follows the live replay's simulated
+clock (``$KEEL_HOME/clock.json``) instead: each request asks about an entity of the simulated day (the day's
+entities in order, cycled), at ``--rps`` while the clock runs, none while it is paused, until the clock reaches its
+end. Its running totals (sent, ok, failed by status and
 error, by simulated month, versions seen) are rewritten every few seconds to
 ``$KEEL_HOME/serving/live_traffic.json``, so the platform's summary can say how the year was served.
 
 Open loop: request i is sent at start + i / rps whether or not earlier ones were answered (a slow server shows up
-as latency, not as a politely lower rate), bounded by ``--max-in-flight`` and ``--seconds``. The flights are the
-month's validated rows (contract ``flights``), in scheduled order, cycled; each request carries the flight's id as
-``unit_id`` and the tenant whose turn it is (``--tenants``: request i is the (i mod n)-th tenant's; default
+as latency, not as a politely lower rate), bounded by ``--max-in-flight`` and ``--seconds``. The entities are the
+month's (``--month``, default the middle month of the use case's period), cycled; each request carries the entity's
+``unit_of`` as ``unit_id`` and the tenant whose turn it is (``--tenants``: request i is the (i mod n)-th tenant's; default
 ``replay``). One JSON line per request goes to ``--out``: status, model_version, x-model-signature, latency.
 The summary (sent, answered, failed, achieved rate, p50/p99 latency, versions seen) is printed as JSON. SIGTERM or
 Ctrl-C stops sending early; requests in flight finish and the summary is printed all the same.
@@ -30,26 +32,14 @@ import sys
 import time
 from pathlib import Path
 
-REQUEST_FIELDS = ("carrier", "flight", "origin", "dest", "tailnum", "year", "month", "day", "hour", "distance")
 
+def _usecase(name: str | None):
+    from keel.usecase import get, only
 
-def held_out_flights(month: str, limit: int = 20_000) -> list[dict]:
-    import polars as pl
-
-    from keel.contracts.catalog import compiled_contract
-    from keel.data.nycflights import read_raw, read_raw_month
-
-    contract = compiled_contract("flights")
-    valid = contract.validate(
-        read_raw_month("flights", month), references={"planes.tailnum": read_raw("planes")["tailnum"]}
-    ).valid
-    rows = (
-        valid.sort("time_hour", "carrier", "flight")
-        .head(limit)
-        .select(*REQUEST_FIELDS, pl.col("time_hour").dt.strftime("%Y-%m-%dT%H:%M:%SZ"))
-        .to_dicts()
-    )
-    return rows
+    uc = get(name) if name else only()
+    if uc.replay is None:
+        raise SystemExit(f"replay: the {uc.name} use case declares no replay (UseCase.replay)")
+    return uc
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -61,7 +51,8 @@ def percentile(values: list[float], q: float) -> float:
 
 async def run(
     url: str,
-    flights: list[dict],
+    uc,
+    entities: list[dict],
     rps: float,
     seconds: float,
     max_in_flight: int,
@@ -76,18 +67,19 @@ async def run(
     connector = aiohttp.TCPConnector(limit=max_in_flight)
     timeout = aiohttp.ClientTimeout(total=10.0)
     async with aiohttp.ClientSession(base_url=url, connector=connector, timeout=timeout) as client:
+        route = f"/v1/models/{uc.model.name}/predict"
 
         async def one(i: int) -> None:
-            flight = flights[i % len(flights)]
+            entity = entities[i % len(entities)]
             body = {
-                "flight": flight,
+                "entities": [entity],
                 "tenant_id": tenants[i % len(tenants)],
                 "risk_level": 2,
-                "unit_id": f"{flight['carrier']}{flight['flight']}-{flight['time_hour']}",
+                "unit_id": uc.replay.unit_of(entity),
             }
             t0 = time.perf_counter()
             try:
-                async with client.post("/v1/predict", json=body) as resp:
+                async with client.post(route, json=body) as resp:
                     payload = await resp.json()
                     latency = time.perf_counter() - t0
                     results.append(
@@ -167,12 +159,12 @@ async def run(
     }
 
 
-def flights_by_day() -> dict[str, list[dict]]:
-    """Every contract-valid flight of 2013 as a request body's ``flight``, by scheduled local day (YYYY-MM-DD)."""
+def entities_by_day(uc) -> dict[str, list[dict]]:
+    """Every request entity of the use case's period, by local day (YYYY-MM-DD)."""
     out: dict[str, list[dict]] = {}
-    for month in range(1, 13):
-        for row in held_out_flights(f"2013-{month:02d}", limit=1_000_000):
-            out.setdefault(f"{row['year']}-{row['month']:02d}-{row['day']:02d}", []).append(row)
+    for month in uc.months:
+        for row in uc.replay.requests(month):
+            out.setdefault(uc.replay.day_of(row), []).append(row)
     return out
 
 
@@ -219,8 +211,8 @@ class LiveTotals:
         }
 
 
-async def live(url: str, home, rps: float, max_in_flight: int, tenants: tuple[str, ...] = ("replay",)) -> dict:
-    """Send the simulated day's flights at ``rps`` while the clock runs; return the totals when it ends."""
+async def live(url: str, uc, home, rps: float, max_in_flight: int, tenants: tuple[str, ...] = ("replay",)) -> dict:
+    """Send the simulated day's entities at ``rps`` while the clock runs; return the totals when it ends."""
     from datetime import UTC, datetime
 
     import aiohttp
@@ -230,7 +222,8 @@ async def live(url: str, home, rps: float, max_in_flight: int, tenants: tuple[st
 
     clock = SimClock(home.clock)
     summary_path = home.serving.root / "live_traffic.json"
-    days = flights_by_day()
+    days = entities_by_day(uc)
+    route = f"/v1/models/{uc.model.name}/predict"
     totals = LiveTotals()
     cursor: dict[str, int] = {}
     sem = asyncio.Semaphore(max_in_flight)
@@ -244,15 +237,10 @@ async def live(url: str, home, rps: float, max_in_flight: int, tenants: tuple[st
     sim_now = ""
     async with aiohttp.ClientSession(base_url=url, connector=connector, timeout=timeout) as client:
 
-        async def one(flight: dict, month: str, tenant: str) -> None:
-            body = {
-                "flight": flight,
-                "tenant_id": tenant,
-                "risk_level": 2,
-                "unit_id": f"{flight['carrier']}{flight['flight']}-{flight['time_hour']}",
-            }
+        async def one(entity: dict, month: str, tenant: str) -> None:
+            body = {"entities": [entity], "tenant_id": tenant, "risk_level": 2, "unit_id": uc.replay.unit_of(entity)}
             try:
-                async with client.post("/v1/predict", json=body) as resp:
+                async with client.post(route, json=body) as resp:
                     payload = await resp.json()
                     error = (payload.get("error") or {}).get("code")
                     totals.add(month, resp.status, payload.get("model_version"), error, payload.get("degraded"))
@@ -309,7 +297,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--url", required=True, help="the gateway, e.g. http://127.0.0.1:8080")
     parser.add_argument("--rps", type=float, default=200.0)
     parser.add_argument("--seconds", type=float, default=60.0)
-    parser.add_argument("--month", default="2013-06", help="held-out month to replay (default 2013-06)")
+    parser.add_argument("--usecase", help="whose traffic (default: the installed use case)")
+    parser.add_argument("--month", help="the month to replay (default: the middle month of the use case's period)")
     parser.add_argument("--max-in-flight", type=int, default=256)
     parser.add_argument("--out", type=Path)
     parser.add_argument("--live", action="store_true", help="follow the live replay's clock (see above)")
@@ -323,17 +312,24 @@ def main(argv: list[str] | None = None) -> int:
     if not args.url.startswith(("http://127.0.0.1", "http://localhost")):
         print("replay: refusing a non-loopback target; this load generator is for local runs", file=sys.stderr)
         return 2
+    uc = _usecase(args.usecase)
     if args.live:
         from keel.home import KeelHome
 
         home = KeelHome.from_env()
         print(f"replay: live traffic at {args.rps:g} req/s while the simulated clock runs", flush=True)
-        summary = asyncio.run(live(args.url, home, args.rps, args.max_in_flight, tenants))
+        summary = asyncio.run(live(args.url, uc, home, args.rps, args.max_in_flight, tenants))
         print(json.dumps(summary), flush=True)
         return 0 if summary["failed"] == 0 else 1
-    flights = held_out_flights(args.month)
-    print(f"replay: {len(flights):,} flights of {args.month}, {args.rps:g} req/s for {args.seconds:g} s", flush=True)
-    summary = asyncio.run(run(args.url, flights, args.rps, args.seconds, args.max_in_flight, args.out, tenants))
+    month = args.month or (uc.months[(len(uc.months) - 1) // 2] if uc.months else None)
+    if month is None:
+        parser.error(f"the {uc.name} use case declares no period: pass --month")
+    entities = uc.replay.requests(month)
+    if not entities:
+        parser.error(f"the {uc.name} use case has no requests for {month}")
+    print(f"replay: {len(entities):,} {uc.features.entity.name} requests of {month}, {args.rps:g} req/s for "
+          f"{args.seconds:g} s", flush=True)  # fmt: skip
+    summary = asyncio.run(run(args.url, uc, entities, args.rps, args.seconds, args.max_in_flight, args.out, tenants))
     print(json.dumps(summary), flush=True)
     return 0 if summary["failed"] == 0 else 1
 

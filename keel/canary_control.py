@@ -2,7 +2,7 @@
 
 The rollout state lives in the canary policy itself (``state``: status, step, started_at, step_started_at; absent =
 not started). Each arm's evidence comes from the exposure log since the step started (keel.exposures) — with the
-realized outcomes of the flights it scored and the p99 target of the model's SLA tier — and keel.canary.decide says
+realized outcomes of the entities it scored and the p99 target of the model's SLA tier — and keel.canary.decide says
 what to do. For every action but *hold*, the new state and the traffic split (an ``ab_test`` policy named
 ``<canary>.split``: the challenger gets the step's percent) are one policy commit whose reason is the evidence;
 gateways follow the store, so the commit *is* the action. A promotion makes the challenger the registry's champion
@@ -19,6 +19,7 @@ import polars as pl
 from keel.canary import FINISHED, PROMOTED, ArmStats, CanaryPlan, CanaryState, decide
 from keel.exposures import arm_stats, read_exposure_scan, realized_labels
 from keel.policies.gateway import GatewayPolicy, effective_policy
+from keel.usecase import by_model
 
 AUTHOR = "canary-controller"
 
@@ -49,7 +50,7 @@ def evidence_for(
         frame = frame.filter(pl.col("ts") >= state.step_started_at)
         if scan.skipped and problems is not None:
             problems.append(f"exposure log: {scan.skipped} lines were not whole records, e.g. {scan.examples[0]}")
-        labels = realized_labels(frame["flight_key"], storage_dir)
+        labels = realized_labels(by_model(body["model"]).features, frame["entity_key"], storage_dir)
     except Exception:  # noqa: BLE001 - a provider failure is "no data": the controller holds
         return None, None
     since = state.step_started_at

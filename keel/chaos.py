@@ -30,12 +30,9 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
-import polars as pl
-
 from keel.errors import KeelError
 
 DRILLS = ("unit-change", "schema-break", "bad-challenger", "runtime-crash", "control-plane-tamper")
-MODEL = "flight-delay"
 DRILL_AUTHOR = "chaos-drill"
 # The drill's canary: bigger first steps than the loop's (the fault must meet enough traffic to be judged), labels
 # enough for the quality test, and two simulated days per step — a flight's outcome lands the day after it flew, so
@@ -60,17 +57,6 @@ class DrillError(KeelError):
 
 
 # -- the faults, as pure functions ------------------------------------------------------------------------------
-
-
-def fahrenheit_to_celsius(frame: pl.DataFrame) -> pl.DataFrame:
-    """The weather rows with ``temp`` in °C (the raw text columns, as an upstream that switched units sends them)."""
-    celsius = ((pl.col("temp").cast(pl.Float64, strict=False) - 32) / 1.8).round(2)
-    return frame.with_columns(celsius.cast(pl.String).alias("temp"))
-
-
-def break_schema(frame: pl.DataFrame) -> pl.DataFrame:
-    """The flight rows with a column renamed (``arr_delay`` → ``arrival_delay``) and one missing (``tailnum``)."""
-    return frame.rename({"arr_delay": "arrival_delay"}).drop("tailnum")
 
 
 _LEAF = re.compile(r"^leaf_value=(.*)$", re.MULTILINE)
@@ -156,17 +142,18 @@ class Injection:
 def _deliver_early(home, table: str, corrupt) -> tuple[date, Path]:
     from keel.clock import SimClock
     from keel.data.delivery import next_due_day
-    from keel.data.landing import LandingZone, _day_rows
+    from keel.data.landing import LandingZone
     from keel.storage import write_parquet_atomic
+    from keel.usecase import only
 
     if SimClock(home.clock).state() is None:
         raise DrillError(
             "this drill needs a live replay (a simulated clock under KEEL_HOME): deliveries come from it"
         )
-    zone = LandingZone(home.landing)
+    zone = LandingZone(home.landing, only())
     day = next_due_day(zone, table, SimClock(home.clock).now())
     path = zone.path(table, day)
-    write_parquet_atomic(corrupt(_day_rows(table, day)), path)
+    write_parquet_atomic(corrupt(zone.day_rows(table, day)), path)
     return day, path
 
 
@@ -180,17 +167,17 @@ def inject(drill: str, home) -> Injection:
 
 def _inject(drill: str, home) -> Injection:
     from keel.clock import SimClock
+    from keel.usecase import only
 
     now = lambda: SimClock(home.clock).now().isoformat(timespec="seconds")  # noqa: E731
-    if drill == "unit-change":
-        day, path = _deliver_early(home, "weather", fahrenheit_to_celsius)
-        return Injection(drill, f"delivery:weather:{day}", f"weather of {day} delivered with temp in °C", now(),
-                         {"file": str(path)})  # fmt: skip
-    if drill == "schema-break":
-        day, path = _deliver_early(home, "flights", break_schema)
-        return Injection(drill, f"delivery:flights:{day}",
-                         f"flights of {day} delivered with arr_delay renamed arrival_delay and tailnum missing", now(),
-                         {"file": str(path)})  # fmt: skip
+    if drill in ("unit-change", "schema-break"):
+        uc = only()
+        target = uc.drills.unit_change if drill == "unit-change" else uc.drills.schema_break
+        if target is None:
+            raise DrillError(f"the {uc.name} use case declares no {drill} target (UseCase.drills)")
+        day, path = _deliver_early(home, target.table, target.apply)
+        return Injection(drill, f"delivery:{target.table}:{day}", f"{target.table} of {day} delivered with "
+                         f"{target.note}", now(), {"file": str(path)})  # fmt: skip
     if drill == "bad-challenger":
         name, version = _bad_challenger(home)
         return Injection(drill, f"canary:{name}", f"inverted challenger v{version} entered canary {name}", now(),
@@ -237,7 +224,9 @@ def plant_challenger(
     disturbed (the caller may try again). ``reason`` may name ``{challenger}`` and ``{champion}``."""
     from keel.policies import PolicyError, PolicyStore
     from keel.registry import ModelRegistry
+    from keel.usecase import only
 
+    MODEL = only().model.name  # noqa: N806 - the drilled model: the installed use case's
     with ModelRegistry(home.registry) as reg, PolicyStore(home.policies) as store:
         seen = store.version()
         for name, p in store.state(seen).items():

@@ -1,12 +1,12 @@
 """Why the model said so: exact TreeSHAP for the LightGBM model, LIME as the model-agnostic comparison, and
 attribution summaries over time.
 
-- ``feature_matrix``: flights → the float matrix the model scores, missing values filled with the reference defaults
+- ``feature_matrix``: rows → the float matrix the model scores, missing values filled with the reference defaults
   (what the gateway serves; keel/features/definitions.py);
-- ``tree_shap``: LightGBM's ``pred_contrib`` — per flight, each feature's contribution to the raw score (log-odds)
+- ``tree_shap``: LightGBM's ``pred_contrib`` — per row, each feature's contribution to the raw score (log-odds)
   and the base value; they add up to the raw score exactly (the same numbers the Triton model returns);
 - ``compare_lime``: LIME (``lime.lime_tabular``, a weighted linear surrogate fitted on perturbations around each
-  flight) next to TreeSHAP for the same flights — rank agreement (Spearman's ρ of |weight| vs |contribution|), the
+  row) next to TreeSHAP for the same rows — rank agreement (Spearman's ρ of |weight| vs |contribution|), the
   overlap of their top-k features and the sign agreement there — and what each costs relative to plain inference;
 - ``attribution_summary`` / ``attribution_shift``: mean |contribution| per feature and segment (carrier, origin) and
   each feature's share of the total, and how far the shares moved from a reference window — the ``explanations``
@@ -32,15 +32,16 @@ def _names() -> tuple[str, ...]:
 
 
 SHIFT_THRESHOLD = 0.10  # a feature whose share of attribution moves by more than this (absolute) is flagged
-SAMPLE_FLIGHTS = 5000  # flights explained per month (and of the reference window): TreeSHAP costs ~0.2–0.5 ms each
+SAMPLE_ROWS = 5000  # rows explained per month (and of the reference window): TreeSHAP costs ~0.2–0.5 ms each
 
 
-def explanation_sample(frame: pl.DataFrame, n: int = SAMPLE_FLIGHTS, seed: int = 2013) -> pl.DataFrame:
-    """A seeded sample of ``n`` flights (all of them when there are fewer), in flight order: a mean |contribution|
-    over 5,000 flights is within a few percent of the whole month's (its relative standard error)."""
+def explanation_sample(frame: pl.DataFrame, n: int = SAMPLE_ROWS, seed: int = 2013) -> pl.DataFrame:
+    """A seeded sample of ``n`` rows (all of them when there are fewer), in row order: a mean |contribution|
+    over 5,000 rows is within a few percent of the whole month's (its relative standard error)."""
     if frame.height <= n:
         return frame
-    return frame.sort("flight_id").sample(n, seed=seed).sort("flight_id")
+    ids = only().features.entity.id_column
+    return frame.sort(ids).sample(n, seed=seed).sort(ids)
 
 
 def feature_matrix(frame: pl.DataFrame) -> np.ndarray:
@@ -58,8 +59,8 @@ def tree_shap(booster, x: np.ndarray) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class FlightComparison:
-    flight_id: str
+class RowComparison:
+    row_id: str
     score: float
     spearman: float  # rank agreement of |LIME weight| and |TreeSHAP contribution| over all features
     top_k_overlap: float  # share of TreeSHAP's top-k features that are in LIME's top-k
@@ -71,35 +72,35 @@ class FlightComparison:
 @dataclass(frozen=True)
 class LimeComparison:
     model_version: int | None
-    flights: int
+    rows: int
     samples: int
     top_k: int
     median_spearman: float
     median_top_k_overlap: float
     median_top_k_sign_agreement: float
-    inference_ms_per_flight: float  # Booster.predict of one flight
-    tree_shap_ms_per_flight: float
-    lime_ms_per_flight: float
-    per_flight: list[FlightComparison] = field(default_factory=list)
+    inference_ms_per_row: float  # Booster.predict of one row
+    tree_shap_ms_per_row: float
+    lime_ms_per_row: float
+    per_row: list[RowComparison] = field(default_factory=list)
 
     @property
     def lime_cost_x(self) -> float:
-        return self.lime_ms_per_flight / self.inference_ms_per_flight
+        return self.lime_ms_per_row / self.inference_ms_per_row
 
     @property
     def tree_shap_cost_x(self) -> float:
-        return self.tree_shap_ms_per_flight / self.inference_ms_per_flight
+        return self.tree_shap_ms_per_row / self.inference_ms_per_row
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self) | {"lime_cost_x": self.lime_cost_x, "tree_shap_cost_x": self.tree_shap_cost_x}
 
     def summary(self) -> str:
         return (
-            f"LIME vs TreeSHAP on {self.flights} flights ({self.samples} LIME samples each): rank agreement "
+            f"LIME vs TreeSHAP on {self.rows} rows ({self.samples} LIME samples each): rank agreement "
             f"(Spearman ρ of |attribution|) median {self.median_spearman:.2f}; top-{self.top_k} overlap median "
             f"{self.median_top_k_overlap:.0%}, sign agreement there {self.median_top_k_sign_agreement:.0%}. Cost per "
-            f"flight: inference {self.inference_ms_per_flight:.3f} ms, TreeSHAP {self.tree_shap_ms_per_flight:.3f} ms "
-            f"({self.tree_shap_cost_x:.1f}×), LIME {self.lime_ms_per_flight:.1f} ms ({self.lime_cost_x:,.0f}×)"
+            f"row: inference {self.inference_ms_per_row:.3f} ms, TreeSHAP {self.tree_shap_ms_per_row:.3f} ms "
+            f"({self.tree_shap_cost_x:.1f}×), LIME {self.lime_ms_per_row:.1f} ms ({self.lime_cost_x:,.0f}×)"
         )
 
 
@@ -120,7 +121,7 @@ def compare_lime(
     booster,
     background: np.ndarray,
     x: np.ndarray,
-    flight_ids: list[str],
+    row_ids: list[str],
     *,
     samples: int = 5000,
     top_k: int = 5,
@@ -128,11 +129,12 @@ def compare_lime(
     model_version: int | None = None,
 ) -> LimeComparison:
     """LIME's local weights next to TreeSHAP's contributions for each row of ``x``. ``background``: the rows LIME
-    learns feature scales from (the month's flights). Timings are medians per flight, measured in this process."""
+    learns feature scales from (the month's rows). Timings are medians per row, measured in this process."""
     from lime.lime_tabular import LimeTabularExplainer
 
     explainer = LimeTabularExplainer(
-        background, feature_names=list(_names()), class_names=["on time", "late"], mode="classification",
+        background, feature_names=list(_names()), class_names=list(only().features.label.classes),
+        mode="classification",
         random_state=seed,
     )  # fmt: skip
 
@@ -142,8 +144,8 @@ def compare_lime(
 
     shap = tree_shap(booster, x)
     scores = booster.predict(x, num_threads=1)
-    per_flight, lime_ms = [], []
-    for i, fid in enumerate(flight_ids):
+    per_row, lime_ms = [], []
+    for i, fid in enumerate(row_ids):
         t0 = time.perf_counter()
         exp = explainer.explain_instance(x[i], proba, num_features=len(_names()), num_samples=samples, labels=(1,))
         lime_ms.append((time.perf_counter() - t0) * 1000)
@@ -155,8 +157,8 @@ def compare_lime(
         top_shap, top_lime = _top(contrib, top_k), _top(weights, top_k)
         shared = [j for j in top_shap if j in top_lime]
         signs = [np.sign(weights[j]) == np.sign(contrib[j]) for j in shared]
-        per_flight.append(
-            FlightComparison(
+        per_row.append(
+            RowComparison(
                 fid, float(scores[i]), float(rho) if np.isfinite(rho) else 0.0, len(shared) / top_k,
                 float(np.mean(signs)) if signs else 0.0,
                 [(_names()[j], float(contrib[j])) for j in top_shap],
@@ -164,19 +166,19 @@ def compare_lime(
             )
         )  # fmt: skip
     one = x[:1]
-    repeats = max(50, len(flight_ids))
+    repeats = max(50, len(row_ids))
     return LimeComparison(
         model_version=model_version,
-        flights=len(flight_ids),
+        rows=len(row_ids),
         samples=samples,
         top_k=top_k,
-        median_spearman=float(np.median([f.spearman for f in per_flight])),
-        median_top_k_overlap=float(np.median([f.top_k_overlap for f in per_flight])),
-        median_top_k_sign_agreement=float(np.median([f.top_k_sign_agreement for f in per_flight])),
-        inference_ms_per_flight=_median_ms(lambda: booster.predict(one, num_threads=1), repeats),
-        tree_shap_ms_per_flight=_median_ms(lambda: booster.predict(one, pred_contrib=True, num_threads=1), repeats),
-        lime_ms_per_flight=float(np.median(lime_ms)),
-        per_flight=per_flight,
+        median_spearman=float(np.median([f.spearman for f in per_row])),
+        median_top_k_overlap=float(np.median([f.top_k_overlap for f in per_row])),
+        median_top_k_sign_agreement=float(np.median([f.top_k_sign_agreement for f in per_row])),
+        inference_ms_per_row=_median_ms(lambda: booster.predict(one, num_threads=1), repeats),
+        tree_shap_ms_per_row=_median_ms(lambda: booster.predict(one, pred_contrib=True, num_threads=1), repeats),
+        lime_ms_per_row=float(np.median(lime_ms)),
+        per_row=per_row,
     )
 
 
@@ -185,14 +187,14 @@ def compare_lime(
 
 def attribution_summary(frame: pl.DataFrame, contrib: np.ndarray, segments: tuple[str, ...]) -> pl.DataFrame:
     """Mean |contribution| per feature: overall (segment ``all``) and per value of each segment column, with each
-    feature's share of the segment's total and the flights behind it. Long form: one row per segment × feature."""
+    feature's share of the segment's total and the rows behind it. Long form: one row per segment × feature."""
     abs_c = pl.DataFrame(np.abs(contrib[:, :-1]), schema=list(_names()), orient="row")
     parts = [abs_c.with_columns(pl.lit("all").alias("segment"), pl.lit("all").alias("value"))]
     for col in segments:
         parts.append(abs_c.with_columns(pl.lit(col).alias("segment"), frame[col].cast(pl.Utf8).alias("value")))
     wide = pl.concat(parts)
-    means = wide.group_by("segment", "value").agg(pl.len().alias("flights"), *[pl.col(n).mean() for n in _names()])
-    long = means.unpivot(index=["segment", "value", "flights"], variable_name="feature", value_name="mean_abs")
+    means = wide.group_by("segment", "value").agg(pl.len().alias("rows"), *[pl.col(n).mean() for n in _names()])
+    long = means.unpivot(index=["segment", "value", "rows"], variable_name="feature", value_name="mean_abs")
     return long.with_columns(
         (pl.col("mean_abs") / pl.col("mean_abs").sum().over("segment", "value")).alias("share")
     ).sort("segment", "value", "feature")

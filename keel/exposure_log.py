@@ -2,7 +2,7 @@
 
 Fields: ts, request_id, unit_id, tenant_id, risk_level, experiment_id, variant, routed_version, model,
 model_version (null when the request ended before a version was chosen), sha256, release_id, score, latency_ms,
-status, error, degraded, flight_key. Later analysis reads the files with DuckDB (``read_json_auto``) or polars.
+status, error, degraded, entity_key (keel/entity_key.py: how the request's outcome finds it). Later analysis reads the files with DuckDB (``read_json_auto``) or polars.
 
 Writing: each line is one ``write`` on a file opened with O_APPEND by the one gateway process that owns the
 directory, so an existing line is never rewritten. One append is one whole line or nothing: a short write (disk
@@ -78,7 +78,7 @@ class ExposureLog:
 _TYPES: dict[str, tuple[type, ...]] = {"ts": (int, float), "status": (int,)}
 _OPTIONAL_TYPES: dict[str, tuple[type, ...]] = {
     "model_version": (int,), "routed_version": (int,), "latency_ms": (int, float), "request_id": (str,),
-    "unit_id": (str,), "tenant_id": (str,), "variant": (str,), "flight_key": (str,), "error": (str,),
+    "unit_id": (str,), "tenant_id": (str,), "variant": (str,), "entity_key": (str,), "error": (str,),
 }  # fmt: skip
 
 

@@ -8,8 +8,8 @@ statistics for a time window:
   failure, the challenger did fail;
 - errors: not answered (status ≠ 200), or answered by another version than the one routed to;
 - p99 latency over the arm's answered requests;
-- realized quality: log-loss of the arm's scores on requests whose flight outcome is known (``labels``:
-  flight_key → 0/1, from validated flights: arr_delay > 15 min).
+- realized quality: log-loss of the arm's scores on requests whose outcome is known (``labels``: entity_key →
+  the realized label, from the use case's validated rows, keel/entity_key.py).
 """
 
 from __future__ import annotations
@@ -23,8 +23,9 @@ import numpy as np
 import polars as pl
 
 from keel.canary import ArmStats
+from keel.entity_key import EntityKey
 from keel.exposure_log import scan_exposures
-from keel.flight_key import flight_key_expr, key_month
+from keel.features.spec import FeatureSet
 from keel.home import asset_file
 
 EPS = 1e-15
@@ -52,7 +53,7 @@ def exposure_frame(rows: Iterable[Mapping[str, Any]]) -> pl.DataFrame:
         "routed_version": pl.Int64,
         "latency_ms": pl.Float64,
         "score": pl.Float64,
-        "flight_key": pl.String,
+        "entity_key": pl.String,
         "error": pl.String,
         "unit_id": pl.String,
         "request_id": pl.String,
@@ -93,9 +94,9 @@ def arm_stats(
     p99 = float(answered["latency_ms"].quantile(0.99, "nearest")) if answered.height else None
     labelled, loss, var = 0, None, None
     if labels:
-        lab = answered.filter(pl.col("flight_key").is_in(list(labels)) & pl.col("score").is_not_null())
+        lab = answered.filter(pl.col("entity_key").is_in(list(labels)) & pl.col("score").is_not_null())
         if lab.height:
-            y = lab["flight_key"].replace_strict(dict(labels), return_dtype=pl.Float64).to_numpy()
+            y = lab["entity_key"].replace_strict(dict(labels), return_dtype=pl.Float64).to_numpy()
             p = lab["score"].clip(EPS, 1 - EPS).to_numpy()
             losses = -(y * np.log(p) + (1 - y) * np.log(1 - p))
             loss = float(losses.mean())
@@ -104,26 +105,29 @@ def arm_stats(
     return ArmStats(requests=n, errors=errors, p99_ms=p99, labelled=labelled, log_loss=loss, log_loss_var=var)
 
 
-def outcome_labels(validated_flights: pl.DataFrame, late_minutes: float = 15) -> dict[str, int]:
-    """flight_key → 1 when the flight arrived more than ``late_minutes`` late, for flights whose outcome is in."""
-    known = validated_flights.filter(pl.col("arr_delay").is_not_null())
-    keys = known.select(
-        flight_key_expr().alias("k"),
-        (pl.col("arr_delay") > late_minutes).cast(pl.Int8).alias("y"),
-    ).unique("k", keep="first")
-    return dict(zip(keys["k"].to_list(), keys["y"].to_list(), strict=True))
+def outcome_labels(fs: FeatureSet, rows: pl.DataFrame) -> dict[str, float]:
+    """entity_key → the realized label (``fs.label``) of each of the entity's source ``rows`` whose label is known."""
+    key = _key_of(fs)
+    known = rows.with_columns(fs.label.expr.alias("_y")).filter(pl.col("_y").is_not_null())
+    keys = known.select(key.expr().alias("k"), pl.col("_y")).unique("k", keep="first")
+    return dict(zip(keys["k"].to_list(), keys["_y"].to_list(), strict=True))
 
 
-LABEL_COLUMNS = ["carrier", "flight", "origin", "time_hour", "arr_delay"]
+def _key_of(fs: FeatureSet) -> EntityKey:
+    if fs.entity.key is None:
+        raise ValueError(f"the {fs.entity.name} entity declares no key: exposures cannot meet their outcomes")
+    return fs.entity.key
 
 
-def realized_labels(flight_keys: pl.Series, storage_dir: Path | None) -> dict[str, int]:
-    """flight_key → 1/0 (arrived > 15 min late) for the given flights whose outcome is in: the validated flights of
-    the months the keys name (``<storage>/validated_flights/<month>.parquet``, as the pipeline stores them)."""
-    if storage_dir is None or flight_keys.is_empty():
+def realized_labels(fs: FeatureSet, entity_keys: pl.Series, storage_dir: Path | None) -> dict[str, float]:
+    """entity_key → realized label for the given keys whose outcome is in: the entity's validated rows of the
+    months the keys name (``<storage>/<source>/<month>.parquet``, as the pipeline stores them)."""
+    if storage_dir is None or entity_keys.is_empty():
         return {}
-    keys = flight_keys.drop_nulls()
-    months = sorted(set(keys.to_frame("k").select(key_month(pl.col("k")))["k"].to_list()))
-    paths = [asset_file(Path(storage_dir), ["validated_flights"], m) for m in months if MONTH.fullmatch(m)]
-    frames = [pl.read_parquet(p, columns=LABEL_COLUMNS) for p in paths if p.exists()]
-    return outcome_labels(pl.concat(frames)) if frames else {}
+    key = _key_of(fs)
+    keys = entity_keys.drop_nulls()
+    months = sorted(set(keys.to_frame("k").select(key.month(pl.col("k")))["k"].to_list()))
+    paths = [asset_file(Path(storage_dir), [fs.entity.source], m) for m in months if MONTH.fullmatch(m)]
+    columns = list(dict.fromkeys([*key.columns, key.time, *fs.label.expr.meta.root_names()]))
+    frames = [pl.read_parquet(p, columns=columns) for p in paths if p.exists()]
+    return outcome_labels(fs, pl.concat(frames)) if frames else {}

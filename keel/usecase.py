@@ -11,11 +11,16 @@ every field.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import date, timedelta
 from functools import cache
 from importlib.metadata import entry_points
 from pathlib import Path
 
+import polars as pl
+
+from keel.drills import Drills
 from keel.errors import KeelError
 from keel.features.spec import FeatureSet
 
@@ -27,6 +32,51 @@ METRICS = {"binary": ("auc", "log_loss"), "regression": ("rmse", "mae")}
 
 class UseCaseError(KeelError):
     """A use case declaration is invalid, or none of that name is installed."""
+
+
+@dataclass(frozen=True, eq=False)
+class Source:
+    """A raw table of the use case, every column as text with ``_source_row`` (the row in what was delivered).
+
+    ``read()``: the whole table. ``partitioned``: split by the use case's monthly partitions on its local
+    ``day_columns`` (year, month, day as text); False: a reference table, read whole. ``landing_after``: in a live
+    replay, a local day of it lands at that day's midnight (UTC) plus this — after every outcome of the day is known
+    when ``outcomes`` (the table whose complete months are labelled); None: it does not land day by day."""
+
+    name: str
+    read: Callable[[], pl.DataFrame]
+    partitioned: bool = True
+    day_columns: tuple[str, str, str] = ("year", "month", "day")
+    landing_after: timedelta | None = None
+    outcomes: bool = False
+
+    def __post_init__(self) -> None:
+        if not USECASE_NAME.fullmatch(self.name):
+            raise UseCaseError(f"source {self.name!r}: a name is a-z 0-9 _, starting with a letter")
+        if self.outcomes and self.landing_after is None:
+            raise UseCaseError(f"source {self.name}: the outcomes table must land (give landing_after)")
+
+    def day_rows(self, day: date) -> pl.Expr:
+        """The rows of local ``day`` (the day columns are text)."""
+        y, m, d = self.day_columns
+        return (pl.col(y) == str(day.year)) & (pl.col(m) == str(day.month)) & (pl.col(d) == str(day.day))
+
+    def read_month(self, month_key: str) -> pl.DataFrame:
+        """The rows whose local year and month are the partition key ``YYYY-MM``."""
+        year, month = (int(x) for x in month_key.split("-"))
+        y, m, _ = self.day_columns
+        return self.read().filter((pl.col(y) == str(year)) & (pl.col(m) == str(month)))
+
+
+@dataclass(frozen=True, eq=False)
+class Replay:
+    """How a simulated day's live traffic is produced (gpu_runtime/replay.py sends it): ``requests(month)`` the
+    month's request entities in the order they would be asked, ``day_of(entity)`` its local day ``YYYY-MM-DD``,
+    ``unit_of(entity)`` the unit id it is sent with (sticky routing, experiments)."""
+
+    requests: Callable[[str], list[dict]]
+    day_of: Callable[[dict], str]
+    unit_of: Callable[[dict], str]
 
 
 @dataclass(frozen=True)
@@ -45,10 +95,16 @@ class ModelSpec:
 @dataclass(frozen=True)
 class Serving:
     """How requests reach the model: ``request_contract`` is the contract (in the use case's contracts folder)
-    each entity of a request is validated with; ``alias`` the single-entity field of the legacy route, if any."""
+    each entity of a request is validated with; ``alias`` the single-entity field of the legacy route, if any;
+    ``pool_budget_bytes`` the memory budget of the model's requests in flight (a gateway policy may override it)."""
 
     request_contract: str
     alias: str | None = None
+    pool_budget_bytes: int = 64 << 20
+
+    def __post_init__(self) -> None:
+        if self.pool_budget_bytes <= 0:
+            raise UseCaseError(f"serving: pool_budget_bytes must be positive, got {self.pool_budget_bytes}")
 
 
 @dataclass(frozen=True, eq=False)
@@ -59,7 +115,14 @@ class UseCase:
     features: FeatureSet
     model: ModelSpec
     serving: Serving
+    sources: tuple[Source, ...] = ()
+    period: tuple[date, date] | None = None  # the first and last local day of its data (monthly partitions)
     metrics: tuple[str, ...] = field(default=())
+    segments: tuple[str, ...] = ()  # columns evaluations break results down by (feature-table columns)
+    feature_table: str = "features"  # the asset (and storage folder) of its feature table
+    causal_data: Callable[[], pl.DataFrame] | None = None  # the rows its shipped causal specs read, if any
+    drills: Drills = field(default_factory=Drills)  # what its delivery drills break (keel/drills.py)
+    replay: Replay | None = None  # its live traffic (None: no traffic is replayed)
 
     def __post_init__(self) -> None:
         if not USECASE_NAME.fullmatch(self.name):
@@ -70,6 +133,16 @@ class UseCase:
             raise UseCaseError(
                 f"use case {self.name}: request contract {self.serving.request_contract}.yaml is not in {self.contracts}"
             )
+        names = [src.name for src in self.sources]
+        if len(set(names)) != len(names):
+            raise UseCaseError(f"use case {self.name}: two sources share a name")
+        if sum(src.outcomes for src in self.sources) > 1:
+            raise UseCaseError(f"use case {self.name}: at most one source holds the outcomes")
+        if self.period is not None and self.period[0] > self.period[1]:
+            raise UseCaseError(f"use case {self.name}: period starts after it ends ({self.period})")
+        unknown_segments = [c for c in self.segments if c not in self.features.table_columns]
+        if unknown_segments:
+            raise UseCaseError(f"use case {self.name}: segments {unknown_segments} are not feature-table columns")
         allowed = METRICS[self.features.label.task]
         if not self.metrics:
             object.__setattr__(self, "metrics", allowed)
@@ -86,6 +159,37 @@ class UseCase:
 
     def contract_path(self, name: str) -> Path:
         return self.contracts / f"{name}.yaml"
+
+    def source(self, name: str) -> Source:
+        for src in self.sources:
+            if src.name == name:
+                return src
+        raise UseCaseError(
+            f"use case {self.name} has no source {name!r} (its sources: {', '.join(self.source_names)})"
+        )
+
+    @property
+    def source_names(self) -> tuple[str, ...]:
+        return tuple(src.name for src in self.sources)
+
+    @property
+    def landed(self) -> tuple[Source, ...]:
+        """The sources that land day by day in a live replay, the outcomes table first."""
+        return tuple(
+            sorted((src for src in self.sources if src.landing_after is not None), key=lambda s: not s.outcomes)
+        )
+
+    @property
+    def months(self) -> tuple[str, ...]:
+        """The monthly partition keys ``YYYY-MM`` of its period."""
+        if self.period is None:
+            return ()
+        first, last = self.period
+        out, y, m = [], first.year, first.month
+        while (y, m) <= (last.year, last.month):
+            out.append(f"{y}-{m:02d}")
+            y, m = (y + 1, 1) if m == 12 else (y, m + 1)
+        return tuple(out)
 
 
 @cache

@@ -141,10 +141,11 @@ def run_live(args, client: DagsterGraphQLClient) -> int:
     from keel.home import KeelHome
     from keel.ledger import Ledger
     from keel.registry import ModelRegistry
+    from usecases.flights import usecase as FLIGHTS
 
     home = KeelHome.from_env()
     instance = dg.DagsterInstance.get()
-    clock, zone = SimClock(home.clock), LandingZone(home.landing)
+    clock, zone = SimClock(home.clock), LandingZone(home.landing, FLIGHTS)
     history_end = datetime.fromisoformat(HISTORY_END)
     if clock.state() is None:
         if home.ledger.exists() and Ledger(home.ledger).log():
@@ -165,10 +166,8 @@ def run_live(args, client: DagsterGraphQLClient) -> int:
         has_champion = reg.alias("flight-delay", "champion") is not None
     if not has_champion:
         landed = zone.landed_by_month()
-        history = list(zone.complete_months("flights"))
-        delivery = {
-            m: {"keel/delivery": f"landing:{m}:{landed[m].flight_days}f{landed[m].weather_days}w"} for m in history
-        }
+        history = list(zone.complete_months())
+        delivery = {m: {"keel/delivery": f"landing:{m}:{'-'.join(map(str, landed[m].days))}"} for m in history}
         print(f"keel: history {history[0]}…{history[-1]} landed; building it and the first model", flush=True)
         stages = [s for s in BUILD_ORDER if s.live == HISTORY]
         for n, stage in enumerate(stages, 1):
@@ -219,7 +218,7 @@ def run_live(args, client: DagsterGraphQLClient) -> int:
         time.sleep(1.0)
     traffic.wait(timeout=60)
     follow.print_new()
-    if len(zone.complete_months("flights")) == 12:
+    if len(zone.complete_months()) == 12:
         print("keel: the live year is in; the analyses of the whole year:", flush=True)
         for stage in [s for s in BUILD_ORDER if s.live == AFTER]:
             failures += run_stage(client, instance, stage, [None])

@@ -42,6 +42,7 @@ from resources.policy import PolicyStoreResource
 from resources.registry import ModelRegistryResource
 from sensors.alerting import send_alerts
 from sensors.problems import automation_problems
+from usecases.flights import usecase as FLIGHTS
 from usecases.flights.features import FLIGHT_FEATURES as FEATURE_SET
 
 FEATURE_NAMES = FEATURE_SET.names
@@ -229,7 +230,7 @@ def loop_state(
         waiting = passed_without_canary(instance, state)
         in_training = f"challenger v{waiting} passed its gate, its canary not yet started" if waiting else None
     return LoopState(
-        labelled=LandingZone(home.landing).complete_months("flights"),
+        labelled=LandingZone(home.landing, FLIGHTS).complete_months(),
         champion_trained_on=champion_months,
         challenger_in_training=in_training,
         canary_running=canary.name if canary else None,

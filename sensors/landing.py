@@ -28,6 +28,7 @@ from keel.lineage import LineageGraph
 from keel.loop.arrivals import Landed, arrivals, days_in
 from resources.home import KeelHomeResource
 from sensors.alerting import send_alerts
+from usecases.flights import usecase as FLIGHTS
 
 DELIVERY_TAG = "keel/delivery"  # which delivery a monthly run built: the landing run key (scripts/materialize.py too)
 
@@ -57,7 +58,7 @@ def landing_sensor(context: dg.SensorEvaluationContext, keel_home: KeelHomeResou
     state = clock.state()
     if state is None:
         return dg.SkipReason("no live replay (no simulated clock under KEEL_HOME)")
-    zone = LandingZone(home.landing)
+    zone = LandingZone(home.landing, FLIGHTS)
     sim_now = clock.now().isoformat(timespec="seconds")
     # Every new day file passes the delivery gate first (also while paused: a drill or an upstream can deliver any
     # time): a systematically broken day is held back before anything reads it.
@@ -72,7 +73,7 @@ def landing_sensor(context: dg.SensorEvaluationContext, keel_home: KeelHomeResou
             f"the live replay is paused at simulated {state.sim_anchor.isoformat(timespec='seconds')}"
         )
     cursor = json.loads(context.cursor) if context.cursor else {"seen": {}, "drift": []}
-    seen = {m: Landed(*v) for m, v in cursor["seen"].items()}
+    seen = {m: Landed(tuple(v)) for m, v in cursor["seen"].items()}
     landed = zone.landed_by_month()
     requests = []
     for refresh in arrivals(landed, seen):
@@ -93,8 +94,8 @@ def landing_sensor(context: dg.SensorEvaluationContext, keel_home: KeelHomeResou
     drift_done = set(cursor["drift"])
     has_reference = context.instance.get_latest_materialization_event(DRIFT_REFERENCE) is not None
     for month, now in sorted(landed.items()):
-        complete_key = f"landing:{month}:{now.flight_days}f{now.weather_days}w"
-        complete = now.flight_days == days_in(month) and month not in drift_done
+        complete_key = f"landing:{month}:{'-'.join(map(str, now.days))}"
+        complete = now.outcome_days == days_in(month) and month not in drift_done
         if complete and has_reference and _built_from(context.instance, month) == complete_key:
             requests.append(
                 dg.RunRequest(
@@ -105,9 +106,7 @@ def landing_sensor(context: dg.SensorEvaluationContext, keel_home: KeelHomeResou
                 )
             )
             drift_done.add(month)
-    new_cursor = json.dumps(
-        {"seen": {m: [v.flight_days, v.weather_days] for m, v in seen.items()}, "drift": sorted(drift_done)}
-    )
+    new_cursor = json.dumps({"seen": {m: list(v.days) for m, v in seen.items()}, "drift": sorted(drift_done)})
     if not requests:  # the cursor moves only with requests: a tick with nothing new loses nothing
         if new_cursor != context.cursor and seen:
             return dg.SensorResult(run_requests=[], cursor=new_cursor)  # history built by the set-up: noted

@@ -19,14 +19,13 @@ import definitions
 from keel.alerts import read_alerts
 from keel.chaos import (
     DrillError,
-    fahrenheit_to_celsius,
     invert_model,
     plant_challenger,
     remove_newest_commit,
     twin_model,
 )
 from keel.clock import SimClock
-from keel.data.landing import LandingZone, _day_rows
+from keel.data.landing import LandingZone
 from keel.home import KeelHome
 from keel.incidents import IncidentLog
 from keel.policies import PolicyReader, PolicyStore
@@ -34,6 +33,12 @@ from keel.policies.errors import PolicyError
 from keel.storage import write_parquet_atomic
 from resources import keel_resources
 from tests.control_plane import url_of
+from usecases.flights import usecase as FLIGHTS
+
+
+def _day_rows(table, day):
+    return LandingZone("/nonexistent", FLIGHTS).day_rows(table, day)
+
 
 BREAKER = {"error_rate": 0.05, "window_s": 5, "min_requests": 20, "open_s": 30, "half_open_probes": 5}
 
@@ -168,15 +173,17 @@ def test_a_day_in_celsius_is_held_back_located_through_lineage_and_recovered_whe
     monkeypatch.setenv("KEEL_HOME", str(tmp_path))
     home = KeelHome(tmp_path)
     now = datetime(2013, 4, 3, 13, tzinfo=UTC)
-    zone = LandingZone(home.landing)
+    zone = LandingZone(home.landing, FLIGHTS)
     zone.deliver(now, first_day=date(2013, 3, 25))
     SimClock(home.clock).start(now)
     bad_day = date(2013, 4, 3)  # weather of April 3 is due April 4 06:00: delivered early, in °C
-    write_parquet_atomic(fahrenheit_to_celsius(_day_rows("weather", bad_day)), zone.path("weather", bad_day))
+    write_parquet_atomic(
+        FLIGHTS.drills.unit_change.apply(_day_rows("weather", bad_day)), zone.path("weather", bad_day)
+    )
     with dg.instance_for_test() as instance:
         first = sensor_tick("landing_sensor", tmp_path, instance)
         april = [r.run_key for r in first.run_requests if r.partition_key == "2013-04"]
-        assert april == ["landing:2013-04:2f2w"]  # April is built once, without the day held back
+        assert april == ["landing:2013-04:2-2"]  # April is built once, without the day held back
         with IncidentLog(home.incidents) as log:
             incident = log.get("delivery:weather:2013-04-03")
         assert incident.open and incident.detected_at.startswith("2013-04-03T")  # the clock runs: simulated time
@@ -185,7 +192,7 @@ def test_a_day_in_celsius_is_held_back_located_through_lineage_and_recovered_whe
         # the genuine day arrives when it is due; the next tick admits it and the incident is recovered
         zone.deliver(datetime(2013, 4, 4, 7, tzinfo=UTC), first_day=date(2013, 3, 25))
         second = sensor_tick("landing_sensor", tmp_path, instance, first.cursor)
-        assert "landing:2013-04:2f3w" in [r.run_key for r in second.run_requests]
+        assert "landing:2013-04:2-3" in [r.run_key for r in second.run_requests]
     with IncidentLog(home.incidents) as log:
         incident = log.get("delivery:weather:2013-04-03")
     assert not incident.open and "delivered again and admitted" in incident.action
@@ -237,11 +244,12 @@ def test_a_day_a_run_held_back_first_is_still_an_incident_at_the_next_tick(tmp_p
     monkeypatch.setenv("KEEL_HOME", str(tmp_path))
     home = KeelHome(tmp_path)
     now = datetime(2013, 4, 3, 13, tzinfo=UTC)
-    zone = LandingZone(home.landing)
+    zone = LandingZone(home.landing, FLIGHTS)
     zone.deliver(now, first_day=date(2013, 4, 1))
     SimClock(home.clock).start(now)
     write_parquet_atomic(
-        fahrenheit_to_celsius(_day_rows("weather", date(2013, 4, 3))), zone.path("weather", date(2013, 4, 3))
+        FLIGHTS.drills.unit_change.apply(_day_rows("weather", date(2013, 4, 3))),
+        zone.path("weather", date(2013, 4, 3)),
     )
     assert [v.ok for v in DeliveryGate(zone).check_new(["weather"], "2013-04")].count(False) == 1  # the run's gate
     with dg.instance_for_test() as instance:

@@ -135,7 +135,7 @@ def test_lint_reference_contracts():
 
 
 def test_real_weather_file_with_partition_window(tmp_path):
-    from keel.data.nycflights import data_dir
+    from usecases.flights.data import data_dir
 
     out = tmp_path / "o"
     weather = str(data_dir() / "weather.csv")

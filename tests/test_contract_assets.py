@@ -204,8 +204,8 @@ def test_a_partly_delivered_month_breaches_only_rules_that_allow_no_failure():
 
     from keel.contracts.catalog import compiled_contract
     from keel.contracts.results import PartitionWindow
-    from keel.data.nycflights import read_raw_month
     from keel.factories.contracts import breach_alerts
+    from usecases.flights.data import read_raw_month
 
     contract = compiled_contract("weather")
 

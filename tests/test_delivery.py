@@ -9,12 +9,16 @@ from datetime import UTC, date, datetime
 import polars as pl
 import pytest
 
-from keel.chaos import break_schema, fahrenheit_to_celsius
 from keel.contracts.catalog import compiled_contract
 from keel.data.delivery import DeliveryGate, check_delivery, held_back
-from keel.data.landing import LandingZone, _day_rows
-from keel.data.nycflights import read_raw
+from keel.data.landing import LandingZone
 from keel.storage import write_parquet_atomic
+from usecases.flights import usecase as FLIGHTS
+from usecases.flights.data import read_raw
+
+
+def _day_rows(table, day):
+    return LandingZone("/nonexistent", FLIGHTS).day_rows(table, day)
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +44,9 @@ def test_every_day_of_2013_is_admitted(contracts, references):
 
 def test_a_day_of_weather_in_celsius_is_a_systematic_breach_of_the_dew_point_rule(contracts):
     day = date(2013, 7, 14)
-    verdict = check_delivery("weather", day, fahrenheit_to_celsius(_day_rows("weather", day)), contracts["weather"])
+    verdict = check_delivery(
+        "weather", day, FLIGHTS.drills.unit_change.apply(_day_rows("weather", day)), contracts["weather"]
+    )
     assert not verdict.ok
     [breach] = verdict.breaches
     assert breach.rule == "dewpoint_not_above_temp" and breach.share > 0.9
@@ -49,7 +55,7 @@ def test_a_day_of_weather_in_celsius_is_a_systematic_breach_of_the_dew_point_rul
 
 def test_a_day_of_flights_with_a_renamed_and_a_missing_column_is_held_for_its_schema(contracts, references):
     day = date(2013, 4, 2)
-    frame = break_schema(_day_rows("flights", day))
+    frame = FLIGHTS.drills.schema_break.apply(_day_rows("flights", day))
     verdict = check_delivery("flights", day, frame, contracts["flights"], references)
     assert not verdict.ok
     assert set(verdict.missing_columns) == {"arr_delay", "tailnum"}
@@ -62,10 +68,10 @@ def test_a_day_of_flights_with_a_renamed_and_a_missing_column_is_held_for_its_sc
 
 
 def test_the_gate_holds_a_bad_day_back_whole_and_the_month_reads_only_admitted_days(tmp_path, contracts):
-    zone = LandingZone(tmp_path / "landing")
+    zone = LandingZone(tmp_path / "landing", FLIGHTS)
     zone.deliver(datetime(2013, 4, 4, 7, tzinfo=UTC), first_day=date(2013, 4, 1))  # weather Apr 1–3, flights 1–2
     bad_day = date(2013, 4, 4)
-    bad = fahrenheit_to_celsius(_day_rows("weather", bad_day))
+    bad = FLIGHTS.drills.unit_change.apply(_day_rows("weather", bad_day))
     write_parquet_atomic(bad, zone.path("weather", bad_day))  # delivered early, in °C
     gate = DeliveryGate(zone, contracts)
     verdicts = gate.check_new()

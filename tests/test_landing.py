@@ -14,14 +14,15 @@ import polars as pl
 import pytest
 
 from keel.clock import SimClock
-from keel.data.landing import LandingZone, due
-from keel.data.nycflights import read_raw_month
+from keel.data.landing import LandingZone
 from keel.loop.arrivals import Landed
+from usecases.flights import usecase as FLIGHTS
+from usecases.flights.data import read_raw_month
 
 
 def test_a_day_lands_only_once_its_outcomes_are_known(tmp_path):
-    zone = LandingZone(tmp_path)
-    assert due("flights", date(2013, 4, 2)) == datetime(2013, 4, 3, 12, tzinfo=UTC)
+    zone = LandingZone(tmp_path, FLIGHTS)
+    assert zone.due("flights", date(2013, 4, 2)) == datetime(2013, 4, 3, 12, tzinfo=UTC)
     landed = zone.deliver(datetime(2013, 1, 2, 11, 59, tzinfo=UTC))
     assert landed == {"flights": [], "weather": [date(2013, 1, 1)]}  # weather of Jan 1 is in, its flights are not
     landed = zone.deliver(datetime(2013, 1, 2, 12, 0, tzinfo=UTC))
@@ -31,18 +32,18 @@ def test_a_day_lands_only_once_its_outcomes_are_known(tmp_path):
 
 
 def test_delivery_is_idempotent_and_resumes(tmp_path):
-    zone = LandingZone(tmp_path)
+    zone = LandingZone(tmp_path, FLIGHTS)
     now = datetime(2013, 1, 10, 13, tzinfo=UTC)
     first = zone.deliver(now)
     assert len(first["flights"]) == 9 and len(first["weather"]) == 9
     assert zone.deliver(now) == {"flights": [], "weather": []}  # a restarted replay writes nothing twice
-    assert LandingZone(tmp_path).delivered("flights")[-1] == date(2013, 1, 9)
-    assert zone.landed_by_month() == {"2013-01": Landed(flight_days=9, weather_days=9)}
+    assert LandingZone(tmp_path, FLIGHTS).delivered("flights")[-1] == date(2013, 1, 9)
+    assert zone.landed_by_month() == {"2013-01": Landed((9, 9))}
 
 
 @pytest.mark.parametrize("table", ["flights", "weather"])
 def test_a_complete_month_is_every_raw_row_exactly_once(tmp_path, table):
-    zone = LandingZone(tmp_path)
+    zone = LandingZone(tmp_path, FLIGHTS)
     zone.deliver(datetime(2013, 3, 2, 12, tzinfo=UTC))
     assert zone.month_complete(table, "2013-02") and not zone.month_complete(table, "2013-03")
     landed = zone.read_month(table, "2013-02")
@@ -54,10 +55,10 @@ def test_a_complete_month_is_every_raw_row_exactly_once(tmp_path, table):
 
 
 def test_a_month_with_nothing_landed_is_empty_with_the_raw_columns(tmp_path):
-    empty = LandingZone(tmp_path).read_month("flights", "2013-06")
+    empty = LandingZone(tmp_path, FLIGHTS).read_month("flights", "2013-06")
     assert empty.height == 0 and "arr_delay" in empty.columns and empty.schema["arr_delay"] == pl.String
     with pytest.raises(ValueError, match="not 'planes'"):
-        LandingZone(tmp_path).path("planes", date(2013, 1, 1))
+        LandingZone(tmp_path, FLIGHTS).path("planes", date(2013, 1, 1))
 
 
 def keel_live(home, *args, **kwargs):
@@ -77,10 +78,10 @@ def test_keel_live_run_delivers_history_then_each_day_and_stops_at_the_end(tmp_p
     assert done.returncode == 0, done.stderr
     # history at once in the first delivery (how many April days join it depends on how fast the machine is)
     assert "landed flights 2013-01-01…" in done.stdout and "the replay is over" in done.stdout
-    zone = LandingZone(tmp_path / "landing")
+    zone = LandingZone(tmp_path / "landing", FLIGHTS)
     assert zone.delivered("flights")[-1] == date(2013, 4, 1)  # Apr 2's flights land at Apr 3 12:00: after the end
     status = keel_live(tmp_path, "status")
-    assert "2013-04: 1 days of flights, 1 of weather" in status.stdout and "ends 2013-04-03" in status.stdout
+    assert "2013-04: days landed: 1 of flights, 1 of weather" in status.stdout and "ends 2013-04-03" in status.stdout
 
 
 def test_keel_live_pauses_on_ctrl_c_and_resumes_where_it_stopped(tmp_path):

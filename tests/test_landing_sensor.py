@@ -13,6 +13,7 @@ from keel.clock import SimClock
 from keel.data.landing import LandingZone
 from keel.home import KeelHome
 from resources import keel_resources
+from usecases.flights import usecase as FLIGHTS
 
 
 @dg.asset(key="flight_features", partitions_def=monthly_2013)
@@ -39,15 +40,15 @@ def test_landed_days_rebuild_their_month_once_and_complete_months_get_drift(tmp_
     home = KeelHome(tmp_path)
     now = datetime(2013, 4, 3, 13, tzinfo=UTC)  # Jan–Mar landed, and April 1–2
     SimClock(home.clock).start(now)
-    LandingZone(home.landing).deliver(now)
+    LandingZone(home.landing, FLIGHTS).deliver(now)
     with dg.instance_for_test() as instance:
         first = tick(tmp_path, instance)
         monthly = [(r.job_name, r.partition_key, r.run_key) for r in first.run_requests]
         assert monthly == [
-            ("keel_monthly", "2013-01", "landing:2013-01:31f31w"),
-            ("keel_monthly", "2013-02", "landing:2013-02:28f28w"),
-            ("keel_monthly", "2013-03", "landing:2013-03:31f31w"),
-            ("keel_monthly", "2013-04", "landing:2013-04:2f2w"),
+            ("keel_monthly", "2013-01", "landing:2013-01:31-31"),
+            ("keel_monthly", "2013-02", "landing:2013-02:28-28"),
+            ("keel_monthly", "2013-03", "landing:2013-03:31-31"),
+            ("keel_monthly", "2013-04", "landing:2013-04:2-2"),
         ]
         assert all(r.tags["keel/trigger"] == "landing" for r in first.run_requests)
         # the next tick, nothing new: nothing
@@ -58,7 +59,7 @@ def test_landed_days_rebuild_their_month_once_and_complete_months_get_drift(tmp_
             [stub_features],
             partition_key="2013-03",
             instance=instance,
-            tags={"dagster/run_key": "landing:2013-03:31f31w"},
+            tags={"dagster/run_key": "landing:2013-03:31-31"},
         ).success
         # …but not before the drift reference exists (the first model's job builds it)
         assert not tick(tmp_path, instance, first.cursor).run_requests
@@ -67,9 +68,9 @@ def test_landed_days_rebuild_their_month_once_and_complete_months_get_drift(tmp_
         assert [(r.job_name, r.partition_key) for r in drift.run_requests] == [("keel_drift", "2013-03")]
         assert not tick(tmp_path, instance, drift.cursor).run_requests
         # a day more lands: April is rebuilt with a key naming the new delivery
-        LandingZone(home.landing).deliver(datetime(2013, 4, 4, 13, tzinfo=UTC))
+        LandingZone(home.landing, FLIGHTS).deliver(datetime(2013, 4, 4, 13, tzinfo=UTC))
         later = tick(tmp_path, instance, drift.cursor)
-        assert [(r.partition_key, r.run_key) for r in later.run_requests] == [("2013-04", "landing:2013-04:3f3w")]
+        assert [(r.partition_key, r.run_key) for r in later.run_requests] == [("2013-04", "landing:2013-04:3-3")]
 
 
 def test_history_the_set_up_built_is_not_built_again(tmp_path, monkeypatch):
@@ -79,9 +80,9 @@ def test_history_the_set_up_built_is_not_built_again(tmp_path, monkeypatch):
     home = KeelHome(tmp_path)
     now = datetime(2013, 4, 1, 12, tzinfo=UTC)  # January–March, in full
     SimClock(home.clock).start(now)
-    LandingZone(home.landing).deliver(now)
+    LandingZone(home.landing, FLIGHTS).deliver(now)
     with dg.instance_for_test() as instance:
-        for month, key in (("2013-01", "31f31w"), ("2013-02", "28f28w")):
+        for month, key in (("2013-01", "31-31"), ("2013-02", "28-28")):
             assert dg.materialize(
                 [stub_features], partition_key=month, instance=instance,
                 tags={"keel/delivery": f"landing:{month}:{key}"},

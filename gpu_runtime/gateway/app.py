@@ -171,7 +171,8 @@ class Gateway(FollowsRoutingAndPolicies, Predicts, BuildsInputs, ScoresOnTriton,
         self.retry_budget = RetryBudget(self.policy.retry)
         self.lanes = {level: asyncio.Semaphore(n) for level, n in self.policy.lanes.items()}
         # Host-memory pools: Triton scores on its own device, the gateway only holds request matrices.
-        self.pools = PoolRegistry(self.policy.pool_budgets, array_backend=numpy_backend())
+        budgets = {self.usecase.model.name: self.usecase.serving.pool_budget_bytes} | self.policy.pool_budgets
+        self.pools = PoolRegistry(budgets, array_backend=numpy_backend())
         self._store = None
         self._client = None
         self._background: set = set()  # tasks that must outlive the request that started them

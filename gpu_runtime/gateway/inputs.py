@@ -1,5 +1,5 @@
-"""What a request is scored on: the [batch, n_features] matrix from the flights (contract ``predict_request`` on the
-record path, the online store's features, frozen ones flagged) or from feature values sent directly, range-checked;
+"""What a request is scored on: the [batch, n_features] matrix from the entities (the use case's request contract on
+the record path, the online store's features, frozen ones flagged) or from feature values sent directly, range-checked;
 held in the model's memory pool while the request is in flight.
 
 A mixin of ``Gateway`` (gpu_runtime/gateway/app.py), which owns ``contract``, ``store``, ``policy``, ``pools`` and
@@ -16,7 +16,6 @@ import numpy as np
 from gpu_runtime.gateway.limits import RequestError
 from gpu_runtime.pools import PoolBudgetExceeded
 from keel.features.spec import Entity
-from keel.flight_key import flight_key
 
 MAX_BATCH = 1024
 
@@ -86,8 +85,8 @@ class BuildsInputs:
                 entities.append(None)
                 continue
             entities.append(r | {entity.date: entity.date_of(r)})
-        if record is not None and len(entities) == 1 and entities[0] is not None:
-            record["flight_key"] = flight_key(entities[0])
+        if record is not None and len(entities) == 1 and entities[0] is not None and entity.key is not None:
+            record["entity_key"] = entity.key.of(entities[0])
         if invalid and self.policy.invalid_input == "reject":
             raise RequestError(
                 422, "invalid_input", f"the request breaks contract {self.contract.spec.name}", violations=invalid
@@ -104,7 +103,7 @@ class BuildsInputs:
                 from keel.features.online import get_online_features
 
                 batch = get_online_features(store, [entities[i] for i in good])
-                m = batch.matrix.T  # flights × features
+                m = batch.matrix.T  # entities × features
                 missing = np.isnan(m)
                 if missing.any():
                     degraded.append("missing_features_defaulted")

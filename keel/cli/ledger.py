@@ -27,7 +27,7 @@ def register(sub) -> None:
         help="the chain that led to a release: drift report → training run → gate → canary policy versions → live",
     )
     why.add_argument("release", help="a release id (rel-…), or 'live' for the newest entry")
-    why.add_argument("--model", default="flight-delay")
+    why.add_argument("--model", help="the model (default: the installed use case's)")
     why.set_defaults(func=_ledger_why)
     lverify = lsub.add_parser(
         "verify", help="check the hash chain (exit 1 when an entry was edited, reordered or removed)"
@@ -41,7 +41,7 @@ def register(sub) -> None:
         "rollback", help="put the previous release back in service (Triton, routing, registry, ledger)"
     )
     rb.add_argument("--reason", required=True)
-    rb.add_argument("--model", default="flight-delay")
+    rb.add_argument("--model", help="the model (default: the installed use case's)")
     rb.set_defaults(func=_rollback)
 
 
@@ -83,6 +83,7 @@ def _ledger_log(args: argparse.Namespace) -> int:
 
 
 def _ledger_why(args: argparse.Namespace) -> int:
+    args.model = args.model or _installed_model()
     from keel.loop.why import explain, from_loop
     from keel.policies import PolicyStore
     from keel.registry import ModelRegistry
@@ -125,6 +126,7 @@ def _ledger_verify(args: argparse.Namespace) -> int:
 
 
 def _rollback(args: argparse.Namespace) -> int:
+    args.model = args.model or _installed_model()
     from keel.deploy.runtime import load_deployer
     from keel.ledger import Ledger
     from keel.registry import ModelRegistry
@@ -144,3 +146,9 @@ def _rollback(args: argparse.Namespace) -> int:
         f"routing generation {result.report.generation}, loaded {list(result.report.loaded)}"
     )
     return EXIT_OK
+
+
+def _installed_model() -> str:
+    from keel.usecase import only
+
+    return only().model.name

@@ -28,7 +28,7 @@ def register(sub) -> None:
         "upstream",
         help="where an asset or column comes from: the columns, contracts and deliveries it is derived from",
     )
-    up.add_argument("target", help="an asset key, a column, or ASSET.COLUMN (e.g. flight_features.temp)")
+    up.add_argument("target", help="an asset key, a column, or ASSET.COLUMN (e.g. features.temp)")
     up.set_defaults(func=_lineage_upstream)
     ldiff = lsub.add_parser(
         "diff",

@@ -38,9 +38,10 @@ def _day(text: str) -> datetime:
 def _run(args: argparse.Namespace) -> int:
     from keel.clock import DEFAULT_SPEED, SimClock
     from keel.data.landing import LandingZone
+    from keel.usecase import only
 
     home = home_layout()
-    clock, zone = SimClock(home.clock), LandingZone(home.landing)
+    clock, zone = SimClock(home.clock), LandingZone(home.landing, only())
     state = clock.state()
     if state is None:
         state = clock.start(_day(args.start), speed=args.speed or DEFAULT_SPEED, sim_end=_day(args.end))
@@ -83,6 +84,7 @@ def _run(args: argparse.Namespace) -> int:
 def _status(args: argparse.Namespace) -> int:
     from keel.clock import SimClock
     from keel.data.landing import LandingZone
+    from keel.usecase import only
 
     home = home_layout()
     state = SimClock(home.clock).state()
@@ -94,6 +96,8 @@ def _status(args: argparse.Namespace) -> int:
         f"clock: {now:%Y-%m-%d %H:%M} UTC, {'running' if state.running else 'paused'}, ×{state.speed:,.0f}"
         + (f", ends {state.sim_end:%Y-%m-%d}" if state.sim_end else "")
     )
-    for month, landed in sorted(LandingZone(home.landing).landed_by_month().items()):
-        print(f"  {month}: {landed.flight_days} days of flights, {landed.weather_days} of weather")
+    for month, landed in sorted(LandingZone(home.landing, only()).landed_by_month().items()):
+        zone = LandingZone(home.landing, only())
+        days = ", ".join(f"{n} of {t}" for t, n in zip(zone.tables, landed.days, strict=True))
+        print(f"  {month}: days landed: {days}")
     return EXIT_OK

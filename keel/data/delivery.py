@@ -161,23 +161,22 @@ class DeliveryGate:
         self._references = references
 
     def _contract(self, table: str):
-        from keel.contracts.catalog import compiled_contract
+        from keel.contracts.engine import CompiledContract
+        from keel.contracts.spec import load_contract
 
         if self._contracts is None:
             self._contracts = {}
         if table not in self._contracts:
-            self._contracts[table] = compiled_contract(table)
+            self._contracts[table] = CompiledContract(load_contract(self.zone.usecase.contract_path(table)))
         return self._contracts[table]
 
     def _refs(self, compiled) -> dict:
         if self._references is None:
             self._references = {}
-        from keel.data.nycflights import read_raw
-
         for ref in compiled.spec.references:
             if ref not in self._references:
                 dataset, column = ref.split(".", 1)
-                self._references[ref] = read_raw(dataset)[column]
+                self._references[ref] = self.zone.usecase.source(dataset).read()[column]
         return {r: self._references[r] for r in compiled.spec.references}
 
     def _marker(self, table: str, day: date) -> Path:
@@ -234,10 +233,8 @@ class DeliveryGate:
 
     def check_new(self, tables=None, month: str | None = None) -> list[DeliveryVerdict]:
         """Check every delivered, not yet admitted day (of ``month`` ``YYYY-MM`` when given)."""
-        from keel.data.landing import LANDED_TABLES
-
         out = []
-        for table in tables or LANDED_TABLES:
+        for table in tables or self.zone.tables:
             for day in self.zone.delivered(table):
                 if month is not None and f"{day.year}-{day.month:02d}" != month:
                     continue
@@ -250,10 +247,8 @@ class DeliveryGate:
 def next_due_day(zone, table: str, now: datetime, margin: timedelta = timedelta(hours=12)) -> date:
     """The first day of ``table`` that has not landed and is not due within ``margin`` of ``now`` — what a drill
     delivers early: a day about to be delivered by the replay could overwrite the drill's file in the same instant."""
-    from keel.data.landing import FIRST_DAY, LAST_DAY, due
-
     have = set(zone.delivered(table))
-    d = FIRST_DAY
-    while (d in have or due(table, d) <= now + margin) and d < LAST_DAY:
+    d = zone.first_day
+    while (d in have or zone.due(table, d) <= now + margin) and d < zone.last_day:
         d += timedelta(days=1)
     return d

@@ -1,11 +1,10 @@
-"""The landing zone of a live replay: the upstream systems deliver 2013 day by day, as the simulated clock passes.
+"""The landing zone of a live replay: the upstream systems deliver a use case's data day by day, as the simulated
+clock passes.
 
-Each local day of flights and of weather becomes one file, ``<root>/<table>/<YYYY-MM-DD>.parquet`` (raw: every
-column as text, with ``_source_row``), delivered when the upstream system would have it:
-
-- weather of day D at D+1 06:00 UTC (the last hourly reading of a New York day is at ~05:00 UTC);
-- flights of day D at D+1 12:00 UTC — once every flight of D has landed, so its outcome (arrival delay) is known.
-  A flight's outcome is never in the zone before it happened.
+Each local day of each landed source (``UseCase.landed``: the sources with ``landing_after``) becomes one file,
+``<root>/<table>/<YYYY-MM-DD>.parquet`` (raw: every column as text, with ``_source_row``), delivered when the
+upstream system would have it: at the day's midnight (UTC) plus the source's ``landing_after`` — for the table that
+holds the outcomes, once every outcome of the day is known, so an outcome is never in the zone before it happened.
 
 ``deliver(now)`` writes every day due by ``now`` that is not there yet (atomically; a second call with the same
 ``now`` writes nothing), so a restarted replay picks up where it stopped. Every raw row of a day lands in exactly
@@ -19,19 +18,9 @@ from pathlib import Path
 
 import polars as pl
 
-from keel.data.nycflights import YEAR, read_raw
 from keel.loop.arrivals import Landed
 from keel.storage import write_parquet_atomic
-
-LANDED_TABLES = ("flights", "weather")
-DELIVERY = {"weather": timedelta(days=1, hours=6), "flights": timedelta(days=1, hours=12)}  # after local midnight UTC
-FIRST_DAY = date(YEAR, 1, 1)
-LAST_DAY = date(YEAR, 12, 31)
-
-
-def due(table: str, day: date) -> datetime:
-    """When ``table``'s file for local ``day`` is delivered (UTC)."""
-    return datetime.combine(day, time(0), tzinfo=UTC) + DELIVERY[table]
+from keel.usecase import Source, UseCase
 
 
 def _days(first: date, last: date):
@@ -42,29 +31,51 @@ def _days(first: date, last: date):
 
 
 class LandingZone:
-    def __init__(self, root: str | Path):
+    def __init__(self, root: str | Path, usecase: UseCase):
+        if usecase.period is None or not usecase.landed:
+            raise ValueError(f"use case {usecase.name} declares no period or no landed sources: nothing lands")
         self.root = Path(root)
+        self.usecase = usecase
+        self.first_day, self.last_day = usecase.period
+        self.tables = tuple(src.name for src in usecase.landed)  # the outcomes table first
+
+    def _source(self, table: str) -> Source:
+        if table not in self.tables:
+            raise ValueError(f"the landing zone holds {', '.join(self.tables)}, not {table!r}")
+        return self.usecase.source(table)
+
+    @property
+    def outcomes_table(self) -> str:
+        return self.tables[0]
+
+    def due(self, table: str, day: date) -> datetime:
+        """When ``table``'s file for local ``day`` is delivered (UTC)."""
+        return datetime.combine(day, time(0), tzinfo=UTC) + self._source(table).landing_after
 
     def path(self, table: str, day: date) -> Path:
-        if table not in LANDED_TABLES:
-            raise ValueError(f"the landing zone holds {', '.join(LANDED_TABLES)}, not {table!r}")
+        self._source(table)
         return self.root / table / f"{day.isoformat()}.parquet"
 
-    def deliver(self, now: datetime, *, first_day: date = FIRST_DAY) -> dict[str, list[date]]:
+    def deliver(self, now: datetime, *, first_day: date | None = None) -> dict[str, list[date]]:
         """Write every day due by ``now`` (from ``first_day``) that has not landed yet; what landed, per table."""
         out: dict[str, list[date]] = {}
-        for table in LANDED_TABLES:
+        for table in self.tables:
             landed = []
-            for day in _days(first_day, LAST_DAY):
-                if due(table, day) > now:
+            for day in _days(first_day or self.first_day, self.last_day):
+                if self.due(table, day) > now:
                     break
                 path = self.path(table, day)
                 if path.exists():
                     continue
-                write_parquet_atomic(_day_rows(table, day), path)
+                write_parquet_atomic(self.day_rows(table, day), path)
                 landed.append(day)
             out[table] = landed
         return out
+
+    def day_rows(self, table: str, day: date) -> pl.DataFrame:
+        """The rows of ``table`` that land as local ``day``'s file."""
+        src = self._source(table)
+        return src.read().filter(src.day_rows(day))
 
     def delivered(self, table: str) -> list[date]:
         folder = self.root / table
@@ -73,12 +84,12 @@ class LandingZone:
         return sorted(date.fromisoformat(p.stem) for p in folder.glob("*.parquet"))
 
     def landed_by_month(self) -> dict[str, Landed]:
-        """Per month ``YYYY-MM``: how many days of flights and of weather have landed."""
+        """Per month ``YYYY-MM``: how many days of each landed table (in ``tables`` order) have landed."""
         out: dict[str, list[int]] = {}
-        for i, table in enumerate(LANDED_TABLES):
+        for i, table in enumerate(self.tables):
             for d in self.delivered(table):
-                out.setdefault(f"{d.year}-{d.month:02d}", [0, 0])[i] += 1
-        return {m: Landed(flight_days=c[0], weather_days=c[1]) for m, c in out.items()}
+                out.setdefault(f"{d.year}-{d.month:02d}", [0] * len(self.tables))[i] += 1
+        return {m: Landed(tuple(c)) for m, c in out.items()}
 
     def read_month(self, table: str, month_key: str, days: list[date] | None = None) -> pl.DataFrame:
         """The landed days of month ``YYYY-MM`` (possibly a partial month; only ``days`` when given), in delivery
@@ -87,7 +98,7 @@ class LandingZone:
         wanted = self.delivered(table) if days is None else sorted(days)
         files = [self.path(table, d) for d in wanted if (d.year, d.month) == (year, month)]
         if not files:
-            return read_raw(table).clear()
+            return self._source(table).read().clear()
         return pl.concat([pl.read_parquet(f) for f in files]).sort("_source_row")
 
     def month_complete(self, table: str, month_key: str) -> bool:
@@ -97,15 +108,9 @@ class LandingZone:
         have = set(self.delivered(table))
         return all(d in have for d in _days(first, last))
 
-    def complete_months(self, table: str = "flights") -> tuple[str, ...]:
-        """The months whose every day of ``table`` has landed — for flights: the months whose outcomes are all known
-        (a flight's day lands once all its flights have arrived), i.e. the labelled months."""
+    def complete_months(self, table: str | None = None) -> tuple[str, ...]:
+        """The months whose every day of ``table`` (default: the outcomes table) has landed — for the outcomes
+        table: the months whose outcomes are all known, i.e. the labelled months."""
+        table = table or self.outcomes_table
         months = sorted({f"{d.year}-{d.month:02d}" for d in self.delivered(table)})
         return tuple(m for m in months if self.month_complete(table, m))
-
-
-def _day_rows(table: str, day: date) -> pl.DataFrame:
-    raw = read_raw(table)
-    return raw.filter(
-        (pl.col("year") == str(day.year)) & (pl.col("month") == str(day.month)) & (pl.col("day") == str(day.day))
-    )

@@ -136,13 +136,20 @@ def price_table(state: dict) -> dict[str, Any] | None:
     }
 
 
+def _training_asset(model: str) -> str:
+    """The asset that trains ``model``: its use case's declaration (keel/usecase.py)."""
+    from keel.usecase import by_model
+
+    return by_model(model).model.asset
+
+
 def parts_of(record: RegisteredModel) -> tuple[dict, dict]:
     """A release's data and model parts from a registered model's metadata (what model_promotion would write)."""
     meta = record.metadata
     data = {**(meta.get("data_versions") or {}), "contracts": meta.get("contracts")}
     model = {
         "sha256": record.sha256,
-        "asset": "delay_model",
+        "asset": _training_asset(record.name),
         "training_code": meta.get("training_code_version"),
         "feature_code": meta.get("feature_code_version"),
         "params": meta.get("params"),

@@ -119,7 +119,7 @@ def parse_causal_spec(raw: Any, source: str = "<dict>") -> CausalSpec:
         names[key] = v
     graph = raw.get("graph")
     if not isinstance(graph, list) or not graph:
-        raise _err(source, "graph", "must list the edges, e.g. [[month, dep_delay], [low_visibility, dep_delay]]")
+        raise _err(source, "graph", "must list the edges, e.g. [[month, outcome], [treatment, outcome]]")
     edges = []
     for i, e in enumerate(graph):
         if not (isinstance(e, list | tuple) and len(e) == 2 and all(isinstance(n, str) and NODE.match(n) for n in e)):
@@ -340,22 +340,3 @@ def run_causal(spec: CausalSpec, data: pl.DataFrame, *, where: str = "data") -> 
         "assumptions": assumptions,
         "estimand": str(identified),
     }
-
-
-def low_visibility_frame(flights: pl.DataFrame, weather: pl.DataFrame, miles: float = 3.0) -> pl.DataFrame:
-    """The shipped observational example on real data: each departed flight with the visibility at its origin in
-    its scheduled hour; treatment low_visibility = visib < ``miles``; outcome dep_delay (minutes)."""
-    w = weather.select("origin", "time_hour", "visib").unique(["origin", "time_hour"], keep="first")
-    return (
-        flights.filter(pl.col("dep_delay").is_not_null())
-        .join(w, on=["origin", "time_hour"], how="inner")
-        .filter(pl.col("visib").is_not_null())
-        .select(
-            (pl.col("visib") < miles).cast(pl.Int8).alias("low_visibility"),
-            pl.col("dep_delay").cast(pl.Float64),
-            pl.col("month").cast(pl.String),  # categorical: adjusted for as strata, not as a line
-            pl.col("hour").cast(pl.String),
-            "carrier",
-            "origin",
-        )
-    )

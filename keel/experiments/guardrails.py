@@ -22,6 +22,7 @@ from keel.experiments.control import GUARDRAIL_AUTHOR, RUNNING, experiments, pau
 from keel.experiments.lake import wide_rows
 from keel.exposures import read_exposure_scan, realized_labels
 from keel.home import KeelHome
+from keel.usecase import by_model
 
 AUTHOR = GUARDRAIL_AUTHOR
 
@@ -49,9 +50,14 @@ def tick(
     frame, scan = read_exposure_scan(layout.exposure_dirs(), since=since or None)
     if scan.skipped:
         problems.append(f"exposure log: {scan.skipped} lines were not whole records, e.g. {scan.examples[0]}")
-    labels = realized_labels(frame["flight_key"], layout.storage)
+    labels_by_model: dict[str, dict] = {}  # each model's realized labels, read once per tick
     for exp_id, meta in sorted(running.items()):
         try:
+            model = stored_spec(home, exp_id).model
+            if model not in labels_by_model:
+                fs = by_model(model).features
+                labels_by_model[model] = realized_labels(fs, frame["entity_key"], layout.storage)
+            labels = labels_by_model[model]
             done = _tick_one(store, home, exp_id, meta, frame, labels, cursor, registry, ledger)
         except Exception as exc:  # noqa: BLE001 - one bad experiment must not stop every other guardrail
             problems.append(f"experiment '{exp_id}' skipped: {type(exc).__name__}: {exc}")

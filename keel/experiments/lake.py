@@ -2,7 +2,7 @@
 
 Each row of the wide table is one request of one experiment's window (from its start until it is paused, stopped
 or rolled back), routed to its control or treatment version: who (unit_id), what it was shown (variant,
-routed_version, model_version, score), where (carrier, origin, hour, hour_band — from the flight), and what
+routed_version, model_version, score), where (the use case's segments, hour, hour_band — from the entity key), and what
 happened:
 
 - ``late`` — the real outcome: did the flight arrive more than 15 min late (validated flights, where known);
@@ -27,14 +27,29 @@ import polars as pl
 
 from keel.experiments.simulator import hour_band, outcome_exprs
 from keel.experiments.spec import ExperimentSpec
-from keel.flight_key import key_carrier, key_hour, key_origin
+from keel.usecase import by_model
 
 EPS = 1e-15
-WIDE_COLUMNS = [
+_BEFORE_SEGMENTS = [
     "experiment_id", "day", "ts", "request_id", "unit_id", "variant", "routed_version", "model_version", "status",
-    "score", "latency_ms", "flight_key", "carrier", "origin", "hour", "hour_band", "late", "log_loss",
-    "offer_accepted", "pre_accepted", "offers", "revenue", "rolled_back",
+    "score", "latency_ms", "entity_key",
 ]  # fmt: skip
+_AFTER_SEGMENTS = [
+    "hour", "hour_band", "late", "log_loss", "offer_accepted", "pre_accepted", "offers", "revenue", "rolled_back",
+]  # fmt: skip
+
+
+def wide_columns(segments: tuple[str, ...]) -> list[str]:
+    """The wide table's columns: the exposure, the use case's segment columns (read from the entity key), the
+    outcome and the simulated business outcomes."""
+    return [*_BEFORE_SEGMENTS, *segments, *_AFTER_SEGMENTS]
+
+
+def key_segments(model: str) -> tuple[str, ...]:
+    """The segments of ``model``'s use case that its entity key carries (the lake reads them from the key)."""
+    uc = by_model(model)
+    key = uc.features.entity.key
+    return tuple(c for c in uc.segments if key is not None and c in key.columns)
 
 
 def window(meta: dict[str, Any]) -> tuple[float, float]:
@@ -55,7 +70,9 @@ def wide_rows(
     start, end = window(meta)
     versions = [spec.control_version, spec.treatment_version]
     f = exposures.filter(pl.col("routed_version").is_in(versions) & (pl.col("ts") >= start) & (pl.col("ts") < end))
-    key = pl.col("flight_key")
+    entity_key = by_model(spec.model).features.entity.key  # the served use case's (keel/entity_key.py)
+    segments = key_segments(spec.model)
+    key = pl.col("entity_key")
     f = f.with_columns(
         pl.lit(spec.id).alias("experiment_id"),
         pl.from_epoch(pl.col("ts"), time_unit="s").dt.strftime("%Y-%m-%d").alias("day"),
@@ -64,9 +81,8 @@ def wide_rows(
         .then(pl.lit(spec.treatment_label))
         .otherwise(pl.lit(spec.control_label))
         .alias("variant"),
-        key_carrier(key).alias("carrier"),
-        key_origin(key).alias("origin"),
-        key_hour(key).alias("hour"),
+        *[entity_key.part(key, c).alias(c) for c in segments],
+        entity_key.hour(key).alias("hour"),
         key.replace_strict(labels or {}, default=None, return_dtype=pl.Int8).alias("late"),
     ).with_columns(hour_band(pl.col("hour")).alias("hour_band"))
     p = pl.col("score").clip(EPS, 1 - EPS)
@@ -100,4 +116,4 @@ def wide_rows(
             pl.lit(None, pl.Int8).alias("offer_accepted"), pl.lit(None, pl.Float64).alias("pre_accepted"),
             pl.lit(None, pl.Int64).alias("offers"), pl.lit(None, pl.Float64).alias("revenue"),
         )  # fmt: skip
-    return f.select(WIDE_COLUMNS)
+    return f.select(wide_columns(segments))

@@ -29,8 +29,6 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from keel.flight_key import flight_key_expr
-
 LATE_FACTOR = 1.8
 
 
@@ -49,20 +47,6 @@ def hour_band(hour: pl.Expr) -> pl.Expr:
         .when(hour < 18).then(pl.lit("afternoon"))
         .otherwise(pl.lit("evening"))
     )  # fmt: skip
-
-
-def flight_units(flights: pl.DataFrame) -> pl.DataFrame:
-    """Validated flights as experiment units: id, segment columns and the real outcome (late > 15 min)."""
-    return flights.filter(pl.col("arr_delay").is_not_null()).select(
-        flight_key_expr(stamp_format="%Y-%m-%dT%H").alias("unit_id"),
-        "carrier",
-        "origin",
-        pl.col("hour").cast(pl.Int32),
-        hour_band(pl.col("hour")).alias("hour_band"),
-        pl.col("distance").cast(pl.Float64),
-        (pl.col("arr_delay") > 15).cast(pl.Int8).alias("late"),
-        pl.col("time_hour").dt.date().alias("day"),
-    )
 
 
 def _uniform(col: str, seed: int, k: int) -> pl.Expr:

@@ -67,7 +67,7 @@ class Guardrail:
 class ExperimentSpec:
     id: str
     metrics: tuple[Metric, ...]
-    model: str = "flight-delay"
+    model: str = ""  # the served model; empty: the installed use case's (load_spec fills it in)
     control_version: int | None = None
     treatment_version: int | None = None
     traffic_ratio: float = 0.5
@@ -206,7 +206,7 @@ def parse_spec(raw: Any, source: str = "<dict>") -> ExperimentSpec:
     spec = ExperimentSpec(
         id=exp_id,
         metrics=tuple(metrics),
-        model=_str(source, "model", raw.get("model", "flight-delay")),
+        model=_str(source, "model", raw.get("model") or _default_model()),
         control_version=versions["control"],
         treatment_version=versions["treatment"],
         traffic_ratio=_num(source, "traffic_ratio", raw.get("traffic_ratio", 0.5), lo=0, hi=1, lo_open=True),
@@ -274,6 +274,12 @@ def _simulation(source: str, raw: Any) -> dict[str, Any] | None:
     if not isinstance(out["planted"], dict):
         raise _err(source, "simulation.planted", "must map columns to values")
     return out
+
+
+def _default_model() -> str:
+    from keel.usecase import only
+
+    return only().model.name
 
 
 def load_spec(path: str | Path) -> ExperimentSpec:

@@ -29,6 +29,7 @@ from typing import Any, Literal
 import numpy as np
 import polars as pl
 
+from keel.entity_key import EntityKey
 from keel.errors import KeelError
 from keel.features.ops import DateTrace, LineageOps, NumpyOps, PolarsOps, Trace
 
@@ -77,7 +78,8 @@ class Entity:
     row is scored as of — a date column of the source, or built from ``date_parts`` (year, month, day integer
     columns) when given. ``id_parts``: the columns whose values, joined with ``-``, are the row's id (unique per the
     source's contract). ``request_columns``: what a caller sends for a row (the date column included); ``carried``:
-    the entity columns the feature table keeps beside the features.
+    the entity columns the feature table keeps beside the features. ``key``: the entity key an exposure record
+    carries so that the realized label finds it (keel/entity_key.py).
     """
 
     name: str
@@ -88,6 +90,7 @@ class Entity:
     request_columns: tuple[str, ...]
     carried: tuple[str, ...]
     date_parts: tuple[str, str, str] | None = None
+    key: EntityKey | None = None  # how exposures meet outcomes (keel/entity_key.py); None: not joined
 
     def __post_init__(self) -> None:
         if self.date not in self.request_columns:
@@ -175,12 +178,14 @@ class History:
 @dataclass(frozen=True, eq=False)
 class Label:
     """The training target: ``expr`` over the entity's source rows, stored as ``column``. ``known_after``: what a
-    reader should know about when it is realized (for docs and the UI)."""
+    reader should know about when it is realized (for docs and the UI); ``classes``: the names of 0 and 1 of a
+    binary label."""
 
     column: str
     expr: pl.Expr
     task: Task
     known_after: str = ""
+    classes: tuple[str, str] = ("0", "1")  # binary: what 0 and 1 mean, for explanations
 
     def __post_init__(self) -> None:
         if self.task not in ("binary", "regression"):

@@ -1,9 +1,10 @@
 """New data in the landing zone → which months to rebuild, and which are complete enough to judge for drift.
 
-Pure: ``arrivals(landed, seen)`` compares what has landed (per month: days of flights and of weather) with what the
-pipeline was last asked to build, and returns one ``MonthRefresh`` per month with new days — the month's key and a
-run key that names exactly what landed, so the same delivery never launches two runs (a restarted daemon, a
-replayed cursor). A month whose every day of flights has landed is ``complete``: its drift report can be judged.
+Pure: ``arrivals(landed, seen)`` compares what has landed (per month: days of each landed table, the outcomes table
+first) with what the pipeline was last asked to build, and returns one ``MonthRefresh`` per month with new days — the
+month's key and a run key that names exactly what landed, so the same delivery never launches two runs (a restarted
+daemon, a replayed cursor). A month whose every day of the outcomes table has landed is ``complete``: its drift
+report can be judged.
 """
 
 from __future__ import annotations
@@ -14,8 +15,13 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Landed:
-    flight_days: int
-    weather_days: int
+    """Days landed of each table of the landing zone (``LandingZone.tables`` order: the outcomes table first)."""
+
+    days: tuple[int, ...]
+
+    @property
+    def outcome_days(self) -> int:
+        return self.days[0]
 
 
 @dataclass(frozen=True)
@@ -26,7 +32,7 @@ class MonthRefresh:
 
     @property
     def run_key(self) -> str:
-        return f"landing:{self.month}:{self.landed.flight_days}f{self.landed.weather_days}w"
+        return f"landing:{self.month}:{'-'.join(map(str, self.landed.days))}"
 
 
 def days_in(month: str) -> int:
@@ -35,12 +41,12 @@ def days_in(month: str) -> int:
 
 
 def arrivals(landed: dict[str, Landed], seen: dict[str, Landed]) -> list[MonthRefresh]:
-    """Months (in calendar order) with days that landed since ``seen``; months without flights yet are skipped (a
-    month's features need its flights)."""
+    """Months (in calendar order) with days that landed since ``seen``; months without a day of the outcomes table
+    yet are skipped (a month's features need its entities)."""
     out = []
     for month in sorted(landed):
         now = landed[month]
-        if now.flight_days == 0 or seen.get(month) == now:
+        if now.outcome_days == 0 or seen.get(month) == now:
             continue
-        out.append(MonthRefresh(month, now, complete=now.flight_days >= days_in(month)))
+        out.append(MonthRefresh(month, now, complete=now.outcome_days >= days_in(month)))
     return out

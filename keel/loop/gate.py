@@ -48,7 +48,7 @@ class ChallengerVerdict:
         return {k: v for k, v in self.__dict__.items()}
 
 
-def per_flight_log_loss(scores: np.ndarray, labels: np.ndarray) -> np.ndarray:
+def per_row_log_loss(scores: np.ndarray, labels: np.ndarray) -> np.ndarray:
     p = np.clip(scores.astype(np.float64), EPS, 1 - EPS)
     return -(labels * np.log(p) + (1 - labels) * np.log(1 - p))
 
@@ -79,10 +79,10 @@ def challenger_gate(
         raise ValueError(f"labels {labels.shape}, champion {h.shape} and challenger {c.shape} scores must align")
     n = labels.size
     if n < policy.min_rows:
-        return ChallengerVerdict(False, f"{n} labelled flights: fewer than {policy.min_rows} to judge on", n)
+        return ChallengerVerdict(False, f"{n} labelled rows: fewer than {policy.min_rows} to judge on", n)
     if not (np.isfinite(h).all() and np.isfinite(c).all()):
         return ChallengerVerdict(False, "a score is not finite: cannot judge", n)
-    lh, lc = per_flight_log_loss(h, labels), per_flight_log_loss(c, labels)
+    lh, lc = per_row_log_loss(h, labels), per_row_log_loss(c, labels)
     d = lc - lh
     delta = float(d.mean())
     upper = bootstrap_upper(d, policy.alpha, policy.resamples, policy.seed)

@@ -24,6 +24,7 @@ import numpy as np
 import polars as pl
 
 from keel.training.model import auc, log_loss, predict
+from keel.usecase import only
 
 NOON = time(12, 0, tzinfo=UTC)
 
@@ -61,9 +62,11 @@ def champion_at(releases: list[Release], when: datetime) -> Release | None:
 def segments(frame: pl.DataFrame, releases: list[Release]) -> list[tuple[str, pl.DataFrame]]:
     """The month's labelled flights in serving periods: (model sha, its flights) for each run of consecutive days
     served by one model. Flights before the first release are left out (nothing served them)."""
-    labelled = frame.filter(pl.col("label_late15").is_not_null())
+    fs = only().features  # issue 30: the one installed use case's table (threaded with the loop's metrics next)
+    day = fs.entity.date
+    labelled = frame.filter(pl.col(fs.label.column).is_not_null())
     out: list[tuple[str, list]] = []
-    for d in labelled["sched_date"].unique().sort().to_list():
+    for d in labelled[day].unique().sort().to_list():
         r = champion_at(releases, datetime.combine(d if isinstance(d, date) else d.date(), NOON))
         if r is None:
             continue
@@ -71,7 +74,7 @@ def segments(frame: pl.DataFrame, releases: list[Release]) -> list[tuple[str, pl
             out[-1][1].append(d)
         else:
             out.append((r.model_sha, [d]))
-    return [(sha, labelled.filter(pl.col("sched_date").is_in(days))) for sha, days in out]
+    return [(sha, labelled.filter(pl.col(day).is_in(days))) for sha, days in out]
 
 
 def segment_score(parts: list[tuple[np.ndarray, np.ndarray]]) -> Score:

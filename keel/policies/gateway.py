@@ -66,8 +66,9 @@ class GatewayPolicy:
     invalid_input: str = "reject"  # reject → 422; default → serve with the reference defaults, flagged degraded
     routing_poll_s: float = 0.1  # how often the routing file is checked for a new generation
     # Per-model memory budget (bytes) for the feature matrices of requests in flight; × 1.2 headroom is the pool's
-    # limit. Over it, that model answers 503 memory_budget_exceeded; other models are unaffected.
-    pool_budgets: dict[str, int] = field(default_factory=lambda: {"flight-delay": 64 << 20})
+    # limit. Over it, that model answers 503 memory_budget_exceeded; other models are unaffected. A model the policy
+    # does not name gets its use case's budget (``Serving.pool_budget_bytes``, keel/usecase.py).
+    pool_budgets: dict[str, int] = field(default_factory=dict)
     # While the model runtime is down (Triton restarting): None → 503 runtime_unavailable; a score in [0, 1] → that
     # score is the answer, flagged degraded "runtime_unavailable" (a documented last resort for callers that must
     # get a number).

@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--request-features",
         metavar="USECASE_MODULE",
-        help="add the request features of a use case (its package, e.g. usecases.flights) to valid",
+        help="add the request features of a use case (its package: usecases.<name>) to valid",
     )
     args = parser.parse_args(argv)
 

@@ -69,17 +69,18 @@ def _xy(frame: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
 
 
 def month_of(frame: pl.DataFrame, month: str) -> pl.DataFrame:
-    return frame.filter(pl.col("sched_date").dt.strftime("%Y-%m") == month)
+    return frame.filter(pl.col(_table().entity.date).dt.strftime("%Y-%m") == month)
 
 
 def train_model(features: pl.DataFrame, config: TrainingConfig) -> TrainedModel:
     """Train on ``config.train_months`` of ``features``, early-stopping on ``config.valid_month`` (its
     ``valid_days`` when set)."""
-    train = features.filter(pl.col("sched_date").dt.strftime("%Y-%m").is_in(list(config.train_months)))
+    day = pl.col(_table().entity.date)
+    train = features.filter(day.dt.strftime("%Y-%m").is_in(list(config.train_months)))
     valid = month_of(features, config.valid_month)
     if config.valid_days is not None:
         first, last = config.valid_days
-        valid = valid.filter(pl.col("sched_date").dt.day().is_between(first, last))
+        valid = valid.filter(day.dt.day().is_between(first, last))
     if train.height == 0 or valid.height == 0:
         raise ValueError(
             f"no rows for training months {config.train_months} or validation month {config.valid_month}"
@@ -152,10 +153,11 @@ class Evaluation:
         return {"auc": self.auc, "log_loss": self.log_loss, "brier": self.brier, "ece": self.ece}
 
 
-def evaluate(
-    model_text: str, holdout: pl.DataFrame, dimensions: tuple[str, ...] = ("carrier", "origin")
-) -> Evaluation:
+def evaluate(model_text: str, holdout: pl.DataFrame, dimensions: tuple[str, ...] | None = None) -> Evaluation:
+    """The model's metrics on ``holdout``, overall and per segment of ``dimensions`` (None: the use case's)."""
     fs = _table()
+    if dimensions is None:
+        dimensions = only().segments
     labelled = holdout.filter(pl.col(fs.label.column).is_not_null()).sort(fs.entity.id_column)
     scores, labels = predict(model_text, labelled)
     segments: dict[str, dict[str, dict[str, float]]] = {}

@@ -9,8 +9,8 @@ import pytest
 
 from keel.contracts.engine import SOURCE_ROW, CompiledContract, PartitionWindow
 from keel.contracts.spec import load_contract
-from keel.data.nycflights import MONTHS, read_raw, read_raw_month
 from tests.conftest import CONTRACTS
+from usecases.flights.data import MONTHS, read_raw, read_raw_month
 
 
 def month_window(key: str) -> PartitionWindow:

@@ -18,6 +18,7 @@ from keel.registry import ModelRegistry
 from resources import keel_resources
 from sensors.drift import DriftCursor
 from tests.drift.summaries import feat
+from usecases.flights import usecase as FLIGHTS
 from usecases.flights.features import FLIGHT_FEATURES
 
 EXPIRES = "2013-07-31T12:00:00+00:00"
@@ -74,7 +75,7 @@ def champion(home, months: list[str], valid: str) -> None:
 def live_at(home, now: datetime, complete_through: int) -> None:
     """A live replay at ``now`` whose flights have landed in full for 2013-01 … 2013-``complete_through``."""
     SimClock(home.clock).start(now, speed=1.0)
-    zone = LandingZone(home.landing)
+    zone = LandingZone(home.landing, FLIGHTS)
     d = date(2013, 1, 1)
     while d.month <= complete_through and d.year == 2013:
         zone.path("flights", d).parent.mkdir(parents=True, exist_ok=True)

@@ -10,12 +10,12 @@ import pytest
 from keel.experiments.causal import (
     CausalSpecError,
     load_causal_spec,
-    low_visibility_frame,
     parse_causal_spec,
     run_causal,
 )
 from tests.conftest import REPO
 from tests.features.conftest import validated  # noqa: F401 - shared session fixture
+from usecases.flights.experiments import low_visibility_frame
 
 TRUE_EFFECT = 4.0
 SPEC = {

@@ -16,13 +16,13 @@ from keel.experiments import control
 from keel.experiments.control import ExperimentStateError
 from keel.experiments.guardrails import tick
 from keel.exposure_log import ExposureLog
-from keel.flight_key import flight_key
 from keel.ledger import Ledger
 from keel.policies import PolicyStore
 from keel.registry import ModelRegistry, versions_lookup
 from resources import keel_resources
 from tests.conftest import REPO, evaluate_sensor
 from tests.features.conftest import validated  # noqa: F401 - shared session fixture
+from usecases.flights.features import FLIGHT, FLIGHT_FEATURES
 
 SPEC = """\
 id: rebooking-offer
@@ -139,12 +139,12 @@ def exposures_of_real_flights(home, validated, start_ts, n=3000, offset=1.0, ste
     log = ExposureLog(home / "serving" / "exposures")
     rows = validated["flights"].filter(pl.col("arr_delay").is_not_null()).head(n).to_dicts()
     for i, row in enumerate(rows):
-        key = flight_key({**row, "time_hour": row["time_hour"].strftime("%Y-%m-%dT%H:%M:%SZ")})
+        key = FLIGHT.key.of({**row, "time_hour": row["time_hour"].strftime("%Y-%m-%dT%H:%M:%SZ")})
         unit = f"u{i}"
         arm = pick_weighted([Weighted("control", 0.5), Weighted("treatment", 0.5)], unit, salt="rebooking-offer")
         version = 2 if arm == "treatment" else 1
         log.append({"ts": start_ts + offset + i * step, "unit_id": unit, "routed_version": version,
-                    "model_version": version, "status": 200, "score": 0.3, "latency_ms": 3.0, "flight_key": key})  # fmt: skip
+                    "model_version": version, "status": 200, "score": 0.3, "latency_ms": 3.0, "entity_key": key})  # fmt: skip
     log.close()
     storage = home / "storage" / "validated_flights"
     storage.mkdir(parents=True, exist_ok=True)
@@ -239,7 +239,7 @@ def test_the_analysis_shows_the_guardrail_decision_that_rolled_the_experiment_ba
     assert control.guardrail_decision(store, "rebooking-offer")["version"] == acted.version
     frame = read_exposure_frame(home / "serving" / "exposures")
     wide = wide_rows(frame, control.stored_spec(home, "rebooking-offer"), meta,
-                     labels=realized_labels(frame["flight_key"], home / "storage"))  # fmt: skip
+                     labels=realized_labels(FLIGHT_FEATURES, frame["entity_key"], home / "storage"))  # fmt: skip
     (home / "storage" / "experiment_wide_table").mkdir(parents=True)
     wide.write_parquet(home / "storage" / "experiment_wide_table" / "2026-01-01.parquet")
     store.close()

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from keel.experiments.impact import ImpactPredictor, compare, simulate_history
-from keel.experiments.simulator import flight_units
 from resources import keel_resources
 from tests.features.conftest import validated  # noqa: F401 - shared session fixture
+from usecases.flights.experiments import flight_units
 
 
 @pytest.fixture(scope="module")
@@ -66,6 +66,7 @@ def test_a_prediction_is_recorded_at_start_and_compared_with_the_realized_lift(u
     from keel.exposures import read_exposure_frame, realized_labels
     from tests.conftest import REPO
     from tests.experiments.test_control import SPEC, exposures_of_real_flights, open_store
+    from usecases.flights.features import FLIGHT_FEATURES
 
     home = tmp_path
     from keel.registry import ModelRegistry
@@ -106,7 +107,7 @@ def test_a_prediction_is_recorded_at_start_and_compared_with_the_realized_lift(u
     exposures_of_real_flights(home, validated, meta["started_at"], offset=0.0, step=0.0)
     frame = read_exposure_frame(home / "serving" / "exposures")
     wide = wide_rows(frame, control.stored_spec(home, "rebooking-offer"), meta,
-                     labels=realized_labels(frame["flight_key"], home / "storage"))  # fmt: skip
+                     labels=realized_labels(FLIGHT_FEATURES, frame["entity_key"], home / "storage"))  # fmt: skip
     (home / "storage" / "experiment_wide_table").mkdir(parents=True)
     wide.write_parquet(home / "storage" / "experiment_wide_table" / "2026-01-01.parquet")
     control.stop(store, home, "rebooking-offer", author="ana", reason="done")

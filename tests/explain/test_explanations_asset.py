@@ -12,7 +12,7 @@ import pytest
 from assets.explanations import ATTRIBUTION_SHIFT, explanations
 from assets.partitions import monthly_2013
 from keel.explanations import (
-    SAMPLE_FLIGHTS,
+    SAMPLE_ROWS,
     SHIFT_THRESHOLD,
     attribution_shift,
     attribution_summary,
@@ -44,12 +44,12 @@ def test_mean_absolute_contributions_per_feature_and_segment(february, explained
     assert february.success
     summary = february.output_for_node("explanations")
     feb = explanation_sample(features.filter(pl.col("sched_date").dt.strftime("%Y-%m") == "2013-02"), seed=201302)
-    assert feb.height == SAMPLE_FLIGHTS
+    assert feb.height == SAMPLE_ROWS
     contrib = lgb.Booster(model_str=text).predict(feature_matrix(feb), pred_contrib=True)[:, :-1]
     overall = summary.filter(pl.col("segment") == "all")
     got = dict(zip(overall["feature"], overall["mean_abs"], strict=True))
     np.testing.assert_allclose([got[f] for f in FEATURE_NAMES], np.abs(contrib).mean(axis=0), rtol=1e-9)
-    assert overall["share"].sum() == pytest.approx(1.0) and set(overall["flights"]) == {feb.height}
+    assert overall["share"].sum() == pytest.approx(1.0) and set(overall["rows"]) == {feb.height}
     ua = summary.filter((pl.col("segment") == "carrier") & (pl.col("value") == "UA"))
     mask = (feb["carrier"] == "UA").to_numpy()
     ua_temp = ua.filter(pl.col("feature") == "temp")["mean_abs"][0]
@@ -77,7 +77,7 @@ def test_the_shift_check_judges_the_month_against_the_reference_window(february,
 
 def test_a_sharp_change_in_what_drives_the_predictions_is_flagged():
     def summary(shares):
-        return pl.DataFrame({"segment": "all", "value": "all", "flights": 1, "feature": list(FEATURE_NAMES),
+        return pl.DataFrame({"segment": "all", "value": "all", "rows": 1, "feature": list(FEATURE_NAMES),
                              "mean_abs": shares, "share": shares})  # fmt: skip
 
     even = [1 / len(FEATURE_NAMES)] * len(FEATURE_NAMES)

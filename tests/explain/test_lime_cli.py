@@ -26,20 +26,20 @@ def keel(home, *args: str) -> subprocess.CompletedProcess:
 def test_lime_next_to_treeshap_reports_agreement_and_cost(explained_home, tmp_path):
     home, text = explained_home
     out = tmp_path / "lime.json"
-    done = keel(home, "explain", "--method", "lime", "--month", "2013-02", "--flights", "12", "--samples", "2000",
+    done = keel(home, "explain", "--method", "lime", "--month", "2013-02", "--rows", "12", "--samples", "2000",
                 "--out", str(out))  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert "rank agreement" in done.stdout and "Cost per flight" in done.stdout and "LIME" in done.stdout
+    assert "rank agreement" in done.stdout and "Cost per row" in done.stdout and "LIME" in done.stdout
     report = json.loads(out.read_text())
-    assert report["flights"] == 12 and report["samples"] == 2000 and report["model_version"] == 1
+    assert report["rows"] == 12 and report["samples"] == 2000 and report["model_version"] == 1
     assert -1 <= report["median_spearman"] <= 1 and 0 <= report["median_top_k_overlap"] <= 1
     assert report["lime_cost_x"] > 0 and report["tree_shap_cost_x"] > 0
     # On this model the two methods agree on what matters: the largest attributions rank alike.
     assert report["median_spearman"] > 0.3, report["summary"]
     # TreeSHAP's numbers in the report are the model's exact contributions for those flights.
     feb = pl.read_parquet(home / "storage" / "flight_features" / "2013-02.parquet")
-    first = report["per_flight"][0]
-    row = feb.filter(pl.col("flight_id") == first["flight_id"])
+    first = report["per_row"][0]
+    row = feb.filter(pl.col("flight_id") == first["row_id"])
     contrib = lgb.Booster(model_str=text).predict(feature_matrix(row), pred_contrib=True)[0]
     from usecases.flights.features import FEATURE_NAMES
 
@@ -53,12 +53,15 @@ def test_chosen_flights_and_bad_input(explained_home):
     feb = pl.read_parquet(home / "storage" / "flight_features" / "2013-02.parquet")
     ids = feb["flight_id"].sort().to_list()[:2]
     done = keel(home, "explain", "--method", "lime", "--month", "2013-02", "--samples", "500", "--json",
-                *[a for i in ids for a in ("--flight-id", i)])  # fmt: skip
+                *[a for i in ids for a in ("--id", i)])  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert [f["flight_id"] for f in json.loads(done.stdout)["per_flight"]] == ids
+    assert [f["row_id"] for f in json.loads(done.stdout)["per_row"]] == ids
     missing = keel(home, "explain", "--method", "lime", "--month", "2013-07")
     assert missing.returncode == 2 and "no flight_features for 2013-07" in missing.stderr
-    unknown = keel(home, "explain", "--method", "lime", "--month", "2013-02", "--flight-id", "nope")
+    unknown = keel(home, "explain", "--method", "lime", "--month", "2013-02", "--id", "nope")
     assert unknown.returncode == 2 and "flight nope is not among" in unknown.stderr
+    newest = keel(home, "explain", "--method", "lime", "--rows", "2", "--samples", "500", "--json")
+    months = sorted(p.stem for p in (home / "storage" / "flight_features").glob("*.parquet"))
+    assert newest.returncode == 0 and json.loads(newest.stdout)["month"] == months[-1], newest.stderr
     no_method = keel(home, "explain")
     assert no_method.returncode == 2 and "--method" in no_method.stderr

@@ -9,8 +9,8 @@ import pytest
 
 from keel.contracts.engine import CompiledContract
 from keel.contracts.spec import load_contract
-from keel.data.nycflights import read_raw, read_raw_month
 from tests.conftest import CONTRACTS
+from usecases.flights.data import read_raw, read_raw_month
 from usecases.flights.features import FLIGHT_FEATURES
 
 

@@ -171,15 +171,15 @@ def test_freezes_end_on_expiry_or_when_a_promoted_model_learned_their_drift(acti
     "landed, seen, expected",
     [
         # nothing new: nothing to build
-        ({"2013-04": Landed(3, 4)}, {"2013-04": Landed(3, 4)}, []),
+        ({"2013-04": Landed((3, 4))}, {"2013-04": Landed((3, 4))}, []),
         # a new day of flights: the month is rebuilt, not yet complete
-        ({"2013-04": Landed(4, 5)}, {"2013-04": Landed(3, 4)}, [("2013-04", "landing:2013-04:4f5w", False)]),
+        ({"2013-04": Landed((4, 5))}, {"2013-04": Landed((3, 4))}, [("2013-04", "landing:2013-04:4-5", False)]),
         # weather only, no flights yet in May: nothing for May
-        ({"2013-04": Landed(30, 30), "2013-05": Landed(0, 1)}, {"2013-04": Landed(29, 30)},
-         [("2013-04", "landing:2013-04:30f30w", True)]),
+        ({"2013-04": Landed((30, 30)), "2013-05": Landed((0, 1))}, {"2013-04": Landed((29, 30))},
+         [("2013-04", "landing:2013-04:30-30", True)]),
         # several months at once (a restart after a long pause): in calendar order
-        ({"2013-06": Landed(2, 3), "2013-05": Landed(31, 31)}, {},
-         [("2013-05", "landing:2013-05:31f31w", True), ("2013-06", "landing:2013-06:2f3w", False)]),
+        ({"2013-06": Landed((2, 3)), "2013-05": Landed((31, 31))}, {},
+         [("2013-05", "landing:2013-05:31-31", True), ("2013-06", "landing:2013-06:2-3", False)]),
     ],
 )  # fmt: skip
 def test_new_days_in_the_landing_zone_rebuild_their_month_once(landed, seen, expected):

@@ -78,13 +78,13 @@ def january_outcomes(tmp_path, validated):  # noqa: F811
 
 def labelled_traffic(log, start, rows, score_of) -> None:
     """One answer per flight, a third of them by the challenger (v2), each with its flight key and score."""
-    from keel.flight_key import flight_key
+    from usecases.flights.features import FLIGHT
 
     for i, row in enumerate(rows):
-        key = flight_key({**row, "time_hour": row["time_hour"].strftime("%Y-%m-%dT%H:%M:%SZ")})
+        key = FLIGHT.key.of({**row, "time_hour": row["time_hour"].strftime("%Y-%m-%dT%H:%M:%SZ")})
         version = 2 if i % 3 == 0 else 1
         log.append({"ts": start + i * 0.01, "routed_version": version, "model_version": version, "status": 200,
-                    "latency_ms": 4.0, "score": score_of(row, version), "flight_key": key})  # fmt: skip
+                    "latency_ms": 4.0, "score": score_of(row, version), "entity_key": key})  # fmt: skip
 
 
 def test_start_hold_advance_promote(world, tmp_path, validated):  # noqa: F811
@@ -142,7 +142,7 @@ def test_the_daemon_path_launches_a_deployment_run(world, tmp_path, monkeypatch)
 def test_quality_on_realized_labels_rolls_back_a_badly_calibrated_challenger(world, tmp_path, validated):  # noqa: F811
     """Real January flights: the champion scores each with the base rate, the challenger says the opposite of what
     happened. The sensor reads the outcomes from the validated flights in storage and rolls the challenger back."""
-    from keel.flight_key import flight_key
+    from usecases.flights.features import FLIGHT
 
     store, registry, log, exposures, shas = world
     flights = validated["flights"].filter(pl.col("time_hour").dt.month() == 1, pl.col("arr_delay").is_not_null())
@@ -154,7 +154,7 @@ def test_quality_on_realized_labels_rolls_back_a_badly_calibrated_challenger(wor
     tick(store, registry, exposures, T0, storage_dir=storage)
     for i, row in enumerate(rows):
         late = row["arr_delay"] > 15
-        key = flight_key({**row, "time_hour": row["time_hour"].strftime("%Y-%m-%dT%H:%M:%SZ")})
+        key = FLIGHT.key.of({**row, "time_hour": row["time_hour"].strftime("%Y-%m-%dT%H:%M:%SZ")})
         version = 2 if i % 3 == 0 else 1
         score = (0.1 if late else 0.9) if version == 2 else base
         log.append(
@@ -165,7 +165,7 @@ def test_quality_on_realized_labels_rolls_back_a_badly_calibrated_challenger(wor
                 "status": 200,
                 "latency_ms": 4.0,
                 "score": score,
-                "flight_key": key,
+                "entity_key": key,
             }
         )
     assert tick(store, registry, exposures, T0 + 30) == []  # no storage given: no labels, nothing to judge yet

@@ -11,9 +11,9 @@ import pytest
 from keel.contracts.engine import CompiledContract
 from keel.contracts.spec import load_contract
 from keel.exposures import arm_stats, exposure_frame, outcome_labels
-from keel.flight_key import flight_key
 from tests.conftest import CONTRACTS
 from tests.features.conftest import validated  # noqa: F401 - shared session fixture
+from usecases.flights.features import FLIGHT, FLIGHT_FEATURES
 
 
 def line(ts, routed, answered, status=200, latency=5.0, score=0.3, key=None):
@@ -24,7 +24,7 @@ def line(ts, routed, answered, status=200, latency=5.0, score=0.3, key=None):
         "status": status,
         "latency_ms": latency,
         "score": score,
-        "flight_key": key,
+        "entity_key": key,
         "request_id": f"r{ts}",
     }
 
@@ -54,7 +54,7 @@ def test_log_loss_on_realized_labels():
 
 def test_the_gateways_flight_key_meets_the_outcomes(validated):  # noqa: F811
     flights = validated["flights"]
-    labels = outcome_labels(flights)
+    labels = outcome_labels(FLIGHT_FEATURES, flights)
     request = CompiledContract(load_contract(CONTRACTS / "predict_request.yaml"))
     row = flights.filter(pl.col("arr_delay").is_not_null()).row(123, named=True)
     sent = {
@@ -64,6 +64,6 @@ def test_the_gateways_flight_key_meets_the_outcomes(validated):  # noqa: F811
     sent["time_hour"] = row["time_hour"].strftime("%Y-%m-%dT%H:%M:%SZ")  # as a client sends it
     verdict = request.validate_record(sent)
     assert verdict.sink == "valid"
-    key = flight_key(verdict.record)
+    key = FLIGHT.key.of(verdict.record)
     assert labels[key] == int(row["arr_delay"] > 15)
     assert len(labels) > 0.95 * flights.filter(pl.col("arr_delay").is_not_null()).height  # keys are near-unique

@@ -30,10 +30,8 @@ import pytest
 import definitions
 from assets.deployment import model_deployment
 from assets.models import MODEL_PROMOTION
-from gpu_runtime.replay import held_out_flights
 from keel.contracts.engine import CompiledContract
 from keel.contracts.spec import load_contract
-from keel.data.nycflights import read_raw, read_raw_month
 from keel.exposure_log import read_exposures
 from keel.features.sqlite_store import SQLiteOnlineStore
 from keel.ledger import Ledger
@@ -44,7 +42,9 @@ from keel.training.model import TrainingConfig, train_model
 from resources import TritonResource, keel_resources
 from tests.conftest import CONTRACTS, REPO
 from tests.serving.conftest import MODEL, PATIENT, start_serve, stop_serve
+from usecases.flights.data import read_raw, read_raw_month
 from usecases.flights.features import FLIGHT_FEATURES, build_views, offline_features
+from usecases.flights.replay import held_out_flights
 
 pytestmark = pytest.mark.slow
 

@@ -73,7 +73,7 @@ def test_gateway_answers_with_online_features_and_says_which_model(runtime, serv
     ]
     assert line["model_version"] == 1 and line["sha256"] == runtime.shas[0] and line["status"] == 200
     assert line["unit_id"] == row["flight_id"] and line["latency_ms"] > 0
-    assert line["routed_version"] == 1 and line["flight_key"].startswith(f"{row['carrier']}-")
+    assert line["routed_version"] == 1 and line["entity_key"].startswith(f"{row['carrier']}-")
 
 
 def test_a_batch_scores_every_flight(runtime, serving_models):

@@ -34,7 +34,6 @@ from assets.deployment import model_deployment
 from assets.models import MODEL_PROMOTION
 from keel.contracts.engine import CompiledContract
 from keel.contracts.spec import load_contract
-from keel.data.nycflights import read_raw, read_raw_month
 from keel.exposure_log import read_exposures
 from keel.features.redis_store import RedisOnlineStore
 from keel.home import KeelHome
@@ -49,6 +48,7 @@ from tests.control_plane import TEST_KEY, fresh_location, url_of
 from tests.features.conftest import REDIS_URL
 from tests.serving.conftest import MODEL, PATIENT, start_serve, stop_serve
 from tests.serving.test_canary_rollout import canary, drive
+from usecases.flights.data import read_raw, read_raw_month
 from usecases.flights.features import FLIGHT_FEATURES, build_views, offline_features
 
 pytestmark = pytest.mark.slow

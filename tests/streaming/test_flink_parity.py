@@ -19,10 +19,10 @@ import pytest
 
 from keel.contracts.engine import CompiledContract
 from keel.contracts.spec import load_contract
-from keel.data.nycflights import read_raw_month
 from keel.streaming.drift_windows import batch_windows, reference_bins
 from tests.conftest import CONTRACTS, REPO
 from tests.streaming.flink_env import FLINK_PY, require_flink_environment
+from usecases.flights.data import read_raw_month
 
 pytestmark = pytest.mark.flink
 SKIP = ["one_reading_per_local_hour", "observed_in_window"]  # partition-wide rules: no streaming form

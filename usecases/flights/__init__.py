@@ -6,9 +6,14 @@ entry points.
 
 from __future__ import annotations
 
+from datetime import date, timedelta
 from pathlib import Path
 
-from keel.usecase import ModelSpec, Serving, UseCase
+from keel.drills import Drills, SchemaBreak, UnitChange
+from keel.usecase import ModelSpec, Replay, Serving, Source, UseCase
+from usecases.flights import replay
+from usecases.flights.data import YEAR, read_raw
+from usecases.flights.experiments import causal_data
 from usecases.flights.features import FLIGHT_FEATURES
 
 usecase = UseCase(
@@ -17,5 +22,23 @@ usecase = UseCase(
     contracts=Path(__file__).parent / "contracts",
     features=FLIGHT_FEATURES,
     model=ModelSpec(name="flight-delay", asset="delay_model"),
-    serving=Serving(request_contract="predict_request", alias="flight"),
+    sources=(
+        # flights of local day D land at D+1 12:00 UTC, once every flight of D has arrived (its outcome is known)
+        Source("flights", lambda: read_raw("flights"), landing_after=timedelta(days=1, hours=12), outcomes=True),
+        # weather of D at D+1 06:00 UTC (the last hourly reading of a New York day is at ~05:00 UTC)
+        Source("weather", lambda: read_raw("weather"), landing_after=timedelta(days=1, hours=6)),
+        Source("planes", lambda: read_raw("planes"), partitioned=False),
+        Source("airlines", lambda: read_raw("airlines"), partitioned=False),
+        Source("airports", lambda: read_raw("airports"), partitioned=False),
+    ),
+    period=(date(YEAR, 1, 1), date(YEAR, 12, 31)),
+    serving=Serving(request_contract="predict_request", alias="flight", pool_budget_bytes=64 << 20),
+    segments=("carrier", "origin"),
+    feature_table="flight_features",
+    causal_data=causal_data,
+    replay=Replay(requests=replay.held_out_flights, day_of=replay.day_of, unit_of=replay.unit_of),
+    drills=Drills(
+        unit_change=UnitChange("weather", "temp", 1 / 1.8, -32 / 1.8, note="temp in °C"),
+        schema_break=SchemaBreak("flights", ("arr_delay", "arrival_delay"), "tailnum"),
+    ),
 )

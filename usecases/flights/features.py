@@ -14,6 +14,7 @@ from datetime import date
 
 import polars as pl
 
+from keel.entity_key import EntityKey
 from keel.features.spec import Entity, Feature, FeatureSet, History, Key, Label, Lookup, RequestFeatures
 
 LATE_MINUTES = 15
@@ -29,6 +30,7 @@ FLIGHT = Entity(
     date_parts=("year", "month", "day"),
     request_columns=("carrier", "origin", "dest", "tailnum", "sched_date", "hour", "time_hour", "distance"),
     carried=("carrier", "origin", "dest", "tailnum", "sched_date", "hour", "time_hour"),
+    key=EntityKey(("carrier", "flight", "origin"), time="time_hour"),  # e.g. UA-1545-EWR-2013-01-01T10:00:00Z
 )
 
 
@@ -76,6 +78,7 @@ FLIGHT_FEATURES = FeatureSet(
         (pl.col("arr_delay") > LATE_MINUTES).cast(pl.Int8),
         task="binary",
         known_after="the flight arrives (arr_delay in the day's delivery)",
+        classes=("on time", "late"),
     ),
     request=(RequestFeatures("calendar", calendar),),
     lookups=(
