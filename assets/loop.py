@@ -27,6 +27,7 @@ from keel.training.model import TrainingConfig, month_of, predict, train_model
 from resources.home import KeelHomeResource
 from resources.ledger import LedgerResource
 from resources.registry import ModelRegistryResource
+from usecases.flights import usecase as FLIGHTS
 
 LOOP_GROUP = "loop"
 CHALLENGER_MODEL = dg.AssetKey("challenger_model")
@@ -164,7 +165,7 @@ def challenger_evaluation(
         champion_version = reg.version(MODEL_NAME, champion)
         champion_scores, labels = predict(reg.load(champion), gate_frame)
         challenger_scores, _ = predict(reg.load(sha), gate_frame)
-    verdict = challenger_gate(labels, champion_scores, challenger_scores)
+    verdict = challenger_gate(labels, champion_scores, challenger_scores, task=FLIGHTS.task)
     with registry.open() as reg:
         reg.annotate(
             MODEL_NAME,
@@ -184,7 +185,7 @@ def challenger_evaluation(
     numbers = {
         k: dg.MetadataValue.float(round(v, 5)) if v is not None else dg.MetadataValue.null()
         for k, v in verdict.as_metadata().items()
-        if k not in ("passed", "reason", "rows")
+        if k not in ("passed", "reason", "rows", "loss")
     }
     yield dg.Output(
         pl.DataFrame(
@@ -206,6 +207,7 @@ def challenger_evaluation(
             "drift_window": config.drift_window or dg.MetadataValue.null(),
             "drift_event": config.drift_event,
             "rows": verdict.rows,
+            "loss": verdict.loss,
             **numbers,
         },
     )

@@ -7,8 +7,8 @@ On the CPU the same API does byte accounting: arrays made through the pool (``as
 they are garbage-collected, and going over the limit raises the same error. Either way ``bytes_in_use`` and
 ``limit_bytes`` feed the metrics (``keel_gpu_pool_bytes_in_use{model=…}``).
 
-    pools = PoolRegistry({"flight-delay": 256 << 20})
-    with pools["flight-delay"].use() as pool:
+    pools = PoolRegistry({"my-model": 256 << 20})
+    with pools["my-model"].use() as pool:
         x = pool.asarray(features)   # on the device, or accounted on the CPU
         ...
 

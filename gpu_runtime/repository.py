@@ -1,7 +1,7 @@
 """The Triton model repository: each registered LightGBM model version becomes a Python-backend Triton model.
 
 One Triton model per registry version, named ``<model>-v<version>``, whose only Triton version is the registry
-version — so registry version N of ``flight-delay`` is Triton model ``flight-delay-vN``, version N::
+version — so registry version N of ``my-model`` is Triton model ``my-model-vN``, version N::
 
     <root>/<model>-v<N>/config.pbtxt         the model's config, for people reading the repository
     <root>/<model>-v<N>/<N>/model.py         gpu_runtime/triton_model.py

@@ -57,6 +57,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--policy", type=Path, help="gateway policy YAML (default: built-in defaults)")
     parser.add_argument(
+        "--usecase",
+        default=os.environ.get("KEEL_USECASE") or None,
+        help="the use case whose model the gateway serves ($KEEL_USECASE; default: the one installed)",
+    )
+    parser.add_argument(
         "--max-body-bytes",
         type=int,
         default=int(os.environ.get("KEEL_GATEWAY_MAX_BODY_BYTES", str(1 << 20))),
@@ -141,6 +146,7 @@ def main(argv: list[str] | None = None) -> int:
             online_store_url=online_store_url(),  # KEEL_ONLINE_STORE (keel/features/backends.py)
             online_store_prefix=os.environ.get("KEEL_ONLINE_PREFIX") or "keel:online",
             policy_store_path=home.policies,
+            usecase=args.usecase,
             max_body_bytes=args.max_body_bytes,
             body_timeout_s=args.body_timeout_s,
             clock_path=home.clock,

@@ -13,7 +13,7 @@ The three checks, each on the exposures of the current step only:
 - **latency** — the challenger's p99 above its SLA tier's p99 target, and above ``latency_ratio`` (1.2) × the
   champion's p99 in the same window: when both arms miss the target together, the machine is slow, not the
   challenger (a busy host would otherwise roll back every canary);
-- **quality** — on flights whose outcome is in, the challenger's log-loss above the champion's by more than
+- **quality** — on requests whose outcome is in, the challenger's loss (log-loss for a binary label) above the champion's by more than
   ``max_log_loss_increase`` with confidence: a one-sided Welch z-test of the mean per-request log-loss difference
   (H0: Δ ≤ max_log_loss_increase), p < ``alpha`` — a few unlucky labels do not roll a good model back.
 
@@ -86,8 +86,10 @@ class ArmStats:
     errors: int
     p99_ms: float | None = None
     labelled: int = 0
-    log_loss: float | None = None  # mean per-request log-loss on the labelled requests
-    log_loss_var: float | None = None  # its sample variance (per request), for the quality test
+    # Realized quality: the mean per-request loss of the model's task on the labelled requests (keel/metrics.py:
+    # log-loss for a binary label — hence the name — squared error for a regression), and its sample variance.
+    log_loss: float | None = None
+    log_loss_var: float | None = None
 
 
 @dataclass(frozen=True)

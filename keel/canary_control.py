@@ -50,13 +50,14 @@ def evidence_for(
         frame = frame.filter(pl.col("ts") >= state.step_started_at)
         if scan.skipped and problems is not None:
             problems.append(f"exposure log: {scan.skipped} lines were not whole records, e.g. {scan.examples[0]}")
-        labels = realized_labels(by_model(body["model"]).features, frame["entity_key"], storage_dir)
+        uc = by_model(body["model"])
+        labels = realized_labels(uc.features, frame["entity_key"], storage_dir)
     except Exception:  # noqa: BLE001 - a provider failure is "no data": the controller holds
         return None, None
     since = state.step_started_at
     return (
-        arm_stats(frame, body["challenger_version"], since=since, labels=labels),
-        arm_stats(frame, body["champion_version"], since=since, labels=labels),
+        arm_stats(frame, body["challenger_version"], since=since, labels=labels, task=uc.task),
+        arm_stats(frame, body["champion_version"], since=since, labels=labels, task=uc.task),
     )
 
 

@@ -19,7 +19,6 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import polars as pl
 
 from keel.canary import ArmStats
@@ -27,6 +26,7 @@ from keel.entity_key import EntityKey
 from keel.exposure_log import scan_exposures
 from keel.features.spec import FeatureSet
 from keel.home import asset_file
+from keel.metrics import per_row_loss
 
 EPS = 1e-15
 MONTH = re.compile(r"\d{4}-\d{2}")  # a fixed pattern, not user input
@@ -79,9 +79,11 @@ def arm_stats(
     *,
     since: float,
     until: float | None = None,
-    labels: Mapping[str, int] | None = None,
+    labels: Mapping[str, float] | None = None,
+    task: str = "binary",
 ) -> ArmStats:
-    """The statistics of requests routed to ``version`` with since ≤ ts < until."""
+    """The statistics of requests routed to ``version`` with since ≤ ts < until; realized quality as the mean
+    per-row loss of the model's ``task`` (keel/metrics.py: log-loss, or squared error for a regression)."""
     f = frame.filter((pl.col("routed_version") == version) & (pl.col("ts") >= since))
     if until is not None:
         f = f.filter(pl.col("ts") < until)
@@ -97,8 +99,7 @@ def arm_stats(
         lab = answered.filter(pl.col("entity_key").is_in(list(labels)) & pl.col("score").is_not_null())
         if lab.height:
             y = lab["entity_key"].replace_strict(dict(labels), return_dtype=pl.Float64).to_numpy()
-            p = lab["score"].clip(EPS, 1 - EPS).to_numpy()
-            losses = -(y * np.log(p) + (1 - y) * np.log(1 - p))
+            losses = per_row_loss(task, lab["score"].to_numpy(), y)
             loss = float(losses.mean())
             var = float(losses.var(ddof=1)) if lab.height > 1 else None
             labelled = lab.height

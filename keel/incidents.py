@@ -24,7 +24,7 @@ TIMELINE = ("injected_at", "detected_at", "acted_at", "recovered_at")
 @dataclass(frozen=True)
 class Incident:
     id: int
-    key: str  # what the fault is, uniquely: "canary:flight-delay.loop-v6", "delivery:weather:2013-07-14", …
+    key: str  # what the fault is, uniquely: "canary:my-model.loop-v6", "delivery:weather:2013-07-14", …
     kind: str
     severity: str
     summary: str

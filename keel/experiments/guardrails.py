@@ -4,7 +4,7 @@ takes.
 
 Per running experiment (an ``ab_test`` policy with an ``experiment`` field, status running): its spec
 ($KEEL_HOME/experiments/<id>/spec.yaml), the exposure log since its start joined into wide rows (real outcomes from
-the validated flights in storage, simulated ones where the spec asks), then ``keel.experiments.analysis.analyze``.
+the use case's validated rows in storage, simulated ones where the spec asks), then ``keel.experiments.analysis.analyze``.
 A guardrail is breached when the sequential test (mSPRT, always-valid: looking every tick keeps the false-alarm rate
 at α) says the treatment is worse than its tolerance; ``tick`` then commits the guardrail's action — pause, or
 rollback (data partitions marked, ledger entry) when any breached guardrail asks for it — with the evidence as the

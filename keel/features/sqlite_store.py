@@ -29,7 +29,7 @@ class SQLiteOnlineStore(OnlineStore):
     """SQLite in WAL mode; one connection per instance (make one per thread).
 
     ``cache_size`` > 0 keeps values read from the current snapshot in process (a serving process reads the same
-    carriers, routes and hours over and over); the cache is keyed to the snapshot's write time, so a new snapshot
+    keys over and over); the cache is keyed to the snapshot's write time, so a new snapshot
     written by any process empties it on the next read. 0 reads every key from SQLite.
     """
 

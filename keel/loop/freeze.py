@@ -1,7 +1,7 @@
 """When a feature is served frozen, and when it stops: only on evidence, never forever.
 
-- ``decide_freeze``: a drifted feature is frozen only when, on recent labelled flights, the serving model scores
-  better with the feature frozen (its reference value) than live — the same paired bootstrap of per-flight log-loss
+- ``decide_freeze``: a drifted feature is frozen only when, on recent labelled rows, the serving model scores
+  better with the feature frozen (its reference value) than live — the same paired bootstrap of per-row log-loss
   as the challenger gate (``keel.loop.gate``), with "frozen" as the challenger. Every freeze gets an expiry.
 - ``freezes_to_clear``: the freezes that end now — expired ones, and those a promotion made unnecessary: a model
   trained on months that include the drift that caused the freeze has learned the new distribution, so serving the
@@ -22,7 +22,7 @@ from keel.loop.gate import ChallengerGatePolicy, challenger_gate
 
 @dataclass(frozen=True)
 class FreezePolicy:
-    min_gain: float = 0.0005  # mean per-flight log-loss that freezing must win by, with confidence
+    min_gain: float = 0.0005  # mean per-row log-loss that freezing must win by, with confidence
     alpha: float = 0.05
     min_rows: int = 1000
     expiry: timedelta = timedelta(days=30)
@@ -58,7 +58,7 @@ def decide_freeze(
     now: datetime,
     policy: FreezePolicy = DEFAULT_FREEZE,
 ) -> FreezeDecision:
-    """``live_scores``/``frozen_scores``: the serving model's scores on the same recent labelled flights, with the
+    """``live_scores``/``frozen_scores``: the serving model's scores on the same recent labelled rows, with the
     feature as served and with it replaced by its freeze value."""
     verdict = challenger_gate(
         labels,
@@ -69,8 +69,8 @@ def decide_freeze(
     common = dict(
         feature=feature,
         drift_window=drift_window,
-        live_log_loss=verdict.champion_log_loss,
-        frozen_log_loss=verdict.challenger_log_loss,
+        live_log_loss=verdict.champion_loss,
+        frozen_log_loss=verdict.challenger_loss,
     )
     if not verdict.passed:
         return FreezeDecision(
@@ -108,7 +108,7 @@ def freeze_evidence(
     now: datetime,
     policy: FreezePolicy = DEFAULT_FREEZE,
 ) -> FreezeDecision:
-    """``decide_freeze`` on a frame of labelled flights (the drifted month's features): the serving model's scores
+    """``decide_freeze`` on a frame of labelled rows (the drifted month's features): the serving model's scores
     with ``feature`` as it is, and with it replaced by ``value`` (what the online store would serve frozen)."""
     import polars as pl
 

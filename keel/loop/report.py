@@ -1,15 +1,15 @@
 """How well the loop served a month, on realized labels, against two baselines — computed from the ledger and the
 month's labelled features, so anyone can recompute it.
 
-- **served**: each flight is scored by the champion of the release that was live at noon UTC of its scheduled day
-  (the ledger's ``live_from`` is simulated time in a live replay; traffic about day D's flights is sent during D);
-  flights before the first release are left out, for all three;
+- **served**: each row is scored by the champion of the release that was live at noon UTC of its scheduled day
+  (the ledger's ``live_from`` is simulated time in a live replay; traffic about day D's entities is sent during D);
+  rows before the first release are left out, for all three;
 - **static**: the first model (January–March), never replaced;
 - **naive**: a model retrained every month without a gate, on the four months before (fitted on the first three,
   early-stopped on the fourth: the challenger's recipe) — retraining blindly.
 
-All three are measured on the same flights, in the same serving periods (runs of days one model served): AUC within
-each period, weighted by its flights; log-loss over all of them. Pure: models come in as text through ``load``;
+All three are measured on the same rows, in the same serving periods (runs of days one model served): AUC within
+each period, weighted by its rows; log-loss over all of them. Pure: models come in as text through ``load``;
 nothing here reads a clock or a file.
 """
 
@@ -49,7 +49,7 @@ class MonthReport:
     served: Score
     static: Score
     naive: Score
-    served_by: dict[str, int] = field(default_factory=dict)  # model sha → flights it served this month
+    served_by: dict[str, int] = field(default_factory=dict)  # model sha → rows it served this month
 
 
 def champion_at(releases: list[Release], when: datetime) -> Release | None:
@@ -60,8 +60,8 @@ def champion_at(releases: list[Release], when: datetime) -> Release | None:
 
 
 def segments(frame: pl.DataFrame, releases: list[Release]) -> list[tuple[str, pl.DataFrame]]:
-    """The month's labelled flights in serving periods: (model sha, its flights) for each run of consecutive days
-    served by one model. Flights before the first release are left out (nothing served them)."""
+    """The month's labelled rows in serving periods: (model sha, its rows) for each run of consecutive days
+    served by one model. Rows before the first release are left out (nothing served them)."""
     fs = only().features  # issue 30: the one installed use case's table (threaded with the loop's metrics next)
     day = fs.entity.date
     labelled = frame.filter(pl.col(fs.label.column).is_not_null())
@@ -78,7 +78,7 @@ def segments(frame: pl.DataFrame, releases: list[Release]) -> list[tuple[str, pl
 
 
 def segment_score(parts: list[tuple[np.ndarray, np.ndarray]]) -> Score:
-    """AUC within each serving period, weighted by its flights (a ranking is judged among flights one model
+    """AUC within each serving period, weighted by its rows (a ranking is judged among rows one model
     scored: pooling two models' scores would count their calibration gap as misranking); log-loss over all."""
     parts = [(s, y) for s, y in parts if y.size]
     if not parts:
@@ -98,7 +98,7 @@ def month_report(
     static_text: str,
     naive_text: str | None,
 ) -> MonthReport:
-    """The three models on the same flights — those a release served — in the same serving periods."""
+    """The three models on the same rows — those a release served — in the same serving periods."""
     parts = segments(frame, releases)
     served, static, naive, counts = [], [], [], {}
     for sha, part in parts:

@@ -6,13 +6,13 @@ challenger already in training or in a canary (coalesced: the drift is still the
 report asks again).
 
 The plan uses the newest labelled month twice, split by day, so that the challenger is as fresh as the data allows
-and is still judged on flights it never saw: it is fitted on the ``window_months`` months before the newest,
+and is still judged on rows it never saw: it is fitted on the ``window_months`` months before the newest,
 early-stopped on the newest month's days before ``gate_from_day``, and gated against the champion on the days from
-``gate_from_day`` on (about ten days: ~8,000 flights). Measured on 2013 (docs/live.md): a model that has seen the
+``gate_from_day`` on (about ten days: ~8,000 flights of 2013). Measured on 2013 (docs/live.md): a model that has seen the
 month before the one it serves is worth up to 0.04 AUC in summer; gating on a whole month instead would keep every
 challenger a month staler than that.
 
-Months are ``YYYY-MM`` keys. A month is *labelled* once every flight in it has landed and its arrival delay is
+Months are ``YYYY-MM`` keys. A month is *labelled* once every row of its outcomes table has landed and its label is
 known (the caller decides that from the clock; keel.loop does not read clocks).
 """
 

@@ -4,7 +4,7 @@ Triton keeps, per loaded model version, cumulative nanoseconds spent in compute 
 version was loaded. The gateway samples them every ``METER_INTERVAL_S`` (and once more when it stops) into
 ``$KEEL_HOME/serving/compute/compute-YYYYMMDD.jsonl``, one line per version and sample::
 
-    {"ts": …, "model": "flight-delay", "model_version": 3, "compute_ns": 1234567, "executions": 120,
+    {"ts": …, "model": "my-model", "model_version": 3, "compute_ns": 1234567, "executions": 120,
      "inferences": 480, "device": "cpu"}
 
 ``ts`` is the gateway's time (the simulated clock's in a live replay, like the exposure log's), so a sample falls on

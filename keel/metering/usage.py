@@ -3,7 +3,7 @@
 One row per (day, tenant_id, model_version, price_version):
 
 - ``requests``: every exposure record (every answer, errors included) — the metered count equals the log's exactly;
-- ``rows_scored``: flights (or feature rows) in the requests answered 200;
+- ``rows_scored``: entities (or feature rows) in the requests answered 200;
 - ``scored``, ``fallback``, ``client_errors``, ``server_errors``: answers by outcome — 200 from the routed model,
   200 from a stand-in (fallback version, or the last-resort score while the runtime was down), 4xx, 5xx;
 - ``gateway_s``: the gateway's time on those requests (the exposure log's latency_ms);

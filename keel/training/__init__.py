@@ -1,1 +1,1 @@
-"""Training and evaluation of the flight-delay model: deterministic LightGBM, metrics, and the quality gate."""
+"""Training and evaluation of a use case's model: deterministic LightGBM, metrics, and the quality gate."""

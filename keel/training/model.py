@@ -1,7 +1,7 @@
-"""Train the P(arr_delay > 15 min) model deterministically; evaluate it; decide whether it may be promoted.
+"""Train a use case's LightGBM model deterministically; evaluate it; decide whether it may be promoted.
 
 Determinism: the same data, config and seed give a byte-identical LightGBM text model (single thread,
-``deterministic=True``, ``force_row_wise=True``, rows sorted by flight id before training). Models are only ever
+``deterministic=True``, ``force_row_wise=True``, rows sorted by the entity id before training). Models are only ever
 serialised as LightGBM text — never pickled.
 """
 
@@ -14,8 +14,8 @@ from typing import Any
 import lightgbm as lgb
 import numpy as np
 import polars as pl
-from scipy.stats import rankdata
 
+from keel.metrics import auc
 from keel.usecase import only
 
 
@@ -102,20 +102,10 @@ def train_model(features: pl.DataFrame, config: TrainingConfig) -> TrainedModel:
 
 
 def predict(model_text: str, frame: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """(scores, labels) for the labelled rows of ``frame``, in flight-id order."""
+    """(scores, labels) for the labelled rows of ``frame``, in id order."""
     booster = lgb.Booster(model_str=model_text)
     x, y = _xy(frame)
     return booster.predict(x), y
-
-
-def auc(scores: np.ndarray, labels: np.ndarray) -> float:
-    """ROC AUC from ranks (Mann-Whitney U); NaN when only one class is present."""
-    pos = labels == 1
-    n_pos, n_neg = int(pos.sum()), int((~pos).sum())
-    if n_pos == 0 or n_neg == 0:
-        return float("nan")
-    ranks = rankdata(scores)
-    return float((ranks[pos].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
 
 
 def log_loss(scores: np.ndarray, labels: np.ndarray, eps: float = 1e-15) -> float:

@@ -81,8 +81,10 @@ def test_a_better_challenger_passes_with_its_evidence():
     stale = np.clip(p * 0.6 + 0.05, 0, 1)  # the champion: right order, wrong level (the world moved)
     v = challenger_gate(y, stale, p)
     assert v.passed and v.delta < -0.001 and v.delta_upper < -0.001 and v.rows == 20_000
-    assert v.challenger_log_loss < v.champion_log_loss and "better by" in v.reason
-    assert v.challenger_auc == pytest.approx(v.champion_auc)  # same ranking: the gain is calibration
+    assert v.challenger_loss < v.champion_loss and "better by" in v.reason and v.loss == "log_loss"
+    meta = v.as_metadata()
+    assert meta["challenger_auc"] == pytest.approx(meta["champion_auc"])  # same ranking: the gain is calibration
+    assert meta["challenger_log_loss"] == pytest.approx(v.challenger_loss)
 
 
 @pytest.mark.parametrize(
