@@ -6,6 +6,7 @@ import json
 import dagster as dg
 
 from assets.models import MODEL_NAME, MODEL_PROMOTION
+from assets.usecase import group, key
 from keel.clock import SimClock
 from keel.deploy.plan import NoChampionError, RunningCanary, plan_deployment, release
 from keel.policies import PolicyError
@@ -19,8 +20,8 @@ from usecases.flights.features import FLIGHT_FEATURES as FEATURE_SET
 
 FEATURE_NAMES = FEATURE_SET.names
 
-DEPLOYMENTS_GROUP = "deployments"
-MODEL_DEPLOYMENT = dg.AssetKey("model_deployment")
+DEPLOYMENTS_GROUP = group("deployments")
+MODEL_DEPLOYMENT = key("model_deployment")
 
 
 @dg.asset(

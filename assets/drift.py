@@ -7,10 +7,12 @@ import polars as pl
 
 from assets.features import FEATURE_CODE_VERSION, FLIGHT_FEATURES
 from assets.partitions import MONTHLY_CADENCE, monthly_2013
+from assets.usecase import group, key
 from keel.clock import SimClock
 from keel.drift import DriftConfig, DriftReport, ReferenceProfile, build_reference, compare
 from keel.drift.plot import drift_svg_markdown
 from keel.factories.checks import partitioned_check
+from keel.home import asset_file
 from keel.loop.freeze import FreezeDecision, freeze_evidence
 from keel.loop.reference import reference_window, window_label
 from resources.home import KeelHomeResource
@@ -21,9 +23,9 @@ from usecases.flights.features import FLIGHT_FEATURES as FEATURE_SET
 FEATURE_NAMES = FEATURE_SET.names
 LABEL = FEATURE_SET.label.column
 
-DRIFT_GROUP = "drift"
-DRIFT_REFERENCE = dg.AssetKey("drift_reference")
-DRIFT_REPORT = dg.AssetKey("drift_report")
+DRIFT_GROUP = group("drift")
+DRIFT_REFERENCE = key("drift_reference")
+DRIFT_REPORT = key("drift_report")
 REFERENCE_MONTHS = ["2013-01", "2013-02", "2013-03"]
 # Calendar month differs in every window by construction: not monitored. The label is (its outcome is known once a
 # flight lands): label drift is what "flights really shifted" means — 13 % late in September, 33 % in December.
@@ -241,7 +243,7 @@ def _serving_reference(
     if window == tuple(REFERENCE_MONTHS):
         return ReferenceProfile.from_frame(initial)
     home = keel_home.layout()
-    paths = [home.asset_file(FLIGHT_FEATURES.to_user_string(), m) for m in window]
+    paths = [asset_file(home.storage, list(FLIGHT_FEATURES.path), m) for m in window]
     missing = [p for p, m in zip(paths, window, strict=True) if not p.exists()]
     if missing:
         raise dg.Failure(

@@ -11,6 +11,7 @@ from pathlib import Path
 import dagster as dg
 import polars as pl
 
+from assets.usecase import group, key
 from assets.validated import VALIDATED_FLIGHTS, VALIDATED_WEATHER
 from keel.experiments.analysis import analyze, decision_p_values, with_decision
 from keel.experiments.causal import load_causal_spec, run_causal
@@ -33,12 +34,12 @@ from usecases.flights import usecase as FLIGHTS
 from usecases.flights.experiments import flight_units, low_visibility_frame
 from usecases.flights.features import FLIGHT_FEATURES
 
-EXPERIMENTS_GROUP = "experiments"
-EXPERIMENT_EXPOSURES = dg.AssetKey("experiment_exposures")
-EXPERIMENT_WIDE = dg.AssetKey("experiment_wide_table")
-EXPERIMENT_ANALYSIS = dg.AssetKey("experiment_analysis")
-LOW_VISIBILITY = dg.AssetKey("low_visibility_effect")
-IMPACT_PREDICTOR = dg.AssetKey("impact_predictor")
+EXPERIMENTS_GROUP = group("experiments")
+EXPERIMENT_EXPOSURES = key("experiment_exposures")
+EXPERIMENT_WIDE = key("experiment_wide_table")
+EXPERIMENT_ANALYSIS = key("experiment_analysis")
+LOW_VISIBILITY = key("low_visibility_effect")
+IMPACT_PREDICTOR = key("impact_predictor")
 DAILY = dg.DailyPartitionsDefinition(start_date="2026-01-01", end_offset=1)
 ON_DEMAND = {"keel/backfill": "skip"}
 CAUSAL_SPEC = Path(__file__).resolve().parent / "causal" / "low_visibility.yaml"
@@ -92,7 +93,7 @@ def experiment_wide_table(
     home = layout.root
     with policies.open() as store:
         known = experiments(store)
-    labels = realized_labels(FLIGHT_FEATURES, exposures["entity_key"], layout.storage)
+    labels = realized_labels(FLIGHT_FEATURES, exposures["entity_key"], layout.storage / FLIGHTS.name)
     frames = []
     for exp_id, meta in sorted(known.items()):
         spec = stored_spec(home, exp_id)

@@ -12,6 +12,7 @@ import polars as pl
 
 from assets.features import FLIGHT_FEATURES
 from assets.partitions import MONTHLY_CADENCE, monthly_2013
+from assets.usecase import group, key
 from keel.explanations import (
     SHIFT_THRESHOLD,
     attribution_shift,
@@ -30,7 +31,7 @@ from usecases.flights.features import FLIGHT_FEATURES as FEATURE_SET
 
 FEATURE_NAMES = FEATURE_SET.names
 
-EXPLANATIONS = dg.AssetKey("explanations")
+EXPLANATIONS = key("explanations")
 ATTRIBUTION_SHIFT = "attribution_shift"
 MODEL = "flight-delay"
 SEGMENTS = ("carrier", "origin")
@@ -77,7 +78,7 @@ def _earlier_months(storage, month: str, shown: list[str]) -> dict[str, dict[str
     key=EXPLANATIONS,
     partitions_def=monthly_2013,
     freshness_policy=MONTHLY_CADENCE,
-    group_name="models",
+    group_name=group("models"),
     kinds={"lightgbm", "parquet"},
     ins={"features": dg.AssetIn(FLIGHT_FEATURES)},
     check_specs=[

@@ -13,6 +13,7 @@ import keel.features.spec as spec_module
 import usecases.flights.features as definitions_module
 from assets.partitions import MONTHLY_CADENCE, monthly_2013
 from assets.raw import RAW_PLANES
+from assets.usecase import group, key
 from assets.validated import VALIDATED_FLIGHTS, VALIDATED_WEATHER
 from keel.factories.checks import partitioned_check
 from keel.features.checks import FeatureStability, feature_health, online_distribution, training_serving_skew
@@ -21,9 +22,9 @@ from keel.features.online import build_views, get_online_features
 from resources.online_store import OnlineStoreResource
 from usecases.flights.features import FLIGHT_FEATURES as FEATURE_SET
 
-FEATURES_GROUP = "features"
-FLIGHT_FEATURES = dg.AssetKey("flight_features")
-ONLINE_FEATURES = dg.AssetKey("online_features")
+FEATURES_GROUP = group("features")
+FLIGHT_FEATURES = key("flight_features")
+ONLINE_FEATURES = key("online_features")
 SKEW_CHECK = "training_serving_skew"
 DISTRIBUTION_CHECK = "online_distribution"
 HEALTH_CHECK = "feature_health"
@@ -125,7 +126,7 @@ def _month_end(partition_key: str) -> date:
         ),
         "dagster/column_lineage": dg.TableColumnLineage(
             deps_by_column={
-                column: [dg.TableColumnDep(asset_key=dg.AssetKey(a), column_name=c) for a, c in sources]
+                column: [dg.TableColumnDep(asset_key=key(a), column_name=c) for a, c in sources]
                 for column, sources in COLUMN_SOURCES.items()
             }
         ),

@@ -12,9 +12,10 @@ import dagster as dg
 
 from assets.drift import DRIFT_REPORT
 from assets.features import FEATURES_GROUP
+from assets.usecase import key
 from keel.features.online import OnlineStore
 
-FEATURE_FREEZES = dg.AssetKey("feature_freezes")
+FEATURE_FREEZES = key("feature_freezes")
 RECENT_CHANGES = 20
 
 feature_freezes = dg.AssetSpec(

@@ -96,8 +96,13 @@ GROUPS = {
 }
 
 
+def _base(group: str) -> str:
+    """A use case's group (``flights_raw``) is documented as its kind (``raw``); platform groups as they are."""
+    return group if group in GROUPS else group.split("_", 1)[-1]
+
+
 def group_metadata(group: str) -> dict[str, str]:
-    g = GROUPS[group]
+    g = GROUPS[_base(group)]
     out = {"group_docs": f"{g.docs} — {g.about}"}
     if g.how_to_run:
         out["how_to_run"] = g.how_to_run
@@ -105,7 +110,7 @@ def group_metadata(group: str) -> dict[str, str]:
 
 
 def _with_group(spec: dg.AssetSpec) -> dg.AssetSpec:
-    g = GROUPS[spec.group_name]
+    g = GROUPS[_base(spec.group_name)]
     spec = spec.merge_attributes(
         owners=[g.owner] if not spec.owners else [], metadata=group_metadata(spec.group_name)
     )

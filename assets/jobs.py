@@ -27,6 +27,7 @@ from assets.explanations import EXPLANATIONS
 from assets.loop import CHALLENGER_EVALUATION, CHALLENGER_MODEL, LOOP_REPORT
 from assets.models import DELAY_MODEL, MODEL_EVALUATION, MODEL_PROMOTION
 from assets.raw import RAW_AIRLINES, RAW_AIRPORTS, RAW_PLANES
+from assets.usecase import group
 
 ON_DEMAND = dg.AssetSelection.tag("keel/backfill", "skip")
 REFERENCE_TABLES = dg.AssetSelection.assets(RAW_AIRLINES, RAW_AIRPORTS, RAW_PLANES)
@@ -41,7 +42,9 @@ reference_tables_job = dg.define_asset_job(
 monthly_job = dg.define_asset_job(
     "keel_monthly",
     executor_def=dg.in_process_executor,
-    selection=dg.AssetSelection.groups("raw", "contracts", "features") - REFERENCE_TABLES - ON_DEMAND,
+    selection=dg.AssetSelection.groups(group("raw"), group("contracts"), group("features"))
+    - REFERENCE_TABLES
+    - ON_DEMAND,
     description="One month of NYC 2013 flights: raw → data contracts (validated + quarantine, with their checks) → "
     "point-in-time features → online store (with skew, distribution and health checks). Months run in order: "
     "each month's delay rates are built from the months before it.",

@@ -20,7 +20,8 @@ from assets.drift import DRIFT_REPORT
 from assets.features import FEATURE_CODE_VERSION, FLIGHT_FEATURES
 from assets.models import MODEL_NAME, run_id_of
 from assets.partitions import monthly_2013
-from keel.home import KeelHome
+from assets.usecase import group, key
+from keel.home import KeelHome, asset_file
 from keel.loop.gate import DEFAULT_GATE, challenger_gate
 from keel.loop.report import Release, month_report, naive_window
 from keel.training.model import TrainingConfig, month_of, predict, train_model
@@ -29,9 +30,11 @@ from resources.ledger import LedgerResource
 from resources.registry import ModelRegistryResource
 from usecases.flights import usecase as FLIGHTS
 
-LOOP_GROUP = "loop"
-CHALLENGER_MODEL = dg.AssetKey("challenger_model")
-CHALLENGER_EVALUATION = dg.AssetKey("challenger_evaluation")
+LOOP_GROUP = group("loop")
+CHALLENGER_MODEL = key("challenger_model")
+CHALLENGER_EVALUATION = key("challenger_evaluation")
+# The ops a keel_challenger run configures (their run config is keyed by op name: the key as an identifier).
+CHALLENGER_OPS = (CHALLENGER_MODEL.to_python_identifier(), CHALLENGER_EVALUATION.to_python_identifier())
 CHALLENGER_GATE = "challenger_gate"
 
 
@@ -54,7 +57,7 @@ def gate_flights(frame: pl.DataFrame, config: ChallengerConfig) -> pl.DataFrame:
 
 def read_months(home: KeelHome, months: list[str]) -> pl.DataFrame:
     """The stored flight_features partitions of ``months``; a missing one is an error that names it."""
-    paths = [home.asset_file(FLIGHT_FEATURES.to_user_string(), m) for m in months]
+    paths = [asset_file(home.storage, list(FLIGHT_FEATURES.path), m) for m in months]
     missing = [m for m, p in zip(months, paths, strict=True) if not p.exists()]
     if missing:
         raise dg.Failure(f"flight_features has no stored partition for {', '.join(missing)}: materialize it first")
@@ -221,7 +224,7 @@ def challenger_evaluation(
     )
 
 
-LOOP_REPORT = dg.AssetKey("loop_report")
+LOOP_REPORT = key("loop_report")
 REPORT_SCHEMA = dg.TableSchema(
     columns=[
         dg.TableColumn("model", "string", description="served (what the ledger says served each day), static, naive"),

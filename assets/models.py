@@ -19,6 +19,7 @@ from dagster._core.errors import DagsterInvalidPropertyError
 
 import keel.training.model as training_module
 from assets.features import FEATURE_CODE_VERSION, FLIGHT_FEATURES
+from assets.usecase import group, key
 from keel.contracts.catalog import contract_path
 from keel.contracts.spec import load_contract
 from keel.factories.markdown import frame_to_markdown
@@ -26,11 +27,11 @@ from keel.release import infra_snapshot, release_manifest
 from keel.training.model import GatePolicy, TrainingConfig, evaluate, month_of, quality_gate, train_model
 from resources.registry import ModelRegistryResource
 
-MODELS_GROUP = "models"
+MODELS_GROUP = group("models")
 MODEL_NAME = "flight-delay"
-DELAY_MODEL = dg.AssetKey("delay_model")
-MODEL_EVALUATION = dg.AssetKey("model_evaluation")
-MODEL_PROMOTION = dg.AssetKey("model_promotion")
+DELAY_MODEL = key("delay_model")
+MODEL_EVALUATION = key("model_evaluation")
+MODEL_PROMOTION = key("model_promotion")
 GATE_CHECK = "quality_gate"
 CONFIG = TrainingConfig(train_months=("2013-01", "2013-02"), valid_month="2013-03")
 HOLDOUT_MONTH = CONFIG.valid_month  # the newest month of the history (see the module's docstring)
@@ -219,7 +220,7 @@ def build_model_assets(
             reg.promote(MODEL_NAME, sha, f"quality gate passed in run {run_id_of(context)}")
         manifest = release_manifest(
             data={
-                "flight_features": _data_versions(context, [*config.train_months, config.valid_month]),
+                FLIGHT_FEATURES.to_user_string(): _data_versions(context, [*config.train_months, config.valid_month]),
                 "contracts": contracts,
             },
             model={

@@ -9,6 +9,7 @@ import dagster as dg
 import polars as pl
 
 from assets.partitions import MONTHLY_CADENCE, monthly_2013
+from assets.usecase import group, key
 from keel.clock import SimClock
 from keel.data.delivery import DeliveryGate
 from keel.data.landing import LandingZone
@@ -16,12 +17,12 @@ from resources.home import KeelHomeResource
 from usecases.flights import usecase as FLIGHTS
 from usecases.flights.data import read_raw, read_raw_month
 
-RAW_GROUP = "raw"
-RAW_FLIGHTS = dg.AssetKey("raw_flights")
-RAW_WEATHER = dg.AssetKey("raw_weather")
-RAW_PLANES = dg.AssetKey("raw_planes")
-RAW_AIRLINES = dg.AssetKey("raw_airlines")
-RAW_AIRPORTS = dg.AssetKey("raw_airports")
+RAW_GROUP = group("raw")
+RAW_FLIGHTS = key("raw_flights")
+RAW_WEATHER = key("raw_weather")
+RAW_PLANES = key("raw_planes")
+RAW_AIRLINES = key("raw_airlines")
+RAW_AIRPORTS = key("raw_airports")
 
 
 def _raw_metadata(df: pl.DataFrame) -> dict:
@@ -34,7 +35,7 @@ def _raw_metadata(df: pl.DataFrame) -> dict:
 
 def _monthly_table(table: str, description: str) -> dg.AssetsDefinition:
     @dg.asset(
-        name=f"raw_{table}",
+        key=key(f"raw_{table}"),
         partitions_def=monthly_2013,
         freshness_policy=MONTHLY_CADENCE,
         group_name=RAW_GROUP,
@@ -90,7 +91,11 @@ assert raw_flights.key == RAW_FLIGHTS and raw_weather.key == RAW_WEATHER
 
 def _reference_table(table: str, description: str) -> dg.AssetsDefinition:
     @dg.asset(
-        name=f"raw_{table}", group_name=RAW_GROUP, kinds={"csv", "polars"}, code_version="1", description=description
+        key=key(f"raw_{table}"),
+        group_name=RAW_GROUP,
+        kinds={"csv", "polars"},
+        code_version="1",
+        description=description,
     )
     def _asset() -> dg.Output[pl.DataFrame]:
         df = read_raw(table)

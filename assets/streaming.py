@@ -17,13 +17,14 @@ import polars as pl
 
 from assets.partitions import monthly_2013
 from assets.raw import RAW_WEATHER
+from assets.usecase import group, key
 from assets.validated import VALIDATED_WEATHER
 from keel.contracts.catalog import contract_path
 from keel.contracts.spec import load_contract
 from keel.streaming.drift_windows import reference_bins
 from resources.flink import FlinkResource
 
-STREAMING_GROUP = "streaming"
+STREAMING_GROUP = group("streaming")
 CONTRACT = contract_path("weather")
 # Partition-wide rules (a unique key over the month, freshness against the partition window) have no streaming form:
 # the stream skips them, and its parity with the batch path is over the other 33.
@@ -34,12 +35,12 @@ DRIFT_FEATURES = ["temp", "humid", "wind_speed", "visib"]
 @dg.multi_asset(
     outs={
         "stream_validated_weather": dg.AssetOut(
-            group_name=STREAMING_GROUP, kinds={"flink", "parquet"}, tags={"keel/backfill": "skip"},
+            key=key("stream_validated_weather"), group_name=STREAMING_GROUP, kinds={"flink", "parquet"}, tags={"keel/backfill": "skip"},
             description="Weather readings the Flink job found valid (typed), for one month streamed in event-time "
             "order; metadata: events/s, lag, windows, parity with validated_weather.",
         ),
         "stream_weather_quarantine": dg.AssetOut(
-            group_name=STREAMING_GROUP, kinds={"flink", "parquet"}, tags={"keel/backfill": "skip"},
+            key=key("stream_weather_quarantine"), group_name=STREAMING_GROUP, kinds={"flink", "parquet"}, tags={"keel/backfill": "skip"},
             description="Readings the Flink job quarantined, in the batch path's quarantine layout.",
         ),
     },

@@ -2,19 +2,30 @@
 
 from __future__ import annotations
 
-import dagster as dg
-
 from assets.partitions import monthly_2013
 from assets.raw import RAW_FLIGHTS, RAW_WEATHER
+from assets.usecase import PREFIX, group, key
 from keel.contracts.catalog import contract_path
 from keel.factories.contracts import contract_assets
 
-VALIDATED_FLIGHTS = dg.AssetKey("validated_flights")  # what contract_assets names them: validated_<contract>
-VALIDATED_WEATHER = dg.AssetKey("validated_weather")
+VALIDATED_FLIGHTS = key("validated_flights")  # what contract_assets names them: validated_<contract>
+VALIDATED_WEATHER = key("validated_weather")
 
 
 def build_validated_assets() -> list:
     return [
-        contract_assets(contract_path("flights"), raw_key=RAW_FLIGHTS, partitions_def=monthly_2013),
-        contract_assets(contract_path("weather"), raw_key=RAW_WEATHER, partitions_def=monthly_2013),
+        contract_assets(
+            contract_path("flights"),
+            raw_key=RAW_FLIGHTS,
+            partitions_def=monthly_2013,
+            key_prefix=PREFIX,
+            group_name=group("contracts"),
+        ),
+        contract_assets(
+            contract_path("weather"),
+            raw_key=RAW_WEATHER,
+            partitions_def=monthly_2013,
+            key_prefix=PREFIX,
+            group_name=group("contracts"),
+        ),
     ]

@@ -51,7 +51,7 @@ def evidence_for(
         if scan.skipped and problems is not None:
             problems.append(f"exposure log: {scan.skipped} lines were not whole records, e.g. {scan.examples[0]}")
         uc = by_model(body["model"])
-        labels = realized_labels(uc.features, frame["entity_key"], storage_dir)
+        labels = realized_labels(uc.features, frame["entity_key"], storage_dir and Path(storage_dir) / uc.name)
     except Exception:  # noqa: BLE001 - a provider failure is "no data": the controller holds
         return None, None
     since = state.step_started_at

@@ -109,7 +109,8 @@ class KeelHome:
         return self.storage / validate_name(asset, what="asset name")
 
     def asset_file(self, asset: str, partition: str | None = None) -> Path:
-        return asset_file(self.storage, [asset], partition)
+        """``asset``: its key as the UI writes it (``flights/flight_features``)."""
+        return asset_file(self.storage, asset.split("/"), partition)
 
     @property
     def impact_predictor(self) -> Path:

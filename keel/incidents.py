@@ -116,12 +116,13 @@ def _incident(row) -> Incident:
     return Incident(**data)
 
 
-def locate_delivery(graph, verdict) -> str:
+def locate_delivery(graph, verdict, key_prefix: str | None = None) -> str:
     """The root cause of a held-back delivery as a person reads it, through the lineage graph (``keel.lineage``):
     the delivery, the columns and contract rule that broke, and the feature columns downstream that it would have
     fed (``impact`` of each broken raw column) — e.g. ``delivery weather/2013-04-05 → raw_weather.temp (contract
-    weather v1: …) → feeds flight_features.temp``."""
-    raw = f"raw_{verdict.table}"
+    weather v1: …) → feeds features.temp``. ``key_prefix``: the use case the delivery belongs to (its raw asset is
+    ``<prefix>/raw_<table>``)."""
+    raw = f"{key_prefix}/raw_{verdict.table}" if key_prefix else f"raw_{verdict.table}"
     feeds: list[str] = []
     for column in verdict.columns:
         try:

@@ -52,8 +52,9 @@ class AssetInfo:
 
     @property
     def role(self) -> str:
-        """What the asset is to a person asking "what does this touch": by group first, then kinds."""
-        group = self.group or ""
+        """What the asset is to a person asking "what does this touch": by group first (a use case's group
+        ``<use case>_<kind>`` by its kind), then kinds."""
+        group = (self.group or "").rsplit("_", 1)[-1]
         if group in ("features",) or "feature" in self.kinds:
             return "feature"
         if group in ("drift",):

@@ -30,7 +30,7 @@ def main() -> int:
     parser.add_argument("--home", help="KEEL_HOME (default: $KEEL_HOME)")
     args = parser.parse_args()
     home = KeelHome.of(args.home) if args.home else KeelHome.from_env()
-    paths = [home.asset_file("flight_features", month(k)) for k in range(1, 13)]
+    paths = [home.asset_file("flights/flight_features", month(k)) for k in range(1, 13)]
     missing = [p.name for p in paths if not p.exists()]
     if missing:
         print(f"flight_features is missing {', '.join(missing)} under {home.root}", file=sys.stderr)

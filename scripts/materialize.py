@@ -73,7 +73,7 @@ def summary(instance: dg.DagsterInstance, run_id: str) -> tuple[str, list[str]]:
                 failed.append(f"{check.asset_key.to_user_string()}:{check.check_name} ({sev})")
             continue
         mat = entry.asset_materialization
-        md, key = mat.metadata, mat.asset_key.to_user_string()
+        md, key = mat.metadata, mat.asset_key.path[-1]  # the asset's name within its use case
         if "rows_in" in md:
             parts.append(
                 f"{key} {md['rows_in'].value:,}→{md['valid'].value:,} valid/{md['quarantined'].value:,} quarantined"
@@ -294,7 +294,7 @@ class Follower:
                         status = (p.body.get("state") or {}).get("status", "not started")
                         origin = p.body.get("origin") or {}
                         lines.append(f"  canary {name}: {status} (drift in {origin.get('drift_window')})")
-        records = self.instance.fetch_materializations(dg.AssetKey("loop_report"), limit=100).records
+        records = self.instance.fetch_materializations(dg.AssetKey(["flights", "loop_report"]), limit=100).records
         latest: dict[str, dict] = {}
         for r in records:  # newest first: keep each month's latest report
             latest.setdefault(r.asset_materialization.partition, r.asset_materialization.metadata)

@@ -26,7 +26,7 @@ import dagster as dg
 from assets.drift import DRIFT_REPORT
 from assets.freezes import freeze_observation
 from assets.jobs import challenger_job
-from assets.loop import CHALLENGER_EVALUATION
+from assets.loop import CHALLENGER_EVALUATION, CHALLENGER_OPS
 from assets.models import MODEL_NAME
 from keel.alerts import Alert
 from keel.clock import SimClock
@@ -276,7 +276,7 @@ def challenger_run_request(plan: RetrainPlan, event: int, why: str, now: datetim
     return dg.RunRequest(
         run_key=f"challenger:{plan.key}",
         job_name=challenger_job.name,
-        run_config={"ops": {"challenger_model": {"config": config}, "challenger_evaluation": {"config": config}}},
+        run_config={"ops": {op: {"config": config} for op in CHALLENGER_OPS}},
         tags={
             "keel/trigger": "drift",
             "keel/drift_window": plan.drifted_window,

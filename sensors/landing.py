@@ -135,7 +135,7 @@ def report_deliveries(context, home, gate: DeliveryGate, sim_now: str, problems)
             severity = (
                 "critical" if v.missing_columns or any(b.severity == "critical" for b in v.breaches) else "warning"
             )
-            located = locate_delivery(graph, v) if graph is not None else v.summary()
+            located = locate_delivery(graph, v, FLIGHTS.name) if graph is not None else v.summary()
             log.open_incident(
                 key,
                 HELD_BACK,

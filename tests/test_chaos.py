@@ -187,7 +187,9 @@ def test_a_day_in_celsius_is_held_back_located_through_lineage_and_recovered_whe
         with IncidentLog(home.incidents) as log:
             incident = log.get("delivery:weather:2013-04-03")
         assert incident.open and incident.detected_at.startswith("2013-04-03T")  # the clock runs: simulated time
-        assert incident.located.startswith("delivery weather/2013-04-03 → raw_weather.dewp, raw_weather.temp")
+        assert incident.located.startswith(
+            "delivery weather/2013-04-03 → flights/raw_weather.dewp, flights/raw_weather.temp"
+        )
         assert "dewpoint_not_above_temp" in incident.located and "flight_features.temp" in incident.located
         # the genuine day arrives when it is due; the next tick admits it and the incident is recovered
         zone.deliver(datetime(2013, 4, 4, 7, tzinfo=UTC), first_day=date(2013, 3, 25))

@@ -90,9 +90,7 @@ def test_materialization_metadata_tells_the_story(contract_file, io):
     result = dg.materialize(
         toy_assets(contract_file), partition_key="good", resources=io, instance=dg.DagsterInstance.ephemeral()
     )
-    by_key = {
-        e.asset_key.to_user_string(): e.materialization.metadata for e in result.get_asset_materialization_events()
-    }
+    by_key = {e.asset_key.path[-1]: e.materialization.metadata for e in result.get_asset_materialization_events()}
     md = by_key["validated_toy"]
     assert md["rows_in"].value == 6 and md["valid"].value == 4 and md["quarantined"].value == 2
     assert md["checks_not_passed"].value == "rule_speed_physical (1 row: speed outside [0, 250])"
@@ -156,22 +154,20 @@ def test_reference_pipeline_partition(io):
 
     all_assets = list(definitions.defs.assets)
     instance = dg.DagsterInstance.ephemeral()
-    reference_tables = dg.AssetSelection.assets("raw_planes", "raw_airlines", "raw_airports")
+    reference_tables = dg.AssetSelection.assets(
+        *(["flights", t] for t in ("raw_planes", "raw_airlines", "raw_airports"))
+    )
     assert dg.materialize(all_assets, selection=reference_tables, resources=io, instance=instance).success
     contracts = dg.AssetSelection.assets(
-        "raw_flights",
-        "raw_weather",
-        "validated_flights",
-        "flights_quarantine",
-        "validated_weather",
-        "weather_quarantine",
-    )
+        *(["flights", name] for name in ("raw_flights", "raw_weather", "validated_flights", "flights_quarantine",
+                                         "validated_weather", "weather_quarantine"))
+    )  # fmt: skip
     result = dg.materialize(all_assets, selection=contracts, partition_key="2013-02", resources=io, instance=instance)
     assert result.success
-    md = {e.asset_key.to_user_string(): e.materialization.metadata for e in result.get_asset_materialization_events()}
+    md = {e.asset_key.path[-1]: e.materialization.metadata for e in result.get_asset_materialization_events()}
     assert md["validated_weather"]["quarantined"].value == 1  # the 1,048 mph reading
     assert md["validated_flights"]["rows_in"].value == md["raw_flights"]["dagster/row_count"].value == 24_951
-    checks = {(e.asset_key.to_user_string(), e.check_name): e.passed for e in result.get_asset_check_evaluations()}
+    checks = {(e.asset_key.path[-1], e.check_name): e.passed for e in result.get_asset_check_evaluations()}
     assert checks[("validated_flights", CONSERVATION_CHECK)] and checks[("validated_weather", CONSERVATION_CHECK)]
     assert checks[("validated_flights", BUDGET_CHECK)] and checks[("validated_weather", BUDGET_CHECK)]
 

@@ -16,7 +16,7 @@ from resources import keel_resources
 from usecases.flights import usecase as FLIGHTS
 
 
-@dg.asset(key="flight_features", partitions_def=monthly_2013)
+@dg.asset(key=["flights", "flight_features"], partitions_def=monthly_2013)
 def stub_features() -> None:
     """Stands for the real flight_features: a materialization of a month by a given run."""
 
@@ -63,7 +63,7 @@ def test_landed_days_rebuild_their_month_once_and_complete_months_get_drift(tmp_
         ).success
         # …but not before the drift reference exists (the first model's job builds it)
         assert not tick(tmp_path, instance, first.cursor).run_requests
-        instance.report_runless_asset_event(dg.AssetMaterialization("drift_reference"))
+        instance.report_runless_asset_event(dg.AssetMaterialization(["flights", "drift_reference"]))
         drift = tick(tmp_path, instance, first.cursor)
         assert [(r.job_name, r.partition_key) for r in drift.run_requests] == [("keel_drift", "2013-03")]
         assert not tick(tmp_path, instance, drift.cursor).run_requests

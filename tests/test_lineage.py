@@ -27,8 +27,8 @@ def keel(*args: str, cwd=REPO) -> subprocess.CompletedProcess:
 def test_an_asset_impacts_exactly_its_dagster_descendants(graph):
     """No hand-kept list: the answer for an asset key is Dagster's own downstream closure."""
     asset_graph = defs.resolve_asset_graph()
-    for key in ("raw_flights", "validated_weather", "flight_features", "delay_model"):
-        expected, frontier = set(), {dg.AssetKey(key)}
+    for key in ("flights/raw_flights", "flights/validated_weather", "flights/flight_features", "flights/delay_model"):
+        expected, frontier = set(), {dg.AssetKey.from_user_string(key)}
         while frontier:
             children = {c for k in frontier for c in asset_graph.get(k).child_keys} - expected
             expected |= children
@@ -37,26 +37,33 @@ def test_an_asset_impacts_exactly_its_dagster_descendants(graph):
 
 
 def test_a_weather_column_reaches_its_feature_and_the_model_but_not_other_features(graph):
-    impact = graph.impact("validated_weather.wind_speed")
+    impact = graph.impact("flights/validated_weather.wind_speed")
     found = {i.key: i for i in impact.assets}
-    assert found["flight_features"].columns == ("wind_speed",)
-    assert {"delay_model", "model_evaluation", "model_promotion", "drift_report"} <= set(found)
-    assert found["delay_model"].role == "model" and found["flight_features"].role == "feature"
-    assert "validated_flights" not in found  # weather does not flow back into flights
+    assert found["flights/flight_features"].columns == ("wind_speed",)
+    assert {
+        "flights/delay_model",
+        "flights/model_evaluation",
+        "flights/model_promotion",
+        "flights/drift_report",
+    } <= set(found)
+    assert found["flights/delay_model"].role == "model" and found["flights/flight_features"].role == "feature"
+    assert "flights/validated_flights" not in found  # weather does not flow back into flights
     # A bare column name resolves to the most upstream asset publishing it.
-    assert graph.impact("wind_speed").sources == ("validated_weather",)
+    assert graph.impact("wind_speed").sources == ("flights/validated_weather",)
 
 
 def test_a_column_no_feature_uses_does_not_reach_the_model(graph):
-    impact = graph.impact("validated_flights.air_time")  # known only after landing: no feature may use it
+    impact = graph.impact("flights/validated_flights.air_time")  # known only after landing: no feature may use it
     keys = {i.key for i in impact.assets}
-    assert "flight_features" not in keys and "delay_model" not in keys
-    assert "online_features" in keys  # it reads validated flights without publishing column lineage: assumed used
+    assert "flights/flight_features" not in keys and "flights/delay_model" not in keys
+    assert (
+        "flights/online_features" in keys
+    )  # it reads validated flights without publishing column lineage: assumed used
 
 
 def test_arr_delay_reaches_the_label_and_the_history_rates_only(graph):
-    found = {i.key: i for i in graph.impact("validated_flights.arr_delay").assets}
-    assert set(found["flight_features"].columns) == {
+    found = {i.key: i for i in graph.impact("flights/validated_flights.arr_delay").assets}
+    assert set(found["flights/flight_features"].columns) == {
         "label_late15",
         "carrier_delay_rate",
         "route_delay_rate",
@@ -65,10 +72,12 @@ def test_arr_delay_reaches_the_label_and_the_history_rates_only(graph):
 
 
 def test_a_reference_column_decides_rows_so_it_reaches_every_validated_column(graph):
-    found = {i.key: i for i in graph.impact("raw_planes.tailnum").assets}
-    assert "air_time" in found["validated_flights"].columns  # the in_set rule on tailnum filters whole rows
-    year_built = {i.key: i for i in graph.impact("raw_planes.year").assets}
-    assert "validated_flights" not in year_built and year_built["flight_features"].columns == ("plane_age",)
+    found = {i.key: i for i in graph.impact("flights/raw_planes.tailnum").assets}
+    assert "air_time" in found["flights/validated_flights"].columns  # the in_set rule on tailnum filters whole rows
+    year_built = {i.key: i for i in graph.impact("flights/raw_planes.year").assets}
+    assert "flights/validated_flights" not in year_built and year_built["flights/flight_features"].columns == (
+        "plane_age",
+    )
 
 
 def test_a_new_asset_shows_up_without_anyone_listing_it():
@@ -107,16 +116,16 @@ def test_unknown_targets_are_clear_errors(graph):
     with pytest.raises(LineageError, match="neither an asset key nor a column"):
         graph.impact("no_such_thing")
     with pytest.raises(LineageError, match="validated_flights has no column 'nope'"):
-        graph.impact("validated_flights.nope")
+        graph.impact("flights/validated_flights.nope")
 
 
 def _manifest(feb="dv-feb-1", flights_contract="c1", seed=2013, lightgbm="4.7.0"):
     return release_manifest(
         data={
-            "flight_features": {"2013-01": "dv-jan", "2013-02": feb},
+            "flights/flight_features": {"2013-01": "dv-jan", "2013-02": feb},
             "contracts": {"flights": flights_contract, "weather": "w1"},
         },
-        model={"asset": "delay_model", "sha256": f"m-{seed}", "params": {"seed": seed}},
+        model={"asset": "flights/delay_model", "sha256": f"m-{seed}", "params": {"seed": seed}},
         infra={"python": "3.11.7", "packages": {"lightgbm": lightgbm}},
         policy={"routing": None, "canary": None, "circuit_breaker": None},
     )
@@ -127,12 +136,16 @@ def test_diff_names_changed_parts_and_the_assets_that_produced_them(graph):
     diffs = {d.part: d for d in graph.diff_manifests(a, b)}
     assert [p for p, d in diffs.items() if d.changed] == ["data", "infra"]
     data = diffs["data"]
-    assert {c.path for c in data.changes} == {"flight_features.2013-02", "contracts.flights"}
-    assert set(data.producers) == {"flight_features", "validated_flights", "flights_quarantine"}
-    assert "raw_flights" in data.upstream
+    assert {c.path for c in data.changes} == {"flights/flight_features.2013-02", "contracts.flights"}
+    assert set(data.producers) == {
+        "flights/flight_features",
+        "flights/validated_flights",
+        "flights/flights_quarantine",
+    }
+    assert "flights/raw_flights" in data.upstream
     assert diffs["infra"].producers == () and [c.path for c in diffs["infra"].changes] == ["packages.lightgbm"]
     model = {d.part: d for d in graph.diff_manifests(a, _manifest(seed=7))}["model"]
-    assert model.producers == ("delay_model",) and "flight_features" in model.upstream
+    assert model.producers == ("flights/delay_model",) and "flights/flight_features" in model.upstream
 
 
 def test_cli_diff_reads_releases_from_the_ledger(tmp_path):
@@ -145,8 +158,8 @@ def test_cli_diff_reads_releases_from_the_ledger(tmp_path):
     out = keel("lineage", "diff", a["release_id"][:10], b["release_id"], "--ledger", str(path))
     assert out.returncode == 0, out.stderr
     assert "data: CHANGED" in out.stdout and "model: unchanged" in out.stdout
-    assert "flight_features.2013-02: dv-feb-1 → dv-feb-2" in out.stdout
-    assert "produced by: flight_features" in out.stdout
+    assert "flights/flight_features.2013-02: dv-feb-1 → dv-feb-2" in out.stdout
+    assert "produced by: flights/flight_features" in out.stdout
     (tmp_path / "b.json").write_text(json.dumps(b))
     from_file = keel("lineage", "diff", a["release_id"], str(tmp_path / "b.json"), "--ledger", str(path))
     assert from_file.returncode == 0 and "changed: data" in from_file.stdout
@@ -155,29 +168,35 @@ def test_cli_diff_reads_releases_from_the_ledger(tmp_path):
 
 
 def test_cli_impact(tmp_path):
-    out = keel("lineage", "impact", "validated_weather.wind_speed")
+    out = keel("lineage", "impact", "flights/validated_weather.wind_speed")
     assert out.returncode == 0, out.stderr
-    assert "flight_features" in out.stdout and "columns wind_speed" in out.stdout and "delay_model" in out.stdout
+    assert (
+        "flights/flight_features" in out.stdout
+        and "columns wind_speed" in out.stdout
+        and "flights/delay_model" in out.stdout
+    )
     bad = keel("lineage", "impact", "nope")
     assert bad.returncode == 2 and "neither an asset key nor a column" in bad.stderr
-    elsewhere = keel("lineage", "impact", "raw_flights", cwd=tmp_path)  # no definitions.py there
+    elsewhere = keel("lineage", "impact", "flights/raw_flights", cwd=tmp_path)  # no definitions.py there
     assert elsewhere.returncode == 2 and "--definitions" in elsewhere.stderr
 
 
 def test_upstream_of_a_drifted_feature_names_its_source_column_contract_and_delivery(graph):
     """The root-cause question: flight_features.temp drifted — where does it come from?"""
-    up = graph.upstream("flight_features.temp")
+    up = graph.upstream("flights/flight_features.temp")
     columns = {i.key: i.columns for i in up.assets}
-    assert "temp" in columns["validated_weather"] and "temp" in columns["raw_weather"]
-    assert "temp" not in columns.get("raw_flights", ())  # flights only join on origin and hour
-    assert "weather" in up.contracts and "raw_weather" in up.roots
-    assert [i.key for i in up.assets].index("validated_weather") < [i.key for i in up.assets].index("raw_weather")
+    assert "temp" in columns["flights/validated_weather"] and "temp" in columns["flights/raw_weather"]
+    assert "temp" not in columns.get("flights/raw_flights", ())  # flights only join on origin and hour
+    assert "weather" in up.contracts and "flights/raw_weather" in up.roots
+    assert [i.key for i in up.assets].index("flights/validated_weather") < [i.key for i in up.assets].index(
+        "flights/raw_weather"
+    )
 
 
 def test_upstream_of_an_asset_is_exactly_its_dagster_ancestors(graph):
     asset_graph = defs.resolve_asset_graph()
-    for key in ("drift_report", "loop_report", "validated_flights"):
-        expected, frontier = set(), {dg.AssetKey(key)}
+    for key in ("flights/drift_report", "flights/loop_report", "flights/validated_flights"):
+        expected, frontier = set(), {dg.AssetKey.from_user_string(key)}
         while frontier:
             parents = {p for k in frontier for p in asset_graph.get(k).parent_keys} - expected
             expected |= parents
@@ -186,6 +205,6 @@ def test_upstream_of_an_asset_is_exactly_its_dagster_ancestors(graph):
 
 
 def test_cli_upstream():
-    out = keel("lineage", "upstream", "flight_features.temp")
+    out = keel("lineage", "upstream", "flights/flight_features.temp")
     assert out.returncode == 0, out.stderr
-    assert "raw_weather" in out.stdout and "contracts on the way: flights, weather" in out.stdout
+    assert "flights/raw_weather" in out.stdout and "contracts on the way: flights, weather" in out.stdout

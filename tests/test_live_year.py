@@ -163,7 +163,7 @@ def test_challengers_come_from_drift_on_the_three_months_before_their_gate_month
         assert runs, "drift led to no challenger"
         for run in runs:
             assert run.tags["dagster/sensor_name"] == "drift_sensor" and run.tags["keel/trigger"] == "drift"
-            config = run.run_config["ops"]["challenger_model"]["config"]
+            config = run.run_config["ops"]["flights__challenger_model"]["config"]
             gate = config["gate_month"]
             year, month = (int(x) for x in gate.split("-"))
             assert config["train_months"] == [f"{year}-{m:02d}" for m in range(month - 3, month)]
@@ -291,7 +291,7 @@ def test_loop_report_measures_each_complete_live_month(live):
 
     home, *_ = live
     with instance_of(home) as instance:
-        records = instance.fetch_materializations(dg.AssetKey("loop_report"), limit=50).records
+        records = instance.fetch_materializations(dg.AssetKey(["flights", "loop_report"]), limit=50).records
     by_month = {r.asset_materialization.partition: r.asset_materialization.metadata for r in records}
     for month in ("2013-04", "2013-05", "2013-06"):
         meta = by_month[month]

@@ -163,7 +163,7 @@ def test_asset_graph_and_checks(dagster_dev):
                           dependencyKeys { path }
                           assetChecksOrError { ... on AssetChecks { checks { name blocking } } } } }""",
     )
-    nodes = {"/".join(n["assetKey"]["path"]): n for n in data["assetNodes"]}
+    nodes = {n["assetKey"]["path"][-1]: n for n in data["assetNodes"]}
     assert {
         "raw_flights",
         "raw_weather",
@@ -173,14 +173,14 @@ def test_asset_graph_and_checks(dagster_dev):
         "validated_weather",
         "weather_quarantine",
     } <= set(nodes)
-    deps = lambda key: {"/".join(d["path"]) for d in nodes[key]["dependencyKeys"]}  # noqa: E731
+    deps = lambda key: {d["path"][-1] for d in nodes[key]["dependencyKeys"]}  # noqa: E731
     assert deps("validated_flights") == {"raw_flights", "raw_planes"}
     assert deps("flights_quarantine") == {"raw_flights", "raw_planes"}
     assert deps("validated_weather") == {"raw_weather"}
     for key, node in nodes.items():
         assert node["description"], f"{key} has no description"
         assert node["kinds"], f"{key} has no kinds"
-        assert node["groupName"] in {
+        assert node["groupName"].removeprefix("flights_") in {
             "raw", "contracts", "features", "drift", "models", "loop", "operations", "deployments", "experiments",
             "streaming", "metering",
         }  # fmt: skip
@@ -208,11 +208,11 @@ def test_asset_graph_and_checks(dagster_dev):
 def test_materialized_partition_and_check_results_are_visible(dagster_dev):
     data = graphql(
         dagster_dev,
-        """{ assetNodes(assetKeys: [{path: ["validated_weather"]}]) {
+        """{ assetNodes(assetKeys: [{path: ["flights", "validated_weather"]}]) {
                staleStatus(partition: "2013-02")
                assetMaterializations(partitions: ["2013-02"]) { partition metadataEntries { label ... on IntMetadataEntry { intValue } } }
                assetChecksOrError { ... on AssetChecks { checks { name executionForLatestMaterialization { status } } } } }
-             wind: assetCheckExecutions(assetKey: {path: ["validated_weather"]}, checkName: "rule_wind_speed_physical", limit: 50) {
+             wind: assetCheckExecutions(assetKey: {path: ["flights", "validated_weather"]}, checkName: "rule_wind_speed_physical", limit: 50) {
                status partition run { tags { key value } } } }""",
     )
     [node] = data["assetNodes"]
@@ -260,10 +260,7 @@ def metadata(entries: list[dict]) -> dict:
 
 def test_feature_and_drift_lineage(dagster_dev):
     data = graphql(dagster_dev, "{ assetNodes { assetKey { path } dependencyKeys { path } } }")
-    deps = {
-        "/".join(n["assetKey"]["path"]): {"/".join(d["path"]) for d in n["dependencyKeys"]}
-        for n in data["assetNodes"]
-    }
+    deps = {n["assetKey"]["path"][-1]: {d["path"][-1] for d in n["dependencyKeys"]} for n in data["assetNodes"]}
     assert deps["flight_features"] == {"validated_flights", "validated_weather", "raw_planes"}
     assert deps["online_features"] == {"validated_flights", "validated_weather", "raw_planes", "flight_features"}
     assert deps["drift_reference"] == {"flight_features"}
@@ -273,7 +270,7 @@ def test_feature_and_drift_lineage(dagster_dev):
 def test_months_that_really_shifted_are_flagged_with_their_features(dagster_dev):
     data = graphql(
         dagster_dev,
-        """{ assetNodes(assetKeys: [{path: ["drift_report"]}]) {
+        """{ assetNodes(assetKeys: [{path: ["flights", "drift_report"]}]) {
                assetMaterializations(partitions: ["2013-02", "2013-09", "2013-12"]) {
                  partition metadataEntries { label ... on TextMetadataEntry { text } } } } }""",
     )
@@ -288,7 +285,7 @@ def test_months_that_really_shifted_are_flagged_with_their_features(dagster_dev)
 def test_online_store_checks_pass_and_drift_sensor_runs(dagster_dev):
     data = graphql(
         dagster_dev,
-        """{ assetNodes(assetKeys: [{path: ["online_features"]}]) {
+        """{ assetNodes(assetKeys: [{path: ["flights", "online_features"]}]) {
                assetChecksOrError { ... on AssetChecks { checks { name executionForLatestMaterialization { status } } } } }
              sensorsOrError(repositorySelector: {repositoryLocationName: "keel", repositoryName: "__repository__"}) {
                ... on Sensors { results { name sensorState { status } } } } }""",
@@ -309,14 +306,14 @@ def test_online_store_checks_pass_and_drift_sensor_runs(dagster_dev):
 def test_model_lineage_and_quality_gate(dagster_dev):
     data = graphql(
         dagster_dev,
-        """{ assetNodes(assetKeys: [{path: ["delay_model"]}, {path: ["model_evaluation"]}, {path: ["model_promotion"]}]) {
+        """{ assetNodes(assetKeys: [{path: ["flights", "delay_model"]}, {path: ["flights", "model_evaluation"]}, {path: ["flights", "model_promotion"]}]) {
                assetKey { path } dependencyKeys { path } kinds
                assetChecksOrError { ... on AssetChecks { checks { name blocking executionForLatestMaterialization { status } } } } } }""",
     )
-    nodes = {"/".join(n["assetKey"]["path"]): n for n in data["assetNodes"]}
-    assert {"/".join(d["path"]) for d in nodes["delay_model"]["dependencyKeys"]} == {"flight_features"}
+    nodes = {n["assetKey"]["path"][-1]: n for n in data["assetNodes"]}
+    assert {d["path"][-1] for d in nodes["delay_model"]["dependencyKeys"]} == {"flight_features"}
     assert "model" in nodes["delay_model"]["kinds"]
-    assert {"/".join(d["path"]) for d in nodes["model_promotion"]["dependencyKeys"]} == {"model_evaluation"}
+    assert {d["path"][-1] for d in nodes["model_promotion"]["dependencyKeys"]} == {"model_evaluation"}
     [gate] = nodes["model_evaluation"]["assetChecksOrError"]["checks"]
     assert (
         gate["name"] == "quality_gate"
@@ -329,13 +326,10 @@ def test_raw_flights_lead_to_the_registered_champion(dagster_dev, keel_home):
     """The UI's lineage from raw flights to the model, and the registry and ledger the same run filled."""
     data = graphql(
         dagster_dev,
-        """{ assetNodes(assetKeys: [{path: ["validated_flights"]}, {path: ["flight_features"]}]) {
+        """{ assetNodes(assetKeys: [{path: ["flights", "validated_flights"]}, {path: ["flights", "flight_features"]}]) {
                assetKey { path } dependedByKeys { path } } }""",
     )
-    children = {
-        "/".join(n["assetKey"]["path"]): {"/".join(d["path"]) for d in n["dependedByKeys"]}
-        for n in data["assetNodes"]
-    }
+    children = {n["assetKey"]["path"][-1]: {d["path"][-1] for d in n["dependedByKeys"]} for n in data["assetNodes"]}
     assert "flight_features" in children["validated_flights"] and "delay_model" in children["flight_features"]
 
     from keel.registry import ModelRegistry
@@ -357,7 +351,9 @@ def test_raw_flights_lead_to_the_registered_champion(dagster_dev, keel_home):
         cwd=REPO,
     )
     assert now.returncode == 0 and champion in now.stdout
-    impact = subprocess.run([keel, "lineage", "impact", "raw_flights"], capture_output=True, text=True, cwd=REPO)
+    impact = subprocess.run(
+        [keel, "lineage", "impact", "flights/raw_flights"], capture_output=True, text=True, cwd=REPO
+    )
     assert impact.returncode == 0 and "delay_model" in impact.stdout and "model_promotion" in impact.stdout
 
 
@@ -398,11 +394,11 @@ def test_the_deployed_champion_answers_through_the_gateway(dagster_dev, keel_hom
     assert "missing_features_defaulted" not in answer["degraded"]  # the online store knows December's flights
     data = graphql(
         dagster_dev,
-        """{ assetNodes(assetKeys: [{path: ["model_deployment"]}]) { dependencyKeys { path } kinds
+        """{ assetNodes(assetKeys: [{path: ["flights", "model_deployment"]}]) { dependencyKeys { path } kinds
                assetMaterializations(limit: 1) { metadataEntries { label ... on TextMetadataEntry { text } } } } }""",
     )
     [node] = data["assetNodes"]
-    assert {"/".join(d["path"]) for d in node["dependencyKeys"]} == {"model_promotion"}
+    assert {d["path"][-1] for d in node["dependencyKeys"]} == {"model_promotion"}
     assert "triton" in node["kinds"]
     [mat] = node["assetMaterializations"]
     release = next(e["text"] for e in mat["metadataEntries"] if e["label"] == "release_id")
@@ -413,7 +409,7 @@ def test_the_causal_question_is_answered_on_the_real_data(dagster_dev):
     """low_visibility_effect ran in the backfill on all of 2013: low visibility at the origin delays departures."""
     data = graphql(
         dagster_dev,
-        """{ assetNodes(assetKeys: [{path: ["low_visibility_effect"]}]) {
+        """{ assetNodes(assetKeys: [{path: ["flights", "low_visibility_effect"]}]) {
                assetMaterializations(limit: 1) { metadataEntries { label
                  ... on FloatMetadataEntry { floatValue } ... on IntMetadataEntry { intValue } } } } }""",
     )
@@ -427,11 +423,11 @@ def test_check_results_belong_to_their_partitions(dagster_dev):
     failing rule_wind_speed_physical and the other eleven months passing, with no unpartitioned or skipped twin."""
     data = graphql(
         dagster_dev,
-        """{ assetNodes(assetKeys: [{path: ["validated_weather"]}]) {
+        """{ assetNodes(assetKeys: [{path: ["flights", "validated_weather"]}]) {
                assetCheckOrError(checkName: "rule_wind_speed_physical") { ... on AssetCheck {
                  description
                  partitionStatuses { ... on AssetCheckTimePartitionStatuses { ranges { startKey endKey status } } } } } }
-             wind: assetCheckExecutions(assetKey: {path: ["validated_weather"]}, checkName: "rule_wind_speed_physical",
+             wind: assetCheckExecutions(assetKey: {path: ["flights", "validated_weather"]}, checkName: "rule_wind_speed_physical",
                                         limit: 100) { status partition } }""",
     )
     check = data["assetNodes"][0]["assetCheckOrError"]
@@ -471,7 +467,7 @@ def test_no_check_fails_in_the_backfill_except_those_documented_as_real(dagster_
     months = [f"2013-{m:02d}" for m in range(1, 13)]
     seen = set()
     for node in data["assetNodes"]:
-        asset = "/".join(node["assetKey"]["path"])
+        asset = node["assetKey"]["path"][-1]  # the docs name assets without their use case prefix
         for check in (node["assetChecksOrError"] or {}).get("checks", []):
             statuses = (check["partitionStatuses"] or {}).get("ranges")
             if node["isPartitioned"] and statuses is not None:
@@ -495,7 +491,7 @@ def test_frozen_features_are_an_observation_and_a_metric(dagster_dev, keel_home)
     and both agree with the online store itself."""
     from keel.features.sqlite_store import SQLiteOnlineStore
 
-    query = """{ assetNodes(assetKeys: [{path: ["feature_freezes"]}]) { assetObservations(limit: 1) {
+    query = """{ assetNodes(assetKeys: [{path: ["flights", "feature_freezes"]}]) { assetObservations(limit: 1) {
                    metadataEntries { label ... on IntMetadataEntry { intValue } ... on TextMetadataEntry { text } } } } }"""
 
     def frozen_in_store() -> set[str]:

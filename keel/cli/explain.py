@@ -56,9 +56,9 @@ def _explain(args: argparse.Namespace) -> int:
         print(f"keel: error: --rows ≥ 1, --samples ≥ 100, --top-k in 1…{len(fs.names)}", file=sys.stderr)
         return EXIT_BAD_INPUT
     home = home_layout()
-    table_dir = asset_file(home.storage, [uc.feature_table], "x").parent
+    table_dir = asset_file(home.storage, [uc.name, uc.feature_table], "x").parent  # its assets: <use case>/<asset>
     month = args.month or max((p.stem for p in table_dir.glob("*.parquet")), default=None)
-    path = asset_file(home.storage, [uc.feature_table], month or "none")
+    path = asset_file(home.storage, [uc.name, uc.feature_table], month or "none")
     if month is None or not path.exists():
         raise DataReadError(
             f"no {uc.feature_table} for {month or 'any month'} at {home.shown(path.parent)}: materialize the month "

@@ -137,10 +137,11 @@ def price_table(state: dict) -> dict[str, Any] | None:
 
 
 def _training_asset(model: str) -> str:
-    """The asset that trains ``model``: its use case's declaration (keel/usecase.py)."""
+    """The asset that trains ``model``: its use case's declaration (keel/usecase.py), under the use case's prefix."""
     from keel.usecase import by_model
 
-    return by_model(model).model.asset
+    uc = by_model(model)
+    return f"{uc.name}/{uc.model.asset}"
 
 
 def parts_of(record: RegisteredModel) -> tuple[dict, dict]:

@@ -55,8 +55,8 @@ def tick(
         try:
             model = stored_spec(home, exp_id).model
             if model not in labels_by_model:
-                fs = by_model(model).features
-                labels_by_model[model] = realized_labels(fs, frame["entity_key"], layout.storage)
+                uc = by_model(model)  # its assets live under its name: storage/<use case>/<asset>
+                labels_by_model[model] = realized_labels(uc.features, frame["entity_key"], layout.storage / uc.name)
             labels = labels_by_model[model]
             done = _tick_one(store, home, exp_id, meta, frame, labels, cursor, registry, ledger)
         except Exception as exc:  # noqa: BLE001 - one bad experiment must not stop every other guardrail

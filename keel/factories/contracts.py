@@ -46,20 +46,24 @@ BUDGET_CHECK = "critical_budget"
 SCHEMA_CHECK = "schema_conformance"
 
 
-def validated_key(name: str) -> dg.AssetKey:
-    return dg.AssetKey(f"validated_{name}")
+def _key(prefix: str | None, name: str) -> dg.AssetKey:
+    return dg.AssetKey([prefix, name] if prefix else [name])
 
 
-def quarantine_key(name: str) -> dg.AssetKey:
-    return dg.AssetKey(f"{name}_quarantine")
+def validated_key(name: str, prefix: str | None = None) -> dg.AssetKey:
+    return _key(prefix, f"validated_{name}")
+
+
+def quarantine_key(name: str, prefix: str | None = None) -> dg.AssetKey:
+    return _key(prefix, f"{name}_quarantine")
 
 
 def contract_check_specs(
-    spec: ContractSpec, partitions_def: dg.PartitionsDefinition | None = None
+    spec: ContractSpec, partitions_def: dg.PartitionsDefinition | None = None, key_prefix: str | None = None
 ) -> list[dg.AssetCheckSpec]:
     """The contract's checks. With the asset's ``partitions_def`` each result belongs to the partition it was
     evaluated on, so the asset's partitions view shows which months fail which rules."""
-    key = validated_key(spec.name)
+    key = validated_key(spec.name, key_prefix)
     specs = [
         partitioned_check(
             CONSERVATION_CHECK,
@@ -139,8 +143,10 @@ def _partition_complete(context: dg.AssetExecutionContext, raw_key: dg.AssetKey)
     return True if flag is None else bool(flag.value)
 
 
-def _check_results(spec: ContractSpec, report: ValidationReport) -> Iterator[dg.AssetCheckResult]:
-    key = validated_key(spec.name)
+def _check_results(
+    spec: ContractSpec, report: ValidationReport, key_prefix: str | None = None
+) -> Iterator[dg.AssetCheckResult]:
+    key = validated_key(spec.name, key_prefix)
     yield dg.AssetCheckResult(
         asset_key=key,
         check_name=CONSERVATION_CHECK,
@@ -211,11 +217,13 @@ def contract_assets(
     group_name: str = "contracts",
     io_manager_key: str = "io_manager",
     reference_keys: dict[str, dg.AssetKey] | None = None,
+    key_prefix: str | None = None,
 ) -> dg.AssetsDefinition:
     """Build ``validated_<name>`` and ``<name>_quarantine`` (and their checks) from a contract file.
 
     ``reference_keys`` maps a dataset named in an ``in_set`` rule's ``reference`` to the asset holding it
-    (default: ``raw_<dataset>``); it becomes an input, so the dependency shows in the lineage.
+    (default: ``raw_<dataset>``); it becomes an input, so the dependency shows in the lineage. ``key_prefix``: the
+    use case's name, the first part of every key built here (``<prefix>/validated_<name>``).
     """
     spec = load_contract(contract_path)
     compiled = CompiledContract(spec)
@@ -227,14 +235,14 @@ def contract_assets(
     )
 
     ref_datasets = sorted({ref.split(".", 1)[0] for ref in spec.references})
-    ref_keys = {ds: (reference_keys or {}).get(ds, dg.AssetKey(f"raw_{ds}")) for ds in ref_datasets}
+    ref_keys = {ds: (reference_keys or {}).get(ds, _key(key_prefix, f"raw_{ds}")) for ds in ref_datasets}
     ins = {"raw": dg.AssetIn(key=raw_key)} | {f"ref_{ds}": dg.AssetIn(key=key) for ds, key in ref_keys.items()}
 
     @dg.multi_asset(
-        name=f"validate_{name}",
+        name=f"{key_prefix}__validate_{name}" if key_prefix else f"validate_{name}",
         outs={
             "valid": dg.AssetOut(
-                key=validated_key(name),
+                key=validated_key(name, key_prefix),
                 metadata=_column_metadata(spec, raw_key, ref_keys),
                 description=f"{spec.description.strip()}\n\nRows of `{raw_key.to_user_string()}` that pass contract "
                 f"'{name}' v{spec.version} ({len(spec.rules)} rules), typed as the contract declares.",
@@ -242,7 +250,7 @@ def contract_assets(
                 **common,
             ),
             "quarantine": dg.AssetOut(
-                key=quarantine_key(name),
+                key=quarantine_key(name, key_prefix),
                 description=f"Rows of `{raw_key.to_user_string()}` kept out by contract '{name}': original values as text plus "
                 "contract version/hash, rule id, reason, partition, source row number and replay status.",
                 kinds={"polars", "parquet"},
@@ -251,7 +259,7 @@ def contract_assets(
         },
         ins=ins,
         partitions_def=partitions_def,
-        check_specs=contract_check_specs(spec, partitions_def),
+        check_specs=contract_check_specs(spec, partitions_def, key_prefix),
         description=f"Apply data contract '{name}' ({Path(contract_path).name})",
     )
     def _validate(context: dg.AssetExecutionContext, raw: pl.DataFrame, **refs: pl.DataFrame) -> Iterator[Any]:
@@ -311,7 +319,7 @@ def contract_assets(
                 "dagster/row_count": rep.quarantined,
             },
         )
-        yield from _check_results(spec, rep)
+        yield from _check_results(spec, rep, key_prefix)
         send_breach_alerts(spec, rep, context.log, complete=_partition_complete(context, raw_key))
 
     return _validate

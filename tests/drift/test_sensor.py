@@ -98,7 +98,7 @@ def test_a_drifted_feature_is_frozen_only_on_evidence(home, instance):
     assert frozen(home) == {"temp": 38.5}  # humid drifted as much, but serving it frozen is not better
     assert result.run_requests == []  # not a live replay: no challenger
     assert DriftCursor.parse(result.cursor).freezes == {"temp": ("2013-06", FAR)}
-    [seen] = [e for e in result.asset_events if e.asset_key == dg.AssetKey("feature_freezes")]
+    [seen] = [e for e in result.asset_events if e.asset_key == dg.AssetKey(["flights", "feature_freezes"])]
     assert seen.metadata["frozen_features"].value == "temp"
     [row] = seen.metadata["freezes"].value.records
     assert "drift_report 2013-06" in row.data["decision"] and f"expires {FAR}" in row.data["decision"]
@@ -166,7 +166,7 @@ def test_promoting_a_model_trained_on_the_drift_clears_its_freeze(home, instance
     champion(home, ["2013-04", "2013-05"], "2013-06")  # the loop promoted a model that learned June
     second = tick(instance, home, first.cursor)
     assert frozen(home) == {}
-    [seen] = [e for e in second.asset_events if e.asset_key == dg.AssetKey("feature_freezes")]
+    [seen] = [e for e in second.asset_events if e.asset_key == dg.AssetKey(["flights", "feature_freezes"])]
     assert seen.metadata["frozen"].value == 0
 
 
@@ -177,8 +177,8 @@ def test_live_drift_asks_for_one_challenger_on_the_recent_months(home, instance)
     first = tick(instance, home)
     [request] = first.run_requests
     assert request.job_name == "keel_challenger" and request.run_key == "challenger:2013-03..2013-05|2013-06"
-    config = request.run_config["ops"]["challenger_model"]["config"]
-    assert config == request.run_config["ops"]["challenger_evaluation"]["config"]
+    config = request.run_config["ops"]["flights__challenger_model"]["config"]
+    assert config == request.run_config["ops"]["flights__challenger_evaluation"]["config"]
     assert (config["train_months"], config["gate_month"], config["gate_from_day"], config["drift_window"]) == (
         ["2013-03", "2013-04", "2013-05"],
         "2013-06",

@@ -50,7 +50,7 @@ def test_summer_is_not_drift_once_the_champion_was_trained_on_summer(home):
     # a champion trained on April–June (its months' features on disk): July is judged against early summer
     for i, month in enumerate(("2013-04", "2013-05", "2013-06")):
         write_parquet_atomic(
-            month_frame(10 + i, 76.0 + 2 * i), home / "storage" / "flight_features" / f"{month}.parquet"
+            month_frame(10 + i, 76.0 + 2 * i), home / "storage" / "flights" / "flight_features" / f"{month}.parquet"
         )
     registry = ModelRegistry(home / "registry")
     sha = registry.register(

@@ -146,7 +146,7 @@ def exposures_of_real_flights(home, validated, start_ts, n=3000, offset=1.0, ste
         log.append({"ts": start_ts + offset + i * step, "unit_id": unit, "routed_version": version,
                     "model_version": version, "status": 200, "score": 0.3, "latency_ms": 3.0, "entity_key": key})  # fmt: skip
     log.close()
-    storage = home / "storage" / "validated_flights"
+    storage = home / "storage" / "flights" / "validated_flights"
     storage.mkdir(parents=True, exist_ok=True)
     validated["flights"].filter(pl.col("time_hour").dt.month() == 1).write_parquet(storage / "2013-01.parquet")
 
@@ -200,7 +200,10 @@ def test_the_daemon_path_and_the_cli(home, validated, monkeypatch):  # noqa: F81
     data = evaluate_sensor("guardrail_sensor", home, monkeypatch)
     [request] = data.run_requests
     assert request.tags["keel/guardrail_action"] == "rollback" and request.partition_key
-    assert set(request.asset_selection) == {dg.AssetKey("experiment_exposures"), dg.AssetKey("experiment_wide_table")}
+    assert set(request.asset_selection) == {
+        dg.AssetKey(["flights", "experiment_exposures"]),
+        dg.AssetKey(["flights", "experiment_wide_table"]),
+    }
     r = run("status", "rebooking-offer")
     assert r.returncode == 0 and json.loads(r.stdout)["status"] == "rolled_back"
     r = run("rollback", "rebooking-offer", "--reason", "again")
@@ -240,8 +243,8 @@ def test_the_analysis_shows_the_guardrail_decision_that_rolled_the_experiment_ba
     frame = read_exposure_frame(home / "serving" / "exposures")
     wide = wide_rows(frame, control.stored_spec(home, "rebooking-offer"), meta,
                      labels=realized_labels(FLIGHT_FEATURES, frame["entity_key"], home / "storage"))  # fmt: skip
-    (home / "storage" / "experiment_wide_table").mkdir(parents=True)
-    wide.write_parquet(home / "storage" / "experiment_wide_table" / "2026-01-01.parquet")
+    (home / "storage" / "flights" / "experiment_wide_table").mkdir(parents=True)
+    wide.write_parquet(home / "storage" / "flights" / "experiment_wide_table" / "2026-01-01.parquet")
     store.close()
 
     monkeypatch.setenv("KEEL_HOME", str(home))
@@ -260,7 +263,7 @@ def test_the_analysis_shows_the_guardrail_decision_that_rolled_the_experiment_ba
     assert report["status"] == "rolled_back"
     # The sequential test carries on from the decision's looks: its p-value cannot rise above what was acted on.
     assert report["guardrails"][0]["msprt_p"] <= 0.004
-    assert result.asset_materializations_for_node(EXPERIMENT_ANALYSIS.path[-1])
+    assert result.asset_materializations_for_node(EXPERIMENT_ANALYSIS.to_python_identifier())
 
 
 def test_an_experiment_that_cannot_be_judged_is_reported_and_the_others_proceed(home, validated):  # noqa: F811

@@ -108,8 +108,8 @@ def test_a_prediction_is_recorded_at_start_and_compared_with_the_realized_lift(u
     frame = read_exposure_frame(home / "serving" / "exposures")
     wide = wide_rows(frame, control.stored_spec(home, "rebooking-offer"), meta,
                      labels=realized_labels(FLIGHT_FEATURES, frame["entity_key"], home / "storage"))  # fmt: skip
-    (home / "storage" / "experiment_wide_table").mkdir(parents=True)
-    wide.write_parquet(home / "storage" / "experiment_wide_table" / "2026-01-01.parquet")
+    (home / "storage" / "flights" / "experiment_wide_table").mkdir(parents=True)
+    wide.write_parquet(home / "storage" / "flights" / "experiment_wide_table" / "2026-01-01.parquet")
     control.stop(store, home, "rebooking-offer", author="ana", reason="done")
     store.close()
     monkeypatch.setenv("KEEL_HOME", str(home))
@@ -125,5 +125,5 @@ def test_a_prediction_is_recorded_at_start_and_compared_with_the_realized_lift(u
     impact = report["impact"]
     assert impact["predicted_lift"] == said["predicted_lift"] and impact["realized_lift"] == accepted["lift"]
     assert impact["inside_interval"] == (lo <= accepted["lift"] <= hi)
-    [mat] = result.asset_materializations_for_node("experiment_analysis")
+    [mat] = result.asset_materializations_for_node("flights__experiment_analysis")
     assert "impact: predicted" in mat.metadata["report"].value

@@ -32,5 +32,5 @@ def explained_home(tmp_path_factory, features):
         registry.promote(MODEL, sha, "test")
     for month in MONTHS:
         part = features.filter(pl.col("sched_date").dt.strftime("%Y-%m") == month)
-        write_parquet_atomic(part, asset_file(home / "storage", ["flight_features"], month))
+        write_parquet_atomic(part, asset_file(home / "storage", ["flights", "flight_features"], month))
     return home, text

@@ -22,7 +22,9 @@ from keel.explanations import (
 from resources import keel_resources
 from usecases.flights.features import FEATURE_NAMES
 
-STORED_FEATURES = dg.AssetSpec("flight_features", partitions_def=monthly_2013)  # read from the files written
+STORED_FEATURES = dg.AssetSpec(
+    ["flights", "flight_features"], partitions_def=monthly_2013
+)  # read from the files written
 
 
 def materialize(home, month):
@@ -42,7 +44,7 @@ def february(explained_home):
 def test_mean_absolute_contributions_per_feature_and_segment(february, explained_home, features):
     home, text = explained_home
     assert february.success
-    summary = february.output_for_node("explanations")
+    summary = february.output_for_node("flights__explanations")
     feb = explanation_sample(features.filter(pl.col("sched_date").dt.strftime("%Y-%m") == "2013-02"), seed=201302)
     assert feb.height == SAMPLE_ROWS
     contrib = lgb.Booster(model_str=text).predict(feature_matrix(feb), pred_contrib=True)[:, :-1]
@@ -70,7 +72,7 @@ def test_the_shift_check_judges_the_month_against_the_reference_window(february,
     assert check.check_name == ATTRIBUTION_SHIFT
     assert check.passed == (max(abs(s.moved) for s in shifts) <= SHIFT_THRESHOLD)
     assert check.metadata["largest_move"].value == shifts[0].feature
-    meta = february.asset_materializations_for_node("explanations")[0].metadata
+    meta = february.asset_materializations_for_node("flights__explanations")[0].metadata
     assert meta["model_version"].value == 1 and meta["plot"].value.count("data:image/svg+xml;base64,") == 2
     assert sum(meta[f"share_{f}"].value for f in FEATURE_NAMES) == pytest.approx(1.0, abs=1e-3)
 

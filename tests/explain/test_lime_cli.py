@@ -37,7 +37,7 @@ def test_lime_next_to_treeshap_reports_agreement_and_cost(explained_home, tmp_pa
     # On this model the two methods agree on what matters: the largest attributions rank alike.
     assert report["median_spearman"] > 0.3, report["summary"]
     # TreeSHAP's numbers in the report are the model's exact contributions for those flights.
-    feb = pl.read_parquet(home / "storage" / "flight_features" / "2013-02.parquet")
+    feb = pl.read_parquet(home / "storage" / "flights" / "flight_features" / "2013-02.parquet")
     first = report["per_row"][0]
     row = feb.filter(pl.col("flight_id") == first["row_id"])
     contrib = lgb.Booster(model_str=text).predict(feature_matrix(row), pred_contrib=True)[0]
@@ -50,7 +50,7 @@ def test_lime_next_to_treeshap_reports_agreement_and_cost(explained_home, tmp_pa
 
 def test_chosen_flights_and_bad_input(explained_home):
     home, _ = explained_home
-    feb = pl.read_parquet(home / "storage" / "flight_features" / "2013-02.parquet")
+    feb = pl.read_parquet(home / "storage" / "flights" / "flight_features" / "2013-02.parquet")
     ids = feb["flight_id"].sort().to_list()[:2]
     done = keel(home, "explain", "--method", "lime", "--month", "2013-02", "--samples", "500", "--json",
                 *[a for i in ids for a in ("--id", i)])  # fmt: skip
@@ -61,7 +61,7 @@ def test_chosen_flights_and_bad_input(explained_home):
     unknown = keel(home, "explain", "--method", "lime", "--month", "2013-02", "--id", "nope")
     assert unknown.returncode == 2 and "flight nope is not among" in unknown.stderr
     newest = keel(home, "explain", "--method", "lime", "--rows", "2", "--samples", "500", "--json")
-    months = sorted(p.stem for p in (home / "storage" / "flight_features").glob("*.parquet"))
+    months = sorted(p.stem for p in (home / "storage" / "flights" / "flight_features").glob("*.parquet"))
     assert newest.returncode == 0 and json.loads(newest.stdout)["month"] == months[-1], newest.stderr
     no_method = keel(home, "explain")
     assert no_method.returncode == 2 and "--method" in no_method.stderr

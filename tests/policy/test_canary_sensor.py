@@ -71,8 +71,8 @@ def january_outcomes(tmp_path, validated):  # noqa: F811
     """Real January flights with their outcomes, in storage as the pipeline writes them (the labels' source)."""
     flights = validated["flights"].filter(pl.col("time_hour").dt.month() == 1, pl.col("arr_delay").is_not_null())
     storage = tmp_path / "storage"
-    (storage / "validated_flights").mkdir(parents=True)
-    flights.write_parquet(storage / "validated_flights" / "2013-01.parquet")
+    (storage / "flights" / "validated_flights").mkdir(parents=True)
+    flights.write_parquet(storage / "flights" / "validated_flights" / "2013-01.parquet")
     return storage, flights
 
 
@@ -135,7 +135,7 @@ def test_the_daemon_path_launches_a_deployment_run(world, tmp_path, monkeypatch)
 
     data = evaluate_sensor("canary_sensor", tmp_path, monkeypatch)
     [request] = data.run_requests
-    assert request.asset_selection == [dg.AssetKey("model_deployment")]
+    assert request.asset_selection == [dg.AssetKey(["flights", "model_deployment"])]
     assert request.tags["keel/canary_action"] == "start" and request.run_key.startswith("canary:rollout:")
 
 
@@ -147,8 +147,8 @@ def test_quality_on_realized_labels_rolls_back_a_badly_calibrated_challenger(wor
     store, registry, log, exposures, shas = world
     flights = validated["flights"].filter(pl.col("time_hour").dt.month() == 1, pl.col("arr_delay").is_not_null())
     storage = tmp_path / "storage"
-    (storage / "validated_flights").mkdir(parents=True)
-    flights.write_parquet(storage / "validated_flights" / "2013-01.parquet")
+    (storage / "flights" / "validated_flights").mkdir(parents=True)
+    flights.write_parquet(storage / "flights" / "validated_flights" / "2013-01.parquet")
     rows = flights.head(600).to_dicts()
     base = float((flights["arr_delay"] > 15).mean())
     tick(store, registry, exposures, T0, storage_dir=storage)
@@ -227,7 +227,7 @@ def test_a_malformed_canary_is_reported_and_the_others_proceed(world, tmp_path, 
     data = evaluate_sensor("canary_sensor", tmp_path, monkeypatch)
     assert [r.tags["keel/canary"] for r in data.run_requests] == ["rollout2"]
     [observation] = data.asset_events
-    assert observation.asset_key == dg.AssetKey("model_deployment")
+    assert observation.asset_key == dg.AssetKey(["flights", "model_deployment"])
     assert "canary 'broken' skipped" in observation.metadata["skipped"].value
 
 
@@ -264,7 +264,7 @@ def test_a_challenger_that_passed_its_gate_gets_one_canary_started_by_the_loop(t
 
     with dg.instance_for_test() as instance:
         instance.report_runless_asset_event(
-            dg.AssetMaterialization("challenger_evaluation", metadata={k: v for k, v in gate.items()})
+            dg.AssetMaterialization(["flights", "challenger_evaluation"], metadata={k: v for k, v in gate.items()})
         )
         first = tick_sensor(home, instance)
         with PolicyStore(home.policies) as store:

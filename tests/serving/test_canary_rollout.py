@@ -89,8 +89,10 @@ def home(tmp_path_factory):
     )
     store.close()
     # The outcomes the canary judges quality on: the pipeline's validated flights of the replayed month.
-    (home / "storage" / "validated_flights").mkdir(parents=True)
-    valid["flights"][REPLAY_MONTH].write_parquet(home / "storage" / "validated_flights" / f"{REPLAY_MONTH}.parquet")
+    (home / "storage" / "flights" / "validated_flights").mkdir(parents=True)
+    valid["flights"][REPLAY_MONTH].write_parquet(
+        home / "storage" / "flights" / "validated_flights" / f"{REPLAY_MONTH}.parquet"
+    )
     return home, shas
 
 

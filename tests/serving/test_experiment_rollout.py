@@ -63,9 +63,11 @@ simulation: {seed: 11, base_rate: 0.2, lift: -0.4}
 def test_a_harmful_treatment_is_rolled_back_by_the_guardrail_sensor(runtime_home, serving_models, validated,
                                                                      monkeypatch, tmp_path):  # fmt: skip
     home = runtime_home
-    (home / "storage" / "validated_flights").mkdir(parents=True, exist_ok=True)
+    (home / "storage" / "flights" / "validated_flights").mkdir(parents=True, exist_ok=True)
     feb = validated["flights"].filter(pl.col("time_hour").dt.month() == 2)
-    feb.write_parquet(home / "storage" / "validated_flights" / "2013-02.parquet")  # the outcomes, as the pipeline has
+    feb.write_parquet(
+        home / "storage" / "flights" / "validated_flights" / "2013-02.parquet"
+    )  # the outcomes, as the pipeline has
     monkeypatch.setenv("KEEL_HOME", str(home))
     resources = keel_resources(home)
     proc, endpoints = start_serve(home, PATIENT)
@@ -144,7 +146,7 @@ def test_a_harmful_treatment_is_rolled_back_by_the_guardrail_sensor(runtime_home
     assert late_logloss["n_control"] > 100  # real outcomes joined for the real flights
 
     # The lake is plain Parquet: DuckDB answers questions on it, e.g. acceptance by score bucket.
-    wide = home / "storage" / "experiment_wide_table" / f"{request.partition_key}.parquet"
+    wide = home / "storage" / "flights" / "experiment_wide_table" / f"{request.partition_key}.parquet"
     rows = duckdb.sql(
         f"SELECT floor(score * 10) / 10 AS bucket, variant, avg(offer_accepted) AS accept_rate, count(*) AS n "
         f"FROM read_parquet('{wide}') WHERE experiment_id = 'rebooking-offer' GROUP BY ALL ORDER BY ALL"

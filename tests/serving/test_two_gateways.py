@@ -98,8 +98,8 @@ def shared(tmp_path_factory):
         online.write_snapshot(
             build_views(weather, planes, history, as_of=date(2013, 5, 1)), as_of=date(2013, 5, 1), partition=MONTH
         )
-        (home / "storage" / "validated_flights").mkdir(parents=True)
-        valid["flights"][MONTH].write_parquet(home / "storage" / "validated_flights" / f"{MONTH}.parquet")
+        (home / "storage" / "flights" / "validated_flights").mkdir(parents=True)
+        valid["flights"][MONTH].write_parquet(home / "storage" / "flights" / "validated_flights" / f"{MONTH}.parquet")
         try:
             yield home, location, env, shas
         finally:

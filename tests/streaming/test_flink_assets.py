@@ -17,7 +17,7 @@ pytestmark = pytest.mark.flink
 
 def test_the_stream_assets_materialize_with_throughput_and_parity(tmp_path):
     require_flink_environment()
-    keys = [dg.AssetKey(k) for k in ("raw_weather", "validated_weather", "weather_quarantine",
+    keys = [dg.AssetKey(["flights", k]) for k in ("raw_weather", "validated_weather", "weather_quarantine",
                                      "stream_validated_weather", "stream_weather_quarantine")]  # fmt: skip
     result = dg.materialize(
         list(definitions.defs.assets),
@@ -27,9 +27,7 @@ def test_the_stream_assets_materialize_with_throughput_and_parity(tmp_path):
         | {"io_manager": ParquetIOManager(base_dir=str(tmp_path)), "flink": FlinkResource(python=str(FLINK_PY))},
     )
     assert result.success
-    mats = {
-        e.asset_key.to_user_string(): e.materialization.metadata for e in result.get_asset_materialization_events()
-    }
+    mats = {e.asset_key.path[-1]: e.materialization.metadata for e in result.get_asset_materialization_events()}
     meta = mats["stream_validated_weather"]
     assert meta["same_valid_rows_as_batch"].value is True
     assert meta["events_per_s"].value > 0 and meta["lag_s"].value > 0 and meta["drift_windows"].value >= 28
@@ -37,4 +35,7 @@ def test_the_stream_assets_materialize_with_throughput_and_parity(tmp_path):
     batch = pl.read_parquet(tmp_path / "validated_weather" / "2013-02.parquet")
     assert stream.height == batch.height == meta["dagster/row_count"].value
     graph = definitions.defs.resolve_asset_graph()
-    assert dg.AssetKey("raw_weather") in graph.get(dg.AssetKey("stream_validated_weather")).parent_keys
+    assert (
+        dg.AssetKey(["flights", "raw_weather"])
+        in graph.get(dg.AssetKey(["flights", "stream_validated_weather"])).parent_keys
+    )

@@ -24,7 +24,7 @@ def home(tmp_path, feature_months):
     """Stored flight_features for 2013-01…05 (as the pipeline writes them) and a champion trained on January."""
     home = KeelHome.of(tmp_path)
     for m in MONTHS:
-        write_parquet_atomic(month_of(feature_months, m), home.asset_file("flight_features", m))
+        write_parquet_atomic(month_of(feature_months, m), home.asset_file("flights/flight_features", m))
     first = train_model(feature_months, TrainingConfig(train_months=("2013-01",), valid_month="2013-02"))
     with ModelRegistry(home.registry) as reg:
         reg.register("flight-delay", first.text, {"train_months": ["2013-01"], "valid_month": "2013-02"})
@@ -36,7 +36,12 @@ def run(home, config: dict, instance=None):
     return dg.materialize(
         [challenger_model, challenger_evaluation],
         resources=keel_resources(home.root),
-        run_config={"ops": {"challenger_model": {"config": config}, "challenger_evaluation": {"config": config}}},
+        run_config={
+            "ops": {
+                "flights__challenger_model": {"config": config},
+                "flights__challenger_evaluation": {"config": config},
+            }
+        },
         instance=instance,
         raise_on_error=False,
     )
@@ -47,9 +52,7 @@ def test_the_challenger_is_trained_on_the_plan_and_gated_on_the_month_after(home
               "drift_window": "2013-05", "drift_event": 7}  # fmt: skip
     result = run(home, config)
     assert result.success
-    mats = {
-        e.asset_key.to_user_string(): e.materialization.metadata for e in result.get_asset_materialization_events()
-    }
+    mats = {e.asset_key.path[-1]: e.materialization.metadata for e in result.get_asset_materialization_events()}
     model, evaluation = mats["challenger_model"], mats["challenger_evaluation"]
     assert (model["fitted_on"].value, model["early_stopped_on"].value) == (
         "2013-02, 2013-03, 2013-04",
@@ -63,7 +66,7 @@ def test_the_challenger_is_trained_on_the_plan_and_gated_on_the_month_after(home
         assert meta["valid_days"] == [1, 21] and meta["gate_from_day"] == 22
         assert meta["trigger"] == {"drift_window": "2013-05", "drift_event": 7} and meta["run_id"] == result.run_id
         # the recorded verdict is the gate's on the same models and the gate month's flights it did not see
-        gate_flights = pl.read_parquet(home.asset_file("flight_features", "2013-05")).filter(
+        gate_flights = pl.read_parquet(home.asset_file("flights/flight_features", "2013-05")).filter(
             pl.col("sched_date").dt.day() >= 22
         )
         champion_scores, labels = predict(reg.load(reg.alias("flight-delay", "champion")), gate_flights)

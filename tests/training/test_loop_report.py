@@ -33,7 +33,7 @@ def home(tmp_path, feature_months):
     """Stored features for 2013-01…05; the static model (v1) live from March, a retrained one (v2) from 15 May."""
     home = KeelHome.of(tmp_path)
     for m in MONTHS:
-        write_parquet_atomic(month_of(feature_months, m), home.asset_file("flight_features", m))
+        write_parquet_atomic(month_of(feature_months, m), home.asset_file("flights/flight_features", m))
     static = train_model(feature_months, TrainingConfig(train_months=("2013-01",), valid_month="2013-02"))
     later = train_model(feature_months, TrainingConfig(train_months=("2013-02", "2013-03"), valid_month="2013-04"))
     with ModelRegistry(home.registry) as reg:
@@ -64,7 +64,7 @@ def log_loss_of(s: np.ndarray, y: np.ndarray) -> float:
 
 
 def test_the_report_is_what_the_ledger_and_the_labels_say(home):
-    may = labelled(pl.read_parquet(home.asset_file("flight_features", "2013-05")))
+    may = labelled(pl.read_parquet(home.asset_file("flights/flight_features", "2013-05")))
     with dg.instance_for_test() as instance:
         context = dg.build_asset_context(
             partition_key="2013-05", resources=keel_resources(home.root), instance=instance
@@ -83,7 +83,7 @@ def test_the_report_is_what_the_ledger_and_the_labels_say(home):
     parts = [may.filter(pl.col("sched_date").is_in(days)) for days in periods.values()]
     texts = [registry.load(sha) for sha in periods]
     static_text = registry.load(ledger.log()[0].manifest["model"]["parts"]["sha256"])
-    feats = pl.concat([pl.read_parquet(home.asset_file("flight_features", m)) for m in MONTHS])
+    feats = pl.concat([pl.read_parquet(home.asset_file("flights/flight_features", m)) for m in MONTHS])
     naive_text = train_model(
         feats, TrainingConfig(train_months=("2013-01", "2013-02", "2013-03"), valid_month="2013-04")
     ).text  # retrained on January–March, early-stopped on April, without a gate

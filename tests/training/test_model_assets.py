@@ -15,7 +15,7 @@ from resources import keel_resources
 
 @pytest.fixture
 def setup(tmp_path, feature_months):
-    @dg.asset(key="flight_features", partitions_def=monthly_2013)
+    @dg.asset(key=["flights", "flight_features"], partitions_def=monthly_2013)
     def flight_features(context: dg.AssetExecutionContext) -> pl.DataFrame:
         """Stands in for the real asset: real features for 2013-01…02, February's rows moved on for 03…05."""
         return feature_months.filter(pl.col("sched_date").dt.strftime("%Y-%m") == context.partition_key)
@@ -40,18 +40,16 @@ def test_gate_passes_promotes_and_retraining_gives_the_same_model(setup, monkeyp
     monkeypatch.setattr(models, "GATE", GatePolicy(max_ece=0.1))
     result = run_models(setup)
     assert result.success
-    mats = {
-        e.asset_key.to_user_string(): e.materialization.metadata for e in result.get_asset_materialization_events()
-    }
+    mats = {e.asset_key.path[-1]: e.materialization.metadata for e in result.get_asset_materialization_events()}
     sha = mats["delay_model"]["sha256"].value
     assert mats["model_promotion"]["champion"].value == sha
     registry = ModelRegistry(setup[3])
     assert registry.alias("flight-delay", "champion") == sha
     assert registry.get("flight-delay", sha).metadata["train_months"] == ["2013-01", "2013-02"]
     again = run_models(setup)
-    assert {
-        e.asset_key.to_user_string(): e.materialization.metadata for e in again.get_asset_materialization_events()
-    }["delay_model"]["sha256"].value == sha
+    assert {e.asset_key.path[-1]: e.materialization.metadata for e in again.get_asset_materialization_events()}[
+        "delay_model"
+    ]["sha256"].value == sha
 
 
 def test_a_failing_gate_stops_promotion_and_says_why(setup, monkeypatch):
@@ -59,7 +57,7 @@ def test_a_failing_gate_stops_promotion_and_says_why(setup, monkeypatch):
     result = run_models(setup)
     [gate] = [e for e in result.get_asset_check_evaluations() if e.check_name == models.GATE_CHECK]
     assert gate.passed is False and "calibration: ECE" in gate.metadata["reasons"].value
-    materialized = {e.asset_key.to_user_string() for e in result.get_asset_materialization_events()}
+    materialized = {e.asset_key.path[-1] for e in result.get_asset_materialization_events()}
     assert "model_promotion" not in materialized and "model_evaluation" in materialized
     assert ModelRegistry(setup[3]).alias("flight-delay", "champion") is None
 
@@ -69,13 +67,13 @@ def test_promotion_builds_the_candidate_release_manifest(setup, monkeypatch, tmp
 
     monkeypatch.setattr(models, "GATE", GatePolicy(max_ece=0.1))
     result = run_models(setup)
-    promotion = {
-        e.asset_key.to_user_string(): e.materialization.metadata for e in result.get_asset_materialization_events()
-    }["model_promotion"]
+    promotion = {e.asset_key.path[-1]: e.materialization.metadata for e in result.get_asset_materialization_events()}[
+        "model_promotion"
+    ]
     manifest = promotion["candidate_manifest"].value
     assert set(manifest) == {"release_id", "data", "model", "infra", "policy"}
     assert manifest["model"]["parts"]["sha256"] == promotion["champion"].value
-    assert set(manifest["data"]["parts"]["flight_features"]) == {"2013-01", "2013-02", "2013-03"}
+    assert set(manifest["data"]["parts"]["flights/flight_features"]) == {"2013-01", "2013-02", "2013-03"}
     assert manifest["data"]["parts"]["contracts"] == models.contract_hashes()
     # Promotion is not going live: only model_deployment appends to the ledger.
     assert Ledger(tmp_path / "ledger.sqlite").log() == []
@@ -87,12 +85,13 @@ def test_the_registry_records_data_versions_contracts_metrics_and_run(setup, mon
     result = run_models(setup)
     sha = registry_sha(result)
     meta = ModelRegistry(registry_root).get("flight-delay", sha).metadata
-    for month, version in meta["data_versions"]["flight_features"].items():
+    for month, version in meta["data_versions"]["flights/flight_features"].items():
         [record] = instance.fetch_materializations(
-            dg.AssetRecordsFilter(asset_key=dg.AssetKey("flight_features"), asset_partitions=[month]), limit=1
+            dg.AssetRecordsFilter(asset_key=dg.AssetKey(["flights", "flight_features"]), asset_partitions=[month]),
+            limit=1,
         ).records
         assert version == record.asset_materialization.tags["dagster/data_version"]
-    assert set(meta["data_versions"]["flight_features"]) == {"2013-01", "2013-02", "2013-03"}
+    assert set(meta["data_versions"]["flights/flight_features"]) == {"2013-01", "2013-02", "2013-03"}
     assert meta["contracts"] == models.contract_hashes() and set(meta["contracts"]) == {"flights", "weather"}
     assert meta["params"]["seed"] == models.CONFIG.params["seed"]
     assert 0.6 < meta["metrics"]["auc"] < 1 and meta["metrics"]["holdout_month"] == "2013-03"
@@ -100,9 +99,9 @@ def test_the_registry_records_data_versions_contracts_metrics_and_run(setup, mon
 
 
 def registry_sha(result) -> str:
-    return {
-        e.asset_key.to_user_string(): e.materialization.metadata for e in result.get_asset_materialization_events()
-    }["delay_model"]["sha256"].value
+    return {e.asset_key.path[-1]: e.materialization.metadata for e in result.get_asset_materialization_events()}[
+        "delay_model"
+    ]["sha256"].value
 
 
 def test_editing_a_contract_marks_the_model_stale(setup, tmp_path):
@@ -145,7 +144,7 @@ def test_a_new_release_diffs_to_the_partition_and_the_model_that_changed(
     first_run = run_models(setup)
     assert first_run.success
 
-    @dg.asset(key="flight_features", partitions_def=monthly_2013)
+    @dg.asset(key=["flights", "flight_features"], partitions_def=monthly_2013)
     def flight_features(context: dg.AssetExecutionContext) -> pl.DataFrame:
         month = feature_months.filter(pl.col("sched_date").dt.strftime("%Y-%m") == context.partition_key)
         return month.filter(pl.col("carrier") != "EV")  # a feed that lost one carrier
@@ -159,7 +158,7 @@ def test_a_new_release_diffs_to_the_partition_and_the_model_that_changed(
     )
     assert second.success
     first, second = (
-        {e.asset_key.to_user_string(): e.materialization.metadata for e in r.get_asset_materialization_events()}[
+        {e.asset_key.path[-1]: e.materialization.metadata for e in r.get_asset_materialization_events()}[
             "model_promotion"
         ]["candidate_manifest"].value
         for r in (first_run, second)
@@ -175,8 +174,8 @@ def test_a_new_release_diffs_to_the_partition_and_the_model_that_changed(
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     assert any(line.startswith("data: CHANGED") for line in lines)
-    assert any(line.strip().startswith("flight_features.2013-02:") for line in lines)
-    assert not any(line.strip().startswith("flight_features.2013-01:") for line in lines)  # January untouched
+    assert any(line.strip().startswith("flights/flight_features.2013-02:") for line in lines)
+    assert not any(line.strip().startswith("flights/flight_features.2013-01:") for line in lines)  # January untouched
     assert any(line.startswith("model: CHANGED") for line in lines) and "sha256:" in out.stdout
-    assert "produced by: flight_features" in out.stdout and "produced by: delay_model" in out.stdout
+    assert "produced by: flights/flight_features" in out.stdout and "produced by: flights/delay_model" in out.stdout
     assert "infra: unchanged" in out.stdout and "policy: unchanged" in out.stdout
