@@ -13,19 +13,11 @@ VALIDATED_WEATHER = key("validated_weather")
 
 
 def build_validated_assets() -> list:
+    """One contract multi-asset per validated table, under the use case's prefix and in its contracts group."""
     return [
         contract_assets(
-            contract_path("flights"),
-            raw_key=RAW_FLIGHTS,
-            partitions_def=monthly_2013,
-            key_prefix=PREFIX,
+            contract_path(table), raw_key=raw, partitions_def=monthly_2013, key_prefix=PREFIX,
             group_name=group("contracts"),
-        ),
-        contract_assets(
-            contract_path("weather"),
-            raw_key=RAW_WEATHER,
-            partitions_def=monthly_2013,
-            key_prefix=PREFIX,
-            group_name=group("contracts"),
-        ),
-    ]
+        )
+        for table, raw in (("flights", RAW_FLIGHTS), ("weather", RAW_WEATHER))
+    ]  # fmt: skip

@@ -9,7 +9,7 @@ the drill adds ``injected_at`` and what users felt — the live traffic's answer
 | drill | fault | who acts |
 |---|---|---|
 | ``unit-change`` | the next day of weather arrives with temperatures in °C | landing sensor: the delivery gate holds the day back; the upstream's next delivery of it is admitted |
-| ``schema-break`` | the next day of flights arrives with ``arr_delay`` renamed and ``tailnum`` missing | landing sensor, as for unit-change |
+| ``schema-break`` | the next day of the use case's ``drills.schema_break`` table arrives with a column renamed and one missing | landing sensor, as for unit-change |
 | ``bad-challenger`` | a challenger whose scores are inverted (1 − p) enters a canary | canary sensor: rolled back on realized labels |
 | ``runtime-crash`` | tritonserver is killed (SIGKILL) under traffic | the runtime's supervisor restarts it and reloads the routed versions |
 | ``control-plane-tamper`` | the newest policy commit is deleted from the store file | gateways refuse the store; watchdog_sensor restores the commit from the journal |
@@ -35,7 +35,7 @@ from keel.errors import KeelError
 DRILLS = ("unit-change", "schema-break", "bad-challenger", "runtime-crash", "control-plane-tamper")
 DRILL_AUTHOR = "chaos-drill"
 # The drill's canary: bigger first steps than the loop's (the fault must meet enough traffic to be judged), labels
-# enough for the quality test, and two simulated days per step — a flight's outcome lands the day after it flew, so
+# enough for the quality test, and two simulated days per step — an outcome lands the day after its entity was scored, so
 # a step must last past the first labels or it would advance on latency and errors alone.
 DRILL_CANARY: dict[str, Any] = {
     "steps": [10, 50, 100],

@@ -1,8 +1,8 @@
 """``keel live``: the live replay's clock and deliveries — 2013 replayed as a live year.
 
 ``keel live run`` starts the simulated clock (or resumes it where it stopped) and plays the upstream systems: each
-local day of flights and weather lands in ``$KEEL_HOME/landing`` when it is due on the simulated clock (January to
-March at once, as history). Dagster's landing sensor picks each delivery up. Ctrl-C pauses the clock; running it
+local day of each landed source of the use case lands in ``$KEEL_HOME/landing`` when it is due on the simulated
+clock (January to March at once, as history). Dagster's landing sensor picks each delivery up. Ctrl-C pauses the clock; running it
 again resumes. ``keel live status`` says where the clock and the landing zone are.
 """
 

