@@ -92,7 +92,9 @@ def test_unit_change_is_held_back_located_and_recovered_with_no_failed_request(p
     assert result["detected"] and result["recovered"]
     assert incident["kind"] == "delivery_held_back" and incident["source"] == "landing_sensor"
     day = result["injection"]["incident_key"].split(":")[-1]
-    assert incident["located"].startswith(f"delivery weather/{day} → raw_weather.dewp, raw_weather.temp")
+    assert incident["located"].startswith(
+        f"delivery weather/{day} → flights/raw_weather.dewp, flights/raw_weather.temp"
+    )
     assert "dewpoint_not_above_temp" in incident["located"] and "flight_features.temp" in incident["located"]
     within_one_tick(platform, result, "landing_sensor")
     assert result["traffic"]["failed"] == 0 and result["traffic"]["answered"] > 0
@@ -105,7 +107,9 @@ def test_schema_break_is_held_back_and_nothing_downstream_reads_that_day(platfor
     assert result["recovered"] and incident["severity"] == "critical"
     within_one_tick(platform, result, "landing_sensor")
     day = result["injection"]["incident_key"].split(":")[-1]
-    assert incident["located"].startswith(f"delivery flights/{day} → raw_flights.arr_delay, raw_flights.tailnum")
+    assert incident["located"].startswith(
+        f"delivery flights/{day} → flights/raw_flights.arr_delay, flights/raw_flights.tailnum"
+    )
     assert "columns missing: arr_delay, tailnum" in incident["located"]
     held = json.loads((home / "landing" / "_quarantine" / "flights" / f"{day}.json").read_text())
     assert held["missing_columns"] == ["arr_delay", "tailnum"]
