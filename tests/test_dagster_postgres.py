@@ -84,7 +84,9 @@ def test_a_job_runs_and_sensors_tick_with_everything_stored_in_postgres(dagster_
         f"SELECT DISTINCT asset_key FROM event_logs WHERE run_id = '{run_id}' "  # noqa: S608 - a run id made here
         "AND dagster_event_type = 'ASSET_MATERIALIZATION'",
     )
-    assert {'["raw_planes"]', '["raw_airlines"]', '["raw_airports"]'} <= {r[0] for r in materialized}
+    assert {f'["flights", "{t}"]' for t in ("raw_planes", "raw_airlines", "raw_airports")} <= {
+        r[0] for r in materialized
+    }
     # … and the daemon's sensor ticks too (watchdog_sensor runs every 10 s).
     deadline = time.monotonic() + 300
     while not any(

@@ -337,8 +337,8 @@ def test_raw_flights_lead_to_the_registered_champion(dagster_dev, keel_home):
     registry = ModelRegistry(keel_home / "registry")
     champion = registry.alias("flight-delay", "champion")
     meta = registry.get("flight-delay", champion).metadata
-    assert set(meta["data_versions"]["flight_features"]) == {"2013-01", "2013-02", "2013-03"}
-    assert all(meta["data_versions"]["flight_features"].values())  # real data versions, none missing
+    assert set(meta["data_versions"]["flights/flight_features"]) == {"2013-01", "2013-02", "2013-03"}
+    assert all(meta["data_versions"]["flights/flight_features"].values())  # real data versions, none missing
     assert set(meta["contracts"]) == {"flights", "weather"} and meta["metrics"]["auc"] > 0.6
     registry.load(champion)  # the file is there and hashes to its name
 

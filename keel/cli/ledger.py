@@ -103,13 +103,12 @@ def _ledger_why(args: argparse.Namespace) -> int:
         version = registry.version(args.model, sha)
         metadata = registry.get(args.model, sha).metadata
     commits = []
-    canary = f"{args.model}.loop-v{version}"
     store_version = (entry.manifest.get("policy") or {}).get("parts", {}).get("store_version")
     if home.policies.exists():
         with PolicyStore(home.policies) as store:
             for v in range(1, (store_version or store.version()) + 1):
                 c = store.commit(v)
-                if canary in c.changes:
+                if any(_canary_of(change, args.model, version) for change in c.changes.values()):
                     commits.append((v, c.committed_at.isoformat(timespec="seconds"), c.author, c.reason))
     revert = f" (a revert of entry #{entry.reverts})" if entry.reverts else ""
     print(f"release {entry.release_id}: ledger entry #{entry.seq}{revert}, model v{version} ({sha[:12]})")
@@ -152,3 +151,10 @@ def _installed_model() -> str:
     from keel.usecase import only
 
     return only().model.name
+
+
+def _canary_of(change: dict, model: str, version: int) -> bool:
+    """A committed change that is a canary of ``model`` rolling out ``version`` (whatever it is called: the loop's
+    ``<model>.loop-v<N>``, a drill's, one started by hand)."""
+    body = change.get("body") or {}
+    return change.get("type") == "canary" and body.get("model") == model and body.get("challenger_version") == version

@@ -31,8 +31,8 @@ def test_the_stream_assets_materialize_with_throughput_and_parity(tmp_path):
     meta = mats["stream_validated_weather"]
     assert meta["same_valid_rows_as_batch"].value is True
     assert meta["events_per_s"].value > 0 and meta["lag_s"].value > 0 and meta["drift_windows"].value >= 28
-    stream = pl.read_parquet(tmp_path / "stream_validated_weather" / "2013-02.parquet")
-    batch = pl.read_parquet(tmp_path / "validated_weather" / "2013-02.parquet")
+    stream = pl.read_parquet(tmp_path / "flights" / "stream_validated_weather" / "2013-02.parquet")
+    batch = pl.read_parquet(tmp_path / "flights" / "validated_weather" / "2013-02.parquet")
     assert stream.height == batch.height == meta["dagster/row_count"].value
     graph = definitions.defs.resolve_asset_graph()
     assert (
