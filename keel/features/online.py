@@ -167,13 +167,14 @@ def _hour_key(v: Any) -> str:
     return f"{dt.year:04d}-{dt.month:02d}-{dt.day:02d}T{dt.hour:02d}:00:00+00:00"
 
 
-def _key_of(row: Mapping[str, Any], keys: tuple[Key, ...]) -> str:
-    parts = [_hour_key(row[k.column]) if k.kind == "utc_hour" else str(row[k.column]) for k in keys]
-    return parts[0] if len(parts) == 1 else "|".join(parts)
-
-
-def _history_key(row: Mapping[str, Any], keys: tuple[str, ...]) -> str:
-    return str(row[keys[0]]) if len(keys) == 1 else "|".join([str(row[k]) for k in keys])
+def _keys(rows: list[Mapping[str, Any]], keys: tuple[Key, ...]) -> list[str]:
+    """Each row's store key for a view: its key columns' text (a ``utc_hour`` key as its UTC hour), joined by ``|``.
+    One list comprehension per key column: this runs for every request."""
+    parts = [
+        [_hour_key(r[k.column]) for r in rows] if k.kind == "utc_hour" else [str(r[k.column]) for r in rows]
+        for k in keys
+    ]
+    return parts[0] if len(parts) == 1 else ["|".join(p) for p in zip(*parts, strict=True)]
 
 
 def get_online_features(store: OnlineStore, entity_rows: Iterable[Mapping[str, Any]]) -> FeatureBatch:
@@ -188,10 +189,7 @@ def get_online_features(store: OnlineStore, entity_rows: Iterable[Mapping[str, A
     absent = [c for c in fs.entity.request_columns if c not in rows[0]]
     if absent:
         raise ValueError(f"entity rows need {', '.join(fs.entity.request_columns)}; missing {', '.join(absent)}")
-    keys = {
-        **{v.name: [_key_of(r, v.keys) for r in rows] for v in fs.lookups},
-        **{h.feature: [_history_key(r, h.keys) for r in rows] for h in fs.histories},
-    }
+    keys = {view: _keys(rows, view_keys) for view, view_keys in fs.view_keys.items()}
     found = store.lookup_many(keys)
     n = len(rows)
     columns: dict[str, np.ndarray] = {}
@@ -223,7 +221,10 @@ def get_online_features(store: OnlineStore, entity_rows: Iterable[Mapping[str, A
         hits = hits.reshape(n, 2)
         values[h.feature] = h.smoothed(hits[:, 1], hits[:, 0], NumpyOps)  # view fields: (n_cum, sum_cum)
     frozen = store.frozen()
-    matrix = np.vstack([np.broadcast_to(values[name], (n,)) for name in fs.names])  # features × rows
+    columns = [values[name] for name in fs.names]
+    if any(np.ndim(c) == 0 for c in columns):  # a constant feature: one value for every row
+        columns = [c if np.ndim(c) else np.full(n, c, dtype=np.float64) for c in columns]
+    matrix = np.vstack(columns)  # features × rows
     for name, value in frozen.items():
         if name in fs.by_name:
             matrix[fs.names.index(name)] = value  # served with its freeze value

@@ -259,6 +259,14 @@ class FeatureSet:
         }
 
     @cached_property
+    def view_keys(self) -> dict[str, tuple[Key, ...]]:
+        """The key columns of each view of the online store (a history's group columns as plain value keys)."""
+        return {
+            **{v.name: v.keys for v in self.lookups},
+            **{h.feature: tuple(Key(k) for k in h.keys) for h in self.histories},
+        }
+
+    @cached_property
     def table_columns(self) -> tuple[str, ...]:
         """The feature table's columns, in order: id, carried entity columns, features, label."""
         return (self.entity.id_column, *self.entity.carried, *self.names, self.label.column)
