@@ -7,21 +7,19 @@ from __future__ import annotations
 
 import dagster as dg
 
-from assets.deployment import deployment_assets, rollback_job
+from assets.deployment import rollback_job
 from assets.drift import drift_assets
 from assets.experiments import experiment_assets
 from assets.explanations import explanations
-from assets.features import feature_assets
 from assets.freezes import feature_freezes
 from assets.groups import with_group_metadata
 from assets.incidents import incidents, incidents_job
 from assets.jobs import build_jobs, challenger_job
 from assets.loop import loop_assets
 from assets.metering import metering_assets, metering_job
-from assets.models import model_assets
-from assets.raw import raw_assets
+from assets.pipeline import usecase_assets
 from assets.streaming import streaming_assets
-from assets.validated import build_validated_assets
+from keel.usecase import installed
 from resources import keel_resources
 from sensors.canary import canary_sensor
 from sensors.drift import drift_sensor
@@ -32,20 +30,16 @@ from sensors.metering import metering_sensor
 from sensors.schedules import nightly_drift
 from sensors.watchdog import watchdog_sensor
 
-validated_assets = build_validated_assets()
-
 defs = dg.Definitions(
     assets=with_group_metadata(  # each group's owner and documentation (assets/groups.py)
         [
-            *raw_assets,
-            *validated_assets,
-            *feature_assets,
+            # every installed use case's pipeline, generated from its declaration (assets/pipeline.py)
+            *(a for uc in installed().values() for a in usecase_assets(uc)),
+            # the flights use case's loop, drift, experiments and explanations (still its own wiring)
             feature_freezes,
             *drift_assets,
-            *model_assets,
             explanations,
             *loop_assets,
-            *deployment_assets,
             *experiment_assets,
             *metering_assets,
             *streaming_assets,

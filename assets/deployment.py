@@ -1,111 +1,121 @@
-"""The deployment: the registry's champion (and challenger) served by Triton behind the gateway, and the release
-appended to the ledger — the moment a release goes live."""
+"""A use case's deployment: the registry's champion (and challenger) served by Triton behind the gateway, and the
+release appended to the ledger — the moment a release goes live."""
 
 import json
+from functools import cache
 
 import dagster as dg
 
-from assets.models import MODEL_NAME, MODEL_PROMOTION
-from assets.usecase import group, key
+from assets.usecase import wiring
 from keel.clock import SimClock
 from keel.deploy.plan import NoChampionError, RunningCanary, plan_deployment, release
 from keel.policies import PolicyError
 from keel.release import infra_snapshot
+from keel.usecase import UseCase
 from resources.home import KeelHomeResource
 from resources.ledger import LedgerResource
 from resources.policy import PolicyStoreResource
 from resources.registry import ModelRegistryResource
 from resources.triton import TritonResource
-from usecases.flights.features import FLIGHT_FEATURES as FEATURE_SET
-
-FEATURE_NAMES = FEATURE_SET.names
-
-DEPLOYMENTS_GROUP = group("deployments")
-MODEL_DEPLOYMENT = key("model_deployment")
+from usecases.flights import usecase as FLIGHTS
 
 
-@dg.asset(
-    key=MODEL_DEPLOYMENT,
-    group_name=DEPLOYMENTS_GROUP,
-    kinds={"triton", "deployment"},
-    deps=[MODEL_PROMOTION],
-    description="Publishes the registry's champion — and the challenger and the previous champion (as the "
-    "circuit breaker's fallback) when there are — to Triton with a hot swap (load, warm, switch the gateway's "
-    "routing, unload the old), then appends the release (data, model, infra with the Triton version, policy) to "
-    "the ledger. While a canary rollout runs (policy store), its challenger is deployed at the share of its current "
-    "step, and a run launched by the canary sensor shows the decision and its evidence. Needs the model runtime "
-    "running (`python -m gpu_runtime.serve`; scripts/up starts it).",
-)
-def model_deployment(
-    context: dg.AssetExecutionContext,
-    registry: ModelRegistryResource,
-    triton: TritonResource,
-    ledger: LedgerResource,
-    policies: PolicyStoreResource,
-    keel_home: KeelHomeResource,
-) -> dg.MaterializeResult:
-    with policies.open() as store:
-        state, store_version = store.state(), store.version()
-        decision = _decision(store, context.run.tags.get("keel/policy_version"))
-    with registry.open() as reg:
-        try:
-            plan = plan_deployment(state, store_version, reg, MODEL_NAME, _latest_manifest(context))
-        except NoChampionError as exc:
-            raise dg.Failure(str(exc)) from None
-    endpoints = triton.endpoints()
-    control = triton.control()
-    infra = infra_snapshot() | {"triton": control.server_version(), "triton_dist": endpoints.get("triton_version")}
-    with ledger.open() as led:
-        done = release(
-            plan,
-            triton.deployer(len(FEATURE_NAMES), control=control),
-            led,
-            infra,
-            endpoints.get("policy") or {},
-            live_from=SimClock(keel_home.layout().clock).now(),  # the simulated now in a live replay
-        )
-    report = done.report
-    context.log.info(
-        f"deployed {MODEL_NAME}: routing generation {report.generation}, loaded {list(report.loaded)}, "
-        f"unloaded {list(report.unloaded)}, cold starts {report.cold_start_s}"
+@cache
+def build_deployment_assets(uc: UseCase) -> list[dg.AssetsDefinition]:
+    """``<use case>/model_deployment``: the use case's model put live (after its model_promotion)."""
+    w = wiring(uc)
+    model_name, n_features = uc.model.name, len(uc.features.names)
+    deployment_key, promotion_key = w.key("model_deployment"), w.key("model_promotion")
+
+    @dg.asset(
+        key=deployment_key,
+        group_name=w.group("deployments"),
+        kinds={"triton", "deployment"},
+        deps=[promotion_key],
+        description="Publishes the registry's champion — and the challenger and the previous champion (as the "
+        "circuit breaker's fallback) when there are — to Triton with a hot swap (load, warm, switch the gateway's "
+        "routing, unload the old), then appends the release (data, model, infra with the Triton version, policy) to "
+        "the ledger. While a canary rollout runs (policy store), its challenger is deployed at the share of its current "
+        "step, and a run launched by the canary sensor shows the decision and its evidence. Needs the model runtime "
+        "running (`python -m gpu_runtime.serve`; scripts/up starts it).",
     )
-    return dg.MaterializeResult(
-        metadata={
-            "release_id": done.manifest["release_id"],
-            "ledger_seq": done.entry.seq,
-            "routing_generation": report.generation,
-            "routes": dg.MetadataValue.table(
-                records=[
-                    dg.TableRecord(
-                        r
-                        | {
-                            "loaded_now": r["version"] in report.loaded,
-                            "cold_start_ms": round(report.cold_start_s[r["version"]] * 1000, 1)
-                            if r["version"] in report.cold_start_s
-                            else None,
-                        }
-                    )
-                    for r in plan.routes()
-                ],
-                schema=dg.TableSchema(
-                    columns=[
-                        dg.TableColumn("name", "string"),
-                        dg.TableColumn("version", "int"),
-                        dg.TableColumn("weight", "float", description="share of traffic"),
-                        dg.TableColumn("loaded_now", "bool", description="loaded into Triton by this deployment"),
-                        dg.TableColumn("cold_start_ms", "float", description="load until ready"),
-                    ]
-                ),
-            ),
-            "fallback_version": plan.fallback.route.version if plan.fallback else dg.MetadataValue.null(),
-            "loaded_versions": ", ".join(str(v) for v in report.loaded) or "none",
-            "unloaded_versions": ", ".join(str(v) for v in report.unloaded) or "none",
-            "gateway": f"http://{endpoints['gateway']}",
-            "manifest": dg.MetadataValue.json(done.manifest),
-            "policy_store_version": store_version,
-            **_canary_metadata(plan.canary, decision),
+    def model_deployment(
+        context: dg.AssetExecutionContext,
+        registry: ModelRegistryResource,
+        triton: TritonResource,
+        ledger: LedgerResource,
+        policies: PolicyStoreResource,
+        keel_home: KeelHomeResource,
+    ) -> dg.MaterializeResult:
+        with policies.open() as store:
+            state, store_version = store.state(), store.version()
+            decision = _decision(store, context.run.tags.get("keel/policy_version"))
+        with registry.open() as reg:
+            try:
+                plan = plan_deployment(
+                    state, store_version, reg, model_name, _latest_manifest(context, promotion_key)
+                )
+            except NoChampionError as exc:
+                raise dg.Failure(str(exc)) from None
+        endpoints = triton.endpoints()
+        control = triton.control()
+        infra = infra_snapshot() | {
+            "triton": control.server_version(),
+            "triton_dist": endpoints.get("triton_version"),
         }
-    )
+        with ledger.open() as led:
+            done = release(
+                plan,
+                triton.deployer(n_features, control=control),
+                led,
+                infra,
+                endpoints.get("policy") or {},
+                live_from=SimClock(keel_home.layout().clock).now(),  # the simulated now in a live replay
+            )
+        report = done.report
+        context.log.info(
+            f"deployed {model_name}: routing generation {report.generation}, loaded {list(report.loaded)}, "
+            f"unloaded {list(report.unloaded)}, cold starts {report.cold_start_s}"
+        )
+        return dg.MaterializeResult(
+            metadata={
+                "release_id": done.manifest["release_id"],
+                "ledger_seq": done.entry.seq,
+                "routing_generation": report.generation,
+                "routes": dg.MetadataValue.table(
+                    records=[
+                        dg.TableRecord(
+                            r
+                            | {
+                                "loaded_now": r["version"] in report.loaded,
+                                "cold_start_ms": round(report.cold_start_s[r["version"]] * 1000, 1)
+                                if r["version"] in report.cold_start_s
+                                else None,
+                            }
+                        )
+                        for r in plan.routes()
+                    ],
+                    schema=dg.TableSchema(
+                        columns=[
+                            dg.TableColumn("name", "string"),
+                            dg.TableColumn("version", "int"),
+                            dg.TableColumn("weight", "float", description="share of traffic"),
+                            dg.TableColumn("loaded_now", "bool", description="loaded into Triton by this deployment"),
+                            dg.TableColumn("cold_start_ms", "float", description="load until ready"),
+                        ]
+                    ),
+                ),
+                "fallback_version": plan.fallback.route.version if plan.fallback else dg.MetadataValue.null(),
+                "loaded_versions": ", ".join(str(v) for v in report.loaded) or "none",
+                "unloaded_versions": ", ".join(str(v) for v in report.unloaded) or "none",
+                "gateway": f"http://{endpoints['gateway']}",
+                "manifest": dg.MetadataValue.json(done.manifest),
+                "policy_store_version": store_version,
+                **_canary_metadata(plan.canary, decision),
+            }
+        )
+
+    return [model_deployment]
 
 
 def _decision(store, version: str | None) -> dict | None:
@@ -132,8 +142,8 @@ def _canary_metadata(canary: RunningCanary | None, decision: dict | None) -> dic
     return out
 
 
-def _latest_manifest(context: dg.AssetExecutionContext) -> dict:
-    records = context.instance.fetch_materializations(MODEL_PROMOTION, limit=1).records
+def _latest_manifest(context: dg.AssetExecutionContext, promotion: dg.AssetKey) -> dict:
+    records = context.instance.fetch_materializations(promotion, limit=1).records
     if not records:
         raise dg.Failure("model_promotion has never been materialized: nothing to deploy")
     metadata = records[0].asset_materialization.metadata
@@ -141,7 +151,12 @@ def _latest_manifest(context: dg.AssetExecutionContext) -> dict:
     return (metadata.get("candidate_manifest") or metadata["manifest"]).value
 
 
-deployment_assets = [model_deployment]
+# The flights use case's deployment, by name (the rollback job and the wiring still its own use it).
+deployment_assets = build_deployment_assets(FLIGHTS)
+[model_deployment] = deployment_assets
+MODEL_DEPLOYMENT = model_deployment.key
+MODEL_NAME = FLIGHTS.model.name
+FEATURE_NAMES = FLIGHTS.features.names
 
 
 @dg.op(

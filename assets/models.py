@@ -1,16 +1,19 @@
-"""The delay model: trained on a window of feature partitions, early-stopped on the month after it, evaluated against
-the champion, gated, and promoted in the registry.
+"""A use case's model: trained on a window of feature partitions, early-stopped on the month after it, evaluated
+against the champion by the label's task (AUC, log-loss, calibration for binary; RMSE, MAE for regression), gated,
+and promoted in the registry.
 
-The first model's data is January–March, the history a live year starts from (docs/live.md): trained on 2013-01…02,
-early-stopped on 2013-03, and judged by the quality gate on 2013-03 too — no later month exists when it is trained.
-Later models are challengers the loop trains on rolling windows (assets/loop.py).
+The window is the declaration's (``ModelSpec.train_months``, ``valid_month``; keel/usecase.py): for flights, trained
+on 2013-01…02, early-stopped on 2013-03 and judged by the quality gate on 2013-03 too — no later month exists when
+the first model is trained (docs/live.md). Later models are challengers the loop trains on rolling windows
+(assets/loop.py).
 
-Another window is one call: ``build_model_assets(config=TrainingConfig(train_months=(...), valid_month=...))``.
+Another window is one call: ``build_model_assets(uc, config=TrainingConfig(train_months=(...), valid_month=...))``.
 """
 
 import dataclasses
 import hashlib
 import json
+from functools import cache
 from pathlib import Path
 
 import dagster as dg
@@ -18,93 +21,123 @@ import polars as pl
 from dagster._core.errors import DagsterInvalidPropertyError
 
 import keel.training.model as training_module
-from assets.features import FEATURE_CODE_VERSION, FLIGHT_FEATURES
-from assets.usecase import group, key
-from keel.contracts.catalog import contract_path
+from assets.features import feature_code_version
+from assets.usecase import wiring
 from keel.contracts.spec import load_contract
 from keel.factories.markdown import frame_to_markdown
 from keel.release import infra_snapshot, release_manifest
-from keel.training.model import GatePolicy, TrainingConfig, evaluate, month_of, quality_gate, train_model
+from keel.training.model import (
+    DEFAULT_PARAMS,
+    GatePolicy,
+    TrainingConfig,
+    evaluate,
+    month_of,
+    quality_gate,
+    train_model,
+)
+from keel.usecase import UseCase
 from resources.registry import ModelRegistryResource
+from usecases.flights import usecase as FLIGHTS
 
-MODELS_GROUP = group("models")
-MODEL_NAME = "flight-delay"
-DELAY_MODEL = key("delay_model")
-MODEL_EVALUATION = key("model_evaluation")
-MODEL_PROMOTION = key("model_promotion")
 GATE_CHECK = "quality_gate"
-CONFIG = TrainingConfig(train_months=("2013-01", "2013-02"), valid_month="2013-03")
-HOLDOUT_MONTH = CONFIG.valid_month  # the newest month of the history (see the module's docstring)
-GATE = GatePolicy()
-CONTRACTS = (contract_path("flights"), contract_path("weather"))
+GATE = GatePolicy()  # read when the gate runs (tests loosen it)
 
 
-def contract_hashes(paths: tuple[Path, ...] = CONTRACTS) -> dict[str, str]:
-    """The sha256 of each contract the training data passed, by contract name."""
-    return {spec.name: spec.content_hash for spec in (load_contract(p) for p in paths)}
+def training_config(uc: UseCase) -> TrainingConfig:
+    """The first model's training config, from the declaration: its window and LightGBM parameters over keel's
+    deterministic defaults."""
+    spec = uc.model
+    if not spec.train_months or spec.valid_month is None:
+        raise ValueError(f"use case {uc.name}: its model declares no train_months / valid_month")
+    return TrainingConfig(
+        train_months=spec.train_months, valid_month=spec.valid_month, params={**DEFAULT_PARAMS, **spec.params}
+    )
 
 
-def training_code_version(contracts: dict[str, str], config: TrainingConfig = CONFIG) -> str:
+def trained_contracts(uc: UseCase) -> tuple[Path, ...]:
+    """The contracts the training data passed: those of the use case's validated tables."""
+    return tuple(
+        uc.contract_path(src.name) for src in uc.sources if src.partitioned and uc.contract_path(src.name).is_file()
+    )
+
+
+def contract_hashes(paths: tuple[Path, ...] | None = None) -> dict[str, str]:
+    """The sha256 of each contract the training data passed, by contract name (None: the flights use case's)."""
+    return {spec.name: spec.content_hash for spec in (load_contract(p) for p in paths or trained_contracts(FLIGHTS))}
+
+
+def training_code_version(contracts: dict[str, str], config: TrainingConfig, feature_code: str) -> str:
     """The model's code version: training code, config (window, rounds, params), feature code and the contracts its
     data passed — editing any of them (a contract included) marks the model stale in the UI."""
     return hashlib.sha256(
         Path(training_module.__file__).read_bytes()
         + json.dumps(dataclasses.asdict(config), sort_keys=True).encode()
-        + FEATURE_CODE_VERSION.encode()
+        + feature_code.encode()
         + json.dumps(contracts, sort_keys=True).encode()
     ).hexdigest()[:16]
 
 
 def build_model_assets(
-    contract_paths: tuple[Path, ...] = CONTRACTS, config: TrainingConfig = CONFIG
+    uc: UseCase, contract_paths: tuple[Path, ...] | None = None, config: TrainingConfig | None = None
 ) -> list[dg.AssetsDefinition]:
-    """delay_model → model_evaluation (blocking quality gate) → model_promotion: trained on ``config``'s window of
-    feature partitions and versioned by it and by the contracts at ``contract_paths``."""
-    contracts = contract_hashes(contract_paths)
-    code_version = training_code_version(contracts, config)
+    """<model asset> → model_evaluation (blocking quality gate) → model_promotion: trained on ``config``'s window
+    (default: the declaration's) of the use case's feature partitions and versioned by it and by the contracts at
+    ``contract_paths`` (default: the use case's)."""
+    w = wiring(uc)
+    fs = uc.features
+    task = fs.label.task
+    config = config or training_config(uc)
+    model_name = uc.model.name
+    table_key = w.key(uc.feature_table)
+    model_key, evaluation_key = w.key(uc.model.asset), w.key("model_evaluation")
+    holdout_month = config.valid_month
+    feature_code = feature_code_version(uc)
+    contracts = contract_hashes(contract_paths or trained_contracts(uc))
+    code_version = training_code_version(contracts, config, feature_code)
     window = f"{config.train_months[0]}…{config.train_months[-1]}"
+    label = fs.label.column + (f" ({fs.label.description})" if fs.label.description else "")
 
     @dg.asset(
-        key=DELAY_MODEL,
-        group_name=MODELS_GROUP,
+        key=model_key,
+        group_name=w.group("models"),
         kinds={"lightgbm", "model"},
         code_version=code_version,
         ins={
             "features": dg.AssetIn(
-                FLIGHT_FEATURES,
+                table_key,
                 partition_mapping=dg.SpecificPartitionsPartitionMapping([*config.train_months, config.valid_month]),
             )
         },
-        description=f"LightGBM model of P(arr_delay > 15 min) at scheduling time, trained on {window} and early-stopped "
-        f"on {config.valid_month}; deterministic (same data, config and seed → byte-identical model). Registered as challenger.",
+        description=f"LightGBM {task} model of {label}, trained on {window} and early-stopped on {config.valid_month}; "
+        "deterministic (same data, config and seed → byte-identical model). Registered as challenger.",
     )
-    def delay_model(
+    def model_asset(
         context: dg.AssetExecutionContext, registry: ModelRegistryResource, features: pl.DataFrame
     ) -> dg.Output[pl.DataFrame]:
-        model = train_model(features, config)
+        model = train_model(features, config, fs)
         with registry.open() as reg:
             reg.register(
-                MODEL_NAME,
+                model_name,
                 model.text,
                 {
                     "train_months": list(config.train_months),
                     "valid_month": config.valid_month,
                     "data_versions": {
-                        FLIGHT_FEATURES.to_user_string(): _data_versions(
-                            context, [*config.train_months, config.valid_month]
+                        table_key.to_user_string(): _data_versions(
+                            context, table_key, [*config.train_months, config.valid_month]
                         )
                     },
                     "contracts": contracts,
                     "params": config.params,
                     "best_iteration": model.best_iteration,
-                    "feature_code_version": FEATURE_CODE_VERSION,
+                    "feature_code_version": feature_code,
                     "training_code_version": code_version,
                     "run_id": run_id_of(context),
                 },
             )
-            reg.set_alias(MODEL_NAME, "challenger", model.sha256, f"trained in run {run_id_of(context)}")
+            reg.set_alias(model_name, "challenger", model.sha256, f"trained in run {run_id_of(context)}")
         record = pl.DataFrame(
-            {"model": [MODEL_NAME], "sha256": [model.sha256], "best_iteration": [model.best_iteration]}
+            {"model": [model_name], "sha256": [model.sha256], "best_iteration": [model.best_iteration]}
         )
         return dg.Output(
             record,
@@ -112,54 +145,56 @@ def build_model_assets(
         )
 
     @dg.asset(
-        key=MODEL_EVALUATION,
-        group_name=MODELS_GROUP,
+        key=evaluation_key,
+        group_name=w.group("models"),
         kinds={"lightgbm"},
         code_version=code_version,
         ins={
-            "model": dg.AssetIn(DELAY_MODEL),
+            "model": dg.AssetIn(model_key),
             "holdout": dg.AssetIn(
-                FLIGHT_FEATURES, partition_mapping=dg.SpecificPartitionsPartitionMapping([HOLDOUT_MONTH])
+                table_key, partition_mapping=dg.SpecificPartitionsPartitionMapping([holdout_month])
             ),
         },
         check_specs=[
             dg.AssetCheckSpec(
                 GATE_CHECK,
-                asset=MODEL_EVALUATION,
+                asset=evaluation_key,
                 blocking=True,
-                description=f"AUC not worse than the champion's by more than {GATE.max_auc_drop}, ECE ≤ {GATE.max_ece}",
+                description=GATE.describe(task),
             )
         ],
-        description=f"The candidate (and the champion, when there is one) on the {HOLDOUT_MONTH} holdout: AUC, log-loss, Brier, "
-        "ECE, per carrier and origin, feature importance. Its blocking quality gate stops promotion.",
+        description=f"The candidate (and the champion, when there is one) on the {holdout_month} holdout: "
+        + ("AUC, log-loss, Brier, ECE" if task == "binary" else "RMSE, MAE")
+        + (f", per {' and '.join(uc.segments)}" if uc.segments else "")
+        + ", feature importance. Its blocking quality gate stops promotion.",
     )
     def model_evaluation(
         context: dg.AssetExecutionContext, registry: ModelRegistryResource, model: pl.DataFrame, holdout: pl.DataFrame
     ):
         sha = model["sha256"][0]
-        holdout = month_of(holdout, HOLDOUT_MONTH)
+        holdout = month_of(holdout, holdout_month, fs)
         with registry.open() as reg:
-            candidate = evaluate(reg.load(sha), holdout)
-            champion_sha = reg.alias(MODEL_NAME, "champion")
+            candidate = evaluate(reg.load(sha), holdout, uc.segments, fs=fs)
+            champion_sha = reg.alias(model_name, "champion")
             champion = (
-                evaluate(reg.load(champion_sha), holdout).as_metrics()
+                evaluate(reg.load(champion_sha), holdout, (), fs=fs).as_metrics()
                 if champion_sha and champion_sha != sha
                 else None
             )
-        decision = quality_gate(candidate.as_metrics(), champion, GATE)
+        decision = quality_gate(candidate.as_metrics(), champion, GATE, task)
         with registry.open() as reg:
             reg.annotate(
-                MODEL_NAME,
+                model_name,
                 sha,
                 {
-                    "metrics": {"holdout_month": HOLDOUT_MONTH, **candidate.as_metrics()},
+                    "metrics": {"holdout_month": holdout_month, **candidate.as_metrics()},
                     "evaluation_run_id": run_id_of(context),
                     "gate": {"passed": decision.passed, "reasons": list(decision.reasons)},
                 },
             )
         table = pl.DataFrame(
             {
-                "model": [MODEL_NAME],
+                "model": [model_name],
                 "sha256": [sha],
                 "gate_passed": [decision.passed],
                 **{k: [v] for k, v in candidate.as_metrics().items()},
@@ -182,30 +217,34 @@ def build_model_assets(
                 ),
                 "segments": dg.MetadataValue.md(
                     frame_to_markdown(
-                        segments.with_columns(pl.col("auc").round(4), pl.col("log_loss").round(4)), max_rows=30
+                        segments.with_columns(pl.col(m).round(4) for m in uc.metrics if m in segments.columns),
+                        max_rows=30,
                     )
                 ),
             },
         )
         yield dg.AssetCheckResult(
-            asset_key=MODEL_EVALUATION,
+            asset_key=evaluation_key,
             check_name=GATE_CHECK,
             passed=decision.passed,
             severity=dg.AssetCheckSeverity.ERROR,
             metadata={
                 "reasons": "; ".join(decision.reasons),
-                "candidate_auc": dg.MetadataValue.float(round(candidate.auc, 4)),
-                "champion_auc": dg.MetadataValue.float(round(champion["auc"], 4))
-                if champion and champion.get("auc") is not None
-                else dg.MetadataValue.null(),
+                **{
+                    f"{who}_{m}": dg.MetadataValue.float(round(metrics[m], 4))
+                    if metrics and metrics.get(m) is not None
+                    else dg.MetadataValue.null()
+                    for who, metrics in (("candidate", candidate.as_metrics()), ("champion", champion))
+                    for m in uc.metrics[:1]
+                },
             },
         )
 
     @dg.asset(
-        key=MODEL_PROMOTION,
-        group_name=MODELS_GROUP,
+        key=w.key("model_promotion"),
+        group_name=w.group("models"),
         kinds={"lightgbm"},
-        ins={"evaluation": dg.AssetIn(MODEL_EVALUATION)},
+        ins={"evaluation": dg.AssetIn(evaluation_key)},
         description="Promotes the candidate to champion in the registry once its quality gate passed (the gate is "
         "blocking: a failed gate stops this asset; the previous champion becomes archived) and builds the candidate "
         "release manifest (data, model, infra, policy hashes); model_deployment puts it live and into the ledger.",
@@ -217,17 +256,19 @@ def build_model_assets(
     ) -> dg.MaterializeResult:
         sha = evaluation["sha256"][0]
         with registry.open() as reg:
-            reg.promote(MODEL_NAME, sha, f"quality gate passed in run {run_id_of(context)}")
+            reg.promote(model_name, sha, f"quality gate passed in run {run_id_of(context)}")
         manifest = release_manifest(
             data={
-                FLIGHT_FEATURES.to_user_string(): _data_versions(context, [*config.train_months, config.valid_month]),
+                table_key.to_user_string(): _data_versions(
+                    context, table_key, [*config.train_months, config.valid_month]
+                ),
                 "contracts": contracts,
             },
             model={
                 "sha256": sha,
-                "asset": DELAY_MODEL.to_user_string(),
+                "asset": model_key.to_user_string(),
                 "training_code": code_version,
-                "feature_code": FEATURE_CODE_VERSION,
+                "feature_code": feature_code,
                 "params": config.params,
             },
             infra=infra_snapshot(),
@@ -243,7 +284,7 @@ def build_model_assets(
             }
         )
 
-    return [delay_model, model_evaluation, model_promotion]
+    return [model_asset, model_evaluation, model_promotion]
 
 
 def run_id_of(context: dg.AssetExecutionContext) -> str:
@@ -254,14 +295,27 @@ def run_id_of(context: dg.AssetExecutionContext) -> str:
         return "direct-invocation"
 
 
-def _data_versions(context: dg.AssetExecutionContext, partitions: list[str]) -> dict[str, str | None]:
+def _data_versions(
+    context: dg.AssetExecutionContext, table: dg.AssetKey, partitions: list[str]
+) -> dict[str, str | None]:
     out = {}
     for partition in partitions:
         records = context.instance.fetch_materializations(
-            dg.AssetRecordsFilter(asset_key=FLIGHT_FEATURES, asset_partitions=[partition]), limit=1
+            dg.AssetRecordsFilter(asset_key=table, asset_partitions=[partition]), limit=1
         ).records
         out[partition] = records[0].asset_materialization.tags.get("dagster/data_version") if records else None
     return out
 
 
-model_assets = build_model_assets()
+@cache
+def model_assets_of(uc: UseCase) -> list[dg.AssetsDefinition]:
+    """The use case's model assets with the declaration's window and contracts (what definitions.py serves)."""
+    return build_model_assets(uc)
+
+
+# The flights use case's model assets, by name (the wiring still its own imports them).
+model_assets = model_assets_of(FLIGHTS)
+DELAY_MODEL, MODEL_EVALUATION, MODEL_PROMOTION = (a.key for a in model_assets)
+MODEL_NAME = FLIGHTS.model.name
+CONFIG = training_config(FLIGHTS)
+HOLDOUT_MONTH = CONFIG.valid_month

@@ -1,23 +1,30 @@
-"""Validated flights and weather: the contracts in usecases/flights/contracts/ applied to each monthly partition."""
+"""A use case's validated tables: each partitioned source with a contract of its name in the use case's contracts
+folder (usecases/<name>/contracts/<source>.yaml) applied to each monthly partition — valid rows, the quarantine and
+one check per rule (keel/factories/contracts.py)."""
 
 from __future__ import annotations
 
-from assets.partitions import monthly_2013
-from assets.raw import RAW_FLIGHTS, RAW_WEATHER
-from assets.usecase import PREFIX, group, key
-from keel.contracts.catalog import contract_path
+from functools import cache
+
+from assets.usecase import wiring
 from keel.factories.contracts import contract_assets
+from keel.usecase import UseCase
+from usecases.flights import usecase as FLIGHTS
 
-VALIDATED_FLIGHTS = key("validated_flights")  # what contract_assets names them: validated_<contract>
-VALIDATED_WEATHER = key("validated_weather")
 
-
-def build_validated_assets() -> list:
+@cache
+def build_validated_assets(uc: UseCase = FLIGHTS) -> list:
     """One contract multi-asset per validated table, under the use case's prefix and in its contracts group."""
+    w = wiring(uc)
     return [
         contract_assets(
-            contract_path(table), raw_key=raw, partitions_def=monthly_2013, key_prefix=PREFIX,
-            group_name=group("contracts"),
+            uc.contract_path(src.name), raw_key=w.key(f"raw_{src.name}"), partitions_def=w.monthly,
+            key_prefix=w.prefix, group_name=w.group("contracts"),
         )
-        for table, raw in (("flights", RAW_FLIGHTS), ("weather", RAW_WEATHER))
+        for src in uc.sources
+        if src.partitioned and uc.contract_path(src.name).is_file()
     ]  # fmt: skip
+
+
+VALIDATED_FLIGHTS = wiring(FLIGHTS).key("validated_flights")  # what contract_assets names them: validated_<contract>
+VALIDATED_WEATHER = wiring(FLIGHTS).key("validated_weather")

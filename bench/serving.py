@@ -79,7 +79,7 @@ def setup(home: Path) -> tuple[list[str], pl.DataFrame]:
         c = compiled_contract(t)
         v[t] = pl.concat([c.validate(read_raw_month(t, m), references=refs).valid for m in ("2013-01", "2013-02")])
     planes = read_raw("planes")
-    store = SQLiteOnlineStore(home / "online" / "features.sqlite", features=FLIGHT_FEATURES)
+    store = SQLiteOnlineStore(home / "online" / "flights.sqlite", features=FLIGHT_FEATURES)
     store.write_snapshot(build_views(v["weather"], planes, v["flights"], as_of=AS_OF), as_of=AS_OF, partition="b")
     store.close()
     feats = offline_features(v["flights"], v["weather"], planes, v["flights"])
@@ -170,7 +170,7 @@ def gateway_code(home: Path, triton_grpc: str, bodies: list[bytes]) -> list[floa
             triton_url=triton_grpc,
             routing_path=root / "routing.json",
             exposure_dir=home / "bench-exposures",
-            online_store_path=home / "online" / "features.sqlite",
+            online_store_path=home / "online" / "flights.sqlite",
             policy_store_path=home / "policies.sqlite",
         ),
         GatewayPolicy(default_rate_limit=RateLimit(1e9, 1e9)),  # the loop is faster than the default limit

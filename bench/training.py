@@ -131,7 +131,7 @@ def main() -> None:
         def flight_features() -> pl.DataFrame:  # stored above; never executed here
             raise RuntimeError("the benchmark reads the stored partitions")
 
-        [delay_model, *_] = models.build_model_assets(config=config)
+        [delay_model, *_] = models.build_model_assets(models.FLIGHTS, config=config)
         resources = {
             "io_manager": io,
             "registry": ModelRegistryResource(root=str(Path(tmp) / "registry")),

@@ -97,6 +97,12 @@ def main(argv: list[str] | None = None) -> int:
     from gpu_runtime.gateway.server import bounded_protocol
     from keel.features.backends import online_store_url
     from keel.policies.gateway import GatewayPolicy
+    from keel.usecase import UseCaseError, get, only
+
+    try:
+        served = get(args.usecase) if args.usecase else only()
+    except UseCaseError as exc:
+        parser.error(str(exc))
 
     device = os.environ.get("KEEL_RUNTIME_DEVICE", "cpu")
     if device not in ("cpu", "gpu"):
@@ -142,11 +148,11 @@ def main(argv: list[str] | None = None) -> int:
             triton_url=server.grpc_url,
             routing_path=layout.routing,
             exposure_dir=layout.exposures,
-            online_store_path=home.online_store,
+            online_store_path=home.online_store_of(served.name),
             online_store_url=online_store_url(),  # KEEL_ONLINE_STORE (keel/features/backends.py)
             online_store_prefix=os.environ.get("KEEL_ONLINE_PREFIX") or "keel:online",
             policy_store_path=home.policies,
-            usecase=args.usecase,
+            usecase=served.name,
             max_body_bytes=args.max_body_bytes,
             body_timeout_s=args.body_timeout_s,
             clock_path=home.clock,

@@ -9,7 +9,7 @@
       policies.sqlite                       policy store (hash-chained)        } $KEEL_CONTROL_PLANE
       registry/registry.sqlite              model metadata and aliases         } (keel.sqldb)
       keys/chain.key                        the chain checkpoints' HMAC key (0600), unless $KEEL_CHAIN_KEY
-      online/features.sqlite                online feature store
+      online/<use case>.sqlite              online feature store, one per use case
       experiments/<id>/spec.yaml            experiments started with ``keel experiment start``
       serving/                              the model runtime's (python -m gpu_runtime.serve)
         model_repository/                   Triton's model repository
@@ -89,9 +89,9 @@ class KeelHome:
         """``policies.sqlite``, or the Postgres schema of ``$KEEL_CONTROL_PLANE``."""
         return control_plane(self.root / "policies.sqlite", "commits")
 
-    @property
-    def online_store(self) -> Path:
-        return self.root / "online" / "features.sqlite"
+    def online_store_of(self, usecase: str) -> Path:
+        """The embedded online store of use case ``usecase`` (a name keel/usecase.py validated)."""
+        return self.root / "online" / f"{usecase}.sqlite"
 
     @property
     def experiments(self) -> Path:

@@ -49,6 +49,8 @@ class Source:
     day_columns: tuple[str, str, str] = ("year", "month", "day")
     landing_after: timedelta | None = None
     outcomes: bool = False
+    description: str = ""  # what a row is, for the raw asset's description in the UI
+    origin: str = ""  # where it comes from (a package, a URL), shown with each materialization
 
     def __post_init__(self) -> None:
         if not USECASE_NAME.fullmatch(self.name):
@@ -79,17 +81,28 @@ class Replay:
     unit_of: Callable[[dict], str]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class ModelSpec:
     """The model a use case trains and serves. ``name``: the served name (Triton's, the gateway route's,
-    the registry's); ``asset``: the Dagster asset that trains it."""
+    the registry's); ``asset``: the Dagster asset that trains it. The first model is trained on the feature months
+    ``train_months``, early-stopped on ``valid_month`` and judged by the quality gate on it too; ``params`` are
+    LightGBM parameters over keel's deterministic defaults (keel/training/model.py; a regression label names its
+    objective here, e.g. ``{"objective": "regression"}``)."""
 
     name: str
     asset: str = "model"
+    train_months: tuple[str, ...] = ()
+    valid_month: str | None = None
+    params: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not MODEL_NAME.fullmatch(self.name):
             raise UseCaseError(f"model name {self.name!r}: 1…64 of a-z 0-9 _ -, starting with a letter or digit")
+        for month in (*self.train_months, *([self.valid_month] if self.valid_month else [])):
+            if not re.fullmatch(r"\d{4}-(0[1-9]|1[0-2])", month):
+                raise UseCaseError(f"model {self.name}: {month!r} is not a month YYYY-MM")
+        if self.valid_month is not None and self.valid_month in self.train_months:
+            raise UseCaseError(f"model {self.name}: the validation month {self.valid_month} is also a training month")
 
 
 @dataclass(frozen=True)
@@ -143,6 +156,9 @@ class UseCase:
         unknown_segments = [c for c in self.segments if c not in self.features.table_columns]
         if unknown_segments:
             raise UseCaseError(f"use case {self.name}: segments {unknown_segments} are not feature-table columns")
+        for month in (*self.model.train_months, *([self.model.valid_month] if self.model.valid_month else [])):
+            if self.period is not None and month not in self.months:
+                raise UseCaseError(f"use case {self.name}: model month {month} is outside its period")
         allowed = METRICS[self.features.label.task]
         if not self.metrics:
             object.__setattr__(self, "metrics", allowed)

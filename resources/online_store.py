@@ -9,28 +9,27 @@ import dagster as dg
 
 from keel.features.backends import describe, open_online_store
 from keel.features.online import OnlineStore
-from keel.features.spec import FeatureSet
 from keel.home import KeelHome
+from keel.usecase import UseCase, only
 
 
 class OnlineStoreResource(dg.ConfigurableResource):
-    """Opens the online store the environment selects. ``path`` (the SQLite file) defaults to
-    ``$KEEL_HOME/online/features.sqlite``."""
+    """Opens the online store the environment selects. ``path`` (the SQLite file) defaults to the use case's,
+    ``$KEEL_HOME/online/<use case>.sqlite``."""
 
     path: str | None = None
     home: str | None = None  # KEEL_HOME (definitions.py: the KEEL_HOME environment variable); None: read when used
 
-    def store_path(self) -> Path:
-        return Path(self.path) if self.path else KeelHome.of(self.home).online_store
+    def store_path(self, usecase: UseCase | None = None) -> Path:
+        return Path(self.path) if self.path else KeelHome.of(self.home).online_store_of((usecase or only()).name)
 
-    def open(self, features: FeatureSet | None = None) -> OnlineStore:
-        """The store of ``features`` (None: the installed use case's)."""
-        from keel.usecase import only
+    def open(self, usecase: UseCase | None = None) -> OnlineStore:
+        """The store of ``usecase`` (None: the one installed)."""
+        uc = usecase or only()
+        return open_online_store(self.store_path(uc), features=uc.features)
 
-        return open_online_store(self.store_path(), features=features or only().features)
-
-    def shown(self) -> str:
+    def shown(self, usecase: UseCase | None = None) -> str:
         """Where the store is, as the UI shows it (``$KEEL_HOME/...`` for the file, host and prefix for Redis)."""
-        path = self.store_path()
+        path = self.store_path(usecase)
         shown = describe(path)
         return KeelHome.of(self.home).shown(path) if shown == str(path) else shown

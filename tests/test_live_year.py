@@ -277,7 +277,7 @@ def test_no_freeze_outlives_a_model_that_learned_its_drift(live):
     home, *_ = live
     with registry_of(home) as reg:
         learned = set(trained_on(reg.get("flight-delay", reg.alias("flight-delay", "champion")).metadata))
-    with SQLiteOnlineStore(home / "online" / "features.sqlite", features=FLIGHT_FEATURES) as store:
+    with SQLiteOnlineStore(home / "online" / "flights.sqlite", features=FLIGHT_FEATURES) as store:
         frozen = store.frozen()
         log = store.freeze_log()
     for feature in frozen:

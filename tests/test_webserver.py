@@ -495,7 +495,7 @@ def test_frozen_features_are_an_observation_and_a_metric(dagster_dev, keel_home)
                    metadataEntries { label ... on IntMetadataEntry { intValue } ... on TextMetadataEntry { text } } } } }"""
 
     def frozen_in_store() -> set[str]:
-        store = SQLiteOnlineStore(keel_home / "online" / "features.sqlite", features=FLIGHT_FEATURES)
+        store = SQLiteOnlineStore(keel_home / "online" / "flights.sqlite", features=FLIGHT_FEATURES)
         try:
             return set(store.frozen())
         finally:

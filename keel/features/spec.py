@@ -186,6 +186,7 @@ class Label:
     task: Task
     known_after: str = ""
     classes: tuple[str, str] = ("0", "1")  # binary: what 0 and 1 mean, for explanations
+    description: str = ""  # what the label means, shown in the feature table's schema
 
     def __post_init__(self) -> None:
         if self.task not in ("binary", "regression"):

@@ -15,13 +15,24 @@ import lightgbm as lgb
 import numpy as np
 import polars as pl
 
-from keel.metrics import auc
-from keel.usecase import only
+from keel.features.spec import FeatureSet
+from keel.metrics import auc, summary
 
 
-def _table():
-    """The feature table's declaration (issue 30: still the one installed use case's; threaded next)."""
+def _table(fs: FeatureSet | None) -> FeatureSet:
+    """The feature table's declaration: ``fs``, else the one installed use case's (tools and tests of one use case)."""
+    if fs is not None:
+        return fs
+    from keel.usecase import only
+
     return only().features
+
+
+# LightGBM objectives that fit a label's task: a regression use case declares its own in ModelSpec.params.
+OBJECTIVES = {
+    "binary": ("binary", "cross_entropy"),
+    "regression": ("regression", "regression_l2", "l2", "regression_l1", "l1", "huber", "fair", "poisson", "tweedie"),
+}
 
 
 DEFAULT_PARAMS: dict[str, Any] = {
@@ -60,24 +71,30 @@ class TrainedModel:
     features: tuple[str, ...]
 
 
-def _xy(frame: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    fs = _table()
+def _xy(frame: pl.DataFrame, fs: FeatureSet) -> tuple[np.ndarray, np.ndarray]:
     label = fs.label.column
     labelled = frame.filter(pl.col(label).is_not_null()).sort(fs.entity.id_column)
     x = labelled.select([pl.col(f).cast(pl.Float64) for f in fs.names]).to_numpy()
     return x, labelled[label].to_numpy().astype(np.float64)
 
 
-def month_of(frame: pl.DataFrame, month: str) -> pl.DataFrame:
-    return frame.filter(pl.col(_table().entity.date).dt.strftime("%Y-%m") == month)
+def month_of(frame: pl.DataFrame, month: str, fs: FeatureSet | None = None) -> pl.DataFrame:
+    return frame.filter(pl.col(_table(fs).entity.date).dt.strftime("%Y-%m") == month)
 
 
-def train_model(features: pl.DataFrame, config: TrainingConfig) -> TrainedModel:
-    """Train on ``config.train_months`` of ``features``, early-stopping on ``config.valid_month`` (its
-    ``valid_days`` when set)."""
-    day = pl.col(_table().entity.date)
+def train_model(features: pl.DataFrame, config: TrainingConfig, fs: FeatureSet | None = None) -> TrainedModel:
+    """Train on ``config.train_months`` of ``features`` (a table of ``fs``), early-stopping on
+    ``config.valid_month`` (its ``valid_days`` when set). The objective must fit the label's task."""
+    fs = _table(fs)
+    objective = config.params.get("objective")
+    if objective not in OBJECTIVES[fs.label.task]:
+        raise ValueError(
+            f"LightGBM objective {objective!r} does not fit a {fs.label.task} label ({fs.label.column}); "
+            f"use one of {', '.join(OBJECTIVES[fs.label.task])}"
+        )
+    day = pl.col(fs.entity.date)
     train = features.filter(day.dt.strftime("%Y-%m").is_in(list(config.train_months)))
-    valid = month_of(features, config.valid_month)
+    valid = month_of(features, config.valid_month, fs)
     if config.valid_days is not None:
         first, last = config.valid_days
         valid = valid.filter(day.dt.day().is_between(first, last))
@@ -85,9 +102,9 @@ def train_model(features: pl.DataFrame, config: TrainingConfig) -> TrainedModel:
         raise ValueError(
             f"no rows for training months {config.train_months} or validation month {config.valid_month}"
         )
-    xt, yt = _xy(train)
-    xv, yv = _xy(valid)
-    names = _table().names
+    xt, yt = _xy(train, fs)
+    xv, yv = _xy(valid, fs)
+    names = fs.names
     dtrain = lgb.Dataset(xt, yt, feature_name=list(names), params={"verbose": -1}, free_raw_data=False)
     dvalid = lgb.Dataset(xv, yv, reference=dtrain)
     booster = lgb.train(
@@ -101,10 +118,10 @@ def train_model(features: pl.DataFrame, config: TrainingConfig) -> TrainedModel:
     return TrainedModel(text, hashlib.sha256(text.encode()).hexdigest(), int(booster.best_iteration), names)
 
 
-def predict(model_text: str, frame: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+def predict(model_text: str, frame: pl.DataFrame, fs: FeatureSet | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(scores, labels) for the labelled rows of ``frame``, in id order."""
     booster = lgb.Booster(model_str=model_text)
-    x, y = _xy(frame)
+    x, y = _xy(frame, _table(fs))
     return booster.predict(x), y
 
 
@@ -131,25 +148,47 @@ def ece(scores: np.ndarray, labels: np.ndarray, bins: int = 10) -> float:
 @dataclass(frozen=True)
 class Evaluation:
     rows: int
-    auc: float
-    log_loss: float
-    brier: float
-    ece: float
-    late_share: float
-    segments: dict[str, dict[str, dict[str, float]]]  # dimension -> segment -> metrics
+    task: str
+    metrics: dict[str, float]  # binary: auc, log_loss, brier, ece; regression: rmse, mae
+    label_mean: float  # binary: the share of positives
+    segments: dict[str, dict[str, dict[str, float]]]  # dimension -> segment -> rows and the task's summary metrics
     importance: dict[str, float]
 
     def as_metrics(self) -> dict[str, float]:
-        return {"auc": self.auc, "log_loss": self.log_loss, "brier": self.brier, "ece": self.ece}
+        return dict(self.metrics)
+
+    @property
+    def auc(self) -> float:
+        return self.metrics.get("auc", float("nan"))
 
 
-def evaluate(model_text: str, holdout: pl.DataFrame, dimensions: tuple[str, ...] | None = None) -> Evaluation:
-    """The model's metrics on ``holdout``, overall and per segment of ``dimensions`` (None: the use case's)."""
-    fs = _table()
+def _metrics(task: str, scores: np.ndarray, labels: np.ndarray) -> dict[str, float]:
+    out = {k: (float("nan") if v is None else v) for k, v in summary(task, scores, labels).items()}
+    if task == "binary":
+        out = {"auc": auc(scores, labels), "log_loss": log_loss(scores, labels)} | {
+            "brier": brier(scores, labels),
+            "ece": ece(scores, labels),
+        }
+    return out
+
+
+def evaluate(
+    model_text: str,
+    holdout: pl.DataFrame,
+    dimensions: tuple[str, ...] | None = None,
+    *,
+    fs: FeatureSet | None = None,
+) -> Evaluation:
+    """The model's metrics (by the label's task) on ``holdout``, overall and per segment of ``dimensions`` (None:
+    the installed use case's segments)."""
     if dimensions is None:
+        from keel.usecase import only
+
         dimensions = only().segments
+    fs = _table(fs)
+    task = fs.label.task
     labelled = holdout.filter(pl.col(fs.label.column).is_not_null()).sort(fs.entity.id_column)
-    scores, labels = predict(model_text, labelled)
+    scores, labels = predict(model_text, labelled, fs)
     segments: dict[str, dict[str, dict[str, float]]] = {}
     for dim in dimensions:
         values = labelled[dim].to_numpy()
@@ -159,19 +198,16 @@ def evaluate(model_text: str, holdout: pl.DataFrame, dimensions: tuple[str, ...]
             if m.sum() >= 50:
                 segments[dim][str(seg)] = {
                     "rows": int(m.sum()),
-                    "auc": auc(scores[m], labels[m]),
-                    "log_loss": log_loss(scores[m], labels[m]),
+                    **{k: float("nan") if v is None else v for k, v in summary(task, scores[m], labels[m]).items()},
                 }
     booster = lgb.Booster(model_str=model_text)
     gains = booster.feature_importance(importance_type="gain")
     total = float(gains.sum()) or 1.0
     return Evaluation(
         rows=int(labels.size),
-        auc=auc(scores, labels),
-        log_loss=log_loss(scores, labels),
-        brier=brier(scores, labels),
-        ece=ece(scores, labels),
-        late_share=float(labels.mean()) if labels.size else float("nan"),
+        task=task,
+        metrics=_metrics(task, scores, labels),
+        label_mean=float(labels.mean()) if labels.size else float("nan"),
         segments=segments,
         importance={name: float(g) / total for name, g in zip(booster.feature_name(), gains, strict=True)},
     )
@@ -179,8 +215,14 @@ def evaluate(model_text: str, holdout: pl.DataFrame, dimensions: tuple[str, ...]
 
 @dataclass(frozen=True)
 class GatePolicy:
-    max_auc_drop: float = 0.005  # the candidate's AUC may be at most this much below the champion's
-    max_ece: float = 0.05  # calibration bound
+    max_auc_drop: float = 0.005  # binary: the candidate's AUC may be at most this much below the champion's
+    max_ece: float = 0.05  # binary: calibration bound
+    max_rmse_rise: float = 0.01  # regression: the candidate's RMSE may be at most this share above the champion's
+
+    def describe(self, task: str) -> str:
+        if task == "regression":
+            return f"RMSE not above the champion's by more than {self.max_rmse_rise:.0%}, and defined"
+        return f"AUC not worse than the champion's by more than {self.max_auc_drop}, ECE ≤ {self.max_ece}"
 
 
 @dataclass(frozen=True)
@@ -189,17 +231,30 @@ class GateDecision:
     reasons: tuple[str, ...]
 
 
-def quality_gate(candidate: dict[str, float], champion: dict[str, float] | None, policy: GatePolicy) -> GateDecision:
-    """Compare the candidate with the champion on the same holdout: a decision with its reasons, not an action."""
+def quality_gate(
+    candidate: dict[str, float], champion: dict[str, float] | None, policy: GatePolicy, task: str = "binary"
+) -> GateDecision:
+    """Compare the candidate with the champion on the same holdout, by the task's metrics: a decision with its
+    reasons, not an action."""
     reasons = []
-    if not np.isfinite(candidate.get("auc", float("nan"))):
-        reasons.append("candidate AUC is undefined on the holdout")
-    if candidate.get("ece", 1.0) > policy.max_ece:
-        reasons.append(f"calibration: ECE {candidate['ece']:.4f} > {policy.max_ece}")
-    if champion is not None and candidate.get("auc", 0.0) < champion["auc"] - policy.max_auc_drop:
-        reasons.append(
-            f"AUC {candidate['auc']:.4f} is more than {policy.max_auc_drop} below the champion's {champion['auc']:.4f}"
-        )
+    if task == "regression":
+        rmse = candidate.get("rmse", float("nan"))
+        if not np.isfinite(rmse):
+            reasons.append("candidate RMSE is undefined on the holdout")
+        elif champion is not None and rmse > champion["rmse"] * (1 + policy.max_rmse_rise):
+            reasons.append(
+                f"RMSE {rmse:.4f} is more than {policy.max_rmse_rise:.0%} above the champion's {champion['rmse']:.4f}"
+            )
+    else:
+        if not np.isfinite(candidate.get("auc", float("nan"))):
+            reasons.append("candidate AUC is undefined on the holdout")
+        if candidate.get("ece", 1.0) > policy.max_ece:
+            reasons.append(f"calibration: ECE {candidate['ece']:.4f} > {policy.max_ece}")
+        if champion is not None and candidate.get("auc", 0.0) < champion["auc"] - policy.max_auc_drop:
+            reasons.append(
+                f"AUC {candidate['auc']:.4f} is more than {policy.max_auc_drop} below the champion's "
+                f"{champion['auc']:.4f}"
+            )
     return GateDecision(
         passed=not reasons, reasons=tuple(reasons) or ("within bounds" + ("" if champion else "; no champion yet"),)
     )

@@ -62,7 +62,7 @@ def tick(instance, home, cursor=None):
 def frozen(home) -> dict:
     from keel.features.sqlite_store import SQLiteOnlineStore
 
-    with SQLiteOnlineStore(home.online_store, features=FLIGHT_FEATURES) as store:
+    with SQLiteOnlineStore(home.online_store_of("flights"), features=FLIGHT_FEATURES) as store:
         return store.frozen()
 
 
@@ -127,7 +127,7 @@ def test_duplicate_ticks_and_a_lost_cursor_freeze_nothing_twice(home, instance):
     tick(instance, home, None)  # a restarted daemon that lost its cursor replays the report
     from keel.features.sqlite_store import SQLiteOnlineStore
 
-    with SQLiteOnlineStore(home.online_store, features=FLIGHT_FEATURES) as store:
+    with SQLiteOnlineStore(home.online_store_of("flights"), features=FLIGHT_FEATURES) as store:
         assert [(e.feature, e.action) for e in store.freeze_log()] == [("temp", "freeze")]
     assert DriftCursor.parse("17").after == 17  # an older keel's cursor (a storage id) still reads
 
@@ -153,7 +153,7 @@ def test_a_freeze_expires_on_the_shared_clock(home, instance):
     assert frozen(home) == {} and DriftCursor.parse(after.cursor).freezes == {}
     from keel.features.sqlite_store import SQLiteOnlineStore
 
-    with SQLiteOnlineStore(home.online_store, features=FLIGHT_FEATURES) as store:
+    with SQLiteOnlineStore(home.online_store_of("flights"), features=FLIGHT_FEATURES) as store:
         assert "expired at 2013-07-31T12:00:00" in store.freeze_log()[-1].reason
 
 

@@ -50,7 +50,7 @@ def serving_models(validated):  # noqa: F811
 @pytest.fixture(scope="module")
 def runtime_home(tmp_path_factory, validated, serving_models):  # noqa: F811
     home = tmp_path_factory.mktemp("keel_home")
-    store = SQLiteOnlineStore(home / "online" / "features.sqlite", features=FLIGHT_FEATURES)
+    store = SQLiteOnlineStore(home / "online" / "flights.sqlite", features=FLIGHT_FEATURES)
     store.write_snapshot(
         build_views(validated["weather"], validated["planes"], validated["flights"], as_of=AS_OF),
         as_of=AS_OF,

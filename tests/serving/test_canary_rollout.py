@@ -83,7 +83,7 @@ def home(tmp_path_factory):
         shas.append(registry.register(MODEL, text, meta | {"data_versions": {"flight_features": {}}}).sha256)
     registry.promote(MODEL, shas[0], "trained on January")
     registry.close()
-    store = SQLiteOnlineStore(home / "online" / "features.sqlite", features=FLIGHT_FEATURES)
+    store = SQLiteOnlineStore(home / "online" / "flights.sqlite", features=FLIGHT_FEATURES)
     store.write_snapshot(
         build_views(weather, planes, history, as_of=date(2013, 5, 1)), as_of=date(2013, 5, 1), partition="2013-05"
     )

@@ -59,7 +59,7 @@ def test_gateway_answers_with_online_features_and_says_which_model(runtime, serv
     assert 0 <= body["score"] <= 1 and 0 <= body["confidence_score"] <= 1
     assert body["confidence_score"] == pytest.approx(abs(2 * body["score"] - 1))
     # The same flight through the online store and the model in-process gives the same score.
-    store = SQLiteOnlineStore(runtime.home / "online" / "features.sqlite", features=FLIGHT_FEATURES)
+    store = SQLiteOnlineStore(runtime.home / "online" / "flights.sqlite", features=FLIGHT_FEATURES)
     batch = get_online_features(store, [row])
     store.close()
     from usecases.flights.features import FEATURES
@@ -248,7 +248,7 @@ def test_risk_level_1_never_queues_behind_lower_levels(runtime, serving_models):
             triton_url=runtime.endpoints["triton_grpc"],
             routing_path=serving / "routing.json",
             exposure_dir=runtime.home / "lanes-exposures",
-            online_store_path=runtime.home / "online" / "features.sqlite",
+            online_store_path=runtime.home / "online" / "flights.sqlite",
         ),
         GatewayPolicy(lanes={1: 1, 3: 1}),
     )
@@ -316,7 +316,7 @@ def test_a_frozen_feature_shows_in_metrics_and_counts_degraded_answers(runtime, 
     body = request_body(serving_models[1].row(11, named=True))
     assert metric(runtime, "keel_features_frozen", feature="temp") == 0
     before = metric(runtime, "keel_gateway_degraded_answers_total", flag="frozen:temp")
-    store = SQLiteOnlineStore(runtime.home / "online" / "features.sqlite", features=FLIGHT_FEATURES)
+    store = SQLiteOnlineStore(runtime.home / "online" / "flights.sqlite", features=FLIGHT_FEATURES)
     store.freeze("temp", reason="test: drift in 2013-07", value=41.5)
     try:
         deadline = time.monotonic() + 30  # the gateway's store reader follows the new freeze

