@@ -11,7 +11,7 @@ from keel.clock import SimClock
 from keel.deploy.plan import NoChampionError, RunningCanary, plan_deployment, release
 from keel.policies import PolicyError
 from keel.release import infra_snapshot
-from keel.usecase import UseCase
+from keel.usecase import UseCase, by_model
 from resources.home import KeelHomeResource
 from resources.ledger import LedgerResource
 from resources.policy import PolicyStoreResource
@@ -66,7 +66,7 @@ def build_deployment_assets(uc: UseCase) -> list[dg.AssetsDefinition]:
         with ledger.open() as led:
             done = release(
                 plan,
-                triton.deployer(n_features, control=control),
+                triton.deployer(model_name, n_features, control=control),
                 led,
                 infra,
                 endpoints.get("policy") or {},
@@ -174,7 +174,11 @@ def rollback_op(
 
     with registry.open() as reg, ledger.open() as led:
         result = rollback(
-            reg, led, triton.deployer(len(FEATURE_NAMES)), context.op_config["model"], context.op_config["reason"]
+            reg,
+            led,
+            triton.deployer(context.op_config["model"], len(by_model(context.op_config["model"]).features.names)),
+            context.op_config["model"],
+            context.op_config["reason"],
         )
     context.log.info(f"rolled back {result.replaced.release_id} → {result.restored.release_id}")
     context.log_event(

@@ -168,7 +168,7 @@ def gateway_code(home: Path, triton_grpc: str, bodies: list[bytes]) -> list[floa
     gw = Gateway(
         GatewayConfig(
             triton_url=triton_grpc,
-            routing_path=root / "routing.json",
+            routing_path=root / "routing" / f"{MODEL}.json",
             exposure_dir=home / "bench-exposures",
             online_store_path=home / "online" / "flights.sqlite",
             policy_store_path=home / "policies.sqlite",
@@ -248,7 +248,7 @@ def main() -> int:
         def target(v: int) -> Target:
             return Target(Route("champion", v, shas[v - 1], 1.0, f"rel-bench-{v}"), texts[v - 1])
 
-        deployer = resource.deployer(len(FEATURE_NAMES), control=control)
+        deployer = resource.deployer(MODEL, len(FEATURE_NAMES), control=control)
         deployer.deploy(MODEL, [target(1)])
         booster = lgb.Booster(model_str=texts[0])
         conn = http.client.HTTPConnection("127.0.0.1", port)

@@ -2,7 +2,7 @@
 
 ``TritonRuntime`` is what ``resources.triton.TritonResource`` (Dagster) and the ``keel rollback`` command both use:
 the running runtime (``python -m gpu_runtime.serve``) announces itself in ``<serving>/endpoints.json``; the
-deployer publishes into ``<serving>/model_repository`` and writes ``<serving>/routing.json``. ``deployer_for`` is
+deployer publishes into ``<serving>/model_repository`` and writes ``<serving>/routing/<model>.json``. ``deployer_for`` is
 registered as the ``triton`` entry point of the ``keel.runtimes`` group (pyproject.toml): keel's library finds the
 runtime through it, without importing this package.
 """
@@ -73,11 +73,12 @@ class TritonRuntime:
             parameters={"keel_fault_file": s.fault_file} if s.fault_file else {},
         )
 
-    def deployer(self, n_features: int, control: TritonControl | None = None) -> Deployer:
+    def deployer(self, model: str, n_features: int, control: TritonControl | None = None) -> Deployer:
+        """The deployer of ``model``: it writes that model's routing table (``routing/<model>.json``)."""
         return Deployer(
             control or self.control(),
             self.repository(),
-            self.layout.routing,
+            self.layout.routing_of(model),
             self.serving_config(n_features),
             drain_s=self.settings.drain_s,
         )
@@ -86,6 +87,6 @@ class TritonRuntime:
         return TritonServer(self.layout.model_repository, self.layout.triton_dir)
 
 
-def deployer_for(serving_dir: str | Path, n_features: int) -> Deployer:
-    """The ``keel.runtimes`` entry point: a deployer for the runtime serving from ``serving_dir``."""
-    return TritonRuntime(ServingDir(Path(serving_dir))).deployer(n_features)
+def deployer_for(serving_dir: str | Path, model: str, n_features: int) -> Deployer:
+    """The ``keel.runtimes`` entry point: a deployer of ``model`` for the runtime serving from ``serving_dir``."""
+    return TritonRuntime(ServingDir(Path(serving_dir))).deployer(model, n_features)

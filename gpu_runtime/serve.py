@@ -2,7 +2,7 @@
 
     .venv/bin/python -m gpu_runtime.serve [--gateway-port 8080] [--policy gateway.yaml]
 
-State lives under ``$KEEL_HOME/serving/``: ``model_repository/`` (Triton's), ``routing.json`` (what the gateway
+State lives under ``$KEEL_HOME/serving/``: ``model_repository/`` (Triton's), ``routing/<model>.json`` (what the gateway
 routes to; written by deployments), ``exposures/`` (the exposure log), ``triton/`` (binaries, log) and
 ``endpoints.json`` — where Triton and the gateway listen, written once both are up, removed on exit. Deployments
 (the Dagster ``model_deployment`` asset, ``TritonResource``) find Triton through it. The model-repository API is
@@ -22,6 +22,7 @@ import os
 import secrets
 import signal
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from gpu_runtime.process import reap_orphan, start_watchdog
@@ -58,8 +59,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--policy", type=Path, help="gateway policy YAML (default: built-in defaults)")
     parser.add_argument(
         "--usecase",
-        default=os.environ.get("KEEL_USECASE") or None,
-        help="the use case whose model the gateway serves ($KEEL_USECASE; default: the one installed)",
+        action="append",
+        help="a use case whose model the gateway serves: an installed name, or the module that declares one "
+        "(repeat for several; $KEEL_USECASE, comma-separated; default: every installed use case)",
     )
     parser.add_argument(
         "--max-body-bytes",
@@ -97,12 +99,16 @@ def main(argv: list[str] | None = None) -> int:
     from gpu_runtime.gateway.server import bounded_protocol
     from keel.features.backends import online_store_url
     from keel.policies.gateway import GatewayPolicy
-    from keel.usecase import UseCaseError, get, only
+    from keel.usecase import UseCaseError, installed, resolve
 
+    refs = args.usecase or [r for r in (os.environ.get("KEEL_USECASE") or "").split(",") if r.strip()]
     try:
-        served = get(args.usecase) if args.usecase else only()
+        served = [resolve(r.strip()) for r in refs] if refs else list(installed().values())
     except UseCaseError as exc:
         parser.error(str(exc))
+    if not served:
+        parser.error("no use case is installed and none was named (--usecase)")
+    refs = refs or [uc.name for uc in served]
 
     device = os.environ.get("KEEL_RUNTIME_DEVICE", "cpu")
     if device not in ("cpu", "gpu"):
@@ -134,35 +140,37 @@ def main(argv: list[str] | None = None) -> int:
         print("keel serve: WARNING: could not hide the admin key from tritonserver's command line", flush=True)
     control = server.client()
     try:
-        restored = restore_routed(control, ModelRepository(layout.model_repository), layout.routing)
+        restored = restore_routed(control, ModelRepository(layout.model_repository), layout.routing_dir)
     finally:
         control.close()
     if restored:
-        print(f"keel serve: loaded the routed versions {restored} again (routing.json)", flush=True)
+        print(f"keel serve: loaded the routed versions {restored} again ({layout.routing_dir})", flush=True)
     supervisor = TritonSupervisor(
-        server, layout.routing, log=lambda m: print(m, flush=True), incidents=home.incidents, clock=home.clock
+        server, layout.routing_dir, log=lambda m: print(m, flush=True), incidents=home.incidents, clock=home.clock
     )
     policy = GatewayPolicy.load(args.policy) if args.policy else GatewayPolicy()
-    gateway = Gateway(
-        GatewayConfig(
+    first = GatewayConfig(
             triton_url=server.grpc_url,
-            routing_path=layout.routing,
+            routing_path=layout.routing_of(served[0].model.name),
             exposure_dir=layout.exposures,
-            online_store_path=home.online_store_of(served.name),
+            online_store_path=home.online_store_of(served[0].name),
             online_store_url=online_store_url(),  # KEEL_ONLINE_STORE (keel/features/backends.py)
             online_store_prefix=os.environ.get("KEEL_ONLINE_PREFIX") or "keel:online",
             policy_store_path=home.policies,
-            usecase=served.name,
+            usecase=refs[0].strip(),
             max_body_bytes=args.max_body_bytes,
             body_timeout_s=args.body_timeout_s,
             clock_path=home.clock,
             compute_dir=layout.compute,
             meter_interval_s=float(os.environ.get("KEEL_METER_INTERVAL_S", "5")),
             compute_device=device,
-        ),
-        policy,
-        runtime=supervisor.status,
-    )
+    )  # fmt: skip
+    also = tuple(
+        replace(first, usecase=ref.strip(), routing_path=layout.routing_of(uc.model.name),
+                online_store_path=home.online_store_of(uc.name), compute_dir=None)
+        for ref, uc in zip(refs[1:], served[1:], strict=True)
+    )  # fmt: skip
+    gateway = Gateway(first, policy, runtime=supervisor.status, also=also)
     port = args.gateway_port or free_port()
     config = uvicorn.Config(
         gateway, host=args.gateway_host, port=port, log_level="warning", access_log=False, lifespan="on",
@@ -185,7 +193,12 @@ def main(argv: list[str] | None = None) -> int:
                 "policy": policy.to_dict(),
             },
         )
-        print(f"keel serve: gateway on http://127.0.0.1:{port} (POST /v1/predict, /metrics, /readyz)", flush=True)
+        models = ", ".join(gateway.served_models())
+        print(
+            f"keel serve: gateway on http://127.0.0.1:{port} serving {models} "
+            "(POST /v1/models/{model}/predict, /metrics, /readyz)",
+            flush=True,
+        )
 
     original_startup = uv.startup
 

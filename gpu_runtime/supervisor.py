@@ -60,10 +60,14 @@ class RuntimeStatus:
         }
 
 
-def restore_routed(control: TritonControl, repository: ModelRepository, routing_path: Path, timeout_s: float = 60):
-    """Load every version the routing table routes to, with the configuration it was deployed with (kept in the
-    model repository). Returns the versions loaded; raises TritonError naming the one that would not load."""
-    table = RoutingTable.read(routing_path)
+def restore_routed(control: TritonControl, repository: ModelRepository, routing: Path, timeout_s: float = 60):
+    """Load every version a routing table routes to, with the configuration it was deployed with (kept in the
+    model repository). ``routing``: one table, or the folder of every served model's tables (``routing/``).
+    Returns the versions loaded; raises TritonError naming the one that would not load."""
+    routing = Path(routing)
+    if routing.is_dir():
+        return [v for table in sorted(routing.glob("*.json")) for v in restore_routed(control, repository, table)]
+    table = RoutingTable.read(routing)
     if table is None:
         return []
     loaded = []

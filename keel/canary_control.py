@@ -47,7 +47,8 @@ def evidence_for(
 ) -> tuple[ArmStats | None, ArmStats | None]:
     try:
         frame, scan = read_exposure_scan(exposures_dir, since=state.step_started_at)
-        frame = frame.filter(pl.col("ts") >= state.step_started_at)
+        # the runtime's log holds every model's requests: the canary's evidence is its model's
+        frame = frame.filter((pl.col("ts") >= state.step_started_at) & (pl.col("model") == body["model"]))
         if scan.skipped and problems is not None:
             problems.append(f"exposure log: {scan.skipped} lines were not whole records, e.g. {scan.examples[0]}")
         uc = by_model(body["model"])

@@ -48,6 +48,7 @@ def read_exposure_scan(directory: str | Path, *, since: float | None = None, day
 def exposure_frame(rows: Iterable[Mapping[str, Any]]) -> pl.DataFrame:
     schema = {
         "ts": pl.Float64,
+        "model": pl.String,
         "status": pl.Int64,
         "model_version": pl.Int64,
         "routed_version": pl.Int64,

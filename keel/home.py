@@ -14,7 +14,7 @@
       serving/                              the model runtime's (python -m gpu_runtime.serve)
         model_repository/                   Triton's model repository
         triton/                             Triton's work directory (log, pid, maintenance ``hold``)
-        routing.json                        what the gateway routes to
+        routing/<model>.json                what the gateway routes each model to
         endpoints.json                      where the running runtime listens
         exposures/exposures-YYYYMMDD.jsonl  the exposure log (keel.exposure_log)
         compute/compute-YYYYMMDD.jsonl      Triton's compute statistics, sampled by the gateway (keel.metering)
@@ -26,6 +26,7 @@ commands that set it after import see their own home.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -164,8 +165,15 @@ class ServingDir:
         return self.root / "triton"
 
     @property
-    def routing(self) -> Path:
-        return self.root / "routing.json"
+    def routing_dir(self) -> Path:
+        """One routing table per served model (``routing/<model>.json``): what the gateway routes that model to."""
+        return self.root / "routing"
+
+    def routing_of(self, model: str) -> Path:
+        """The routing table of ``model`` (a name keel/usecase.py validated: safe as a file name)."""
+        if not re.fullmatch(r"[a-z0-9][a-z0-9_-]{0,63}", model):
+            raise ValueError(f"{model!r} is not a model name")
+        return self.routing_dir / f"{model}.json"
 
     @property
     def endpoints(self) -> Path:

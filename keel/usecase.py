@@ -261,3 +261,11 @@ def only() -> UseCase:
     if len(found) != 1:
         raise UseCaseError(f"{len(found)} use cases are installed ({', '.join(sorted(found))}): name one")
     return next(iter(found.values()))
+
+
+def resolve(ref: str) -> UseCase:
+    """A use case by its installed name (``flights``) or by the module that declares it (``tests.usecases.rooms``:
+    a declaration that is not installed, for a runtime started with ``--usecase <module>``)."""
+    if USECASE_NAME.fullmatch(ref):
+        return get(ref)
+    return from_module(ref)

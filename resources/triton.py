@@ -74,16 +74,20 @@ class TritonResource(dg.ConfigurableResource):
     def serving_config(self, n_features: int) -> ServingConfig:
         return self.runtime().serving_config(n_features)
 
-    def deployer(self, n_features: int, control: TritonControl | None = None) -> Deployer | ReplicatedDeployer:
-        """The deployer of this runtime; with no ``serving_dir`` configured and several runtime replicas in the home
+    def deployer(
+        self, model: str, n_features: int, control: TritonControl | None = None
+    ) -> Deployer | ReplicatedDeployer:
+        """The deployer of ``model`` on this runtime; with no ``serving_dir`` configured and several runtime replicas in the home
         (``$KEEL_REPLICA`` of each ``gpu_runtime.serve``), one deployment to all of them, one after another."""
         # the replicas that run now (a stopped one restores its own last routing table when it starts again —
         # docs/kubernetes.md, "What remains single-node")
         replicas = [] if self.serving_dir else self._running()
         if len(replicas) <= 1:
-            return self.runtime().deployer(n_features, control)
+            return self.runtime().deployer(model, n_features, control)
         settings = self.runtime().settings
-        return ReplicatedDeployer({d.root.name: TritonRuntime(d, settings).deployer(n_features) for d in replicas})
+        return ReplicatedDeployer(
+            {d.root.name: TritonRuntime(d, settings).deployer(model, n_features) for d in replicas}
+        )
 
     def server(self) -> TritonServer:
         return self.runtime().server()

@@ -61,6 +61,7 @@ from gpu_runtime.gateway.metering import METER_INTERVAL_S, MetersUsage
 from gpu_runtime.gateway.metrics import Metrics
 from gpu_runtime.gateway.predict import Predicts
 from gpu_runtime.gateway.scoring import ScoresOnTriton
+from gpu_runtime.gateway.several import ServesSeveral
 from gpu_runtime.pools import PoolRegistry
 from keel.clock import ClockError, ClockState, SimClock
 from keel.deploy.routing import RoutingTable
@@ -69,7 +70,7 @@ from keel.kernels import numpy_backend
 from keel.policies import PolicyReader
 from keel.policies.gateway import GatewayPolicy, Split
 from keel.sqldb import PgLocation
-from keel.usecase import UseCase, get, only
+from keel.usecase import UseCase, only, resolve
 
 
 @dataclass(frozen=True)
@@ -126,12 +127,23 @@ def triton_channel_args() -> list[tuple[str, int]]:
     ]
 
 
-class Gateway(FollowsRoutingAndPolicies, Predicts, BuildsInputs, ScoresOnTriton, ReportsHealth, MetersUsage):
+class Gateway(
+    FollowsRoutingAndPolicies, Predicts, BuildsInputs, ScoresOnTriton, ReportsHealth, MetersUsage, ServesSeveral
+):
     """The ASGI app: the request path (``predict``), health, readiness and metrics. Following routing and policies,
-    building inputs, scoring on Triton, reporting health and metering are its mixins (following.py, inputs.py,
-    scoring.py, health.py, metering.py)."""
+    building inputs, scoring on Triton, reporting health, metering and serving several models are its mixins
+    (following.py, inputs.py, scoring.py, health.py, metering.py, several.py). ``also``: the configs of further
+    use cases this gateway serves beside its own, each in a context of its own (several.py)."""
 
-    def __init__(self, config: GatewayConfig, policy: GatewayPolicy | None = None, runtime=None):
+    def __init__(
+        self,
+        config: GatewayConfig,
+        policy: GatewayPolicy | None = None,
+        runtime=None,
+        *,
+        also: tuple[GatewayConfig, ...] = (),
+        _shared: tuple[Metrics, ExposureLog] | None = None,
+    ):
         from keel.contracts.engine import CompiledContract
         from keel.contracts.spec import load_contract
 
@@ -154,12 +166,13 @@ class Gateway(FollowsRoutingAndPolicies, Predicts, BuildsInputs, ScoresOnTriton,
             str
         ] = []  # what of the policy in force is not applied (a split to undeployed versions)
         self._watcher: asyncio.Task | None = None
-        self.usecase: UseCase = get(config.usecase) if config.usecase else only()
+        self.usecase: UseCase = resolve(config.usecase) if config.usecase else only()
         self.features = self.usecase.features
         request_contract = self.usecase.contract_path(self.usecase.serving.request_contract)
         self.contract = CompiledContract(load_contract(config.contract_path or request_contract))
-        self.metrics = Metrics()
-        self.exposures = ExposureLog(config.exposure_dir)
+        # a further model's context shares the process's metrics registry and exposure log (several.py)
+        self.metrics = _shared[0] if _shared else Metrics()
+        self.exposures = _shared[1] if _shared else ExposureLog(config.exposure_dir)
         self.routing: RoutingTable | None = None
         self._routing_mtime = 0.0
         self._routing_checked = 0.0
@@ -185,6 +198,7 @@ class Gateway(FollowsRoutingAndPolicies, Predicts, BuildsInputs, ScoresOnTriton,
         self._clock_checked = 0.0
         self._init_meter()
         self.reload_routing(force=True)
+        self._init_several(also)
 
     def now(self) -> float:
         """Epoch seconds of an exposure: the simulated clock's when a live replay runs, else the wall clock's. The
@@ -265,6 +279,7 @@ class Gateway(FollowsRoutingAndPolicies, Predicts, BuildsInputs, ScoresOnTriton,
         path, method = scope["path"], scope["method"]
         model = _model_route(path)
         if (path == "/v1/predict" or model is not None) and method == "POST":
+            context = self.context_of(model)
             headers: dict[str, str] = {}
             try:
                 headers = decode_headers(scope.get("headers", []))
@@ -278,7 +293,7 @@ class Gateway(FollowsRoutingAndPolicies, Predicts, BuildsInputs, ScoresOnTriton,
                     413, "body_too_large", f"the request body is over the gateway's limit of {exc.limit:,} bytes",
                     limit_bytes=exc.limit,
                 )  # fmt: skip
-            status, payload, extra = await self.predict(body, headers, model)
+            status, payload, extra = await context.predict(body, headers, model)
             if isinstance(body, RequestError) and body.code in ("body_timeout", "incomplete_body"):
                 extra = extra | {"connection": "close"}  # the client stopped sending: its connection ends
             await respond(send, status, payload, extra)
@@ -289,6 +304,7 @@ class Gateway(FollowsRoutingAndPolicies, Predicts, BuildsInputs, ScoresOnTriton,
             self._export_runtime()
             self._export_freezes()
             self._export_budgets()
+            self.export_others()
             if self.open_connections is not None:
                 self.metrics.set_gauge("keel_gateway_connections_open", {}, len(self.open_connections))
             await respond_text(send, 200, self.metrics.render(), "text/plain; version=0.0.4")
@@ -304,14 +320,10 @@ class Gateway(FollowsRoutingAndPolicies, Predicts, BuildsInputs, ScoresOnTriton,
                 },
             )
         elif path == "/readyz" and method == "GET":
-            ready, detail = await self.ready()
+            ready, detail = await self.ready_all()
             await respond(send, 200 if ready else 503, {"ready": ready, **detail})
         else:
             await respond(send, 404, {"error": {"code": "not_found", "message": f"no route {method} {path}"}})
-
-    def served_models(self) -> list[str]:
-        """The models this gateway answers for (``/v1/models/{model}/predict``)."""
-        return [self.usecase.model.name]
 
     async def _watch(self) -> None:
         """Follow routing and policies even when no request comes: a commit is in force within POLICY_POLL_S."""
@@ -319,6 +331,7 @@ class Gateway(FollowsRoutingAndPolicies, Predicts, BuildsInputs, ScoresOnTriton,
             try:
                 self.reload_routing()
                 self.reload_policies()
+                self.follow_others()
                 self.listen_for_policies()
                 await self._sample_compute()
             except Exception:  # noqa: BLE001 - a bad file or a locked store must not stop the watcher
@@ -331,6 +344,7 @@ class Gateway(FollowsRoutingAndPolicies, Predicts, BuildsInputs, ScoresOnTriton,
     async def close(self) -> None:
         if self._watcher is not None:
             self._watcher.cancel()
+        await self.close_others()
         if self._client is not None:
             try:
                 await self._sample_compute(force=True)  # the last interval's compute, before the channel closes

@@ -135,3 +135,33 @@ class Metrics:
                     lines.append(f"{name}_sum{_labels(labels)} {h[-2]:.6f}")
                     lines.append(f"{name}_count{_labels(labels)} {_fmt(h[-1])}")
         return "\n".join(lines) + "\n"
+
+
+class LabelledMetrics:
+    """A view of ``Metrics`` that adds ``labels`` to every series: each model's gateway context of a multi-model
+    gateway writes its series with ``model=<name>`` into the one registry /metrics renders."""
+
+    def __init__(self, base: Metrics, labels: dict[str, str]):
+        self.base = base
+        self.labels = dict(labels)
+
+    def inc(self, name: str, labels: dict[str, str], by: float = 1.0) -> None:
+        self.base.inc(name, labels | self.labels, by)
+
+    def set_gauge(self, name: str, labels: dict[str, str], value: float) -> None:
+        self.base.set_gauge(name, labels | self.labels, value)
+
+    def clear_gauge(self, name: str) -> None:
+        self.base.clear_gauge(name)
+
+    def add_gauge(self, name: str, labels: dict[str, str], by: float) -> None:
+        self.base.add_gauge(name, labels | self.labels, by)
+
+    def observe(self, name: str, labels: dict[str, str], value: float) -> None:
+        self.base.observe(name, labels | self.labels, value)
+
+    def value(self, name: str, labels: dict[str, str]) -> float:
+        return self.base.value(name, labels | self.labels)
+
+    def render(self) -> str:
+        return self.base.render()

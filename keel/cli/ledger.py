@@ -130,14 +130,14 @@ def _rollback(args: argparse.Namespace) -> int:
     from keel.ledger import Ledger
     from keel.registry import ModelRegistry
     from keel.rollback import rollback
-    from keel.usecase import only
+    from keel.usecase import by_model
 
     home = home_layout()
     ledger_path = home.ledger
     if not ledger_path.exists():
         raise DataReadError(f"{ledger_path}: no ledger here (set KEEL_HOME)")
     with ModelRegistry(home.registry) as registry, Ledger(ledger_path) as ledger:
-        deployer = load_deployer(home.serving.root, len(only().features.names))
+        deployer = load_deployer(home.serving.root, args.model, len(by_model(args.model).features.names))
         result = rollback(registry, ledger, deployer, args.model, args.reason)
     print(
         f"rolled back {result.replaced.release_id} → {result.restored.release_id} "

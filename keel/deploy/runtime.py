@@ -1,6 +1,6 @@
 """Finding the model runtime from keel's library, without importing it: the ``keel.runtimes`` entry points.
 
-A runtime package registers a factory ``(serving_dir, n_features) -> ModelDeployer`` under a name in
+A runtime package registers a factory ``(serving_dir, model, n_features) -> ModelDeployer`` under a name in
 pyproject.toml (``triton = "gpu_runtime.runtime:deployer_for"``). ``$KEEL_RUNTIME`` picks one (default
 ``triton``). This is how ``keel rollback`` reaches Triton while keel/ imports nothing of gpu_runtime/.
 """
@@ -22,7 +22,7 @@ class RuntimeNotFoundError(KeelError):
     """No installed runtime has the name asked for."""
 
 
-def load_deployer(serving_dir: str | Path, n_features: int, runtime: str | None = None) -> ModelDeployer:
+def load_deployer(serving_dir: str | Path, model: str, n_features: int, runtime: str | None = None) -> ModelDeployer:
     name = runtime or os.environ.get(RUNTIME_ENV) or "triton"
     found = {ep.name: ep for ep in entry_points(group=GROUP)}
     if name not in found:
@@ -31,4 +31,4 @@ def load_deployer(serving_dir: str | Path, n_features: int, runtime: str | None 
             f"no model runtime named {name!r} is installed (entry points {GROUP}: {installed}); "
             "scripts/setup installs keel with the triton runtime"
         )
-    return found[name].load()(Path(serving_dir), n_features)
+    return found[name].load()(Path(serving_dir), model, n_features)

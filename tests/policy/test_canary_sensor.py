@@ -51,15 +51,36 @@ def world(tmp_path):
 def traffic(log, start, challenger_ok=100, challenger_failed=0, champion=1000):
     for i in range(champion):
         log.append(
-            {"ts": start + i * 0.01, "routed_version": 1, "model_version": 1, "status": 200, "latency_ms": 4.0}
+            {
+                "ts": start + i * 0.01,
+                "model": "flight-delay",
+                "routed_version": 1,
+                "model_version": 1,
+                "status": 200,
+                "latency_ms": 4.0,
+            }
         )
     for i in range(challenger_ok):
         log.append(
-            {"ts": start + i * 0.01, "routed_version": 2, "model_version": 2, "status": 200, "latency_ms": 5.0}
+            {
+                "ts": start + i * 0.01,
+                "model": "flight-delay",
+                "routed_version": 2,
+                "model_version": 2,
+                "status": 200,
+                "latency_ms": 5.0,
+            }
         )
     for i in range(challenger_failed):  # the challenger failed; the fallback answered the user
         log.append(
-            {"ts": start + i * 0.01, "routed_version": 2, "model_version": 1, "status": 200, "latency_ms": 9.0}
+            {
+                "ts": start + i * 0.01,
+                "model": "flight-delay",
+                "routed_version": 2,
+                "model_version": 1,
+                "status": 200,
+                "latency_ms": 9.0,
+            }
         )
 
 
@@ -83,8 +104,9 @@ def labelled_traffic(log, start, rows, score_of) -> None:
     for i, row in enumerate(rows):
         key = FLIGHT.key.of({**row, "time_hour": row["time_hour"].strftime("%Y-%m-%dT%H:%M:%SZ")})
         version = 2 if i % 3 == 0 else 1
-        log.append({"ts": start + i * 0.01, "routed_version": version, "model_version": version, "status": 200,
-                    "latency_ms": 4.0, "score": score_of(row, version), "entity_key": key})  # fmt: skip
+        log.append({"ts": start + i * 0.01, "model": "flight-delay", "routed_version": version,
+                    "model_version": version, "status": 200, "latency_ms": 4.0, "score": score_of(row, version),
+                    "entity_key": key})  # fmt: skip
 
 
 def test_start_hold_advance_promote(world, tmp_path, validated):  # noqa: F811
@@ -160,6 +182,7 @@ def test_quality_on_realized_labels_rolls_back_a_badly_calibrated_challenger(wor
         log.append(
             {
                 "ts": T0 + 1 + i * 0.01,
+                "model": "flight-delay",
                 "routed_version": version,
                 "model_version": version,
                 "status": 200,

@@ -134,7 +134,7 @@ class Runtime:
         )
 
     def deployer(self, **serving_parameters: str):
-        d = self.resource.deployer(len(FEATURE_NAMES), control=self.control)
+        d = self.resource.deployer(MODEL, len(FEATURE_NAMES), control=self.control)
         if serving_parameters:
             d.serving = replace(d.serving, parameters=serving_parameters)
         return d

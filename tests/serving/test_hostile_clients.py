@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 from keel.exposure_log import read_exposures
-from tests.serving.conftest import request_body, serving_version_1
+from tests.serving.conftest import MODEL, request_body, serving_version_1
 
 POLICY = {
     "version": "hostile-1",
@@ -115,7 +115,7 @@ def test_an_input_triton_refuses_is_a_422_with_no_breaker_strike_and_no_retry(ru
     gateway = Gateway(
         GatewayConfig(
             triton_url=runtime.endpoints["triton_grpc"],
-            routing_path=runtime.home / "serving" / "routing.json",
+            routing_path=runtime.home / "serving" / "routing" / f"{MODEL}.json",
             exposure_dir=tmp_path / "exposures",
         ),
     )

@@ -187,7 +187,7 @@ def test_two_gateways_follow_one_control_plane_and_a_canary_promotes_on_evidence
         for name, url in urls.items():
             wait_for(lambda u=url: httpx.get(f"{u}/readyz", timeout=10).status_code == 200, f"{name} ready")
             assert ready(url)["versions"] == [1], name
-        tables = [json.loads(d.routing.read_text()) for d in KeelHome(home).serving_dirs()]
+        tables = [json.loads(d.routing_of(MODEL).read_text()) for d in KeelHome(home).serving_dirs()]
         assert [t["routes"] for t in tables] == [tables[0]["routes"]] * 2 and tables[0]["routes"][0]["version"] == 1
 
         # -- 2. a commit is applied by both gateways at once (LISTEN/NOTIFY) -----------------------------------------
@@ -247,7 +247,7 @@ def test_two_gateways_follow_one_control_plane_and_a_canary_promotes_on_evidence
         assert actions == ["start", "advance", "advance", "promote"], actions
         with ModelRegistry(home / "registry") as registry:
             assert registry.alias(MODEL, "champion") == shas[1]
-        tables = [json.loads(d.routing.read_text()) for d in KeelHome(home).serving_dirs()]
+        tables = [json.loads(d.routing_of(MODEL).read_text()) for d in KeelHome(home).serving_dirs()]
         champions = [[r["version"] for r in t["routes"] if r["name"] == "champion"] for t in tables]
         assert champions == [[2], [2]] and tables[0]["routes"] == tables[1]["routes"], tables  # both runtimes
         for name, url in urls.items():

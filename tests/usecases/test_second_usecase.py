@@ -1,7 +1,8 @@
-"""A second use case, declared here and nowhere else: room prices per hotel (a regression label) on synthetic
-bookings this test writes. keel generates its pipeline from the declaration (assets/pipeline.py) — raw tables,
-contract, feature table, online store, model behind the quality gate, promotion — and real Dagster materializes it
-beside the flights use case, under its own key prefix, with no line of keel/ or gpu_runtime/ that knows it.
+"""A second use case, declared by the tests and installed nowhere (tests/usecases/rooms): room prices per hotel, a
+regression label, on synthetic bookings the test writes. keel generates its pipeline from the declaration
+(assets/pipeline.py) — raw tables, contract, feature table, online store, model behind the quality gate, promotion,
+deployment — real Dagster materializes it, and one runtime (real Triton, real gateway) serves it beside flights, with
+no line of keel/ or gpu_runtime/ that knows it.
 """
 
 from __future__ import annotations
@@ -9,65 +10,33 @@ from __future__ import annotations
 from datetime import date, timedelta
 
 import dagster as dg
+import httpx
+import lightgbm as lgb
 import numpy as np
 import polars as pl
 import pytest
 
+import tests.usecases.rooms as rooms
 from assets.pipeline import usecase_assets
 from keel.features.online import get_online_features
-from keel.features.spec import Entity, Feature, FeatureSet, History, Key, Label, Lookup, RequestFeatures
 from keel.features.sqlite_store import SQLiteOnlineStore
 from keel.registry import ModelRegistry
-from keel.usecase import ModelSpec, Serving, Source, UseCase, installed
-from resources import keel_resources
+from keel.usecase import installed
+from resources import TritonResource, keel_resources
+from tests.features.conftest import validated  # noqa: F401 - shared session fixture
+from tests.serving.conftest import (  # noqa: F401 - shared fixtures
+    MODEL,
+    Runtime,
+    request_body,
+    runtime_home,
+    serving_models,
+    start_serve,
+    stop_serve,
+)
 
 MONTHS = ("2020-01", "2020-02", "2020-03", "2020-04")
 BASE = {"h1": 80.0, "h2": 150.0, "h3": 260.0}
 CITY = {"oslo": 1.4, "rome": 1.0}
-
-BOOKINGS_CONTRACT = """\
-contract: bookings
-version: 1
-owner: revenue
-description: One booking per row; arrival is local.
-critical_budget:
-  max_fraction: 0.02
-schema:
-  on_violation: {severity: critical, action: quarantine}
-  unexpected_columns: drop
-  columns:
-    ref:    {type: int64, nullable: false}
-    hotel:  {type: string, nullable: false}
-    city:   {type: string, nullable: false}
-    year:   {type: int32, nullable: false}
-    month:  {type: int32, nullable: false}
-    day:    {type: int32, nullable: false}
-    nights: {type: int32, nullable: false}
-    price:  {type: float64, nullable: false}
-rules:
-  - id: price_positive
-    type: range
-    column: price
-    min: 0
-    max: 5000
-"""
-
-REQUEST_CONTRACT = """\
-contract: price_request
-version: 1
-owner: revenue
-description: A stay to price.
-schema:
-  on_violation: {severity: critical, action: reject}
-  unexpected_columns: drop
-  columns:
-    hotel:  {type: string, nullable: false}
-    city:   {type: string, nullable: false}
-    year:   {type: int32, nullable: false}
-    month:  {type: int32, nullable: false}
-    day:    {type: int32, nullable: false}
-    nights: {type: int32, nullable: false}
-"""
 
 
 def write_bookings(folder) -> pl.DataFrame:
@@ -95,84 +64,16 @@ def write_bookings(folder) -> pl.DataFrame:
     return frame
 
 
-def read_text(path):
-    def read() -> pl.DataFrame:
-        df = pl.read_csv(path, infer_schema=False)
-        return df.with_row_index("_source_row").with_columns(pl.col("_source_row").cast(pl.Int64))
-
-    return read
-
-
-def stay(col, ops):
-    return {"nights": ops.as_float(col("nights")), "weekday": ops.as_int(ops.weekday(col("arrival")))}
-
-
-def rooms(folder) -> UseCase:
-    contracts = folder / "contracts"
-    contracts.mkdir()
-    (contracts / "bookings.yaml").write_text(BOOKINGS_CONTRACT)
-    (contracts / "price_request.yaml").write_text(REQUEST_CONTRACT)
-    features = FeatureSet(
-        entity=Entity(
-            name="booking",
-            source="validated_bookings",
-            id_column="booking_id",
-            id_parts=("ref",),
-            date="arrival",
-            date_parts=("year", "month", "day"),
-            request_columns=("hotel", "city", "arrival", "nights"),
-            carried=("hotel", "city", "arrival"),
-        ),
-        features=(
-            Feature("nights", "float", 0, 60, 2, "nights booked"),
-            Feature("weekday", "int", 1, 7, 4, "ISO weekday of arrival"),
-            Feature("city_index", "float", 0, 10, 1, "the city's price index"),
-            Feature("hotel_price", "float", 0, 5000, 150, "the hotel's mean price, earlier days"),
-        ),
-        label=Label("label_price", pl.col("price"), task="regression", known_after="check-out"),
-        request=(RequestFeatures("stay", stay),),
-        lookups=(
-            Lookup(
-                "city",
-                source="raw_cities",
-                keys=(Key("city", "name"),),
-                fields={"city_index": pl.col("index").cast(pl.Float64)},
-            ),
-        ),
-        histories=(History("hotel_price", ("hotel",), pl.col("price"), prior=150.0, weight=5.0),),
-    )
-    return UseCase(
-        name="rooms",
-        title="Room prices (a test's use case)",
-        contracts=contracts,
-        features=features,
-        model=ModelSpec(
-            "room-price",
-            asset="price_model",
-            train_months=("2020-01", "2020-02"),
-            valid_month="2020-03",
-            params={"objective": "regression", "min_data_in_leaf": 20},
-        ),
-        serving=Serving("price_request", pool_budget_bytes=8 << 20),
-        sources=(
-            Source("bookings", read_text(folder / "bookings.csv"), description="Bookings, as text."),
-            Source("cities", read_text(folder / "cities.csv"), partitioned=False),
-        ),
-        period=(date(2020, 1, 1), date(2020, 4, 30)),
-        segments=("hotel",),
-        feature_table="room_features",
-    )
-
-
-@pytest.fixture
-def built(tmp_path):
-    data = tmp_path / "data"
-    data.mkdir()
+def build(home, data, instance=None):
+    """Write the bookings, point the declaration at them and materialize January…March of the rooms pipeline
+    (all but its deployment) on ``home``; returns the bookings, a runner of more assets and the keys by name."""
+    data.mkdir(exist_ok=True)
     bookings = write_bookings(data)
-    uc = rooms(data)
-    graph = [a for a in usecase_assets(uc) if all(k.path[-1] != "model_deployment" for k in a.keys)]
-    resources = keel_resources(tmp_path / "home")
-    instance = dg.DagsterInstance.ephemeral()
+    rooms.DATA = data
+    uc = rooms.usecase
+    graph = list(usecase_assets(uc))
+    resources = keel_resources(home, triton=TritonResource(home=str(home), drain_s=0.3))
+    instance = instance or dg.DagsterInstance.ephemeral()
     by_name = {k.path[-1]: k for a in graph for k in a.keys}
 
     def run(names, partition=None):
@@ -189,16 +90,22 @@ def built(tmp_path):
     run(["raw_cities"])
     for month in MONTHS[:3]:
         run(["raw_bookings", "validated_bookings", "bookings_quarantine", "room_features", "online_features"], month)
-    return uc, bookings, run, by_name, tmp_path / "home"
+    return bookings, run, by_name
+
+
+@pytest.fixture
+def built(tmp_path):
+    bookings, run, by_name = build(tmp_path / "home", tmp_path / "data")
+    return rooms.usecase, bookings, run, by_name, tmp_path / "home"
 
 
 def test_its_pipeline_is_generated_under_its_own_prefix_and_groups(built):
     uc, _, _, by_name, _ = built
     assert "rooms" not in installed()  # declared in this test only: keel knows it through the declaration alone
-    assert {k.path[0] for k in by_name.values()} == {"rooms"}
+    assert uc is rooms.usecase and {k.path[0] for k in by_name.values()} == {"rooms"}
     assert {
         "raw_bookings", "raw_cities", "validated_bookings", "bookings_quarantine", "room_features",
-        "online_features", "price_model", "model_evaluation", "model_promotion",
+        "online_features", "price_model", "model_evaluation", "model_promotion", "model_deployment",
     } <= set(by_name)  # fmt: skip
     groups = {a.group_names_by_key[k] for a in usecase_assets(uc) for k in a.keys}
     assert groups == {"rooms_raw", "rooms_contracts", "rooms_features", "rooms_models", "rooms_deployments"}
@@ -252,3 +159,109 @@ def test_it_trains_a_regression_model_judged_by_rmse_and_promotes_it(built):
     assert set(meta["data_versions"]["rooms/room_features"]) == {"2020-01", "2020-02", "2020-03"}
     assert set(meta["contracts"]) == {"bookings"}  # the contract its training data passed
     assert registry.alias("flight-delay", "champion") is None  # the other use case's model is untouched
+
+
+# -- served beside flights: one runtime, two models ------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def served(runtime_home, serving_models, tmp_path_factory):  # noqa: F811
+    """The serving tests' home (flights models registered, its online store written), the rooms pipeline built on
+    it through promotion, one runtime serving both use cases, flights' version 1 and rooms' champion deployed — the
+    latter by its generated ``rooms/model_deployment`` asset."""
+    home = runtime_home
+    instance = dg.DagsterInstance.ephemeral()
+    bookings, run, _ = build(home, tmp_path_factory.mktemp("rooms-data"), instance)
+    run(["price_model", "model_evaluation", "model_promotion"])
+    proc, endpoints = start_serve(home, env={"KEEL_USECASE": "flights,tests.usecases.rooms"})
+    rt = Runtime(home, proc, endpoints, serving_models[0])
+    try:
+        rt.deployer().deploy(MODEL, [rt.target(1)])
+        deployed = run(["model_deployment"])
+        rt.wait_ready(timeout=60)
+        yield rt, bookings, deployed
+    finally:
+        stop_serve(rt.proc)
+
+
+def stays(n: int = 12) -> list[dict]:
+    """Stays to price in April (after the store's snapshot of March's end), as a caller sends them."""
+    rng = np.random.default_rng(4)
+    return [
+        {
+            "hotel": str(rng.choice(list(BASE))),
+            "city": str(rng.choice(list(CITY))),
+            "year": 2020,
+            "month": 4,
+            "day": int(rng.integers(1, 28)),
+            "nights": int(rng.integers(1, 8)),
+        }
+        for _ in range(n)
+    ]
+
+
+def in_process(home, entities: list[dict]) -> np.ndarray:
+    """What the rooms champion says in this process for the same stays: the store's features (defaults where the
+    store has none, as the gateway), float32 as Triton receives them."""
+    fs = rooms.usecase.features
+    rows = [
+        {k: e[k] for k in ("hotel", "city", "nights")} | {"arrival": date(e["year"], e["month"], e["day"])}
+        for e in entities
+    ]
+    with SQLiteOnlineStore(home / "online" / "rooms.sqlite", features=fs) as store:
+        feats = get_online_features(store, rows)
+    x = np.array([[np.nan if f[n] is None else f[n] for n in fs.names] for f in feats], dtype=np.float64)
+    x = np.where(np.isnan(x), fs.defaults, x).astype(np.float32).astype(np.float64)
+    registry = ModelRegistry(home / "registry")
+    text = registry.load(registry.alias("room-price", "champion"))
+    registry.close()
+    return lgb.Booster(model_str=text).predict(x)
+
+
+def test_one_runtime_serves_both_models_each_by_its_own_declaration(served, serving_models):  # noqa: F811
+    rt, _, deployed = served
+    [event] = deployed.get_asset_materialization_events()
+    assert event.asset_key == dg.AssetKey(["rooms", "model_deployment"])
+    ready = httpx.get(f"{rt.url}/readyz", timeout=10).json()
+    assert ready["ready"] and set(ready["models"]) == {MODEL, "room-price"}
+    assert all(m["ready"] for m in ready["models"].values())
+    # rooms: a batch of stays, scored by its champion on its features, the same as in this process
+    entities = stays()
+    r = httpx.post(f"{rt.url}/v1/models/room-price/predict", json={"entities": entities, "tenant_id": "tests"})
+    assert r.status_code == 200, r.text
+    answer = r.json()
+    predictions = answer["predictions"]
+    assert (answer["model"], answer["model_version"], len(predictions)) == ("room-price", 1, len(entities))
+    assert [p["score"] for p in predictions] == pytest.approx(list(in_process(rt.home, entities)), rel=1e-5)
+    assert all(50 < p["score"] < 500 for p in predictions)  # prices, not probabilities
+    # flights, beside it on the same gateway: the same answer as its alias route
+    _, feb = serving_models
+    body = request_body(feb.row(7, named=True))
+    alias = rt.post(body).json()
+    generic = httpx.post(
+        f"{rt.url}/v1/models/{MODEL}/predict", json={"entities": [body.pop("flight")], **body}, timeout=10
+    ).json()
+    assert (generic["model"], generic["model_version"], generic["score"]) == (MODEL, 1, alias["score"])
+    # the exposure log names each answer's model
+    day = sorted((rt.home / "serving" / "exposures").glob("exposures-*.jsonl"))[-1]
+    logged = {line.split('"model":')[1].split(",")[0].strip(' "') for line in day.read_text().splitlines()}
+    assert {"room-price", MODEL} <= logged
+
+
+def test_each_model_refuses_by_its_own_contract_and_an_unknown_model_lists_both(served, serving_models):  # noqa: F811
+    rt, _, _ = served
+    good = stays(1)[0]
+    broken = httpx.post(
+        f"{rt.url}/v1/models/room-price/predict", json={"entities": [good, good | {"nights": 0}]}, timeout=10
+    )
+    assert broken.status_code == 422, broken.text
+    error = broken.json()["error"]
+    assert "contract price_request" in error["message"] and [v["index"] for v in error["violations"]] == [1]
+    # a flight is not a stay: the rooms contract refuses it, naming the missing fields
+    _, feb = serving_models
+    flight = request_body(feb.row(3, named=True))["flight"]
+    assert httpx.post(f"{rt.url}/v1/models/room-price/predict", json={"entities": [flight]}).status_code == 422
+    wrong = httpx.post(f"{rt.url}/v1/models/no-such-model/predict", json={"entities": [good]}, timeout=10)
+    assert wrong.status_code == 404 and wrong.json()["error"]["models"] == [MODEL, "room-price"]
+    metrics = httpx.get(f"{rt.url}/metrics", timeout=10).text
+    assert 'model="room-price"' in metrics and f'model="{MODEL}"' in metrics
