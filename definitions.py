@@ -8,14 +8,11 @@ from __future__ import annotations
 import dagster as dg
 
 from assets.deployment import rollback_job
-from assets.drift import drift_assets
 from assets.experiments import experiment_assets
 from assets.explanations import explanations
-from assets.freezes import feature_freezes
 from assets.groups import with_group_metadata
 from assets.incidents import incidents, incidents_job
 from assets.jobs import build_jobs, challenger_job
-from assets.loop import loop_assets
 from assets.metering import metering_assets, metering_job
 from assets.pipeline import usecase_assets
 from assets.streaming import streaming_assets
@@ -35,11 +32,8 @@ defs = dg.Definitions(
         [
             # every installed use case's pipeline, generated from its declaration (assets/pipeline.py)
             *(a for uc in installed().values() for a in usecase_assets(uc)),
-            # the flights use case's loop, drift, experiments and explanations (still its own wiring)
-            feature_freezes,
-            *drift_assets,
+            # the flights use case's experiments and explanations (still its own wiring)
             explanations,
-            *loop_assets,
             *experiment_assets,
             *metering_assets,
             *streaming_assets,

@@ -1,13 +1,15 @@
-"""Drift of the flight features: a reference profile of 2013-01…03 and a monthly drift report with checks."""
+"""Drift of a use case's features: a reference profile of what its first model was trained on and a monthly drift
+report with a check per monitored column (what is monitored: the declaration's ``monitoring``, keel/usecase.py)."""
 
 import math
+from functools import cache
 
 import dagster as dg
 import polars as pl
 
-from assets.features import FEATURE_CODE_VERSION, FLIGHT_FEATURES
-from assets.partitions import MONTHLY_CADENCE, monthly_2013
-from assets.usecase import group, key
+from assets.features import build_feature_assets, feature_code_version
+from assets.partitions import MONTHLY_CADENCE
+from assets.usecase import wiring
 from keel.clock import SimClock
 from keel.drift import DriftConfig, DriftReport, ReferenceProfile, build_reference, compare
 from keel.drift.plot import drift_svg_markdown
@@ -15,58 +17,15 @@ from keel.factories.checks import partitioned_check
 from keel.home import asset_file
 from keel.loop.freeze import FreezeDecision, freeze_evidence
 from keel.loop.reference import reference_window, window_label
+from keel.usecase import UseCase
 from resources.home import KeelHomeResource
 from resources.pools import MemoryPoolsResource
 from resources.registry import ModelRegistryResource
-from usecases.flights.features import FLIGHT_FEATURES as FEATURE_SET
-
-FEATURE_NAMES = FEATURE_SET.names
-LABEL = FEATURE_SET.label.column
-
-DRIFT_GROUP = group("drift")
-DRIFT_REFERENCE = key("drift_reference")
-DRIFT_REPORT = key("drift_report")
-REFERENCE_MONTHS = ["2013-01", "2013-02", "2013-03"]
-# Calendar month differs in every window by construction: not monitored. The label is (its outcome is known once a
-# flight lands): label drift is what "flights really shifted" means — 13 % late in September, 33 % in December.
-MONITORED_NUMERIC = [f for f in FEATURE_NAMES if f != "month"] + [LABEL]
-MONITORED_CATEGORICAL = ["carrier", "origin"]
-# Thresholds on the normalised Wasserstein distance. 0.15 (the design articles' default) for everything but the
-# features that already move that much *inside* the reference quarter: weather swings ~0.2–0.4 between January and
-# March, and the delay rates ~0.2 as their history fills up; their thresholds sit above that natural variation.
-SEASONAL = {name: 0.5 for name in ("temp", "humid", "visib", "wind_speed", "precip")}
-HISTORY_RATES = {name: 0.25 for name in ("carrier_delay_rate", "route_delay_rate", "origin_hour_delay_rate")}
-DRIFT_CONFIG = DriftConfig(thresholds=SEASONAL | HISTORY_RATES)
-# The drift kernels' arrays live in the delay model's memory pool (resources/pools.py: these features feed it).
-POOL_MODEL = "flight-delay"
-MODEL_NAME = "flight-delay"  # the registered model whose training window drift is judged against (assets/models.py)
+from usecases.flights import usecase as FLIGHTS
 
 
 def drift_check_name(feature: str) -> str:
     return f"drift_{feature}"
-
-
-@dg.asset(
-    key=DRIFT_REFERENCE,
-    group_name=DRIFT_GROUP,
-    kinds={"numpy", "parquet"},
-    code_version=FEATURE_CODE_VERSION,
-    ins={
-        "features": dg.AssetIn(
-            FLIGHT_FEATURES, partition_mapping=dg.SpecificPartitionsPartitionMapping(REFERENCE_MONTHS)
-        )
-    },
-    description="Reference statistics of the flight features over 2013-01…03, computed once: sorted sketches of "
-    "numeric features, category counts. Every drift report compares against it.",
-)
-def drift_reference(features: pl.DataFrame) -> dg.Output[pl.DataFrame]:
-    profile = build_reference(
-        features, window="2013-01..2013-03", numeric=MONITORED_NUMERIC, categorical=MONITORED_CATEGORICAL
-    )
-    return dg.Output(
-        profile.to_frame(),
-        metadata={"rows": features.height, "features": len(profile.features), "window": profile.window},
-    )
 
 
 def _num(value: float | None, digits: int = 4) -> float | None:
@@ -144,81 +103,113 @@ def report_metadata(report: DriftReport, evidence: dict[str, FreezeDecision] | N
     }
 
 
-@dg.asset(
-    key=DRIFT_REPORT,
-    partitions_def=monthly_2013,
-    freshness_policy=MONTHLY_CADENCE,
-    group_name=DRIFT_GROUP,
-    kinds={"numpy", "parquet"},
-    code_version=FEATURE_CODE_VERSION,
-    ins={"features": dg.AssetIn(FLIGHT_FEATURES), "reference": dg.AssetIn(DRIFT_REFERENCE)},
-    check_specs=[
-        partitioned_check(
-            drift_check_name(f),
-            asset=DRIFT_REPORT,
-            partitions_def=monthly_2013,
-            description=f"{f} has not drifted from what the serving model was trained on",
-        )
-        for f in MONITORED_NUMERIC + MONITORED_CATEGORICAL
-    ],
-    description="Per feature: normalised Wasserstein, KS, PSI, KL (numeric); Jensen-Shannon, chi-square, PSI, unseen "
-    "categories (categorical) — the month against what the serving model was trained on (the champion's training "
-    "months: 2013-01…03 until a retrained model is promoted), with a verdict the drift sensor acts on.",
-)
-def drift_report(
-    context: dg.AssetExecutionContext,
-    features: pl.DataFrame,
-    reference: pl.DataFrame,
-    memory_pools: MemoryPoolsResource,
-    registry: ModelRegistryResource,
-    keel_home: KeelHomeResource,
-):
-    pool = memory_pools.pool(POOL_MODEL)
-    profile = _serving_reference(reference, registry, keel_home)
-    report = compare(profile, features, window=context.partition_key, config=DRIFT_CONFIG, pool=pool)
-    context.log.info(
-        f"drift {context.partition_key}: {report.verdict}; drifted: {', '.join(report.drifted_features) or 'none'}"
+@cache
+def build_drift_assets(uc: UseCase) -> list[dg.AssetsDefinition]:
+    """The use case's ``drift_reference`` (its first model's months, once) and monthly ``drift_report``, in its
+    ``drift`` group; the report's arrays live in the model's memory pool."""
+    w = wiring(uc)
+    features_key = build_feature_assets(uc)[0].key  # the feature table
+    reference_key, report_key = w.key("drift_reference"), w.key("drift_report")
+    months = list(uc.monitoring.reference_months)
+    window = window_label(tuple(months))
+    numeric, categorical = uc.monitored
+    config = DriftConfig(thresholds=dict(uc.monitoring.thresholds))
+    model = uc.model.name
+
+    @dg.asset(
+        key=reference_key,
+        group_name=w.group("drift"),
+        kinds={"numpy", "parquet"},
+        code_version=feature_code_version(uc),
+        ins={"features": dg.AssetIn(features_key, partition_mapping=dg.SpecificPartitionsPartitionMapping(months))},
+        description=f"Reference statistics of the {uc.name} features over {window}, computed once: sorted sketches "
+        "of numeric features, category counts. Every drift report compares against it.",
     )
-    pool_md = {  # the drift kernels' arrays in the model's memory pool: numbers, so they plot across months
-        "memory_pool": f"{POOL_MODEL} on {'gpu' if pool.on_gpu else 'cpu'}",
-        "pool_peak_bytes": pool.peak_bytes(),
-        "pool_limit_bytes": pool.limit_bytes,
-    }
-    evidence = _freeze_evidence(context, report, features, registry, keel_home)
-    yield dg.Output(
-        report.to_frame(),
-        metadata=report_metadata(report, evidence) | {"dagster/row_count": len(report.features)} | pool_md,
-    )
-    for f in report.features:
-        yield dg.AssetCheckResult(
-            asset_key=DRIFT_REPORT,
-            check_name=drift_check_name(f.feature),
-            passed=not f.drifted,
-            severity=dg.AssetCheckSeverity.ERROR if f.severity == "error" else dg.AssetCheckSeverity.WARN,
-            metadata={
-                "status": f.status,
-                f.metric: dg.MetadataValue.float(_num(f.value))
-                if _num(f.value) is not None
-                else dg.MetadataValue.null(),
-                "threshold": dg.MetadataValue.float(f.threshold),
-            },
+    def drift_reference(features: pl.DataFrame) -> dg.Output[pl.DataFrame]:
+        profile = build_reference(features, window=window, numeric=numeric, categorical=categorical)
+        return dg.Output(
+            profile.to_frame(),
+            metadata={"rows": features.height, "features": len(profile.features), "window": profile.window},
         )
+
+    @dg.asset(
+        key=report_key,
+        partitions_def=w.monthly,
+        freshness_policy=MONTHLY_CADENCE,
+        group_name=w.group("drift"),
+        kinds={"numpy", "parquet"},
+        code_version=feature_code_version(uc),
+        ins={"features": dg.AssetIn(features_key), "reference": dg.AssetIn(reference_key)},
+        check_specs=[
+            partitioned_check(
+                drift_check_name(f),
+                asset=report_key,
+                partitions_def=w.monthly,
+                description=f"{f} has not drifted from what the serving model was trained on",
+            )
+            for f in numeric + categorical
+        ],
+        description="Per feature: normalised Wasserstein, KS, PSI, KL (numeric); Jensen-Shannon, chi-square, PSI, "
+        "unseen categories (categorical) — the month against what the serving model was trained on (the champion's "
+        f"training months: {window} until a retrained model is promoted), with a verdict the drift sensor acts on.",
+    )
+    def drift_report(
+        context: dg.AssetExecutionContext,
+        features: pl.DataFrame,
+        reference: pl.DataFrame,
+        memory_pools: MemoryPoolsResource,
+        registry: ModelRegistryResource,
+        keel_home: KeelHomeResource,
+    ):
+        pool = memory_pools.pool(model, uc.serving.pool_budget_bytes)
+        profile = _serving_reference(uc, reference, registry, keel_home)
+        report = compare(profile, features, window=context.partition_key, config=config, pool=pool)
+        context.log.info(
+            f"drift {context.partition_key}: {report.verdict}; drifted: {', '.join(report.drifted_features) or 'none'}"
+        )
+        pool_md = {  # the drift kernels' arrays in the model's memory pool: numbers, so they plot across months
+            "memory_pool": f"{model} on {'gpu' if pool.on_gpu else 'cpu'}",
+            "pool_peak_bytes": pool.peak_bytes(),
+            "pool_limit_bytes": pool.limit_bytes,
+        }
+        evidence = _freeze_evidence(uc, context, report, features, registry, keel_home)
+        yield dg.Output(
+            report.to_frame(),
+            metadata=report_metadata(report, evidence) | {"dagster/row_count": len(report.features)} | pool_md,
+        )
+        for f in report.features:
+            yield dg.AssetCheckResult(
+                asset_key=report_key,
+                check_name=drift_check_name(f.feature),
+                passed=not f.drifted,
+                severity=dg.AssetCheckSeverity.ERROR if f.severity == "error" else dg.AssetCheckSeverity.WARN,
+                metadata={
+                    "status": f.status,
+                    f.metric: dg.MetadataValue.float(_num(f.value))
+                    if _num(f.value) is not None
+                    else dg.MetadataValue.null(),
+                    "threshold": dg.MetadataValue.float(f.threshold),
+                },
+            )
+
+    return [drift_reference, drift_report]
 
 
 def _freeze_evidence(
+    uc: UseCase,
     context: dg.AssetExecutionContext,
     report: DriftReport,
     features: pl.DataFrame,
     registry: ModelRegistryResource,
     keel_home: KeelHomeResource,
 ) -> dict[str, FreezeDecision]:
-    """For each drifted served feature: would the serving model do better on this month's labelled flights with it
+    """For each drifted served feature: would the serving model do better on this month's labelled rows with it
     frozen? (keel.loop.freeze). The drift sensor freezes only on a yes; the answer expires on the shared clock."""
-    drifted = [f for f in report.features if f.drifted and f.feature in FEATURE_NAMES]
+    drifted = [f for f in report.features if f.drifted and f.feature in uc.features.names]
     if not drifted:
         return {}
     with registry.open() as reg:
-        champion = reg.alias(MODEL_NAME, "champion")
+        champion = reg.alias(uc.model.name, "champion")
         if champion is None:
             context.log.info("no champion yet: drifted features are not judged for freezing")
             return {}
@@ -226,34 +217,42 @@ def _freeze_evidence(
     now = SimClock(keel_home.layout().clock).now()
     out = {}
     for f in drifted:
-        out[f.feature] = freeze_evidence(model_text, features, f.feature, f.reference_mean, report.window, now)
+        out[f.feature] = freeze_evidence(
+            model_text, features, f.feature, f.reference_mean, report.window, now, fs=uc.features
+        )
         context.log.info(f"freeze {f.feature}? {out[f.feature].freeze}: {out[f.feature].reason}")
     return out
 
 
 def _serving_reference(
-    initial: pl.DataFrame, registry: ModelRegistryResource, keel_home: KeelHomeResource
+    uc: UseCase, initial: pl.DataFrame, registry: ModelRegistryResource, keel_home: KeelHomeResource
 ) -> ReferenceProfile:
     """The reference of what the serving model was trained on (keel.loop.reference): drift_reference while the
-    champion is trained on 2013-01…03, else a profile of the champion's own training months."""
+    champion is trained on the reference months, else a profile of the champion's own training months."""
+    first = uc.monitoring.reference_months
     with registry.open() as reg:
-        champion = reg.alias(MODEL_NAME, "champion")
-        metadata = reg.get(MODEL_NAME, champion).metadata if champion else None
-    window = reference_window(metadata, tuple(REFERENCE_MONTHS))
-    if window == tuple(REFERENCE_MONTHS):
+        champion = reg.alias(uc.model.name, "champion")
+        metadata = reg.get(uc.model.name, champion).metadata if champion else None
+    window = reference_window(metadata, first)
+    if window == first:
         return ReferenceProfile.from_frame(initial)
     home = keel_home.layout()
-    paths = [asset_file(home.storage, list(FLIGHT_FEATURES.path), m) for m in window]
+    table = build_feature_assets(uc)[0].key
+    paths = [asset_file(home.storage, list(table.path), m) for m in window]
     missing = [p for p, m in zip(paths, window, strict=True) if not p.exists()]
     if missing:
         raise dg.Failure(
-            f"the champion was trained on {window_label(window)}, but flight_features has no file for "
+            f"the champion was trained on {window_label(window)}, but {table.to_user_string()} has no file for "
             f"{', '.join(str(p.name) for p in missing)}: materialize those months first"
         )
     frames = pl.concat([pl.read_parquet(p) for p in paths], how="diagonal_relaxed")
-    return build_reference(
-        frames, window=window_label(window), numeric=MONITORED_NUMERIC, categorical=MONITORED_CATEGORICAL
-    )
+    numeric, categorical = uc.monitored
+    return build_reference(frames, window=window_label(window), numeric=numeric, categorical=categorical)
 
 
-drift_assets = [drift_reference, drift_report]
+# The flights use case's drift assets and names (sensors and jobs still wire them by name).
+drift_assets = build_drift_assets(FLIGHTS)
+drift_reference, drift_report = drift_assets
+DRIFT_REFERENCE, DRIFT_REPORT = drift_reference.key, drift_report.key
+REFERENCE_MONTHS = list(FLIGHTS.monitoring.reference_months)
+MONITORED_NUMERIC, MONITORED_CATEGORICAL = FLIGHTS.monitored

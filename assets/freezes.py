@@ -8,28 +8,40 @@ response bodies. The gateway's /metrics says the same (``keel_features_frozen``)
 
 from __future__ import annotations
 
+from functools import cache
+
 import dagster as dg
 
-from assets.drift import DRIFT_REPORT
-from assets.features import FEATURES_GROUP
-from assets.usecase import key
+from assets.drift import build_drift_assets
+from assets.usecase import wiring
 from keel.features.online import OnlineStore
+from keel.usecase import UseCase
+from usecases.flights import usecase as FLIGHTS
 
-FEATURE_FREEZES = key("feature_freezes")
 RECENT_CHANGES = 20
 
-feature_freezes = dg.AssetSpec(
-    FEATURE_FREEZES,
-    group_name=FEATURES_GROUP,
-    kinds={"sqlite"},
-    deps=[DRIFT_REPORT],
-    description="Features the online store serves frozen (a fixed value, every answer flagged `frozen:<feature>`), "
-    "with the value, since when and the drift decision behind each; observed by the drift sensor whenever it "
-    "freezes or unfreezes. `frozen` plots the count over time.",
-)
+
+@cache
+def build_freezes_spec(uc: UseCase) -> dg.AssetSpec:
+    """The use case's ``feature_freezes``: an external asset in its features group, downstream of its drift report."""
+    w = wiring(uc)
+    return dg.AssetSpec(
+        w.key("feature_freezes"),
+        group_name=w.group("features"),
+        kinds={"sqlite"},
+        deps=[build_drift_assets(uc)[1].key],
+        description="Features the online store serves frozen (a fixed value, every answer flagged "
+        "`frozen:<feature>`), with the value, since when and the drift decision behind each; observed by the drift "
+        "sensor whenever it freezes or unfreezes. `frozen` plots the count over time.",
+    )
 
 
-def freeze_observation(store: OnlineStore, sensor: str) -> dg.AssetObservation:
+feature_freezes = build_freezes_spec(FLIGHTS)  # the flights use case's, which its drift sensor observes
+FEATURE_FREEZES = feature_freezes.key
+
+
+def freeze_observation(store: OnlineStore, sensor: str, key: dg.AssetKey = FEATURE_FREEZES) -> dg.AssetObservation:
+    """What ``store`` serves frozen now and its recent changes, as an observation of the freezes asset ``key``."""
     frozen = store.frozen()
     log = store.freeze_log()
     since = {}
@@ -60,7 +72,7 @@ def freeze_observation(store: OnlineStore, sensor: str) -> dg.AssetObservation:
         for e in reversed(log[-RECENT_CHANGES:])
     ]
     return dg.AssetObservation(
-        asset_key=FEATURE_FREEZES,
+        asset_key=key,
         metadata={
             "frozen": len(frozen),
             "frozen_features": ", ".join(sorted(frozen)) or "none",

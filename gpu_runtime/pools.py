@@ -138,9 +138,8 @@ class PoolRegistry(Mapping[str, ModelMemoryPool]):
     def __init__(
         self, budgets: Mapping[str, int], *, headroom: float = HEADROOM, array_backend: ArrayBackend | None = None
     ):
-        self._pools = {
-            m: ModelMemoryPool(m, b, headroom=headroom, array_backend=array_backend) for m, b in budgets.items()
-        }
+        self._made_with = {"headroom": headroom, "array_backend": array_backend}
+        self._pools = {m: ModelMemoryPool(m, b, **self._made_with) for m, b in budgets.items()}
 
     def __getitem__(self, model: str) -> ModelMemoryPool:
         try:
@@ -149,6 +148,12 @@ class PoolRegistry(Mapping[str, ModelMemoryPool]):
             raise KeyError(
                 f"model {model} has no memory budget configured (pools: {', '.join(self._pools)})"
             ) from None
+
+    def ensure(self, model: str, budget_bytes: int) -> ModelMemoryPool:
+        """``model``'s pool, made with ``budget_bytes`` if it has none yet."""
+        if model not in self._pools:
+            self._pools[model] = ModelMemoryPool(model, budget_bytes, **self._made_with)
+        return self._pools[model]
 
     def __iter__(self):
         return iter(self._pools)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import date, timedelta
 from functools import cache
 from importlib.metadata import entry_points
@@ -120,6 +120,20 @@ class Serving:
             raise UseCaseError(f"serving: pool_budget_bytes must be positive, got {self.pool_budget_bytes}")
 
 
+@dataclass(frozen=True)
+class Monitoring:
+    """What its drift reports watch. Every feature and the label are compared as numbers, except ``unmonitored``
+    ones (a calendar month differs in every window by construction); ``categorical`` feature-table columns are
+    compared as categories. ``thresholds`` override the default per feature (docs/drift.md). The reference is what
+    the serving model was trained on: ``reference_months`` for the first model (default: its training and
+    validation months), a promoted model's own training months after that."""
+
+    reference_months: tuple[str, ...] = ()
+    unmonitored: tuple[str, ...] = ()
+    categorical: tuple[str, ...] = ()
+    thresholds: dict[str, float] = field(default_factory=dict)
+
+
 @dataclass(frozen=True, eq=False)
 class UseCase:
     name: str
@@ -136,6 +150,7 @@ class UseCase:
     causal_data: Callable[[], pl.DataFrame] | None = None  # the rows its shipped causal specs read, if any
     drills: Drills = field(default_factory=Drills)  # what its delivery drills break (keel/drills.py)
     replay: Replay | None = None  # its live traffic (None: no traffic is replayed)
+    monitoring: Monitoring = field(default_factory=Monitoring)  # what its drift reports watch
 
     def __post_init__(self) -> None:
         if not USECASE_NAME.fullmatch(self.name):
@@ -159,6 +174,7 @@ class UseCase:
         for month in (*self.model.train_months, *([self.model.valid_month] if self.model.valid_month else [])):
             if self.period is not None and month not in self.months:
                 raise UseCaseError(f"use case {self.name}: model month {month} is outside its period")
+        self._check_monitoring()
         allowed = METRICS[self.features.label.task]
         if not self.metrics:
             object.__setattr__(self, "metrics", allowed)
@@ -168,6 +184,29 @@ class UseCase:
                 f"use case {self.name}: metrics {unknown} do not judge a {self.features.label.task} model "
                 f"(one of {', '.join(allowed)})"
             )
+
+    def _check_monitoring(self) -> None:
+        mon = self.monitoring
+        if not mon.reference_months:
+            first = (*self.model.train_months, *([self.model.valid_month] if self.model.valid_month else []))
+            object.__setattr__(self, "monitoring", replace(mon, reference_months=tuple(sorted(first))))
+        bad = [m for m in self.monitoring.reference_months if self.period is not None and m not in self.months]
+        if bad:
+            raise UseCaseError(f"use case {self.name}: drift reference months {bad} are outside its period")
+        for what, names, known in (
+            ("unmonitored", mon.unmonitored, self.features.names),
+            ("categorical", mon.categorical, self.features.table_columns),
+            ("thresholds", tuple(mon.thresholds), (*self.features.names, self.features.label.column)),
+        ):
+            unknown = [n for n in names if n not in known]
+            if unknown:
+                raise UseCaseError(f"use case {self.name}: monitoring.{what} names unknown columns {unknown}")
+
+    @property
+    def monitored(self) -> tuple[list[str], list[str]]:
+        """(numeric, categorical) columns its drift reports compare: the features but the unmonitored, the label."""
+        numeric = [f for f in self.features.names if f not in self.monitoring.unmonitored]
+        return [*numeric, self.features.label.column], list(self.monitoring.categorical)
 
     @property
     def task(self) -> str:

@@ -14,8 +14,8 @@ from gpu_runtime.pools import ModelMemoryPool, PoolRegistry
 
 
 class MemoryPoolsResource(dg.ConfigurableResource):
-    # model → bytes: a month of flight features is ~30k rows × 15 columns, a few MB; 64 MiB leaves room for a year
-    budgets: dict[str, int] = {"flight-delay": 64 << 20}
+    # model → bytes, over the budgets the use cases declare (``Serving.pool_budget_bytes``, keel/usecase.py)
+    budgets: dict[str, int] = {}
     _registry: PoolRegistry | None = PrivateAttr(default=None)
 
     def registry(self) -> PoolRegistry:
@@ -23,5 +23,8 @@ class MemoryPoolsResource(dg.ConfigurableResource):
             self._registry = PoolRegistry(self.budgets)
         return self._registry
 
-    def pool(self, model: str) -> ModelMemoryPool:
+    def pool(self, model: str, declared_bytes: int | None = None) -> ModelMemoryPool:
+        """``model``'s pool: its configured budget, else ``declared_bytes`` (its use case's declaration)."""
+        if declared_bytes is not None:
+            return self.registry().ensure(model, declared_bytes)
         return self.registry()[model]

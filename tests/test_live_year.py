@@ -36,6 +36,11 @@ WAIT_FOR_PLANTED_S = 20 * 60  # a planted canary: three steps of two simulated d
 # The planted canaries' plan: the chaos drill's, with a log-loss margin their samples can resolve (a step is a few
 # hundred time-ordered labels that move together; the twin's true difference is exactly 0, the inverted one's ~+1).
 KNOWN_CANARY_MARGIN = 0.15
+# The known outcome is about quality, so the planted canaries are judged on their labels only. Their error and
+# latency guards compare a step's ~20 challenger requests, the first a freshly loaded version gets, with ten times as
+# many of the champion's: on a loaded 2-core CI host one slow or fallen-back request among them rolled the twin back
+# (CI, 2026-12-02). Those guards are tested on known counts in tests/policy/test_canary.py and by the chaos drills.
+QUALITY_ONLY = {"error_ratio": 1e6, "latency_ratio": 1e6}
 
 
 def loop_canaries(home: Path) -> dict[str, dict]:
@@ -105,7 +110,8 @@ def plant_when_free(platform, tag: str, transform) -> str:
     from keel.chaos import DRILL_CANARY, DrillError, plant_challenger
     from keel.home import KeelHome
 
-    canary = DRILL_CANARY | {"max_log_loss_increase": KNOWN_CANARY_MARGIN, "progress_deadline_s": 60 * 86400.0}
+    canary = DRILL_CANARY | QUALITY_ONLY | {"max_log_loss_increase": KNOWN_CANARY_MARGIN,
+                                            "progress_deadline_s": 60 * 86400.0}  # fmt: skip
 
     def plant() -> str | None:
         assert platform.year.poll() is None, platform.log()
@@ -201,8 +207,9 @@ def test_a_challenger_exactly_as_good_as_the_champion_is_promoted(live):
     to promotion — a loop that never promotes fails here."""
     home, _, planted = live
     name = planted["twin"]
-    actions = [(d["action"], d["percent"]) for d in canary_decisions(home, name)]
-    assert actions == [("start", 10.0), ("advance", 50.0), ("advance", 100.0), ("promote", 100.0)], actions
+    decisions = canary_decisions(home, name)
+    actions = [(d["action"], d["percent"]) for d in decisions]
+    assert actions == [("start", 10.0), ("advance", 50.0), ("advance", 100.0), ("promote", 100.0)], decisions[-1]
     from keel.policies import PolicyStore
 
     with PolicyStore(home / "policies.sqlite") as store:

@@ -23,7 +23,7 @@ from keel.features.spec import (
     RequestFeatures,
 )
 from keel.features.sqlite_store import SQLiteOnlineStore
-from keel.usecase import ModelSpec, Serving, UseCase, UseCaseError, by_model, from_module, get, installed
+from keel.usecase import ModelSpec, Monitoring, Serving, UseCase, UseCaseError, by_model, from_module, get, installed
 
 
 def test_the_flights_use_case_is_found_through_its_entry_point():
@@ -178,11 +178,37 @@ def test_bad_declarations_are_refused_when_built(tmp_path):
     )
     uc = UseCase(**ok)
     assert uc.metrics == ("rmse", "mae") and uc.task == "regression"
+    # drift watches every feature and the label; its first reference is the first model's months
+    numeric, categorical = uc.monitored
+    assert numeric == [*uc.features.names, uc.features.label.column] and categorical == []
+    first = UseCase(
+        **ok
+        | {
+            "period": (date(2024, 1, 1), date(2024, 6, 30)),
+            "model": ModelSpec("room-price", train_months=("2024-01", "2024-02"), valid_month="2024-03"),
+        }
+    )
+    assert first.monitoring.reference_months == ("2024-01", "2024-02", "2024-03")
     for change, message in [
         ({"name": "Rooms/x"}, "use case name 'Rooms/x'"),
         ({"contracts": tmp_path / "none"}, "contracts folder .* does not exist"),
         ({"serving": Serving("missing")}, "request contract missing.yaml is not in"),
         ({"metrics": ("auc",)}, r"metrics \['auc'\] do not judge a regression model"),
+        (
+            {"monitoring": Monitoring(categorical=("colour",))},
+            r"monitoring.categorical names unknown columns \['colour'\]",
+        ),
+        (
+            {"monitoring": Monitoring(thresholds={"nope": 0.2})},
+            r"monitoring.thresholds names unknown columns \['nope'\]",
+        ),
+        (
+            {
+                "period": (date(2024, 1, 1), date(2024, 3, 31)),
+                "monitoring": Monitoring(reference_months=("2023-12",)),
+            },
+            r"drift reference months \['2023-12'\] are outside its period",
+        ),
     ]:
         with pytest.raises(UseCaseError, match=message):
             UseCase(**(ok | change))

@@ -57,14 +57,16 @@ def decide_freeze(
     frozen_scores: np.ndarray,
     now: datetime,
     policy: FreezePolicy = DEFAULT_FREEZE,
+    task: str = "binary",
 ) -> FreezeDecision:
     """``live_scores``/``frozen_scores``: the serving model's scores on the same recent labelled rows, with the
-    feature as served and with it replaced by its freeze value."""
+    feature as served and with it replaced by its freeze value; compared on the per-row loss of ``task``."""
     verdict = challenger_gate(
         labels,
         live_scores,
         frozen_scores,
         ChallengerGatePolicy(margin=policy.min_gain, alpha=policy.alpha, min_rows=policy.min_rows),
+        task,
     )
     common = dict(
         feature=feature,
@@ -107,15 +109,18 @@ def freeze_evidence(
     drift_window: str,
     now: datetime,
     policy: FreezePolicy = DEFAULT_FREEZE,
+    fs=None,
 ) -> FreezeDecision:
-    """``decide_freeze`` on a frame of labelled rows (the drifted month's features): the serving model's scores
-    with ``feature`` as it is, and with it replaced by ``value`` (what the online store would serve frozen)."""
+    """``decide_freeze`` on a frame of labelled rows (the drifted month's features of the feature set ``fs``): the
+    serving model's scores with ``feature`` as it is, and with it replaced by ``value`` (what the online store would
+    serve frozen), compared on the loss of its label's task."""
     import polars as pl
 
     from keel.training.model import predict
 
     if value is None:
         return FreezeDecision(feature, False, f"{feature} has no reference value to serve frozen", drift_window)
-    live, labels = predict(model_text, frame)
-    frozen, _ = predict(model_text, frame.with_columns(pl.lit(value).cast(frame.schema[feature]).alias(feature)))
-    return decide_freeze(feature, drift_window, labels, live, frozen, now, policy)
+    live, labels = predict(model_text, frame, fs)
+    frozen, _ = predict(model_text, frame.with_columns(pl.lit(value).cast(frame.schema[feature]).alias(feature)), fs)
+    task = fs.label.task if fs is not None else "binary"
+    return decide_freeze(feature, drift_window, labels, live, frozen, now, policy, task)

@@ -81,11 +81,11 @@ def challenger_gate(
     if not (labels.shape == h.shape == c.shape):
         raise ValueError(f"labels {labels.shape}, champion {h.shape} and challenger {c.shape} scores must align")
     n = labels.size
-    if n < policy.min_rows:
-        return ChallengerVerdict(False, f"{n} labelled rows: fewer than {policy.min_rows} to judge on", n)
-    if not (np.isfinite(h).all() and np.isfinite(c).all()):
-        return ChallengerVerdict(False, "a score is not finite: cannot judge", n)
     loss = LOSS_NAMES[task]
+    if n < policy.min_rows:
+        return ChallengerVerdict(False, f"{n} labelled rows: fewer than {policy.min_rows} to judge on", n, loss)
+    if not (np.isfinite(h).all() and np.isfinite(c).all()):
+        return ChallengerVerdict(False, "a score is not finite: cannot judge", n, loss)
     words = loss.replace("_", "-")
     lh, lc = per_row_loss(task, h, labels), per_row_loss(task, c, labels)
     d = lc - lh

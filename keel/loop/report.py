@@ -8,9 +8,10 @@ month's labelled features, so anyone can recompute it.
 - **naive**: a model retrained every month without a gate, on the four months before (fitted on the first three,
   early-stopped on the fourth: the challenger's recipe) — retraining blindly.
 
-All three are measured on the same rows, in the same serving periods (runs of days one model served): AUC within
-each period, weighted by its rows; log-loss over all of them. Pure: models come in as text through ``load``;
-nothing here reads a clock or a file.
+All three are measured on the same rows, in the same serving periods (runs of days one model served), by the
+metrics of the label's task (keel/metrics.py): for a binary label AUC within each period, weighted by its rows, and
+log-loss over all of them; for a regression RMSE and MAE over all of them. Pure: models come in as text through
+``load``; nothing here reads a clock or a file.
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ from datetime import UTC, date, datetime, time
 import numpy as np
 import polars as pl
 
-from keel.training.model import auc, log_loss, predict
-from keel.usecase import only
+from keel.features.spec import FeatureSet
+from keel.metrics import SUMMARY, auc, summary
+from keel.training.model import predict
 
 NOON = time(12, 0, tzinfo=UTC)
 
@@ -38,8 +40,19 @@ class Release:
 
 @dataclass(frozen=True)
 class Score:
-    auc: float | None
-    log_loss: float | None
+    """A model's metrics on the month: name → value (None where undefined), the task's ``SUMMARY`` names."""
+
+    metrics: dict[str, float | None]
+
+    @classmethod
+    def empty(cls, task: str) -> Score:
+        return cls(dict.fromkeys(SUMMARY[task]))
+
+    def __getattr__(self, name: str) -> float | None:  # score.auc, score.rmse, …
+        try:
+            return self.__dict__["metrics"][name]
+        except KeyError:
+            raise AttributeError(name) from None
 
 
 @dataclass(frozen=True)
@@ -59,10 +72,9 @@ def champion_at(releases: list[Release], when: datetime) -> Release | None:
     return releases[i - 1] if i else None
 
 
-def segments(frame: pl.DataFrame, releases: list[Release]) -> list[tuple[str, pl.DataFrame]]:
-    """The month's labelled rows in serving periods: (model sha, its rows) for each run of consecutive days
-    served by one model. Rows before the first release are left out (nothing served them)."""
-    fs = only().features  # issue 30: the one installed use case's table (threaded with the loop's metrics next)
+def segments(frame: pl.DataFrame, releases: list[Release], fs: FeatureSet) -> list[tuple[str, pl.DataFrame]]:
+    """The month's labelled rows of the feature table of ``fs`` in serving periods: (model sha, its rows) for each
+    run of consecutive days served by one model. Rows before the first release are left out (nothing served them)."""
     day = fs.entity.date
     labelled = frame.filter(pl.col(fs.label.column).is_not_null())
     out: list[tuple[str, list]] = []
@@ -77,17 +89,20 @@ def segments(frame: pl.DataFrame, releases: list[Release]) -> list[tuple[str, pl
     return [(sha, labelled.filter(pl.col(day).is_in(days))) for sha, days in out]
 
 
-def segment_score(parts: list[tuple[np.ndarray, np.ndarray]]) -> Score:
-    """AUC within each serving period, weighted by its rows (a ranking is judged among rows one model
-    scored: pooling two models' scores would count their calibration gap as misranking); log-loss over all."""
+def segment_score(parts: list[tuple[np.ndarray, np.ndarray]], task: str = "binary") -> Score:
+    """The task's metrics over every serving period's rows; AUC (binary) within each period, weighted by its rows
+    (a ranking is judged among rows one model scored: pooling two models' scores would count their calibration gap
+    as misranking)."""
     parts = [(s, y) for s, y in parts if y.size]
     if not parts:
-        return Score(None, None)
-    aucs = [(auc(s, y), y.size) for s, y in parts]
-    aucs = [(a, n) for a, n in aucs if np.isfinite(a)]
-    weighted = sum(a * n for a, n in aucs) / sum(n for _, n in aucs) if aucs else None
+        return Score.empty(task)
     s, y = np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
-    return Score(weighted, log_loss(s, y))
+    metrics = summary(task, s, y)
+    if "auc" in metrics:
+        aucs = [(auc(s, y), y.size) for s, y in parts]
+        aucs = [(a, n) for a, n in aucs if np.isfinite(a)]
+        metrics["auc"] = sum(a * n for a, n in aucs) / sum(n for _, n in aucs) if aucs else None
+    return Score(metrics)
 
 
 def month_report(
@@ -97,26 +112,35 @@ def month_report(
     load: Callable[[str], str],
     static_text: str,
     naive_text: str | None,
+    fs: FeatureSet,
 ) -> MonthReport:
-    """The three models on the same rows — those a release served — in the same serving periods."""
-    parts = segments(frame, releases)
+    """The three models on the same rows — those a release served — in the same serving periods, by the metrics
+    of the task of ``fs``'s label."""
+    task = fs.label.task
+    parts = segments(frame, releases, fs)
     served, static, naive, counts = [], [], [], {}
     for sha, part in parts:
-        served.append(predict(load(sha), part))
-        static.append(predict(static_text, part))
+        served.append(predict(load(sha), part, fs))
+        static.append(predict(static_text, part, fs))
         if naive_text:
-            naive.append(predict(naive_text, part))
+            naive.append(predict(naive_text, part, fs))
         counts[sha] = counts.get(sha, 0) + int(served[-1][1].size)
     rows = sum(int(y.size) for _, y in served)
-    naive_score = segment_score(naive) if naive_text else Score(None, None)
-    return MonthReport(month, rows, segment_score(served), segment_score(static), naive_score, counts)
+    naive_score = segment_score(naive, task) if naive_text else Score.empty(task)
+    return MonthReport(month, rows, segment_score(served, task), segment_score(static, task), naive_score, counts)
 
 
-def naive_window(month: str, window_months: int = 4) -> tuple[tuple[str, ...], str] | None:
+def naive_window(
+    month: str, window_months: int = 4, months: tuple[str, ...] | None = None
+) -> tuple[tuple[str, ...], str] | None:
     """The naive baseline's window for ``month``, the challenger's recipe without its gate: the ``window_months``
-    before it (as many as the year has), fitted on all but the last, early-stopped on the last; None before March."""
-    year, m = (int(x) for x in month.split("-"))
-    before = [f"{year}-{k:02d}" for k in range(max(1, m - window_months), m)]
+    before it among ``months`` (the use case's; default: its calendar year's), fitted on all but the last,
+    early-stopped on the last; None when fewer than two months come before it."""
+    if months is None:
+        year = int(month[:4])
+        months = tuple(f"{year}-{k:02d}" for k in range(1, 13))
+    earlier = [m for m in months if m < month]
+    before = earlier[-window_months:]
     if len(before) < 2:
         return None
     return tuple(before[:-1]), before[-1]

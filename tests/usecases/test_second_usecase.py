@@ -7,7 +7,7 @@ no line of keel/ or gpu_runtime/ that knows it.
 
 from __future__ import annotations
 
-from datetime import date, timedelta
+from datetime import UTC, date, datetime, timedelta
 
 import dagster as dg
 import httpx
@@ -20,6 +20,7 @@ import tests.usecases.rooms as rooms
 from assets.pipeline import usecase_assets
 from keel.features.online import get_online_features
 from keel.features.sqlite_store import SQLiteOnlineStore
+from keel.ledger import Ledger
 from keel.registry import ModelRegistry
 from keel.usecase import installed
 from resources import TritonResource, keel_resources
@@ -74,7 +75,7 @@ def build(home, data, instance=None):
     graph = list(usecase_assets(uc))
     resources = keel_resources(home, triton=TritonResource(home=str(home), drain_s=0.3))
     instance = instance or dg.DagsterInstance.ephemeral()
-    by_name = {k.path[-1]: k for a in graph for k in a.keys}
+    by_name = {k.path[-1]: k for a in graph for k in ([a.key] if isinstance(a, dg.AssetSpec) else a.keys)}
 
     def run(names, partition=None):
         result = dg.materialize(
@@ -107,8 +108,16 @@ def test_its_pipeline_is_generated_under_its_own_prefix_and_groups(built):
         "raw_bookings", "raw_cities", "validated_bookings", "bookings_quarantine", "room_features",
         "online_features", "price_model", "model_evaluation", "model_promotion", "model_deployment",
     } <= set(by_name)  # fmt: skip
-    groups = {a.group_names_by_key[k] for a in usecase_assets(uc) for k in a.keys}
-    assert groups == {"rooms_raw", "rooms_contracts", "rooms_features", "rooms_models", "rooms_deployments"}
+    assert {"drift_reference", "drift_report", "feature_freezes", "challenger_model", "loop_report"} <= set(by_name)
+    groups = {
+        a.group_name if isinstance(a, dg.AssetSpec) else a.group_names_by_key[k]
+        for a in usecase_assets(uc)
+        for k in ([a.key] if isinstance(a, dg.AssetSpec) else a.keys)
+    }
+    assert groups == {
+        "rooms_raw", "rooms_contracts", "rooms_features", "rooms_models", "rooms_deployments", "rooms_drift",
+        "rooms_loop",
+    }  # fmt: skip
 
 
 def test_every_booking_ends_in_one_sink_and_the_features_follow_the_declaration(built):
@@ -159,6 +168,73 @@ def test_it_trains_a_regression_model_judged_by_rmse_and_promotes_it(built):
     assert set(meta["data_versions"]["rooms/room_features"]) == {"2020-01", "2020-02", "2020-03"}
     assert set(meta["contracts"]) == {"bookings"}  # the contract its training data passed
     assert registry.alias("flight-delay", "champion") is None  # the other use case's model is untouched
+
+
+def test_its_drift_is_judged_against_the_months_its_model_was_trained_on(built):
+    """April's prices double (the test rewrites them before April lands): the label drifts, the stays do not."""
+    uc, bookings, run, by_name, home = built
+    data = rooms.DATA / "bookings.csv"
+    frame = pl.read_csv(data, infer_schema=False)
+    april = (pl.col("month") == "4") & (pl.col("price") != "-1.0")
+    frame.with_columns(
+        pl.when(april)
+        .then((pl.col("price").cast(pl.Float64) * 2).round(2).cast(pl.String))
+        .otherwise(pl.col("price"))
+    ).write_csv(data)
+    run(["raw_bookings", "validated_bookings", "bookings_quarantine", "room_features"], "2020-04")
+    run(["price_model", "model_evaluation", "model_promotion"])
+    reference = run(["drift_reference"]).get_asset_materialization_events()[0].materialization.metadata
+    assert reference["window"].value == "2020-01..2020-03"  # the first model's training and validation months
+    report = run(["drift_report"], "2020-04")
+    checks = {c.check_name: c.passed for c in report.get_asset_check_evaluations()}
+    assert set(checks) == {f"drift_{c}" for c in (*uc.features.names, uc.features.label.column)}
+    assert checks["drift_label_price"] is False and checks["drift_nights"] is True and checks["drift_weekday"] is True
+    meta = report.get_asset_materialization_events()[0].materialization.metadata
+    assert meta["memory_pool"].value.startswith("room-price on ")  # the arrays in its own model's pool
+    assert "label_price" in meta["drifted_features"].value
+
+
+def test_its_loop_gates_a_challenger_and_reports_the_month_on_squared_errors(built):
+    """A challenger fitted on February, gated on March's last days; April's loop_report of what the ledger
+    says served: RMSE and MAE, recomputed here from the champion's own predictions."""
+    uc, bookings, run, by_name, home = built
+    run(["raw_bookings", "validated_bookings", "bookings_quarantine", "room_features"], "2020-04")
+    promoted = run(["price_model", "model_evaluation", "model_promotion"])
+    sha = (
+        {e.asset_key.path[-1]: e.materialization for e in promoted.get_asset_materialization_events()}["price_model"]
+        .metadata["sha256"]
+        .value
+    )
+    config = {"train_months": ["2020-02"], "gate_month": "2020-03", "gate_from_day": 22}
+    result = dg.materialize(
+        list(usecase_assets(uc)),
+        selection=[by_name["challenger_model"], by_name["challenger_evaluation"]],
+        resources=keel_resources(home, triton=TritonResource(home=str(home), drain_s=0.3)),
+        run_config={
+            "ops": {f"rooms__{n}": {"config": config} for n in ("challenger_model", "challenger_evaluation")}
+        },
+    )
+    evaluation = {
+        e.asset_key.path[-1]: e.materialization.metadata for e in result.get_asset_materialization_events()
+    }["challenger_evaluation"]
+    assert evaluation["loss"].value == "squared_error" and evaluation["champion_version"].value == 1
+    march_end = bookings.filter((pl.col("month") == 3) & (pl.col("day") >= 22) & (pl.col("price") > 0))
+    assert evaluation["rows"].value == march_end.height  # judged on the days neither model saw
+    with Ledger(home / "ledger.sqlite") as ledger:
+        ledger.append(
+            "rel-rooms", {"model": {"hash": "h", "parts": {"sha256": sha}}}, datetime(2020, 3, 1, tzinfo=UTC)
+        )
+    report = run(["loop_report"], "2020-04").get_asset_materialization_events()[0].materialization.metadata
+    april = pl.read_parquet(home / "storage" / "rooms" / "room_features" / "2020-04.parquet").sort("booking_id")
+    x = april.select([pl.col(f).cast(pl.Float64) for f in uc.features.names]).to_numpy()
+    error = (
+        lgb.Booster(model_str=ModelRegistry(home / "registry").load(sha)).predict(x) - april["label_price"].to_numpy()
+    )
+    assert report["labelled_bookings"].value == april.height
+    assert report["served_rmse"].value == pytest.approx(float(np.sqrt(np.mean(error**2))), abs=1e-4)
+    assert report["served_mae"].value == pytest.approx(float(np.mean(np.abs(error))), abs=1e-4)
+    assert report["static_rmse"].value == report["served_rmse"].value  # one release: the static model served
+    assert "served_auc" not in report
 
 
 # -- served beside flights: one runtime, two models ------------------------------------------------------------
