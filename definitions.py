@@ -1,6 +1,9 @@
 """The single Definitions object of this keel deployment: assets, checks, jobs, resources, sensors, schedules.
 
-``dagster dev`` at the repository root loads this file through workspace.yaml.
+``dagster dev`` at the repository root loads this file through workspace.yaml. Every installed use case (the
+``keel.usecases`` entry points) contributes its pipeline — assets, jobs, sensors, schedule — generated from its
+declaration (``usecase_definitions``); the platform's own parts (metering, incidents, drills, watchdog, the
+rollback job) are single.
 """
 
 from __future__ import annotations
@@ -8,41 +11,45 @@ from __future__ import annotations
 import dagster as dg
 
 from assets.deployment import rollback_job
-from assets.experiments import experiment_assets
-from assets.explanations import explanations
 from assets.groups import with_group_metadata
 from assets.incidents import incidents, incidents_job
-from assets.jobs import build_jobs, challenger_job
+from assets.jobs import UseCaseJobs, build_jobs
 from assets.metering import metering_assets, metering_job
 from assets.pipeline import usecase_assets
-from assets.streaming import streaming_assets
-from keel.usecase import installed
+from keel.usecase import UseCase, installed
 from resources import keel_resources
-from sensors.canary import canary_sensor
-from sensors.drift import drift_sensor
 from sensors.drills import chaos_drill_job, weekly_chaos_drill
-from sensors.guardrails import guardrail_sensor
-from sensors.landing import landing_sensor
 from sensors.metering import metering_sensor
-from sensors.schedules import nightly_drift
+from sensors.usecase import usecase_schedules, usecase_sensors
 from sensors.watchdog import watchdog_sensor
 
-defs = dg.Definitions(
-    assets=with_group_metadata(  # each group's owner and documentation (assets/groups.py)
-        [
-            # every installed use case's pipeline, generated from its declaration (assets/pipeline.py)
-            *(a for uc in installed().values() for a in usecase_assets(uc)),
-            # the flights use case's experiments and explanations (still its own wiring)
-            explanations,
-            *experiment_assets,
-            *metering_assets,
-            *streaming_assets,
-            incidents,
-        ]
-    ),
-    # build_jobs: the set-up's stages, in order (assets/jobs.py)
-    jobs=[*build_jobs, challenger_job, rollback_job, incidents_job, chaos_drill_job, metering_job],
-    sensors=[drift_sensor, canary_sensor, guardrail_sensor, landing_sensor, watchdog_sensor, metering_sensor],
-    schedules=[nightly_drift, weekly_chaos_drill],  # the production cadence (sensors/schedules.py, sensors/drills.py)
-    resources=keel_resources(dg.EnvVar("KEEL_HOME")),  # scripts/env.sh sets it (default: .keel in the repository)
-)
+
+def usecase_definitions(uc: UseCase) -> tuple[UseCaseJobs, dg.Definitions]:
+    """One use case's assets, jobs, sensors and schedules, generated from its declaration; and its jobs by stage."""
+    assets = usecase_assets(uc)
+    jobs = build_jobs(uc, assets)
+    return jobs, dg.Definitions(
+        assets=with_group_metadata(assets),  # each group's owner and documentation (assets/groups.py)
+        jobs=jobs.all,
+        sensors=usecase_sensors(uc, jobs),
+        schedules=usecase_schedules(uc, jobs),
+    )
+
+
+def platform_definitions() -> dg.Definitions:
+    """The parts of the platform that are single, whatever the use cases, and the resources they all share."""
+    return dg.Definitions(
+        assets=with_group_metadata([*metering_assets, incidents]),
+        jobs=[rollback_job, incidents_job, chaos_drill_job, metering_job],
+        sensors=[watchdog_sensor, metering_sensor],
+        schedules=[weekly_chaos_drill],  # the weekly drill (sensors/drills.py); each use case has its nightly drift
+        resources=keel_resources(dg.EnvVar("KEEL_HOME")),  # scripts/env.sh sets it (default: .keel in the repository)
+    )
+
+
+_generated = {name: usecase_definitions(uc) for name, uc in installed().items()}
+# Each installed use case's jobs by stage, for scripts/materialize.py (the set-up's build order) and the tests.
+JOBS: dict[str, UseCaseJobs] = {name: jobs for name, (jobs, _) in _generated.items()}
+
+# The one Definitions object at module scope (Dagster, and keel's lineage CLI, load the module's only one).
+defs = dg.Definitions.merge(platform_definitions(), *(d for _, d in _generated.values()))

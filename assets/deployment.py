@@ -11,13 +11,12 @@ from keel.clock import SimClock
 from keel.deploy.plan import NoChampionError, RunningCanary, plan_deployment, release
 from keel.policies import PolicyError
 from keel.release import infra_snapshot
-from keel.usecase import UseCase, by_model
+from keel.usecase import UseCase, by_model, installed
 from resources.home import KeelHomeResource
 from resources.ledger import LedgerResource
 from resources.policy import PolicyStoreResource
 from resources.registry import ModelRegistryResource
 from resources.triton import TritonResource
-from usecases.flights import usecase as FLIGHTS
 
 
 @cache
@@ -151,12 +150,14 @@ def _latest_manifest(context: dg.AssetExecutionContext, promotion: dg.AssetKey) 
     return (metadata.get("candidate_manifest") or metadata["manifest"]).value
 
 
-# The flights use case's deployment, by name (the rollback job and the wiring still its own use it).
-deployment_assets = build_deployment_assets(FLIGHTS)
-[model_deployment] = deployment_assets
-MODEL_DEPLOYMENT = model_deployment.key
-MODEL_NAME = FLIGHTS.model.name
-FEATURE_NAMES = FLIGHTS.features.names
+def _model_field() -> dg.Field:
+    """The rollback job's ``model``: the installed use case's when there is one, else the operator names it."""
+    found = installed()
+    if len(found) == 1:
+        return dg.Field(str, default_value=next(iter(found.values())).model.name)
+    return dg.Field(
+        str, description=f"the served model to roll back ({', '.join(uc.model.name for uc in found.values())})"
+    )
 
 
 @dg.op(
@@ -164,7 +165,7 @@ FEATURE_NAMES = FLIGHTS.features.names
     "the registry's champion alias, and a revert entry in the ledger.",
     config_schema={
         "reason": dg.Field(str, default_value="rollback requested"),
-        "model": dg.Field(str, default_value=MODEL_NAME),
+        "model": _model_field(),
     },
 )
 def rollback_op(
@@ -172,18 +173,16 @@ def rollback_op(
 ) -> None:
     from keel.rollback import rollback
 
+    model = context.op_config["model"]
+    uc = by_model(model)
     with registry.open() as reg, ledger.open() as led:
         result = rollback(
-            reg,
-            led,
-            triton.deployer(context.op_config["model"], len(by_model(context.op_config["model"]).features.names)),
-            context.op_config["model"],
-            context.op_config["reason"],
+            reg, led, triton.deployer(model, len(uc.features.names)), model, context.op_config["reason"]
         )
     context.log.info(f"rolled back {result.replaced.release_id} → {result.restored.release_id}")
     context.log_event(
         dg.AssetMaterialization(
-            MODEL_DEPLOYMENT,
+            wiring(uc).key("model_deployment"),
             description=f"rollback: {context.op_config['reason']}",
             metadata={
                 "release_id": result.restored.release_id,

@@ -21,7 +21,6 @@ from keel.usecase import UseCase
 from resources.home import KeelHomeResource
 from resources.pools import MemoryPoolsResource
 from resources.registry import ModelRegistryResource
-from usecases.flights import usecase as FLIGHTS
 
 
 def drift_check_name(feature: str) -> str:
@@ -251,8 +250,3 @@ def _serving_reference(
 
 
 # The flights use case's drift assets and names (sensors and jobs still wire them by name).
-drift_assets = build_drift_assets(FLIGHTS)
-drift_reference, drift_report = drift_assets
-DRIFT_REFERENCE, DRIFT_REPORT = drift_reference.key, drift_report.key
-REFERENCE_MONTHS = list(FLIGHTS.monitoring.reference_months)
-MONITORED_NUMERIC, MONITORED_CATEGORICAL = FLIGHTS.monitored

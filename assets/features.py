@@ -22,7 +22,6 @@ from keel.features.online import build_views, get_online_features
 from keel.features.spec import FeatureSet
 from keel.usecase import UseCase
 from resources.online_store import OnlineStoreResource
-from usecases.flights import usecase as FLIGHTS
 
 SKEW_CHECK = "training_serving_skew"
 DISTRIBUTION_CHECK = "online_distribution"
@@ -314,7 +313,3 @@ def build_feature_assets(uc: UseCase) -> list[dg.AssetsDefinition]:
 
 
 # The flights use case's feature assets, by name (the wiring still its own imports them).
-feature_assets = build_feature_assets(FLIGHTS)
-FLIGHT_FEATURES, ONLINE_FEATURES = (a.key for a in feature_assets)
-FEATURES_GROUP = wiring(FLIGHTS).group("features")
-FEATURE_CODE_VERSION = feature_code_version(FLIGHTS)

@@ -16,7 +16,6 @@ from assets.drift import build_drift_assets
 from assets.usecase import wiring
 from keel.features.online import OnlineStore
 from keel.usecase import UseCase
-from usecases.flights import usecase as FLIGHTS
 
 RECENT_CHANGES = 20
 
@@ -36,11 +35,7 @@ def build_freezes_spec(uc: UseCase) -> dg.AssetSpec:
     )
 
 
-feature_freezes = build_freezes_spec(FLIGHTS)  # the flights use case's, which its drift sensor observes
-FEATURE_FREEZES = feature_freezes.key
-
-
-def freeze_observation(store: OnlineStore, sensor: str, key: dg.AssetKey = FEATURE_FREEZES) -> dg.AssetObservation:
+def freeze_observation(store: OnlineStore, sensor: str, key: dg.AssetKey) -> dg.AssetObservation:
     """What ``store`` serves frozen now and its recent changes, as an observation of the freezes asset ``key``."""
     frozen = store.frozen()
     log = store.freeze_log()

@@ -52,7 +52,7 @@ GROUPS = {
         "docs/live.md",
         "what drift leads to: a challenger on the most recent labelled months, gated against the champion",
         how_to_run="Built by the loop in a live replay (scripts/up, or `keel live run`): the drift sensor launches "
-        "keel_challenger with the months its plan names. By hand: launch keel_challenger from the Launchpad with "
+        "flights_challenger with the months its plan names. By hand: launch flights_challenger from the Launchpad with "
         "train_months and gate_month as config.",
     ),
     "operations": Group(
@@ -83,7 +83,7 @@ GROUPS = {
         how_to_run="The exposure log, wide table and analysis follow live gateway traffic, by UTC day of the wall "
         "clock (so their partitions are 2026 days, not 2013 months): start an experiment with `keel experiment "
         "start <spec.yaml>`, send traffic, then materialize the day from the UI or let the guardrail sensor do it. "
-        "low_visibility_effect and impact_predictor are built by the set-up (job keel_causal).",
+        "low_visibility_effect and impact_predictor are built by the set-up (job flights_causal).",
     ),
     "streaming": Group(
         "team:data-platform",

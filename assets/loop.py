@@ -5,7 +5,7 @@ gate against the champion on the newest labelled month neither trained on.
                                                                                           ─► model_deployment
 
 The drift sensor decides *whether* and *on which months* (keel.loop.retrain.plan_retrain) and launches
-``keel_challenger`` with those months as run config; these assets do the work and record it; the canary sensor
+``flights_challenger`` with those months as run config; these assets do the work and record it; the canary sensor
 starts a canary for a challenger whose gate passed (keel.loop.gate.challenger_gate). Both read the months' feature
 files as the pipeline stored them, so a window is any months that exist, not a partition mapping fixed in code.
 """
@@ -30,7 +30,6 @@ from keel.usecase import UseCase
 from resources.home import KeelHomeResource
 from resources.ledger import LedgerResource
 from resources.registry import ModelRegistryResource
-from usecases.flights import usecase as FLIGHTS
 
 CHALLENGER_GATE = "challenger_gate"
 
@@ -186,7 +185,9 @@ def build_loop_assets(uc: UseCase) -> list[dg.AssetsDefinition]:
         with registry.open() as reg:
             champion = reg.alias(name, "champion")
             if champion is None:
-                raise dg.Failure("no champion to compare with: train and promote the first model (keel_models) first")
+                raise dg.Failure(
+                    "no champion to compare with: train and promote the first model (flights_models) first"
+                )
             if champion == sha:
                 raise dg.Failure(f"the challenger is the champion already (v{version}): nothing to compare")
             champion_version = reg.version(name, champion)
@@ -388,12 +389,3 @@ def _loop_actions(instance: dg.DagsterInstance, month: str, challenger: dg.Asset
             }
         )
     return sorted(out, key=lambda a: a["simulated"])
-
-
-# The flights use case's loop assets, by name (its sensors and jobs wire them).
-loop_assets = build_loop_assets(FLIGHTS)
-challenger_model, challenger_evaluation, loop_report = loop_assets
-CHALLENGER_MODEL, CHALLENGER_EVALUATION, LOOP_REPORT = (a.key for a in loop_assets)
-LOOP_GROUP = wiring(FLIGHTS).group("loop")
-# The ops a keel_challenger run configures (their run config is keyed by op name: the key as an identifier).
-CHALLENGER_OPS = (CHALLENGER_MODEL.to_python_identifier(), CHALLENGER_EVALUATION.to_python_identifier())

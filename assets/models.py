@@ -37,7 +37,6 @@ from keel.training.model import (
 )
 from keel.usecase import UseCase
 from resources.registry import ModelRegistryResource
-from usecases.flights import usecase as FLIGHTS
 
 GATE_CHECK = "quality_gate"
 GATE = GatePolicy()  # read when the gate runs (tests loosen it)
@@ -61,9 +60,9 @@ def trained_contracts(uc: UseCase) -> tuple[Path, ...]:
     )
 
 
-def contract_hashes(paths: tuple[Path, ...] | None = None) -> dict[str, str]:
-    """The sha256 of each contract the training data passed, by contract name (None: the flights use case's)."""
-    return {spec.name: spec.content_hash for spec in (load_contract(p) for p in paths or trained_contracts(FLIGHTS))}
+def contract_hashes(paths: tuple[Path, ...]) -> dict[str, str]:
+    """The sha256 of each contract the training data passed (``trained_contracts``), by contract name."""
+    return {spec.name: spec.content_hash for spec in (load_contract(p) for p in paths)}
 
 
 def training_code_version(contracts: dict[str, str], config: TrainingConfig, feature_code: str) -> str:
@@ -314,8 +313,3 @@ def model_assets_of(uc: UseCase) -> list[dg.AssetsDefinition]:
 
 
 # The flights use case's model assets, by name (the wiring still its own imports them).
-model_assets = model_assets_of(FLIGHTS)
-DELAY_MODEL, MODEL_EVALUATION, MODEL_PROMOTION = (a.key for a in model_assets)
-MODEL_NAME = FLIGHTS.model.name
-CONFIG = training_config(FLIGHTS)
-HOLDOUT_MONTH = CONFIG.valid_month

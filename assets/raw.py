@@ -18,7 +18,6 @@ from keel.data.delivery import DeliveryGate
 from keel.data.landing import LandingZone
 from keel.usecase import Source, UseCase
 from resources.home import KeelHomeResource
-from usecases.flights import usecase as FLIGHTS
 
 LIVE = (
     " In a live replay (a simulated clock under KEEL_HOME): the days of the month that have landed so far and passed"
@@ -102,5 +101,3 @@ def build_raw_assets(uc: UseCase) -> list[dg.AssetsDefinition]:
 
 
 # The flights use case's raw tables, by name (the wiring still its own imports them).
-raw_assets = build_raw_assets(FLIGHTS)
-RAW_FLIGHTS, RAW_WEATHER, RAW_PLANES, RAW_AIRLINES, RAW_AIRPORTS = (a.key for a in raw_assets)

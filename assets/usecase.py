@@ -14,7 +14,6 @@ from functools import cache, cached_property
 import dagster as dg
 
 from keel.usecase import UseCase
-from usecases.flights import usecase as FLIGHTS
 
 
 @dataclass(frozen=True, eq=False)
@@ -51,9 +50,3 @@ class Wiring:
 @cache
 def wiring(uc: UseCase) -> Wiring:
     return Wiring(uc)
-
-
-# The flights use case's names, for the parts of the wiring that are still its own (drift, loop, experiments, …).
-PREFIX = FLIGHTS.name
-key = wiring(FLIGHTS).key
-group = wiring(FLIGHTS).group

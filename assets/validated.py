@@ -9,11 +9,10 @@ from functools import cache
 from assets.usecase import wiring
 from keel.factories.contracts import contract_assets
 from keel.usecase import UseCase
-from usecases.flights import usecase as FLIGHTS
 
 
 @cache
-def build_validated_assets(uc: UseCase = FLIGHTS) -> list:
+def build_validated_assets(uc: UseCase) -> list:
     """One contract multi-asset per validated table, under the use case's prefix and in its contracts group."""
     w = wiring(uc)
     return [
@@ -24,7 +23,3 @@ def build_validated_assets(uc: UseCase = FLIGHTS) -> list:
         for src in uc.sources
         if src.partitioned and uc.contract_path(src.name).is_file()
     ]  # fmt: skip
-
-
-VALIDATED_FLIGHTS = wiring(FLIGHTS).key("validated_flights")  # what contract_assets names them: validated_<contract>
-VALIDATED_WEATHER = wiring(FLIGHTS).key("validated_weather")

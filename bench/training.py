@@ -36,17 +36,19 @@ import lightgbm as lgb  # noqa: E402
 import polars as pl  # noqa: E402
 
 import assets.models as models  # noqa: E402
-from assets.features import FLIGHT_FEATURES  # noqa: E402
-from assets.partitions import monthly_2013  # noqa: E402
+from assets.usecase import wiring  # noqa: E402
 from keel.contracts.catalog import compiled_contract  # noqa: E402
 from keel.training.model import TrainingConfig  # noqa: E402
 from resources import LedgerResource, ModelRegistryResource, ParquetIOManager  # noqa: E402
+from usecases.flights import usecase as FLIGHTS  # noqa: E402
 from usecases.flights.data import MONTHS, read_raw, read_raw_month  # noqa: E402
 from usecases.flights.features import (  # noqa: E402
     FEATURE_NAMES,  # noqa: E402
     LABEL,
     offline_features,
 )
+
+FLIGHT_FEATURES = wiring(FLIGHTS).key(FLIGHTS.feature_table)  # flights/flight_features
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -127,11 +129,11 @@ def main() -> None:
         print(f"features for {months[0]}…{months[-1]}: {rows:,} rows ({time.perf_counter() - t0:.0f} s to build)")
         paths = [io.path_for(FLIGHT_FEATURES, m) for m in months]
 
-        @dg.asset(key=FLIGHT_FEATURES, partitions_def=monthly_2013)
+        @dg.asset(key=FLIGHT_FEATURES, partitions_def=wiring(FLIGHTS).monthly)
         def flight_features() -> pl.DataFrame:  # stored above; never executed here
             raise RuntimeError("the benchmark reads the stored partitions")
 
-        [delay_model, *_] = models.build_model_assets(models.FLIGHTS, config=config)
+        [delay_model, *_] = models.build_model_assets(FLIGHTS, config=config)
         resources = {
             "io_manager": io,
             "registry": ModelRegistryResource(root=str(Path(tmp) / "registry")),

@@ -72,14 +72,21 @@ def sla_p99_target(policies: dict, model: str) -> float:
 
 
 def tick(
-    policies, registry, exposures_dir, now: float, storage_dir: Path | None = None, problems: list[str] | None = None
+    policies,
+    registry,
+    exposures_dir,
+    now: float,
+    storage_dir: Path | None = None,
+    problems: list[str] | None = None,
+    models: frozenset[str] | None = None,
 ) -> list[dict]:
-    """One pass over the canary policies; returns what was committed (for run requests and logs). A canary whose
-    policy is malformed, or whose step fails, is reported in ``problems`` and skipped: the others proceed."""
+    """One pass over the canary policies (of ``models`` only, when given); returns what was committed (for run
+    requests and logs). A canary whose policy is malformed, or whose step fails, is reported in ``problems`` and
+    skipped: the others proceed."""
     acted = []
     current = policies.state()
     for name, policy in sorted(current.items()):
-        if policy.type != "canary":
+        if policy.type != "canary" or (models is not None and policy.body.get("model") not in models):
             continue
         try:
             done = _tick_one(

@@ -176,7 +176,7 @@ def _inject(drill: str, home) -> Injection:
         if target is None:
             raise DrillError(f"the {uc.name} use case declares no {drill} target (UseCase.drills)")
         day, path = _deliver_early(home, target.table, target.apply)
-        return Injection(drill, f"delivery:{target.table}:{day}", f"{target.table} of {day} delivered with "
+        return Injection(drill, f"delivery:{uc.name}:{target.table}:{day}", f"{target.table} of {day} delivered with "
                          f"{target.note}", now(), {"file": str(path)})  # fmt: skip
     if drill == "bad-challenger":
         name, version = _bad_challenger(home)

@@ -23,29 +23,23 @@ import numpy as np
 import polars as pl
 from scipy.stats import spearmanr
 
-from keel.usecase import only
-
-
-def _names() -> tuple[str, ...]:
-    """The model's inputs (issue 30: still the one installed use case's; threaded next)."""
-    return only().features.names
-
+from keel.features.spec import FeatureSet
 
 SHIFT_THRESHOLD = 0.10  # a feature whose share of attribution moves by more than this (absolute) is flagged
 SAMPLE_ROWS = 5000  # rows explained per month (and of the reference window): TreeSHAP costs ~0.2–0.5 ms each
 
 
-def explanation_sample(frame: pl.DataFrame, n: int = SAMPLE_ROWS, seed: int = 2013) -> pl.DataFrame:
+def explanation_sample(frame: pl.DataFrame, fs: FeatureSet, n: int = SAMPLE_ROWS, seed: int = 2013) -> pl.DataFrame:
     """A seeded sample of ``n`` rows (all of them when there are fewer), in row order: a mean |contribution|
     over 5,000 rows is within a few percent of the whole month's (its relative standard error)."""
     if frame.height <= n:
         return frame
-    ids = only().features.entity.id_column
+    ids = fs.entity.id_column
     return frame.sort(ids).sample(n, seed=seed).sort(ids)
 
 
-def feature_matrix(frame: pl.DataFrame) -> np.ndarray:
-    fs = only().features
+def feature_matrix(frame: pl.DataFrame, fs: FeatureSet) -> np.ndarray:
+    """The rows as the model's float inputs, in the feature set's order, missing values as its defaults."""
     x = frame.select([pl.col(n).cast(pl.Float64) for n in fs.names]).to_numpy()
     return np.where(np.isnan(x), fs.defaults, x)
 
@@ -119,6 +113,7 @@ def _top(names_values: np.ndarray, k: int) -> list[int]:
 
 def compare_lime(
     booster,
+    fs: FeatureSet,
     background: np.ndarray,
     x: np.ndarray,
     row_ids: list[str],
@@ -133,7 +128,7 @@ def compare_lime(
     from lime.lime_tabular import LimeTabularExplainer
 
     explainer = LimeTabularExplainer(
-        background, feature_names=list(_names()), class_names=list(only().features.label.classes),
+        background, feature_names=list(fs.names), class_names=list(fs.label.classes),
         mode="classification",
         random_state=seed,
     )  # fmt: skip
@@ -142,14 +137,15 @@ def compare_lime(
         p = booster.predict(rows, num_threads=1)
         return np.column_stack([1 - p, p])
 
+    names = fs.names
     shap = tree_shap(booster, x)
     scores = booster.predict(x, num_threads=1)
     per_row, lime_ms = [], []
     for i, fid in enumerate(row_ids):
         t0 = time.perf_counter()
-        exp = explainer.explain_instance(x[i], proba, num_features=len(_names()), num_samples=samples, labels=(1,))
+        exp = explainer.explain_instance(x[i], proba, num_features=len(names), num_samples=samples, labels=(1,))
         lime_ms.append((time.perf_counter() - t0) * 1000)
-        weights = np.zeros(len(_names()))
+        weights = np.zeros(len(names))
         for j, w in exp.as_map()[1]:
             weights[j] = w
         contrib = shap[i, :-1]
@@ -161,8 +157,8 @@ def compare_lime(
             RowComparison(
                 fid, float(scores[i]), float(rho) if np.isfinite(rho) else 0.0, len(shared) / top_k,
                 float(np.mean(signs)) if signs else 0.0,
-                [(_names()[j], float(contrib[j])) for j in top_shap],
-                [(_names()[j], float(weights[j])) for j in top_lime],
+                [(names[j], float(contrib[j])) for j in top_shap],
+                [(names[j], float(weights[j])) for j in top_lime],
             )
         )  # fmt: skip
     one = x[:1]
@@ -185,15 +181,18 @@ def compare_lime(
 # -- attribution over time ----------------------------------------------------------------------------------------
 
 
-def attribution_summary(frame: pl.DataFrame, contrib: np.ndarray, segments: tuple[str, ...]) -> pl.DataFrame:
-    """Mean |contribution| per feature: overall (segment ``all``) and per value of each segment column, with each
-    feature's share of the segment's total and the rows behind it. Long form: one row per segment × feature."""
-    abs_c = pl.DataFrame(np.abs(contrib[:, :-1]), schema=list(_names()), orient="row")
+def attribution_summary(
+    frame: pl.DataFrame, contrib: np.ndarray, segments: tuple[str, ...], names: tuple[str, ...]
+) -> pl.DataFrame:
+    """Mean |contribution| per feature (``names``: the model's inputs, in order): overall (segment ``all``) and per
+    value of each segment column, with each feature's share of the segment's total and the rows behind it. Long
+    form: one row per segment × feature."""
+    abs_c = pl.DataFrame(np.abs(contrib[:, :-1]), schema=list(names), orient="row")
     parts = [abs_c.with_columns(pl.lit("all").alias("segment"), pl.lit("all").alias("value"))]
     for col in segments:
         parts.append(abs_c.with_columns(pl.lit(col).alias("segment"), frame[col].cast(pl.Utf8).alias("value")))
     wide = pl.concat(parts)
-    means = wide.group_by("segment", "value").agg(pl.len().alias("rows"), *[pl.col(n).mean() for n in _names()])
+    means = wide.group_by("segment", "value").agg(pl.len().alias("rows"), *[pl.col(n).mean() for n in names])
     long = means.unpivot(index=["segment", "value", "rows"], variable_name="feature", value_name="mean_abs")
     return long.with_columns(
         (pl.col("mean_abs") / pl.col("mean_abs").sum().over("segment", "value")).alias("share")
@@ -220,5 +219,6 @@ def attribution_shift(current: pl.DataFrame, reference: pl.DataFrame) -> list[At
     first. A share that moves by more than SHIFT_THRESHOLD flags: what drives the predictions changed sharply."""
     now = dict(current.filter(pl.col("segment") == "all").select("feature", "share").iter_rows())
     ref = dict(reference.filter(pl.col("segment") == "all").select("feature", "share").iter_rows())
-    out = [AttributionShift(f, float(now.get(f, 0.0)), float(ref.get(f, 0.0))) for f in _names()]
+    features = [*now, *(f for f in ref if f not in now)]
+    out = [AttributionShift(f, float(now.get(f, 0.0)), float(ref.get(f, 0.0))) for f in features]
     return sorted(out, key=lambda s: -abs(s.moved))

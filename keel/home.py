@@ -113,9 +113,9 @@ class KeelHome:
         """``asset``: its key as the UI writes it (``flights/flight_features``)."""
         return asset_file(self.storage, asset.split("/"), partition)
 
-    @property
-    def impact_predictor(self) -> Path:
-        return self.asset_dir("impact_predictor") / "predictor.json"
+    def impact_predictor(self, usecase: str) -> Path:
+        """The use case's impact predictor (its ``<use case>/impact_predictor`` asset writes it)."""
+        return self.storage / validate_name(usecase, what="use case") / "impact_predictor" / "predictor.json"
 
     # -- the model runtime ---------------------------------------------------------------------------------------
     @property

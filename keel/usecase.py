@@ -120,6 +120,63 @@ class Serving:
             raise UseCaseError(f"serving: pool_budget_bytes must be positive, got {self.pool_budget_bytes}")
 
 
+@dataclass(frozen=True, eq=False)
+class CausalQuestion:
+    """An observational question the use case answers on its whole period with DoWhy: the asset
+    ``<use case>/<name>`` reads its validated ``tables`` (every month), ``frame(*tables)`` turns them into the rows
+    the causal ``spec`` (YAML, keel/experiments/causal.py) names."""
+
+    name: str
+    spec: Path
+    tables: tuple[str, ...]
+    frame: Callable[..., pl.DataFrame]
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        if not USECASE_NAME.fullmatch(self.name):
+            raise UseCaseError(f"causal question {self.name!r}: a name is a-z 0-9 _, starting with a letter")
+        if not Path(self.spec).is_file():
+            raise UseCaseError(f"causal question {self.name}: spec {self.spec} does not exist")
+        if not self.tables:
+            raise UseCaseError(f"causal question {self.name}: name the validated tables it reads")
+
+
+@dataclass(frozen=True, eq=False)
+class Experiments:
+    """What the use case's experiments learn from besides live traffic: ``units(rows)`` turns its validated
+    ``units_table`` into past experiment units (id, segments, the real outcome; keel/experiments/impact.py) for the
+    impact predictor — None: no predictor; ``causal``: its observational questions."""
+
+    units: Callable[[pl.DataFrame], pl.DataFrame] | None = None
+    units_table: str | None = None
+    causal: tuple[CausalQuestion, ...] = ()
+
+    def __post_init__(self) -> None:
+        if (self.units is None) != (self.units_table is None):
+            raise UseCaseError("experiments: units and units_table go together (the function and the table it reads)")
+        names = [q.name for q in self.causal]
+        if len(set(names)) != len(names):
+            raise UseCaseError(f"experiments: two causal questions share a name ({names})")
+
+
+@dataclass(frozen=True)
+class Streaming:
+    """A contract the use case also runs as a Flink streaming job beside its batch path (keel/streaming): the
+    validated monthly source ``table`` read as a stream in ``event_time`` order, without the contract's ``skip``
+    rules (partition-wide rules have no streaming form), and windowed drift (``window_s``) of ``drift_features``
+    against the batch path's month."""
+
+    table: str
+    event_time: str
+    skip: tuple[str, ...] = ()
+    drift_features: tuple[str, ...] = ()
+    window_s: int = 86400
+
+    def __post_init__(self) -> None:
+        if self.window_s <= 0:
+            raise UseCaseError(f"streaming {self.table}: window_s must be positive, got {self.window_s}")
+
+
 @dataclass(frozen=True)
 class Monitoring:
     """What its drift reports watch. Every feature and the label are compared as numbers, except ``unmonitored``
@@ -151,6 +208,8 @@ class UseCase:
     drills: Drills = field(default_factory=Drills)  # what its delivery drills break (keel/drills.py)
     replay: Replay | None = None  # its live traffic (None: no traffic is replayed)
     monitoring: Monitoring = field(default_factory=Monitoring)  # what its drift reports watch
+    experiments: Experiments = field(default_factory=Experiments)  # impact predictor, causal questions
+    streaming: tuple[Streaming, ...] = ()  # contracts it also runs on Flink
 
     def __post_init__(self) -> None:
         if not USECASE_NAME.fullmatch(self.name):
@@ -175,6 +234,20 @@ class UseCase:
             if self.period is not None and month not in self.months:
                 raise UseCaseError(f"use case {self.name}: model month {month} is outside its period")
         self._check_monitoring()
+        partitioned = {src.name for src in self.sources if src.partitioned}
+        read = [
+            *(q_t for q in self.experiments.causal for q_t in q.tables),
+            self.experiments.units_table,
+            *(st.table for st in self.streaming),
+        ]
+        validated = {t for t in partitioned if self.contract_path(t).is_file()}
+        unknown_tables = [t for t in read if t is not None and t not in validated]
+        if unknown_tables:
+            raise UseCaseError(
+                f"use case {self.name}: experiments or streaming read {unknown_tables}, not among its validated monthly "
+                "sources "
+                f"({', '.join(sorted(validated)) or 'none'}: a monthly source with a contract of its name)"
+            )
         allowed = METRICS[self.features.label.task]
         if not self.metrics:
             object.__setattr__(self, "metrics", allowed)

@@ -1,15 +1,17 @@
 """Materialize keel's 2013 pipeline through a running Dagster webserver, job by job, with progress output.
 
 scripts/up starts ``dagster dev`` (webserver + daemon) first, then runs this. Every run is launched by Dagster
-itself from the defined jobs of assets/jobs.py (``BUILD_ORDER``), through the webserver's GraphQL API, exactly as
+itself from the defined jobs of assets/jobs.py (the use case's ``build_order``), through the webserver's GraphQL API, exactly as
 the UI's "Materialize" button does: runs show under their job in the Runs list and on the Overview timeline, can be
 re-executed from the UI, and the monthly jobs fill the assets' partition bars. Partitioned jobs run month by month,
 in calendar order, one run at a time (each month's delay rates are built from the months before it, and the drift
 sensor acts on the reports in the order they arrive); a failed month is reported and the rest go on, and the
 script exits non-zero at the end.
 
-Usage: python scripts/materialize.py --port 3000 [--partitions 2013-01,2013-02]
+Usage: python scripts/materialize.py --port 3000 [--usecase flights] [--partitions 2013-01,2013-02]
        python scripts/materialize.py --port 3000 --live [--speed S] [--rps R]
+
+``--usecase``: the installed use case to build (default: the one installed; with several, name one).
 
 ``--live`` plays 2013 as a live year instead (docs/live.md): January–March land at once as history and the
 set-up's history stages build them and the first model (the simulated clock paused at 2013-04-01 12:00); then the
@@ -38,8 +40,9 @@ warnings.filterwarnings("ignore", category=dg.PreviewWarning)
 from dagster._core.events import DagsterEventType  # noqa: E402
 from dagster_graphql import DagsterGraphQLClient  # noqa: E402
 
-from assets.jobs import AFTER, BUILD_ORDER, HISTORY  # noqa: E402
-from assets.partitions import monthly_2013  # noqa: E402
+from assets.jobs import AFTER, HISTORY  # noqa: E402
+from assets.usecase import wiring  # noqa: E402
+from keel.usecase import UseCase, get, only  # noqa: E402
 
 LOCATION = "keel"  # workspace.yaml's location_name
 TAGS = {"keel/source": "scripts/up"}
@@ -130,7 +133,13 @@ IN_PROGRESS = [
 ]
 
 
-def run_live(args, client: DagsterGraphQLClient) -> int:
+def build_order(uc: UseCase):
+    from definitions import JOBS  # the code location the webserver serves: the same job names
+
+    return JOBS[uc.name].build_order
+
+
+def run_live(args, uc: UseCase, client: DagsterGraphQLClient) -> int:
     import json
     import signal
     import subprocess
@@ -141,11 +150,10 @@ def run_live(args, client: DagsterGraphQLClient) -> int:
     from keel.home import KeelHome
     from keel.ledger import Ledger
     from keel.registry import ModelRegistry
-    from usecases.flights import usecase as FLIGHTS
 
     home = KeelHome.from_env()
     instance = dg.DagsterInstance.get()
-    clock, zone = SimClock(home.clock), LandingZone(home.landing, FLIGHTS)
+    clock, zone = SimClock(home.clock), LandingZone(home.landing, uc)
     history_end = datetime.fromisoformat(HISTORY_END)
     if clock.state() is None:
         if home.ledger.exists() and Ledger(home.ledger).log():
@@ -163,13 +171,13 @@ def run_live(args, client: DagsterGraphQLClient) -> int:
     zone.deliver(clock.now())
     failures = 0
     with ModelRegistry(home.registry) as reg:
-        has_champion = reg.alias("flight-delay", "champion") is not None
+        has_champion = reg.alias(uc.model.name, "champion") is not None
     if not has_champion:
         landed = zone.landed_by_month()
         history = list(zone.complete_months())
         delivery = {m: {"keel/delivery": f"landing:{m}:{'-'.join(map(str, landed[m].days))}"} for m in history}
         print(f"keel: history {history[0]}…{history[-1]} landed; building it and the first model", flush=True)
-        stages = [s for s in BUILD_ORDER if s.live == HISTORY]
+        stages = [s for s in build_order(uc) if s.live == HISTORY]
         for n, stage in enumerate(stages, 1):
             print(f"history job {n}/{len(stages)}: {stage.job.name}", flush=True)
             failures += run_stage(client, instance, stage, history if stage.partitioned else [None], delivery)
@@ -196,14 +204,14 @@ def run_live(args, client: DagsterGraphQLClient) -> int:
 
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
-    follow = Follower(instance, home)
+    follow = Follower(instance, home, uc)
     last_status, quiet_since = 0.0, None
     while True:
         wall = datetime.now(UTC)
         state = clock.state()
         for table, days in zone.deliver(state.now(wall)).items():
-            if days and table == "flights" and days[-1].day == 1 and days[-1].month > 1:
-                print(f"  {state.now(wall):%Y-%m-%d} the flights of {days[-1]:%B} begin to land", flush=True)
+            if days and table == zone.outcomes_table and days[-1].day == 1 and days[-1].month > 1:
+                print(f"  {state.now(wall):%Y-%m-%d} the {table} of {days[-1]:%B} begin to land", flush=True)
         follow.print_new()
         if time.monotonic() - last_status > STATUS_EVERY_S:
             last_status = time.monotonic()
@@ -218,9 +226,9 @@ def run_live(args, client: DagsterGraphQLClient) -> int:
         time.sleep(1.0)
     traffic.wait(timeout=60)
     follow.print_new()
-    if len(zone.complete_months()) == 12:
+    if len(zone.complete_months()) == len(uc.months):
         print("keel: the live year is in; the analyses of the whole year:", flush=True)
-        for stage in [s for s in BUILD_ORDER if s.live == AFTER]:
+        for stage in [s for s in build_order(uc) if s.live == AFTER]:
             failures += run_stage(client, instance, stage, [None])
     else:
         print("keel: the clock stopped before December was in: the whole-year analyses are not run", flush=True)
@@ -232,8 +240,8 @@ def run_live(args, client: DagsterGraphQLClient) -> int:
 class Follower:
     """What happened since the last look: runs the sensors launched (finished), releases, canary decisions."""
 
-    def __init__(self, instance: dg.DagsterInstance, home) -> None:
-        self.instance, self.home = instance, home
+    def __init__(self, instance: dg.DagsterInstance, home, uc: UseCase) -> None:
+        self.instance, self.home, self.uc = instance, home, uc
         self.printed_runs: set[str] = set()
         self.ledger_seq = 0
         self.policy_version = 0
@@ -290,11 +298,11 @@ class Follower:
         if self.home.policies.exists():
             with PolicyStore(self.home.policies) as store:
                 for name, p in sorted(store.state().items()):
-                    if p.type == "canary" and name.startswith("flight-delay.loop-"):
+                    if p.type == "canary" and name.startswith(f"{self.uc.model.name}.loop-"):
                         status = (p.body.get("state") or {}).get("status", "not started")
                         origin = p.body.get("origin") or {}
                         lines.append(f"  canary {name}: {status} (drift in {origin.get('drift_window')})")
-        records = self.instance.fetch_materializations(dg.AssetKey(["flights", "loop_report"]), limit=100).records
+        records = self.instance.fetch_materializations(wiring(self.uc).key("loop_report"), limit=100).records
         latest: dict[str, dict] = {}
         for r in records:  # newest first: keep each month's latest report
             latest.setdefault(r.asset_materialization.partition, r.asset_materialization.metadata)
@@ -328,26 +336,29 @@ def _reason_line(reason: str) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--port", type=int, required=True, help="the Dagster webserver's port on 127.0.0.1")
-    parser.add_argument("--partitions", help="comma-separated month keys (default: all of 2013)")
+    parser.add_argument("--usecase", help="the installed use case to build (default: the one installed)")
+    parser.add_argument("--partitions", help="comma-separated month keys (default: all of the use case's period)")
     parser.add_argument("--live", action="store_true", help="play April–December as a live year (docs/live.md)")
     parser.add_argument("--speed", type=float, help="simulated seconds per wall second (default: Apr–Dec in 20 min)")
     parser.add_argument("--end", default="2014-01-01T12:00:00+00:00", help="where the live clock stops")
     parser.add_argument("--rps", type=float, default=40.0, help="live traffic, requests per second (default 40)")
     parser.add_argument("--gateway", default="http://127.0.0.1:8080", help="the gateway the live traffic goes to")
     args = parser.parse_args()
+    uc = get(args.usecase) if args.usecase else only()
     if args.live:
-        return run_live(args, DagsterGraphQLClient("127.0.0.1", port_number=args.port, timeout=120))
-    months = args.partitions.split(",") if args.partitions else monthly_2013.get_partition_keys()
-    unknown = sorted(set(months) - set(monthly_2013.get_partition_keys()))
+        return run_live(args, uc, DagsterGraphQLClient("127.0.0.1", port_number=args.port, timeout=120))
+    months = args.partitions.split(",") if args.partitions else list(uc.months)
+    unknown = sorted(set(months) - set(uc.months))
     if unknown:
-        parser.error(f"--partitions: {', '.join(unknown)} not in 2013-01…2013-12")
+        parser.error(f"--partitions: {', '.join(unknown)} not in {uc.name}'s {uc.months[0]}…{uc.months[-1]}")
     client = DagsterGraphQLClient("127.0.0.1", port_number=args.port, timeout=120)
     instance = dg.DagsterInstance.get()
     t0 = time.perf_counter()
     failures = 0
-    print(f"keel: materializing {len(BUILD_ORDER)} jobs over {len(months)} months", flush=True)
-    for n, stage in enumerate(BUILD_ORDER, 1):
-        print(f"job {n}/{len(BUILD_ORDER)}: {stage.job.name}", flush=True)
+    stages = build_order(uc)
+    print(f"keel: materializing {uc.name}: {len(stages)} jobs over {len(months)} months", flush=True)
+    for n, stage in enumerate(stages, 1):
+        print(f"job {n}/{len(stages)}: {stage.job.name}", flush=True)
         failures += run_stage(client, instance, stage, months if stage.partitioned else [None])
     print(f"keel: done in {time.perf_counter() - t0:.0f}s, {failures} failed run(s)", flush=True)
     return 1 if failures else 0

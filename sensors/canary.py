@@ -2,19 +2,21 @@
 (``keel.loop.promote.start_canary``: a policy commit), then ``keel.canary_control.tick`` drives every running canary
 policy one decision, and each commit becomes a run of ``model_deployment`` (run key = the policy version, so a
 duplicate tick or a restarted daemon never acts twice). A canary that cannot be judged is reported on
-model_deployment's page. Time is the shared clock's (simulated in a live replay, else the wall clock)."""
+model_deployment's page. Time is the shared clock's (simulated in a live replay, else the wall clock).
+
+One sensor per use case, ``<use case>_canary_sensor`` (``build_canary_sensor``): it starts and drives the canaries of
+that use case's model and runs that use case's model_deployment."""
 
 import time
 
 import dagster as dg
 
-from assets.deployment import MODEL_DEPLOYMENT
-from assets.loop import CHALLENGER_EVALUATION
-from assets.models import MODEL_NAME
+from assets.usecase import wiring
 from keel.alerts import Alert
 from keel.canary_control import tick
 from keel.clock import SimClock
 from keel.loop.promote import LOOP_AUTHOR, GateResult, StartCanary, start_canary
+from keel.usecase import UseCase
 from resources.home import KeelHomeResource
 from resources.policy import PolicyStoreResource
 from resources.registry import ModelRegistryResource
@@ -22,27 +24,47 @@ from sensors.alerting import send_alerts
 from sensors.problems import automation_problems
 
 
-@dg.sensor(
-    name="canary_sensor",
-    minimum_interval_seconds=10,
-    default_status=dg.DefaultSensorStatus.RUNNING,
-    target=dg.AssetSelection.assets(MODEL_DEPLOYMENT),
-    description="Drives canary rollouts one decision per tick: advance, hold, promote, roll back or pause — each "
-    "decision a policy commit with its evidence, and a model_deployment run.",
-)
-def canary_sensor(
-    context: dg.SensorEvaluationContext,
-    policies: PolicyStoreResource,
-    registry: ModelRegistryResource,
-    keel_home: KeelHomeResource,
-):
+def build_canary_sensor(uc: UseCase) -> dg.SensorDefinition:
+    """``<use case>_canary_sensor``: the canaries of the use case's model, one decision per tick."""
+    w = wiring(uc)
+    deployment, evaluation = w.key("model_deployment"), w.key("challenger_evaluation")
+    name = f"{uc.name}_canary_sensor"
+
+    @dg.sensor(
+        name=name,
+        minimum_interval_seconds=10,
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        target=dg.AssetSelection.assets(deployment),
+        description=f"Drives the canary rollouts of {uc.model.name} one decision per tick: advance, hold, promote, "
+        "roll back or pause — each decision a policy commit with its evidence, and a model_deployment run.",
+    )
+    def _sensor(
+        context: dg.SensorEvaluationContext,
+        policies: PolicyStoreResource,
+        registry: ModelRegistryResource,
+        keel_home: KeelHomeResource,
+    ):
+        return canary_tick(context, uc.model.name, deployment, evaluation, name, policies, registry, keel_home)
+
+    return _sensor
+
+
+def canary_tick(context, model: str, deployment, evaluation, name: str, policies, registry, keel_home):
     problems: list[str] = []
     home = keel_home.layout()
     sim = SimClock(home.clock).now()
     now, sim_now = sim.timestamp(), sim.isoformat(timespec="seconds")
     with policies.open() as store, registry.open() as reg:
-        started = start_loop_canary(context, store, reg)
-        acted = tick(store, reg, home.exposure_dirs(), now, storage_dir=home.storage, problems=problems)
+        started = start_loop_canary(context, store, reg, model, evaluation)
+        acted = tick(
+            store,
+            reg,
+            home.exposure_dirs(),
+            now,
+            storage_dir=home.storage,
+            problems=problems,
+            models=frozenset({model}),
+        )
     severity = {"rollback": "warning", "pause": "warning"}
     send_alerts(
         home,
@@ -52,19 +74,19 @@ def canary_sensor(
                 severity.get(a["action"], "info"),
                 f"canary {a['name']}: {a['action']} at {a['percent']:g} %",
                 {"policy_version": a["version"], "simulated": sim_now},
-                source="canary_sensor",
+                source=name,
             )
             for a in acted
         ],
         problems,
     )
-    record_incidents(home, acted, sim_now)
+    record_incidents(home, acted, sim_now, name)
     for p in problems:
         context.log.error(p)
     requests = [
         dg.RunRequest(
             run_key=f"canary:{a['name']}:{a['version']}",
-            asset_selection=[MODEL_DEPLOYMENT],
+            asset_selection=[deployment],
             tags={
                 "keel/canary": a["name"],
                 "keel/canary_action": a["action"],
@@ -78,16 +100,16 @@ def canary_sensor(
     ]
     return dg.SensorResult(
         run_requests=requests,
-        asset_events=automation_problems(MODEL_DEPLOYMENT, "canary_sensor", problems),
+        asset_events=automation_problems(deployment, name, problems),
         skip_reason=None if requests else dg.SkipReason(
             "no canary decision this tick (none running, or holding)" + (f"; {len(problems)} skipped" if problems else "")
         ),
     )  # fmt: skip
 
 
-def latest_gate(instance: dg.DagsterInstance) -> GateResult | None:
+def latest_gate(instance: dg.DagsterInstance, evaluation: dg.AssetKey) -> GateResult | None:
     """The newest challenger_evaluation, as the decision reads it."""
-    records = instance.fetch_materializations(CHALLENGER_EVALUATION, limit=1).records
+    records = instance.fetch_materializations(evaluation, limit=1).records
     if not records:
         return None
     meta = {k: v.value for k, v in records[0].asset_materialization.metadata.items()}
@@ -104,13 +126,15 @@ def latest_gate(instance: dg.DagsterInstance) -> GateResult | None:
     )
 
 
-def start_loop_canary(context: dg.SensorEvaluationContext, store, reg) -> str | None:
+def start_loop_canary(
+    context: dg.SensorEvaluationContext, store, reg, model: str, evaluation: dg.AssetKey
+) -> str | None:
     """Commit the loop's canary for a challenger that passed its gate (the decision: keel.loop.promote); its name,
     or None when there is nothing to start."""
-    champion = reg.alias(MODEL_NAME, "champion")
+    champion = reg.alias(model, "champion")
     canaries = {name: dict(p.body) for name, p in store.state().items() if p.type == "canary"}
     decision = start_canary(
-        latest_gate(context.instance), MODEL_NAME, reg.version(MODEL_NAME, champion) if champion else None, canaries
+        latest_gate(context.instance, evaluation), model, reg.version(model, champion) if champion else None, canaries
     )
     if not isinstance(decision, StartCanary):
         return None
@@ -119,7 +143,7 @@ def start_loop_canary(context: dg.SensorEvaluationContext, store, reg) -> str | 
     return decision.name
 
 
-def record_incidents(home, acted: list[dict], sim_now: str) -> None:
+def record_incidents(home, acted: list[dict], sim_now: str, source: str = "canary_sensor") -> None:
     """A canary rolled back is an incident the platform detected, located and undid by itself: one record each, its
     timeline on the shared clock (detection, the rollback and recovery are the same commit: the split is back to the
     champion when the gateways follow it)."""
@@ -140,6 +164,6 @@ def record_incidents(home, acted: list[dict], sim_now: str) -> None:
                 detected_at=sim_now,
                 acted_at=sim_now,
                 recovered_at=sim_now,
-                source="canary_sensor",
+                source=source,
                 details={"policy_version": a["version"], "detected_wall": time.time()},
             )

@@ -10,9 +10,12 @@ turns the loop's decisions into actions:
   (``freezes_to_clear``, checked every tick). Freezes are recorded in the online store's log and observed on the
   ``feature_freezes`` asset;
 - **retrain** (keel.loop.retrain.plan_retrain), in a live replay only: the newest drift report that asks for
-  retraining leads to at most one challenger — a ``keel_challenger`` run on the plan's months, whose run key is the
+  retraining leads to at most one challenger — a ``<use case>_challenger`` run on the plan's months, whose run key is the
   plan's key (the same data never trains twice), none while a challenger trains or waits for its canary, none while
   a canary runs. Outside a live replay (the set-up's backfill) no challenger is trained: the platform runs once.
+
+One sensor per use case, ``<use case>_drift_sensor`` (``build_drift_sensor``), over that use case's drift reports,
+online store, model and challenger job.
 """
 
 from __future__ import annotations
@@ -23,11 +26,9 @@ from datetime import datetime
 
 import dagster as dg
 
-from assets.drift import DRIFT_REPORT
 from assets.freezes import freeze_observation
-from assets.jobs import challenger_job
-from assets.loop import CHALLENGER_EVALUATION, CHALLENGER_OPS
-from assets.models import MODEL_NAME
+from assets.jobs import UseCaseJobs
+from assets.usecase import wiring
 from keel.alerts import Alert
 from keel.clock import SimClock
 from keel.data.landing import LandingZone
@@ -36,16 +37,13 @@ from keel.drift.policy import DriftPolicy, decide
 from keel.loop.freeze import ActiveFreeze, freezes_to_clear
 from keel.loop.reference import trained_on
 from keel.loop.retrain import LoopState, NoRetrain, RetrainPlan, plan_retrain
+from keel.usecase import UseCase
 from resources.home import KeelHomeResource
 from resources.online_store import OnlineStoreResource
 from resources.policy import PolicyStoreResource
 from resources.registry import ModelRegistryResource
 from sensors.alerting import send_alerts
 from sensors.problems import automation_problems
-from usecases.flights import usecase as FLIGHTS
-from usecases.flights.features import FLIGHT_FEATURES as FEATURE_SET
-
-FEATURE_NAMES = FEATURE_SET.names
 
 DRIFT_POLICY = DriftPolicy()
 IN_PROGRESS = [
@@ -79,41 +77,80 @@ class DriftCursor:
         return [ActiveFreeze(f, w, datetime.fromisoformat(e)) for f, (w, e) in sorted(self.freezes.items())]
 
 
-@dg.sensor(
-    name="drift_sensor",
-    minimum_interval_seconds=10,
-    default_status=dg.DefaultSensorStatus.RUNNING,
-    jobs=[challenger_job],
-    description="Freezes a drifted feature when evidence says serving it frozen is better (each freeze expires; a "
-    "promoted model trained on the drift clears it) and, in a live replay, asks for one challenger at a time "
-    "trained on the most recent labelled months.",
-)
-def drift_sensor(
-    context: dg.SensorEvaluationContext,
-    online_store: OnlineStoreResource,
-    registry: ModelRegistryResource,
-    policies: PolicyStoreResource,
-    keel_home: KeelHomeResource,
-):
+@dataclass(frozen=True)
+class DriftTargets:
+    """What one use case's drift sensor reads and drives: its use case, report, challenger job and gate."""
+
+    uc: UseCase
+    report: dg.AssetKey
+    freezes: dg.AssetKey
+    challenger_evaluation: dg.AssetKey
+    challenger_job: dg.UnresolvedAssetJobDefinition
+    challenger_ops: tuple[str, ...]  # the ops a challenger run configures (run config is keyed by op name)
+
+    @property
+    def sensor_name(self) -> str:
+        return f"{self.uc.name}_drift_sensor"
+
+    @property
+    def model(self) -> str:
+        return self.uc.model.name
+
+
+def build_drift_sensor(uc: UseCase, jobs: UseCaseJobs) -> dg.SensorDefinition:
+    """``<use case>_drift_sensor``: freezes and challengers from the use case's drift reports."""
+    w = wiring(uc)
+    evaluation = w.key("challenger_evaluation")
+    t = DriftTargets(
+        uc,
+        report=w.key("drift_report"),
+        freezes=w.key("feature_freezes"),
+        challenger_evaluation=evaluation,
+        challenger_job=jobs.challenger,
+        challenger_ops=(w.key("challenger_model").to_python_identifier(), evaluation.to_python_identifier()),
+    )
+
+    @dg.sensor(
+        name=t.sensor_name,
+        minimum_interval_seconds=10,
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        jobs=[jobs.challenger],
+        description=f"{uc.title}: freezes a drifted feature when evidence says serving it frozen is better (each "
+        "freeze expires; a promoted model trained on the drift clears it) and, in a live replay, asks for one "
+        "challenger at a time trained on the most recent labelled months.",
+    )
+    def _sensor(
+        context: dg.SensorEvaluationContext,
+        online_store: OnlineStoreResource,
+        registry: ModelRegistryResource,
+        policies: PolicyStoreResource,
+        keel_home: KeelHomeResource,
+    ):
+        return drift_tick(context, t, online_store, registry, policies, keel_home)
+
+    return _sensor
+
+
+def drift_tick(context, t: DriftTargets, online_store, registry, policies, keel_home):
     cursor = DriftCursor.parse(context.cursor)
     before = cursor.dump()
     records = context.instance.fetch_materializations(
-        dg.AssetRecordsFilter(asset_key=DRIFT_REPORT, after_storage_id=cursor.after), limit=50, ascending=True
+        dg.AssetRecordsFilter(asset_key=t.report, after_storage_id=cursor.after), limit=50, ascending=True
     ).records
     home = keel_home.layout()
     clock = SimClock(home.clock)
     live, now = clock.state() is not None, clock.now()
     with registry.open() as reg:
-        champion = reg.alias(MODEL_NAME, "champion")
-        champion_months = trained_on(reg.get(MODEL_NAME, champion).metadata) if champion else ()
+        champion = reg.alias(t.model, "champion")
+        champion_months = trained_on(reg.get(t.model, champion).metadata) if champion else ()
     problems: list[str] = []
     asks: list[tuple[str, int, str]] = []  # (window, event, why) of the reports that ask for a challenger
-    with online_store.open() as store:
+    with online_store.open(t.uc) as store:
         frozen_before = store.frozen()
         for record in records:
             window = record.asset_materialization.partition or "unpartitioned"
             try:
-                ask = act_on_report(context, store, record, window, cursor)
+                ask = act_on_report(context, store, record, window, cursor, t.uc.features.names)
             except Exception as exc:  # noqa: BLE001 - one bad report or freeze must not stop every later tick
                 problems.append(
                     f"drift report {window} (event {record.storage_id}) skipped: {type(exc).__name__}: {exc}"
@@ -128,14 +165,14 @@ def drift_sensor(
             cursor.freezes.pop(feature, None)
         # What is served frozen now, on the feature_freezes asset (first tick, and whenever it changed).
         changed = store.frozen() != frozen_before or context.cursor is None
-        observations = [freeze_observation(store, "drift_sensor")] if changed else []
-        alerts = freeze_alerts(frozen_before, store.frozen(), now)
+        observations = [freeze_observation(store, t.sensor_name, t.freezes)] if changed else []
+        alerts = freeze_alerts(frozen_before, store.frozen(), now, t.sensor_name)
     if records:
         cursor.after = max(cursor.after, records[-1].storage_id)
     requests = []
     if asks:
         if live:
-            request = challenger_request(context, asks[-1], home, champion_months, policies, now)
+            request = challenger_request(context, t, asks[-1], home, champion_months, policies, now)
             if request is not None:
                 requests.append(request)
                 alerts.append(
@@ -143,8 +180,8 @@ def drift_sensor(
                         "challenger_requested",
                         "info",
                         f"drift in {request.tags['keel/drift_window']}: challenger {request.tags['keel/plan']}",
-                        {"reason": request.tags["keel/reason"]},
-                        source="drift_sensor",
+                        {"reason": request.tags["keel/reason"], "model": t.model},
+                        source=t.sensor_name,
                     )
                 )
         else:
@@ -157,20 +194,22 @@ def drift_sensor(
     return dg.SensorResult(
         run_requests=requests,
         cursor=cursor.dump(),
-        asset_events=observations + automation_problems(DRIFT_REPORT, "drift_sensor", problems),
+        asset_events=observations + automation_problems(t.report, t.sensor_name, problems),
     )
 
 
-def freeze_alerts(before: dict[str, float], after: dict[str, float], now: datetime) -> list[Alert]:
+def freeze_alerts(
+    before: dict[str, float], after: dict[str, float], now: datetime, source: str = "drift_sensor"
+) -> list[Alert]:
     """A warning for each feature frozen now (served answers degrade), info for each one live again."""
     simulated = now.isoformat(timespec="seconds")
     out = [
         Alert("drift_freeze", "warning", f"{f} is served frozen at {after[f]:.6g}", {"simulated": simulated},
-              source="drift_sensor")
+              source=source)
         for f in sorted(set(after) - set(before))
     ]  # fmt: skip
     out += [
-        Alert("drift_unfreeze", "info", f"{f} is served live again", {"simulated": simulated}, source="drift_sensor")
+        Alert("drift_unfreeze", "info", f"{f} is served live again", {"simulated": simulated}, source=source)
         for f in sorted(set(before) - set(after))
     ]
     return out
@@ -185,11 +224,11 @@ def report_features(value: dg.MetadataValue) -> dict[str, dict]:
     return json.loads(json.dumps(value.value))
 
 
-def act_on_report(context, store, record, window: str, cursor: DriftCursor) -> str:
+def act_on_report(context, store, record, window: str, cursor: DriftCursor, freezable: tuple[str, ...]) -> str:
     """The decision for one drift report, carried out: freezes (only on the report's evidence) and unfreezes in the
     online store, each on its own. Returns why it asks for a challenger ("" when it does not)."""
     features = report_features(record.asset_materialization.metadata["features"])
-    decision = decide(window, features, DRIFT_POLICY, set(store.frozen()), freezable=set(FEATURE_NAMES))
+    decision = decide(window, features, DRIFT_POLICY, set(store.frozen()), freezable=set(freezable))
     context.log.info(f"drift decision for {window}: {decision}")
     for name in decision.not_frozen:
         context.log.info(f"{name} drifted in {window} but is not a served feature: retraining only, no freeze")
@@ -214,32 +253,36 @@ def act_on_report(context, store, record, window: str, cursor: DriftCursor) -> s
 
 
 def loop_state(
-    instance: dg.DagsterInstance, home, champion_months: tuple[str, ...], policies: PolicyStoreResource
+    instance: dg.DagsterInstance,
+    t: DriftTargets,
+    home,
+    champion_months: tuple[str, ...],
+    policies: PolicyStoreResource,
 ) -> LoopState:
     """What plan_retrain needs to know, read from where it lives: labelled months from the landing zone, the
     champion's window from the registry, a challenger in training (or passed and waiting for its canary) from the
     instance, a running canary from the policy store."""
     runs = instance.get_runs(
-        filters=dg.RunsFilter(job_name=challenger_job.name, statuses=IN_PROGRESS), limit=1
+        filters=dg.RunsFilter(job_name=t.challenger_job.name, statuses=IN_PROGRESS), limit=1
     )  # fmt: skip
     in_training = runs[0].run_id if runs else None
     with policies.open() as store:
         state = store.state()
-    canary = running_canary(state, MODEL_NAME)
+    canary = running_canary(state, t.model)
     if in_training is None:
-        waiting = passed_without_canary(instance, state)
+        waiting = passed_without_canary(instance, state, t)
         in_training = f"challenger v{waiting} passed its gate, its canary not yet started" if waiting else None
     return LoopState(
-        labelled=LandingZone(home.landing, FLIGHTS).complete_months(),
+        labelled=LandingZone(home.landing, t.uc).complete_months(),
         champion_trained_on=champion_months,
         challenger_in_training=in_training,
         canary_running=canary.name if canary else None,
     )
 
 
-def passed_without_canary(instance: dg.DagsterInstance, policy_state: dict) -> int | None:
+def passed_without_canary(instance: dg.DagsterInstance, policy_state: dict, t: DriftTargets) -> int | None:
     """The newest challenger whose gate passed and that no canary policy names yet (the canary sensor starts it)."""
-    records = instance.fetch_materializations(CHALLENGER_EVALUATION, limit=1).records
+    records = instance.fetch_materializations(t.challenger_evaluation, limit=1).records
     if not records:
         return None
     meta = records[0].asset_materialization.metadata
@@ -247,14 +290,18 @@ def passed_without_canary(instance: dg.DagsterInstance, policy_state: dict) -> i
         return None
     version = int(meta["challenger_version"].value)
     named = {
-        int(p.body.get("challenger_version", -1)) for p in policy_state.values() if p.type == "canary"
-    }  # fmt: skip
+        int(p.body.get("challenger_version", -1))
+        for p in policy_state.values()
+        if p.type == "canary" and p.body.get("model") == t.model
+    }
     return None if version in named else version
 
 
-def challenger_request(context, ask, home, champion_months, policies, now: datetime) -> dg.RunRequest | None:
+def challenger_request(
+    context, t: DriftTargets, ask, home, champion_months, policies, now: datetime
+) -> dg.RunRequest | None:
     window, event, why = ask
-    state = loop_state(context.instance, home, champion_months, policies)
+    state = loop_state(context.instance, t, home, champion_months, policies)
     plan = plan_retrain(window, state)
     if isinstance(plan, NoRetrain):
         context.log.info(f"drift in {window} ({why}): no challenger — {plan.reason}")
@@ -262,10 +309,10 @@ def challenger_request(context, ask, home, champion_months, policies, now: datet
     context.log.info(
         f"drift in {window} ({why}): challenger on {', '.join(plan.train_months)}, gate {plan.gate_month}"
     )
-    return challenger_run_request(plan, event, why, now)
+    return challenger_run_request(t, plan, event, why, now)
 
 
-def challenger_run_request(plan: RetrainPlan, event: int, why: str, now: datetime) -> dg.RunRequest:
+def challenger_run_request(t: DriftTargets, plan: RetrainPlan, event: int, why: str, now: datetime) -> dg.RunRequest:
     config = {
         "train_months": list(plan.train_months),
         "gate_month": plan.gate_month,
@@ -275,8 +322,8 @@ def challenger_run_request(plan: RetrainPlan, event: int, why: str, now: datetim
     }
     return dg.RunRequest(
         run_key=f"challenger:{plan.key}",
-        job_name=challenger_job.name,
-        run_config={"ops": {op: {"config": config} for op in CHALLENGER_OPS}},
+        job_name=t.challenger_job.name,
+        run_config={"ops": {op: {"config": config} for op in t.challenger_ops}},
         tags={
             "keel/trigger": "drift",
             "keel/drift_window": plan.drifted_window,

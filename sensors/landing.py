@@ -2,7 +2,8 @@
 all landed gets its drift report once that rebuild has materialized its features.
 
 The decision is ``keel.loop.arrivals`` (pure); this sensor reads the landing zone and the instance, and turns the
-decision into run requests of the defined jobs (keel_monthly, keel_drift). Run keys name exactly what landed, so a
+decision into run requests of the use case's defined jobs (``<use case>_monthly``, ``<use case>_drift``); one sensor
+per use case, ``<use case>_landing_sensor`` (``build_landing_sensor``). Run keys name exactly what landed, so a
 restarted daemon or a replayed cursor never builds the same delivery twice. Outside a live replay (no simulated
 clock under KEEL_HOME) it skips: the set-up's jobs build 2013 as a backfill.
 """
@@ -16,9 +17,8 @@ from pathlib import Path
 
 import dagster as dg
 
-from assets.drift import DRIFT_REFERENCE
-from assets.features import FLIGHT_FEATURES
-from assets.jobs import drift_job, monthly_job
+from assets.jobs import UseCaseJobs
+from assets.usecase import wiring
 from keel.alerts import Alert
 from keel.clock import SimClock
 from keel.data.delivery import DeliveryGate, DeliveryVerdict, held_back
@@ -26,17 +26,17 @@ from keel.data.landing import LandingZone
 from keel.incidents import IncidentLog, locate_delivery
 from keel.lineage import LineageGraph
 from keel.loop.arrivals import Landed, arrivals, days_in
+from keel.usecase import UseCase
 from resources.home import KeelHomeResource
 from sensors.alerting import send_alerts
-from usecases.flights import usecase as FLIGHTS
 
 DELIVERY_TAG = "keel/delivery"  # which delivery a monthly run built: the landing run key (scripts/materialize.py too)
 
 
-def _built_from(instance: dg.DagsterInstance, month: str) -> str | None:
+def _built_from(instance: dg.DagsterInstance, features: dg.AssetKey, month: str) -> str | None:
     """The delivery the run that last materialized the month's features built (None: never, or not a delivery)."""
     records = instance.fetch_materializations(
-        dg.AssetRecordsFilter(asset_key=FLIGHT_FEATURES, asset_partitions=[month]), limit=1
+        dg.AssetRecordsFilter(asset_key=features, asset_partitions=[month]), limit=1
     ).records
     if not records:
         return None
@@ -44,28 +44,41 @@ def _built_from(instance: dg.DagsterInstance, month: str) -> str | None:
     return (run.tags.get(DELIVERY_TAG) or run.tags.get("dagster/run_key")) if run else None
 
 
-@dg.sensor(
-    name="landing_sensor",
-    minimum_interval_seconds=10,
-    default_status=dg.DefaultSensorStatus.RUNNING,
-    jobs=[monthly_job, drift_job],
-    description="Live replay: new days of flights and weather in the landing zone rebuild their month (validation, "
-    "features, online store); a complete month gets its drift report. Skips outside a live replay.",
-)
-def landing_sensor(context: dg.SensorEvaluationContext, keel_home: KeelHomeResource):
+def build_landing_sensor(uc: UseCase, jobs: UseCaseJobs) -> dg.SensorDefinition:
+    """``<use case>_landing_sensor``: the use case's landed days → monthly rebuilds, complete months → drift."""
+    w = wiring(uc)
+    tables = " and ".join(src.name for src in uc.landed)
+
+    @dg.sensor(
+        name=f"{uc.name}_landing_sensor",
+        minimum_interval_seconds=10,
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        jobs=[jobs.monthly, jobs.drift],
+        description=f"Live replay of {uc.title}: new days of {tables} in the landing zone rebuild their month "
+        "(validation, features, online store); a complete month gets its drift report. Skips outside a live replay.",
+    )
+    def _sensor(context: dg.SensorEvaluationContext, keel_home: KeelHomeResource):
+        return landing_tick(
+            context, keel_home, uc, jobs, features=w.key(uc.feature_table), reference=w.key("drift_reference")
+        )
+
+    return _sensor
+
+
+def landing_tick(context, keel_home, uc: UseCase, jobs: UseCaseJobs, features: dg.AssetKey, reference: dg.AssetKey):
     home = keel_home.layout()
     clock = SimClock(home.clock)
     state = clock.state()
     if state is None:
         return dg.SkipReason("no live replay (no simulated clock under KEEL_HOME)")
-    zone = LandingZone(home.landing, FLIGHTS)
+    zone = LandingZone(home.landing, uc)
     sim_now = clock.now().isoformat(timespec="seconds")
     # Every new day file passes the delivery gate first (also while paused: a drill or an upstream can deliver any
     # time): a systematically broken day is held back before anything reads it.
     problems: list[str] = []
     gate = DeliveryGate(zone)
     gate.check_new()
-    report_deliveries(context, home, gate, sim_now, problems)
+    report_deliveries(context, home, uc, gate, sim_now, problems)
     for p in problems:
         context.log.error(p)
     if not state.running:  # the set-up builds the history while it is paused; Ctrl-C pauses a replay
@@ -77,12 +90,12 @@ def landing_sensor(context: dg.SensorEvaluationContext, keel_home: KeelHomeResou
     landed = zone.landed_by_month()
     requests = []
     for refresh in arrivals(landed, seen):
-        if _built_from(context.instance, refresh.month) == refresh.run_key:
+        if _built_from(context.instance, features, refresh.month) == refresh.run_key:
             seen[refresh.month] = refresh.landed  # built already (the set-up's history runs): not twice
             continue
         requests.append(
             dg.RunRequest(
-                job_name=monthly_job.name,
+                job_name=jobs.monthly.name,
                 partition_key=refresh.month,
                 run_key=refresh.run_key,
                 tags={"keel/trigger": "landing", "keel/sim_now": sim_now, DELIVERY_TAG: refresh.run_key},
@@ -92,14 +105,14 @@ def landing_sensor(context: dg.SensorEvaluationContext, keel_home: KeelHomeResou
     # Drift reports for complete months whose features the complete delivery has built (not before: the report
     # would judge a partial month), once the drift reference exists (the first model's job builds it).
     drift_done = set(cursor["drift"])
-    has_reference = context.instance.get_latest_materialization_event(DRIFT_REFERENCE) is not None
+    has_reference = context.instance.get_latest_materialization_event(reference) is not None
     for month, now in sorted(landed.items()):
         complete_key = f"landing:{month}:{'-'.join(map(str, now.days))}"
         complete = now.outcome_days == days_in(month) and month not in drift_done
-        if complete and has_reference and _built_from(context.instance, month) == complete_key:
+        if complete and has_reference and _built_from(context.instance, features, month) == complete_key:
             requests.append(
                 dg.RunRequest(
-                    job_name=drift_job.name,
+                    job_name=jobs.drift.name,
                     partition_key=month,
                     run_key=f"drift:{month}",
                     tags={"keel/trigger": "landing", "keel/sim_now": sim_now},
@@ -117,7 +130,7 @@ def landing_sensor(context: dg.SensorEvaluationContext, keel_home: KeelHomeResou
 HELD_BACK = "delivery_held_back"
 
 
-def report_deliveries(context, home, gate: DeliveryGate, sim_now: str, problems) -> None:
+def report_deliveries(context, home, uc: UseCase, gate: DeliveryGate, sim_now: str, problems) -> None:
     """Every held-back delivery (by this tick's gate, or by a run's raw asset that met it first) becomes an incident,
     located through the lineage graph, and a contract-breach alert by the severity of what broke; an incident whose
     day has since been admitted (the upstream delivered it again, whole) is recovered. (watchdog_sensor sends the
@@ -126,7 +139,7 @@ def report_deliveries(context, home, gate: DeliveryGate, sim_now: str, problems)
     graph = None
     with IncidentLog(home.incidents) as log:
         for record in held_back(gate.root):
-            key = f"delivery:{record['table']}:{Path(record['held_at']).stem}"  # a day held twice: <day>.2
+            key = f"delivery:{uc.name}:{record['table']}:{Path(record['held_at']).stem}"  # held twice: <day>.2
             if log.find(key) is not None:
                 continue
             v = DeliveryVerdict.from_dict(record)
@@ -135,7 +148,7 @@ def report_deliveries(context, home, gate: DeliveryGate, sim_now: str, problems)
             severity = (
                 "critical" if v.missing_columns or any(b.severity == "critical" for b in v.breaches) else "warning"
             )
-            located = locate_delivery(graph, v, FLIGHTS.name) if graph is not None else v.summary()
+            located = locate_delivery(graph, v, uc.name) if graph is not None else v.summary()
             log.open_incident(
                 key,
                 HELD_BACK,
@@ -146,16 +159,18 @@ def report_deliveries(context, home, gate: DeliveryGate, sim_now: str, problems)
                 f"{v.table}); the month is built without it, serving continues",
                 detected_at=sim_now,
                 acted_at=sim_now,
-                source="landing_sensor",
+                source=f"{uc.name}_landing_sensor",
                 details=record | {"detected_wall": time.time()},
             )
             alerts.append(
                 Alert("contract_breach", severity, f"{v.table} delivery of {v.day} held back",
-                      {"located": located, "incident": key, "simulated": sim_now}, source="landing_sensor")
+                      {"located": located, "incident": key, "simulated": sim_now}, source=f"{uc.name}_landing_sensor")
             )  # fmt: skip
             context.log.warning(f"held back: {located}")
         for incident in log.open_incidents(HELD_BACK):
-            _, table, stem = incident.key.split(":")
+            _, name, table, stem = incident.key.split(":")
+            if name != uc.name:
+                continue  # another use case's delivery
             if gate.admitted(table, date.fromisoformat(stem.split(".")[0])):
                 log.open_incident(
                     incident.key, incident.kind, incident.severity, incident.summary, recovered_at=sim_now,

@@ -181,11 +181,11 @@ def test_a_day_in_celsius_is_held_back_located_through_lineage_and_recovered_whe
         FLIGHTS.drills.unit_change.apply(_day_rows("weather", bad_day)), zone.path("weather", bad_day)
     )
     with dg.instance_for_test() as instance:
-        first = sensor_tick("landing_sensor", tmp_path, instance)
+        first = sensor_tick("flights_landing_sensor", tmp_path, instance)
         april = [r.run_key for r in first.run_requests if r.partition_key == "2013-04"]
         assert april == ["landing:2013-04:2-2"]  # April is built once, without the day held back
         with IncidentLog(home.incidents) as log:
-            incident = log.get("delivery:weather:2013-04-03")
+            incident = log.get("delivery:flights:weather:2013-04-03")
         assert incident.open and incident.detected_at.startswith("2013-04-03T")  # the clock runs: simulated time
         assert incident.located.startswith(
             "delivery weather/2013-04-03 → flights/raw_weather.dewp, flights/raw_weather.temp"
@@ -193,10 +193,10 @@ def test_a_day_in_celsius_is_held_back_located_through_lineage_and_recovered_whe
         assert "dewpoint_not_above_temp" in incident.located and "flight_features.temp" in incident.located
         # the genuine day arrives when it is due; the next tick admits it and the incident is recovered
         zone.deliver(datetime(2013, 4, 4, 7, tzinfo=UTC), first_day=date(2013, 3, 25))
-        second = sensor_tick("landing_sensor", tmp_path, instance, first.cursor)
+        second = sensor_tick("flights_landing_sensor", tmp_path, instance, first.cursor)
         assert "landing:2013-04:2-3" in [r.run_key for r in second.run_requests]
     with IncidentLog(home.incidents) as log:
-        incident = log.get("delivery:weather:2013-04-03")
+        incident = log.get("delivery:flights:weather:2013-04-03")
     assert not incident.open and "delivered again and admitted" in incident.action
     [alert] = read_alerts(home.root / "alerts" / "alerts.jsonl")
     assert (alert["kind"], alert["severity"], alert["channel"]) == ("contract_breach", "warning", "chat")
@@ -255,10 +255,10 @@ def test_a_day_a_run_held_back_first_is_still_an_incident_at_the_next_tick(tmp_p
     )
     assert [v.ok for v in DeliveryGate(zone).check_new(["weather"], "2013-04")].count(False) == 1  # the run's gate
     with dg.instance_for_test() as instance:
-        sensor_tick("landing_sensor", tmp_path, instance)
+        sensor_tick("flights_landing_sensor", tmp_path, instance)
     with IncidentLog(home.incidents) as log:
         [incident] = log.list()
-    assert incident.key == "delivery:weather:2013-04-03" and incident.open and "dewpoint" in incident.located
+    assert incident.key == "delivery:flights:weather:2013-04-03" and incident.open and "dewpoint" in incident.located
 
 
 def test_the_traffic_during_a_drill_is_the_difference_of_two_snapshots():

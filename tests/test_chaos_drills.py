@@ -90,13 +90,13 @@ def test_unit_change_is_held_back_located_and_recovered_with_no_failed_request(p
     result = drill(platform, "unit-change")
     incident = result["incident"]
     assert result["detected"] and result["recovered"]
-    assert incident["kind"] == "delivery_held_back" and incident["source"] == "landing_sensor"
+    assert incident["kind"] == "delivery_held_back" and incident["source"] == "flights_landing_sensor"
     day = result["injection"]["incident_key"].split(":")[-1]
     assert incident["located"].startswith(
         f"delivery weather/{day} → flights/raw_weather.dewp, flights/raw_weather.temp"
     )
     assert "dewpoint_not_above_temp" in incident["located"] and "flight_features.temp" in incident["located"]
-    within_one_tick(platform, result, "landing_sensor")
+    within_one_tick(platform, result, "flights_landing_sensor")
     assert result["traffic"]["failed"] == 0 and result["traffic"]["answered"] > 0
 
 
@@ -105,13 +105,13 @@ def test_schema_break_is_held_back_and_nothing_downstream_reads_that_day(platfor
     result = drill(platform, "schema-break")
     incident = result["incident"]
     assert result["recovered"] and incident["severity"] == "critical"
-    within_one_tick(platform, result, "landing_sensor")
+    within_one_tick(platform, result, "flights_landing_sensor")
     day = result["injection"]["incident_key"].split(":")[-1]
     assert incident["located"].startswith(
         f"delivery flights/{day} → flights/raw_flights.arr_delay, flights/raw_flights.tailnum"
     )
     assert "columns missing: arr_delay, tailnum" in incident["located"]
-    held = json.loads((home / "landing" / "_quarantine" / "flights" / f"{day}.json").read_text())
+    held = json.loads((home / "landing" / "flights" / "_quarantine" / "flights" / f"{day}.json").read_text())
     assert held["missing_columns"] == ["arr_delay", "tailnum"]
     assert result["traffic"]["answered"] > 0 and result["traffic"]["failed"] == 0  # traffic met the drill
 

@@ -70,7 +70,7 @@ def test_a_job_runs_and_sensors_tick_with_everything_stored_in_postgres(dagster_
 
     home, port, env = dagster_on_postgres
     client = DagsterGraphQLClient("127.0.0.1", port_number=port)
-    run_id = client.submit_job_execution("keel_reference_tables")
+    run_id = client.submit_job_execution("flights_reference_tables")
     deadline = time.monotonic() + 600
     while (status := client.get_run_status(run_id)) not in (dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE):
         assert time.monotonic() < deadline, status

@@ -95,7 +95,7 @@ def test_keel_live_pauses_on_ctrl_c_and_resumes_where_it_stopped(tmp_path):
     first = proc.stdout.readline()
     assert "clock started at 2013-04-01 00:00" in first
     deadline = time.monotonic() + 120
-    while not (tmp_path / "landing" / "flights").exists():  # history landed: the loop is running
+    while not (tmp_path / "landing" / "flights" / "flights").exists():  # history landed: the loop is running
         assert time.monotonic() < deadline
         time.sleep(0.1)
     proc.send_signal(signal.SIGINT)

@@ -8,11 +8,11 @@ from datetime import UTC, datetime
 import dagster as dg
 
 import definitions
-from assets.partitions import monthly_2013
 from keel.clock import SimClock
 from keel.data.landing import LandingZone
 from keel.home import KeelHome
 from resources import keel_resources
+from tests.flights import monthly as monthly_2013
 from usecases.flights import usecase as FLIGHTS
 
 
@@ -25,7 +25,7 @@ def tick(home, instance, cursor=None):
     with dg.build_sensor_context(
         instance=instance, cursor=cursor, definitions=definitions.defs, resources=keel_resources(home)
     ) as ctx:  # closed here, while its instance lives
-        return definitions.defs.get_sensor_def("landing_sensor").evaluate_tick(ctx)
+        return definitions.defs.get_sensor_def("flights_landing_sensor").evaluate_tick(ctx)
 
 
 def test_outside_a_live_replay_it_skips(tmp_path, monkeypatch):
@@ -45,10 +45,10 @@ def test_landed_days_rebuild_their_month_once_and_complete_months_get_drift(tmp_
         first = tick(tmp_path, instance)
         monthly = [(r.job_name, r.partition_key, r.run_key) for r in first.run_requests]
         assert monthly == [
-            ("keel_monthly", "2013-01", "landing:2013-01:31-31"),
-            ("keel_monthly", "2013-02", "landing:2013-02:28-28"),
-            ("keel_monthly", "2013-03", "landing:2013-03:31-31"),
-            ("keel_monthly", "2013-04", "landing:2013-04:2-2"),
+            ("flights_monthly", "2013-01", "landing:2013-01:31-31"),
+            ("flights_monthly", "2013-02", "landing:2013-02:28-28"),
+            ("flights_monthly", "2013-03", "landing:2013-03:31-31"),
+            ("flights_monthly", "2013-04", "landing:2013-04:2-2"),
         ]
         assert all(r.tags["keel/trigger"] == "landing" for r in first.run_requests)
         # the next tick, nothing new: nothing
@@ -65,7 +65,7 @@ def test_landed_days_rebuild_their_month_once_and_complete_months_get_drift(tmp_
         assert not tick(tmp_path, instance, first.cursor).run_requests
         instance.report_runless_asset_event(dg.AssetMaterialization(["flights", "drift_reference"]))
         drift = tick(tmp_path, instance, first.cursor)
-        assert [(r.job_name, r.partition_key) for r in drift.run_requests] == [("keel_drift", "2013-03")]
+        assert [(r.job_name, r.partition_key) for r in drift.run_requests] == [("flights_drift", "2013-03")]
         assert not tick(tmp_path, instance, drift.cursor).run_requests
         # a day more lands: April is rebuilt with a key naming the new delivery
         LandingZone(home.landing, FLIGHTS).deliver(datetime(2013, 4, 4, 13, tzinfo=UTC))
@@ -88,5 +88,5 @@ def test_history_the_set_up_built_is_not_built_again(tmp_path, monkeypatch):
                 tags={"keel/delivery": f"landing:{month}:{key}"},
             ).success  # fmt: skip
         first = tick(tmp_path, instance)
-        assert [r.partition_key for r in first.run_requests if r.job_name == "keel_monthly"] == ["2013-03"]
+        assert [r.partition_key for r in first.run_requests if r.job_name == "flights_monthly"] == ["2013-03"]
         assert not tick(tmp_path, instance, first.cursor).run_requests

@@ -157,7 +157,7 @@ def test_the_history_was_built_and_the_clock_paused_where_the_operator_stopped_i
     state = SimClock(home / "clock.json").state()
     assert state is not None and not state.running and state.sim_anchor.year == 2013 and state.sim_anchor.month >= 7
     text = (home / "live.log").read_text()
-    assert "history job 3/3: keel_models" in text and "paused at 2013-" in text
+    assert "history job 3/3: flights_models" in text and "paused at 2013-" in text
 
 
 def test_challengers_come_from_drift_on_the_three_months_before_their_gate_month(live):
@@ -165,10 +165,10 @@ def test_challengers_come_from_drift_on_the_three_months_before_their_gate_month
 
     home, *_ = live
     with instance_of(home) as instance:
-        runs = instance.get_runs(filters=dg.RunsFilter(job_name="keel_challenger"))
+        runs = instance.get_runs(filters=dg.RunsFilter(job_name="flights_challenger"))
         assert runs, "drift led to no challenger"
         for run in runs:
-            assert run.tags["dagster/sensor_name"] == "drift_sensor" and run.tags["keel/trigger"] == "drift"
+            assert run.tags["dagster/sensor_name"] == "flights_drift_sensor" and run.tags["keel/trigger"] == "drift"
             config = run.run_config["ops"]["flights__challenger_model"]["config"]
             gate = config["gate_month"]
             year, month = (int(x) for x in gate.split("-"))

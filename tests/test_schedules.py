@@ -8,10 +8,11 @@ from datetime import UTC, datetime
 import dagster as dg
 
 import definitions
-from assets.drift import DRIFT_REPORT
 from keel.clock import SimClock
 from resources import keel_resources
-from sensors.schedules import nightly_drift
+from tests.flights import DRIFT_REPORT
+
+NIGHTLY_DRIFT = definitions.defs.get_schedule_def("flights_nightly_drift")
 
 
 def evaluate(home, instance, when: datetime, monkeypatch):
@@ -22,7 +23,7 @@ def evaluate(home, instance, when: datetime, monkeypatch):
     with dg.build_schedule_context(
         instance=instance, scheduled_execution_time=when, resources=keel_resources(home)
     ) as ctx:
-        result = nightly_drift(ctx)
+        result = NIGHTLY_DRIFT(ctx)
     return result if isinstance(result, dg.SkipReason) else [result]
 
 
@@ -38,7 +39,7 @@ def test_a_month_is_judged_the_night_after_it_ends_once(tmp_path, monkeypatch):
         reported = evaluate(tmp_path, instance, datetime(2013, 8, 17, 2, tzinfo=UTC), monkeypatch)
         assert isinstance(reported, dg.SkipReason) and "2013-07" in reported.skip_message
         before = evaluate(tmp_path, instance, datetime(2013, 1, 20, 2, tzinfo=UTC), monkeypatch)
-        assert isinstance(before, dg.SkipReason) and "no month has ended" in before.skip_message
+        assert isinstance(before, dg.SkipReason) and "no month of flights has ended" in before.skip_message
 
 
 def test_in_a_live_replay_it_leaves_drift_to_the_landing_sensor(tmp_path, monkeypatch):
@@ -48,9 +49,9 @@ def test_in_a_live_replay_it_leaves_drift_to_the_landing_sensor(tmp_path, monkey
     assert isinstance(live, dg.SkipReason) and "live replay" in live.skip_message
 
 
-def test_it_is_the_deployments_schedule_on_keel_drift():
-    schedule = definitions.defs.get_schedule_def("nightly_drift")
-    assert schedule.job_name == "keel_drift" and schedule.cron_schedule == "0 2 * * *"
+def test_it_is_the_use_cases_schedule_on_its_drift_job():
+    schedule = definitions.defs.get_schedule_def("flights_nightly_drift")
+    assert schedule.job_name == "flights_drift" and schedule.cron_schedule == "0 2 * * *"
     assert schedule.default_status == dg.DefaultScheduleStatus.RUNNING
 
 

@@ -300,7 +300,7 @@ def test_online_store_checks_pass_and_drift_sensor_runs(dagster_dev):
         "feature_health": "SUCCEEDED",
     }
     sensors = {s["name"]: s["sensorState"]["status"] for s in data["sensorsOrError"]["results"]}
-    assert sensors["drift_sensor"] == "RUNNING"
+    assert sensors["flights_drift_sensor"] == "RUNNING"
 
 
 def test_model_lineage_and_quality_gate(dagster_dev):
@@ -415,7 +415,7 @@ def test_the_causal_question_is_answered_on_the_real_data(dagster_dev):
     )
     [mat] = data["assetNodes"][0]["assetMaterializations"]
     entries = {e["label"]: e for e in mat["metadataEntries"]}
-    assert entries["estimate_minutes"]["floatValue"] > 0 and entries["rows"]["intValue"] == 40_000
+    assert entries["estimate"]["floatValue"] > 0 and entries["rows"]["intValue"] == 40_000
 
 
 def test_check_results_belong_to_their_partitions(dagster_dev):
@@ -534,11 +534,17 @@ def test_setup_runs_belong_to_defined_jobs_and_can_be_reexecuted(dagster_dev):
     by_job: dict[str, list] = {}
     for run in runs:
         by_job.setdefault(run["jobName"], []).append(run)
-    assert set(by_job) == {"keel_reference_tables", "keel_monthly", "keel_models", "keel_drift", "keel_causal"}
-    assert len(by_job["keel_monthly"]) == 12 and len(by_job["keel_drift"]) == 12
+    assert set(by_job) == {
+        "flights_reference_tables",
+        "flights_monthly",
+        "flights_models",
+        "flights_drift",
+        "flights_causal",
+    }
+    assert len(by_job["flights_monthly"]) == 12 and len(by_job["flights_drift"]) == 12
     assert all(r["status"] == "SUCCESS" for r in runs)
     # Re-execute the reference tables' run from the UI's API, as the "Re-execute" button does; it runs again.
-    parent = by_job["keel_reference_tables"][0]["runId"]
+    parent = by_job["flights_reference_tables"][0]["runId"]
     launched = graphql(
         dagster_dev,
         f"""mutation {{ launchRunReexecution(reexecutionParams: {{parentRunId: "{parent}", strategy: ALL_STEPS}}) {{

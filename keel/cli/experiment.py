@@ -52,7 +52,11 @@ def register(sub) -> None:
         help="predict an experiment's lift (with its 80 %% interval) from its spec's impact block, before it runs",
     )
     predict.add_argument("--spec", required=True, type=Path, help="experiment spec (YAML) with an impact block")
-    predict.add_argument("--predictor", type=Path, help="default: $KEEL_HOME/storage/impact_predictor/predictor.json")
+    predict.add_argument(
+        "--predictor",
+        type=Path,
+        help="default: the spec's model's use case's, $KEEL_HOME/storage/<use case>/impact_predictor/predictor.json",
+    )
     predict.set_defaults(func=_experiment_predict)
     causal = esub.add_parser(
         "causal",
@@ -126,7 +130,7 @@ def _experiment_predict(args: argparse.Namespace) -> int:
     from keel.experiments.spec import load_spec
 
     spec = load_spec(args.spec)
-    predictor = ImpactPredictor.load(args.predictor or predictor_path(home_root()))
+    predictor = ImpactPredictor.load(args.predictor or predictor_path(home_root(), spec.model))
     print(json.dumps(predict_experiment(predictor, spec), indent=2))
     return EXIT_OK
 

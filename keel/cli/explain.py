@@ -84,13 +84,15 @@ def _explain(args: argparse.Namespace) -> int:
         rng = np.random.default_rng(args.seed)
         chosen = frame[np.sort(rng.choice(frame.height, size=min(args.rows, frame.height), replace=False))]
     rng = np.random.default_rng(args.seed)
-    background = feature_matrix(frame[np.sort(rng.choice(frame.height, size=min(5000, frame.height), replace=False))])
+    background = feature_matrix(
+        frame[np.sort(rng.choice(frame.height, size=min(5000, frame.height), replace=False))], fs
+    )
     print(
         f"keel explain: {model} v{version} on {chosen.height} rows ({entity}) of {month}, LIME with "
         f"{args.samples} samples each …", file=sys.stderr, flush=True,
     )  # fmt: skip
     report = compare_lime(
-        booster, background, feature_matrix(chosen), chosen[id_column].to_list(), samples=args.samples,
+        booster, fs, background, feature_matrix(chosen, fs), chosen[id_column].to_list(), samples=args.samples,
         top_k=args.top_k, seed=args.seed, model_version=version,
     )  # fmt: skip
     data = report.as_dict() | {"model": model, "month": month, "summary": report.summary()}

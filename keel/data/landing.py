@@ -2,7 +2,7 @@
 clock passes.
 
 Each local day of each landed source (``UseCase.landed``: the sources with ``landing_after``) becomes one file,
-``<root>/<table>/<YYYY-MM-DD>.parquet`` (raw: every column as text, with ``_source_row``), delivered when the
+``<root>/<use case>/<table>/<YYYY-MM-DD>.parquet`` (raw: every column as text, with ``_source_row``), delivered when the
 upstream system would have it: at the day's midnight (UTC) plus the source's ``landing_after`` — for the table that
 holds the outcomes, once every outcome of the day is known, so an outcome is never in the zone before it happened.
 
@@ -34,7 +34,7 @@ class LandingZone:
     def __init__(self, root: str | Path, usecase: UseCase):
         if usecase.period is None or not usecase.landed:
             raise ValueError(f"use case {usecase.name} declares no period or no landed sources: nothing lands")
-        self.root = Path(root)
+        self.root = Path(root) / usecase.name  # each use case's deliveries in a folder of its own
         self.usecase = usecase
         self.first_day, self.last_day = usecase.period
         self.tables = tuple(src.name for src in usecase.landed)  # the outcomes table first

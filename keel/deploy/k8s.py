@@ -158,7 +158,7 @@ def instance_yaml(profile: K8sProfile) -> dict[str, Any]:
     }
 
 
-def run_job(profile: K8sProfile, run_id: str = "00000000-0000-0000-0000-000000000000", job: str = "keel_monthly"):
+def run_job(profile: K8sProfile, run_id: str = "00000000-0000-0000-0000-000000000000", job: str = "keel_incidents"):
     """The Kubernetes Job that K8sRunLauncher submits for a run, built by dagster-k8s itself."""
     from dagster_k8s.job import DagsterK8sJobConfig, construct_dagster_k8s_job, get_job_name_from_run_id
 

@@ -28,9 +28,16 @@ AUTHOR = GUARDRAIL_AUTHOR
 
 
 def tick(
-    store, home: Path, *, registry=None, ledger=None, cursor: dict | None = None, problems: list[str] | None = None
+    store,
+    home: Path,
+    *,
+    registry=None,
+    ledger=None,
+    cursor: dict | None = None,
+    problems: list[str] | None = None,
+    models: frozenset[str] | None = None,
 ) -> tuple[list[dict], dict]:
-    """One pass over the running experiments. Returns what was done and the new cursor (metric → always-valid p).
+    """One pass over the running experiments (of ``models`` only, when given). Returns what was done and the new cursor (metric → always-valid p).
     An experiment that cannot be judged (a malformed policy, a missing or bad spec) is reported in ``problems`` and
     skipped; the others proceed. Exposure-log lines that are not whole records are skipped and reported too."""
     problems = problems if problems is not None else []
@@ -54,11 +61,14 @@ def tick(
     for exp_id, meta in sorted(running.items()):
         try:
             model = stored_spec(home, exp_id).model
+            if models is not None and model not in models:
+                continue  # another use case's experiment: its own sensor judges it
             if model not in labels_by_model:
                 uc = by_model(model)  # its assets live under its name: storage/<use case>/<asset>
                 labels_by_model[model] = realized_labels(uc.features, frame["entity_key"], layout.storage / uc.name)
             labels = labels_by_model[model]
             done = _tick_one(store, home, exp_id, meta, frame, labels, cursor, registry, ledger)
+            done = done and done | {"model": model}
         except Exception as exc:  # noqa: BLE001 - one bad experiment must not stop every other guardrail
             problems.append(f"experiment '{exp_id}' skipped: {type(exc).__name__}: {exc}")
             continue

@@ -155,10 +155,12 @@ class ImpactError(KeelError):
     """No predictor, or an experiment without the configuration the predictor reads."""
 
 
-def predictor_path(home: str | Path) -> Path:
+def predictor_path(home: str | Path, model: str) -> Path:
+    """Where the impact predictor of ``model``'s use case is stored."""
     from keel.home import KeelHome
+    from keel.usecase import by_model
 
-    return KeelHome(Path(home)).impact_predictor
+    return KeelHome(Path(home)).impact_predictor(by_model(model).name)
 
 
 def prediction_path(home: str | Path, exp_id: str) -> Path:
@@ -246,8 +248,10 @@ def realized_vs_predicted(prediction: dict[str, Any] | None, report: dict[str, A
 def predict_at_start(home: str | Path, spec, started_at: float) -> dict[str, Any] | None:
     """When an experiment starts: predict its lift with the stored predictor and record it. None (nothing
     recorded) when the spec has no ``impact`` block or no predictor has been trained yet."""
-    path = predictor_path(home)
-    if not spec.impact or not path.exists():
+    if not spec.impact:
+        return None
+    path = predictor_path(home, spec.model)
+    if not path.exists():
         return None
     prediction = predict_experiment(ImpactPredictor.load(path), spec)
     record_prediction(home, prediction, started_at=started_at)

@@ -14,7 +14,7 @@ happened:
 The table is Parquet, one file per day; DuckDB reads it directly, e.g. conversion by score bucket:
 
     SELECT floor(score * 10) / 10 AS bucket, variant, avg(offer_accepted) AS accept_rate, count(*) AS n
-    FROM read_parquet('$KEEL_HOME/storage/experiment_wide_table/*.parquet')
+    FROM read_parquet('$KEEL_HOME/storage/<use case>/experiment_wide_table/*.parquet')
     WHERE experiment_id = 'rebooking-offer' GROUP BY ALL ORDER BY ALL;
 """
 

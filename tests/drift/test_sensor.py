@@ -10,7 +10,6 @@ import pytest
 from dagster._core.test_utils import create_run_for_test
 
 import definitions
-from assets.drift import DRIFT_REPORT
 from keel.clock import SimClock
 from keel.data.landing import LandingZone
 from keel.home import KeelHome
@@ -18,6 +17,7 @@ from keel.registry import ModelRegistry
 from resources import keel_resources
 from sensors.drift import DriftCursor
 from tests.drift.summaries import feat
+from tests.flights import DRIFT_REPORT
 from usecases.flights import usecase as FLIGHTS
 from usecases.flights.features import FLIGHT_FEATURES
 
@@ -56,7 +56,7 @@ def tick(instance, home, cursor=None):
     with dg.build_sensor_context(
         instance=instance, cursor=cursor, definitions=definitions.defs, resources=keel_resources(home.root)
     ) as ctx:  # closed here, while its instance lives
-        return definitions.defs.get_sensor_def("drift_sensor").evaluate_tick(ctx)
+        return definitions.defs.get_sensor_def("flights_drift_sensor").evaluate_tick(ctx)
 
 
 def frozen(home) -> dict:
@@ -107,7 +107,7 @@ def test_a_drifted_feature_is_frozen_only_on_evidence(home, instance):
 
     [alert] = read_alerts(home.root / "alerts" / "alerts.jsonl")
     assert (alert["kind"], alert["severity"], alert["channel"]) == ("drift_freeze", "warning", "chat")
-    assert alert["summary"] == "temp is served frozen at 38.5" and alert["source"] == "drift_sensor"
+    assert alert["summary"] == "temp is served frozen at 38.5" and alert["source"] == "flights_drift_sensor"
     # a report from before evidence existed (no freeze column) freezes nothing
     report(instance, "2013-07", {"wind_speed": feat(True, "error", 0.9, mean=9.0)})
     later = tick(instance, home, result.cursor)
@@ -176,7 +176,7 @@ def test_live_drift_asks_for_one_challenger_on_the_recent_months(home, instance)
     report(instance, "2013-06", {"label_late15": feat(True, "warn", 0.3)})
     first = tick(instance, home)
     [request] = first.run_requests
-    assert request.job_name == "keel_challenger" and request.run_key == "challenger:2013-03..2013-05|2013-06"
+    assert request.job_name == "flights_challenger" and request.run_key == "challenger:2013-03..2013-05|2013-06"
     config = request.run_config["ops"]["flights__challenger_model"]["config"]
     assert config == request.run_config["ops"]["flights__challenger_evaluation"]["config"]
     assert (config["train_months"], config["gate_month"], config["gate_from_day"], config["drift_window"]) == (
@@ -194,7 +194,7 @@ def test_live_drift_asks_for_one_challenger_on_the_recent_months(home, instance)
 def test_no_second_challenger_while_one_trains_or_a_canary_runs(home, instance):
     champion(home, ["2013-01", "2013-02"], "2013-03")
     live_at(home, datetime(2013, 7, 2, 13, tzinfo=UTC), complete_through=6)
-    create_run_for_test(instance, job_name="keel_challenger", status=dg.DagsterRunStatus.STARTED)
+    create_run_for_test(instance, job_name="flights_challenger", status=dg.DagsterRunStatus.STARTED)
     report(instance, "2013-06", {"label_late15": feat(True, "warn", 0.3)})
     assert tick(instance, home).run_requests == []  # coalesced: the drift is still there when it finishes
 

@@ -7,11 +7,11 @@ import numpy as np
 import polars as pl
 import pytest
 
-from assets.drift import MONITORED_CATEGORICAL, MONITORED_NUMERIC, REFERENCE_MONTHS, drift_report
 from keel.drift import build_reference
 from keel.registry import ModelRegistry
 from keel.storage import write_parquet_atomic
 from resources import keel_resources
+from tests.flights import MONITORED_CATEGORICAL, MONITORED_NUMERIC, REFERENCE_MONTHS, drift_report
 
 
 def month_frame(seed: int, temp_mean: float, n: int = 3000) -> pl.DataFrame:

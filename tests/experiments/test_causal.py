@@ -79,7 +79,7 @@ def test_spec_errors_name_the_field():
 
 
 def test_the_shipped_real_data_example_runs(validated):  # noqa: F811
-    spec = load_causal_spec(REPO / "assets" / "causal" / "low_visibility.yaml")
+    spec = load_causal_spec(REPO / "usecases" / "flights" / "causal" / "low_visibility.yaml")
     data = low_visibility_frame(validated["flights"], validated["weather"])
     spec = parse_causal_spec({**{k: v for k, v in spec.__dict__.items() if k not in ("edges", "source")},
                               "graph": [list(e) for e in spec.edges], "estimators": list(spec.estimators),

@@ -197,7 +197,7 @@ def test_the_daemon_path_and_the_cli(home, validated, monkeypatch):  # noqa: F81
     exposures_of_real_flights(
         home, validated, store.get("experiment.rebooking-offer").body["experiment"]["started_at"]
     )
-    data = evaluate_sensor("guardrail_sensor", home, monkeypatch)
+    data = evaluate_sensor("flights_guardrail_sensor", home, monkeypatch)
     [request] = data.run_requests
     assert request.tags["keel/guardrail_action"] == "rollback" and request.partition_key
     assert set(request.asset_selection) == {
@@ -216,12 +216,11 @@ def test_the_analysis_shows_the_guardrail_decision_that_rolled_the_experiment_ba
     """The decision that acted and the analysis tell one story: the sensor's rollback (an always-valid p below α at
     the look it acted on) fails the analysis's guardrails check with that evidence, even where a single look at the
     final data — here a harmless treatment — would not breach on its own."""
-    from assets.experiments import (
-        EXPERIMENT_ANALYSIS,
-        experiment_analysis,
-        experiment_exposures,
-        experiment_wide_table,
-    )
+    from assets.experiments import build_experiment_assets
+    from usecases.flights import usecase as FLIGHTS
+
+    experiment_exposures, experiment_wide_table, experiment_analysis = build_experiment_assets(FLIGHTS)[:3]
+    EXPERIMENT_ANALYSIS = experiment_analysis.key  # noqa: N806 - the asset's key, as the module constant was
     from keel.experiments.lake import wide_rows
     from keel.exposures import read_exposure_frame, realized_labels
 
@@ -258,7 +257,7 @@ def test_the_analysis_shows_the_guardrail_decision_that_rolled_the_experiment_ba
     assert not check.passed
     assert "rollback by the guardrail sensor" in check.metadata["breached"].value
     assert "always-valid p = 0.004" in check.metadata["breached"].value
-    report = json.loads((home / "storage" / "experiment_analysis" / "rebooking-offer.json").read_text())
+    report = json.loads((home / "storage" / "flights" / "experiment_analysis" / "rebooking-offer.json").read_text())
     assert report["guardrail_breached"] and report["guardrail_decision"]["version"] == acted.version
     assert report["status"] == "rolled_back"
     # The sequential test carries on from the decision's looks: its p-value cannot rise above what was acted on.

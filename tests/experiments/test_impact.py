@@ -59,15 +59,17 @@ def test_a_prediction_is_recorded_at_start_and_compared_with_the_realized_lift(u
 
     import dagster as dg
 
-    from assets.experiments import experiment_analysis, experiment_exposures, experiment_wide_table
+    from assets.experiments import build_experiment_assets
     from keel.experiments import control
     from keel.experiments.impact import predictor_path, train_predictor, true_lift
     from keel.experiments.lake import wide_rows
     from keel.exposures import read_exposure_frame, realized_labels
     from tests.conftest import REPO
     from tests.experiments.test_control import SPEC, exposures_of_real_flights, open_store
+    from usecases.flights import usecase as FLIGHTS
     from usecases.flights.features import FLIGHT_FEATURES
 
+    experiment_exposures, experiment_wide_table, experiment_analysis = build_experiment_assets(FLIGHTS)[:3]
     home = tmp_path
     from keel.registry import ModelRegistry
 
@@ -85,7 +87,7 @@ def test_a_prediction_is_recorded_at_start_and_compared_with_the_realized_lift(u
     missing = cli("predict", "--spec", str(spec))
     assert missing.returncode == 2 and "no impact predictor at" in missing.stderr
     predictor, check = train_predictor(units, history=60, held_out=10)
-    predictor.save(predictor_path(home), check=check)
+    predictor.save(predictor_path(home, "flight-delay"), check=check)
     out = cli("predict", "--spec", str(spec))
     assert out.returncode == 0, out.stderr
     said = json.loads(out.stdout)
@@ -120,7 +122,7 @@ def test_a_prediction_is_recorded_at_start_and_compared_with_the_realized_lift(u
         raise_on_error=False,
     )
     assert result.success
-    report = json.loads((home / "storage" / "experiment_analysis" / "rebooking-offer.json").read_text())
+    report = json.loads((home / "storage" / "flights" / "experiment_analysis" / "rebooking-offer.json").read_text())
     accepted = next(m for m in report["metrics"] if m["name"] == "accepted")
     impact = report["impact"]
     assert impact["predicted_lift"] == said["predicted_lift"] and impact["realized_lift"] == accepted["lift"]

@@ -9,8 +9,8 @@ import numpy as np
 import polars as pl
 import pytest
 
-from assets.explanations import ATTRIBUTION_SHIFT, explanations
-from assets.partitions import monthly_2013
+from assets.explanations import ATTRIBUTION_SHIFT, build_explanation_assets
+from assets.usecase import wiring
 from keel.explanations import (
     SAMPLE_ROWS,
     SHIFT_THRESHOLD,
@@ -20,10 +20,13 @@ from keel.explanations import (
     feature_matrix,
 )
 from resources import keel_resources
-from usecases.flights.features import FEATURE_NAMES
+from usecases.flights import usecase as FLIGHTS
+from usecases.flights.features import FEATURE_NAMES, FLIGHT_FEATURES
 
+FS = FLIGHT_FEATURES
+[explanations] = build_explanation_assets(FLIGHTS)
 STORED_FEATURES = dg.AssetSpec(
-    ["flights", "flight_features"], partitions_def=monthly_2013
+    ["flights", "flight_features"], partitions_def=wiring(FLIGHTS).monthly
 )  # read from the files written
 
 
@@ -45,9 +48,9 @@ def test_mean_absolute_contributions_per_feature_and_segment(february, explained
     home, text = explained_home
     assert february.success
     summary = february.output_for_node("flights__explanations")
-    feb = explanation_sample(features.filter(pl.col("sched_date").dt.strftime("%Y-%m") == "2013-02"), seed=201302)
+    feb = explanation_sample(features.filter(pl.col("sched_date").dt.strftime("%Y-%m") == "2013-02"), FS, seed=201302)
     assert feb.height == SAMPLE_ROWS
-    contrib = lgb.Booster(model_str=text).predict(feature_matrix(feb), pred_contrib=True)[:, :-1]
+    contrib = lgb.Booster(model_str=text).predict(feature_matrix(feb, FS), pred_contrib=True)[:, :-1]
     overall = summary.filter(pl.col("segment") == "all")
     got = dict(zip(overall["feature"], overall["mean_abs"], strict=True))
     np.testing.assert_allclose([got[f] for f in FEATURE_NAMES], np.abs(contrib).mean(axis=0), rtol=1e-9)
@@ -62,11 +65,11 @@ def test_mean_absolute_contributions_per_feature_and_segment(february, explained
 def test_the_shift_check_judges_the_month_against_the_reference_window(february, explained_home, features):
     _, text = explained_home
     booster = lgb.Booster(model_str=text)
-    feb = explanation_sample(features.filter(pl.col("sched_date").dt.strftime("%Y-%m") == "2013-02"), seed=201302)
-    ref = explanation_sample(features, seed=20130103)  # January–March: the reference window
+    feb = explanation_sample(features.filter(pl.col("sched_date").dt.strftime("%Y-%m") == "2013-02"), FS, seed=201302)
+    ref = explanation_sample(features, FS, seed=20130103)  # January–March: the reference window
     shifts = attribution_shift(
-        attribution_summary(feb, booster.predict(feature_matrix(feb), pred_contrib=True), ()),
-        attribution_summary(ref, booster.predict(feature_matrix(ref), pred_contrib=True), ()),
+        attribution_summary(feb, booster.predict(feature_matrix(feb, FS), pred_contrib=True), (), FS.names),
+        attribution_summary(ref, booster.predict(feature_matrix(ref, FS), pred_contrib=True), (), FS.names),
     )
     [check] = february.get_asset_check_evaluations()
     assert check.check_name == ATTRIBUTION_SHIFT

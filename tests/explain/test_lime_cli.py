@@ -14,6 +14,7 @@ import numpy as np
 import polars as pl
 
 from keel.explanations import feature_matrix
+from usecases.flights.features import FLIGHT_FEATURES
 
 KEEL = str(Path(sys.executable).with_name("keel"))
 
@@ -40,7 +41,7 @@ def test_lime_next_to_treeshap_reports_agreement_and_cost(explained_home, tmp_pa
     feb = pl.read_parquet(home / "storage" / "flights" / "flight_features" / "2013-02.parquet")
     first = report["per_row"][0]
     row = feb.filter(pl.col("flight_id") == first["row_id"])
-    contrib = lgb.Booster(model_str=text).predict(feature_matrix(row), pred_contrib=True)[0]
+    contrib = lgb.Booster(model_str=text).predict(feature_matrix(row, FLIGHT_FEATURES), pred_contrib=True)[0]
     from usecases.flights.features import FEATURE_NAMES
 
     for name, value in first["shap_top"]:

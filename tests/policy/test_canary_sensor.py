@@ -155,7 +155,7 @@ def test_a_breach_rolls_back_once_and_never_promotes(world):
 def test_the_daemon_path_launches_a_deployment_run(world, tmp_path, monkeypatch):
     """evaluate_tick (what the daemon calls) resolves the sensor's run request against its target."""
 
-    data = evaluate_sensor("canary_sensor", tmp_path, monkeypatch)
+    data = evaluate_sensor("flights_canary_sensor", tmp_path, monkeypatch)
     [request] = data.run_requests
     assert request.asset_selection == [dg.AssetKey(["flights", "model_deployment"])]
     assert request.tags["keel/canary_action"] == "start" and request.run_key.startswith("canary:rollout:")
@@ -247,7 +247,7 @@ def test_a_malformed_canary_is_reported_and_the_others_proceed(world, tmp_path, 
     assert len(problems) == 1 and problems[0].startswith("canary 'broken' skipped")
     # The daemon path: the run request for the good canary, the bad one on model_deployment's page.
     store.apply({"rollout2": ("canary", CANARY)}, author="ops", reason="another rollout")
-    data = evaluate_sensor("canary_sensor", tmp_path, monkeypatch)
+    data = evaluate_sensor("flights_canary_sensor", tmp_path, monkeypatch)
     assert [r.tags["keel/canary"] for r in data.run_requests] == ["rollout2"]
     [observation] = data.asset_events
     assert observation.asset_key == dg.AssetKey(["flights", "model_deployment"])
@@ -274,7 +274,7 @@ def tick_sensor(home, instance):
     with dg.build_sensor_context(
         instance=instance, definitions=definitions.defs, resources=keel_resources(home.root)
     ) as ctx:  # closed here, while its instance lives
-        return definitions.defs.get_sensor_def("canary_sensor").evaluate_tick(ctx)
+        return definitions.defs.get_sensor_def("flights_canary_sensor").evaluate_tick(ctx)
 
 
 def test_a_challenger_that_passed_its_gate_gets_one_canary_started_by_the_loop(tmp_path, monkeypatch):

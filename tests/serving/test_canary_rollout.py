@@ -28,8 +28,6 @@ import polars as pl
 import pytest
 
 import definitions
-from assets.deployment import model_deployment
-from assets.models import MODEL_PROMOTION
 from keel.contracts.engine import CompiledContract
 from keel.contracts.spec import load_contract
 from keel.exposure_log import read_exposures
@@ -41,6 +39,7 @@ from keel.release import release_manifest
 from keel.training.model import TrainingConfig, train_model
 from resources import TritonResource, keel_resources
 from tests.conftest import CONTRACTS, REPO
+from tests.flights import MODEL_PROMOTION, model_deployment
 from tests.serving.conftest import MODEL, PATIENT, start_serve, stop_serve
 from usecases.flights.data import read_raw, read_raw_month
 from usecases.flights.features import FLIGHT_FEATURES, build_views, offline_features
@@ -131,7 +130,7 @@ def drive(
 ) -> list[dict]:
     """Evaluate the canary sensor every TICK_S as the daemon does, and run each of its run requests as a
     model_deployment run; return the decisions (tags, run metadata, when) until the rollout's status is in ``until``."""
-    sensor = definitions.defs.get_sensor_def("canary_sensor")
+    sensor = definitions.defs.get_sensor_def("flights_canary_sensor")
     decisions: list[dict] = []
     deadline = time.monotonic() + timeout_s
     while True:

@@ -10,13 +10,12 @@ import time
 import dagster as dg
 import pytest
 
-from assets.deployment import MODEL_DEPLOYMENT, model_deployment
-from assets.models import MODEL_PROMOTION
 from keel.ledger import Ledger
 from keel.registry import ModelRegistry
 from keel.release import release_manifest
 from resources import TritonResource, keel_resources
 from tests.conftest import REPO
+from tests.flights import MODEL_DEPLOYMENT, MODEL_PROMOTION, model_deployment
 from tests.serving.conftest import MODEL, Runtime, request_body, start_serve, stop_serve
 
 
@@ -144,7 +143,7 @@ def test_rollback_from_the_shell_and_as_a_dagster_job(runtime, serving_models):
 
     result = rollback_job.execute_in_process(
         resources=keel_resources(runtime.home, triton=TritonResource(home=str(runtime.home), drain_s=0.3)),
-        run_config={"ops": {"rollback_op": {"config": {"reason": "undo the rollback"}}}},
+        run_config={"ops": {"rollback_op": {"config": {"reason": "undo the rollback", "model": MODEL}}}},
     )
     assert result.success
     [mat] = [e for e in result.all_events if e.event_type_value == "ASSET_MATERIALIZATION"]

@@ -22,14 +22,7 @@ import polars as pl
 import pytest
 
 import definitions
-from assets.experiments import (
-    EXPERIMENT_ANALYSIS,
-    EXPERIMENT_EXPOSURES,
-    EXPERIMENT_WIDE,
-    experiment_analysis,
-    experiment_exposures,
-    experiment_wide_table,
-)
+from assets.experiments import build_experiment_assets
 from keel.experiments import control
 from keel.exposure_log import read_exposures
 from keel.ledger import Ledger
@@ -38,9 +31,11 @@ from keel.registry import versions_lookup
 from resources import keel_resources
 from tests.conftest import REPO
 from tests.serving.conftest import MODEL, PATIENT, Runtime, start_serve, stop_serve
+from usecases.flights import usecase as FLIGHTS
 
 pytestmark = pytest.mark.slow
-LAKE = [experiment_exposures, experiment_wide_table, experiment_analysis]
+LAKE = build_experiment_assets(FLIGHTS)[:3]  # the flights use case's exposures → wide table → analysis
+EXPERIMENT_EXPOSURES, EXPERIMENT_WIDE, EXPERIMENT_ANALYSIS = (a.key for a in LAKE)
 
 SPEC = """\
 id: rebooking-offer
@@ -91,7 +86,7 @@ def test_a_harmful_treatment_is_rolled_back_by_the_guardrail_sensor(runtime_home
         assert replay.stdout.readline().startswith("replay:")
 
         # The guardrail sensor, ticking as the daemon would; nobody else acts.
-        sensor = definitions.defs.get_sensor_def("guardrail_sensor")
+        sensor = definitions.defs.get_sensor_def("flights_guardrail_sensor")
         instance = dg.DagsterInstance.ephemeral()
         cursor, request, deadline = None, None, time.monotonic() + 180
         while request is None:
@@ -138,7 +133,7 @@ def test_a_harmful_treatment_is_rolled_back_by_the_guardrail_sensor(runtime_home
                               resources=resources, raise_on_error=False)  # fmt: skip
     checks = {e.check_name: e.passed for e in analysis.get_asset_check_evaluations()}
     assert checks == {"guardrails": False, "sample_ratio": True}
-    report = json.loads((home / "storage" / "experiment_analysis" / "rebooking-offer.json").read_text())
+    report = json.loads((home / "storage" / "flights" / "experiment_analysis" / "rebooking-offer.json").read_text())
     assert report["status"] == "rolled_back" and report["guardrail_breached"]
     accepted = next(m for m in report["metrics"] if m["name"] == "accepted")
     assert accepted["lift_ci"][0] < -0.2 and accepted["verdict"] == "worse"  # the planted −40 %, found

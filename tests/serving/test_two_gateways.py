@@ -30,8 +30,6 @@ import httpx
 import polars as pl
 import pytest
 
-from assets.deployment import model_deployment
-from assets.models import MODEL_PROMOTION
 from keel.contracts.engine import CompiledContract
 from keel.contracts.spec import load_contract
 from keel.exposure_log import read_exposures
@@ -46,6 +44,7 @@ from resources import TritonResource, keel_resources
 from tests.conftest import CONTRACTS, REPO
 from tests.control_plane import TEST_KEY, fresh_location, url_of
 from tests.features.conftest import REDIS_URL
+from tests.flights import MODEL_PROMOTION, model_deployment
 from tests.serving.conftest import MODEL, PATIENT, start_serve, stop_serve
 from tests.serving.test_canary_rollout import canary, drive
 from usecases.flights.data import read_raw, read_raw_month

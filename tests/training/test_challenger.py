@@ -8,13 +8,14 @@ import dagster as dg
 import polars as pl
 import pytest
 
-from assets.loop import CHALLENGER_GATE, challenger_evaluation, challenger_model
+from assets.loop import CHALLENGER_GATE
 from keel.home import KeelHome
 from keel.loop.gate import challenger_gate
 from keel.registry import ModelRegistry
 from keel.storage import write_parquet_atomic
 from keel.training.model import TrainingConfig, month_of, predict, train_model
 from resources import keel_resources
+from tests.flights import challenger_evaluation, challenger_model
 
 MONTHS = ("2013-01", "2013-02", "2013-03", "2013-04", "2013-05")
 

@@ -12,13 +12,13 @@ import polars as pl
 import pytest
 from scipy.stats import mannwhitneyu
 
-from assets.loop import loop_report
 from keel.home import KeelHome
 from keel.ledger import Ledger
 from keel.registry import ModelRegistry
 from keel.storage import write_parquet_atomic
 from keel.training.model import TrainingConfig, month_of, train_model
 from resources import keel_resources
+from tests.flights import loop_report
 from usecases.flights.features import FEATURE_NAMES
 
 MONTHS = ("2013-01", "2013-02", "2013-03", "2013-04", "2013-05")

@@ -7,7 +7,7 @@ import polars as pl
 import pytest
 
 import assets.models as models
-from assets.partitions import monthly_2013
+import tests.flights as flights
 from keel.registry import ModelRegistry
 from keel.training.model import GatePolicy
 from resources import keel_resources
@@ -15,7 +15,7 @@ from resources import keel_resources
 
 @pytest.fixture
 def setup(tmp_path, feature_months):
-    @dg.asset(key=["flights", "flight_features"], partitions_def=monthly_2013)
+    @dg.asset(key=["flights", "flight_features"], partitions_def=flights.monthly)
     def flight_features(context: dg.AssetExecutionContext) -> pl.DataFrame:
         """Stands in for the real asset: real features for 2013-01…02, February's rows moved on for 03…05."""
         return feature_months.filter(pl.col("sched_date").dt.strftime("%Y-%m") == context.partition_key)
@@ -24,12 +24,12 @@ def setup(tmp_path, feature_months):
     instance = dg.DagsterInstance.ephemeral()
     for month in ("2013-01", "2013-02", "2013-03", "2013-04", "2013-05"):
         assert dg.materialize([flight_features], partition_key=month, resources=resources, instance=instance).success
-    return [flight_features, *models.model_assets], resources, instance, tmp_path / "registry"
+    return [flight_features, *flights.model_assets], resources, instance, tmp_path / "registry"
 
 
 def run_models(setup):
     all_assets, resources, instance, _ = setup
-    selection = dg.AssetSelection.assets(models.DELAY_MODEL, models.MODEL_EVALUATION, models.MODEL_PROMOTION)
+    selection = dg.AssetSelection.assets(flights.DELAY_MODEL, flights.MODEL_EVALUATION, flights.MODEL_PROMOTION)
     return dg.materialize(
         all_assets, selection=selection, resources=resources, instance=instance, raise_on_error=False
     )
@@ -74,7 +74,7 @@ def test_promotion_builds_the_candidate_release_manifest(setup, monkeypatch, tmp
     assert set(manifest) == {"release_id", "data", "model", "infra", "policy"}
     assert manifest["model"]["parts"]["sha256"] == promotion["champion"].value
     assert set(manifest["data"]["parts"]["flights/flight_features"]) == {"2013-01", "2013-02", "2013-03"}
-    assert manifest["data"]["parts"]["contracts"] == models.contract_hashes()
+    assert manifest["data"]["parts"]["contracts"] == models.contract_hashes(flights.CONTRACTS)
     # Promotion is not going live: only model_deployment appends to the ledger.
     assert Ledger(tmp_path / "ledger.sqlite").log() == []
 
@@ -92,8 +92,11 @@ def test_the_registry_records_data_versions_contracts_metrics_and_run(setup, mon
         ).records
         assert version == record.asset_materialization.tags["dagster/data_version"]
     assert set(meta["data_versions"]["flights/flight_features"]) == {"2013-01", "2013-02", "2013-03"}
-    assert meta["contracts"] == models.contract_hashes() and set(meta["contracts"]) == {"flights", "weather"}
-    assert meta["params"]["seed"] == models.CONFIG.params["seed"]
+    assert meta["contracts"] == models.contract_hashes(flights.CONTRACTS) and set(meta["contracts"]) == {
+        "flights",
+        "weather",
+    }
+    assert meta["params"]["seed"] == flights.CONFIG.params["seed"]
     assert 0.6 < meta["metrics"]["auc"] < 1 and meta["metrics"]["holdout_month"] == "2013-03"
     assert meta["run_id"] == result.run_id and meta["gate"]["passed"] is True
 
@@ -116,16 +119,16 @@ def test_editing_a_contract_marks_the_model_stale(setup, tmp_path):
         (tmp_path / name).write_text((CONTRACTS / name).read_text())
         copies.append(tmp_path / name)
     stand_in = all_assets[0]
-    v1 = [stand_in, *models.build_model_assets(models.FLIGHTS, tuple(copies))]
-    assert dg.materialize(v1, selection=[models.DELAY_MODEL], resources=resources, instance=instance).success
-    assert get_stale_status_resolver(instance, v1).get_status(models.DELAY_MODEL) == StaleStatus.FRESH
+    v1 = [stand_in, *models.build_model_assets(flights.FLIGHTS, tuple(copies))]
+    assert dg.materialize(v1, selection=[flights.DELAY_MODEL], resources=resources, instance=instance).success
+    assert get_stale_status_resolver(instance, v1).get_status(flights.DELAY_MODEL) == StaleStatus.FRESH
 
-    flights = copies[0].read_text()
-    copies[0].write_text(flights.replace("max_fraction: 0.02", "max_fraction: 0.03"))
-    v2 = [stand_in, *models.build_model_assets(models.FLIGHTS, tuple(copies))]
+    contract = copies[0].read_text()
+    copies[0].write_text(contract.replace("max_fraction: 0.02", "max_fraction: 0.03"))
+    v2 = [stand_in, *models.build_model_assets(flights.FLIGHTS, tuple(copies))]
     resolver = get_stale_status_resolver(instance, v2)
-    assert resolver.get_status(models.DELAY_MODEL) == StaleStatus.STALE
-    [cause] = resolver.get_stale_causes(models.DELAY_MODEL)
+    assert resolver.get_status(flights.DELAY_MODEL) == StaleStatus.STALE
+    [cause] = resolver.get_stale_causes(flights.DELAY_MODEL)
     assert cause.category.name == "CODE" and "code version" in cause.reason
 
 
@@ -144,15 +147,15 @@ def test_a_new_release_diffs_to_the_partition_and_the_model_that_changed(
     first_run = run_models(setup)
     assert first_run.success
 
-    @dg.asset(key=["flights", "flight_features"], partitions_def=monthly_2013)
+    @dg.asset(key=["flights", "flight_features"], partitions_def=flights.monthly)
     def flight_features(context: dg.AssetExecutionContext) -> pl.DataFrame:
         month = feature_months.filter(pl.col("sched_date").dt.strftime("%Y-%m") == context.partition_key)
         return month.filter(pl.col("carrier") != "EV")  # a feed that lost one carrier
 
     assert dg.materialize([flight_features], partition_key="2013-02", resources=resources, instance=instance).success
     second = dg.materialize(
-        [flight_features, *models.model_assets],
-        selection=dg.AssetSelection.assets(models.DELAY_MODEL, models.MODEL_EVALUATION, models.MODEL_PROMOTION),
+        [flight_features, *flights.model_assets],
+        selection=dg.AssetSelection.assets(flights.DELAY_MODEL, flights.MODEL_EVALUATION, flights.MODEL_PROMOTION),
         resources=resources,
         instance=instance,
     )

