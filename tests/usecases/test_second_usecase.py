@@ -109,6 +109,9 @@ def test_its_pipeline_is_generated_under_its_own_prefix_and_groups(built):
         "online_features", "price_model", "model_evaluation", "model_promotion", "model_deployment",
     } <= set(by_name)  # fmt: skip
     assert {"drift_reference", "drift_report", "feature_freezes", "challenger_model", "loop_report"} <= set(by_name)
+    # its explanations and its model's experiment lake; no impact predictor or causal asset: it declares none
+    assert {"explanations", "experiment_exposures", "experiment_wide_table", "experiment_analysis"} <= set(by_name)
+    assert "impact_predictor" not in by_name
     groups = {
         a.group_name if isinstance(a, dg.AssetSpec) else a.group_names_by_key[k]
         for a in usecase_assets(uc)
@@ -116,7 +119,7 @@ def test_its_pipeline_is_generated_under_its_own_prefix_and_groups(built):
     }
     assert groups == {
         "rooms_raw", "rooms_contracts", "rooms_features", "rooms_models", "rooms_deployments", "rooms_drift",
-        "rooms_loop",
+        "rooms_loop", "rooms_experiments",
     }  # fmt: skip
 
 
