@@ -18,19 +18,10 @@ from keel.policies import PolicyStore
 from keel.registry import ModelRegistry
 from resources import keel_resources
 from tests.drift.summaries import feat
+from tests.policy.test_canary_sensor import CANARY  # a valid canary body (its model is replaced here)
 from usecases.flights.features import FLIGHT_FEATURES
 
 UC = rooms.usecase
-CANARY = {
-    "champion_version": 1,
-    "challenger_version": 2,
-    "steps": [10, 100],
-    "interval_s": 60,
-    "min_samples": 50,
-    "error_ratio": 1.2,
-    "alpha": 0.05,
-    "progress_deadline_s": 3600,
-}
 
 
 @pytest.fixture(scope="module")
