@@ -28,9 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import numpy as np  # noqa: E402
 import polars as pl  # noqa: E402
 
-from keel.contracts.catalog import contract_path  # noqa: E402
 from keel.contracts.engine import CompiledContract  # noqa: E402
 from keel.contracts.spec import load_contract  # noqa: E402
+from usecases.flights import usecase as FLIGHTS  # noqa: E402
 from usecases.flights.data import read_raw  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -216,7 +216,7 @@ def timed(fn, repeats: int) -> tuple[float, object]:
 
 
 def record_latency(n: int = 20_000) -> dict[str, float]:
-    spec = load_contract(contract_path("flights"))
+    spec = load_contract(FLIGHTS.contract_path("flights"))
     compiled = CompiledContract(spec)
     refs = {"planes.tailnum": read_raw("planes")["tailnum"]}
     raw = read_raw("flights").drop("_source_row").sample(n, seed=1)

@@ -37,9 +37,9 @@ import polars as pl  # noqa: E402
 from scipy import stats  # noqa: E402
 
 from keel.cli import partition_window  # noqa: E402
-from keel.contracts.catalog import compiled_contract  # noqa: E402
 from keel.drift import DriftConfig, build_reference, compare  # noqa: E402
 from keel.kernels import backend  # noqa: E402
+from usecases.flights import usecase as FLIGHTS  # noqa: E402
 from usecases.flights.data import MONTHS, read_raw, read_raw_month  # noqa: E402
 from usecases.flights.features import FLIGHT_FEATURES  # noqa: E402
 
@@ -64,7 +64,7 @@ WEATHER_COLS = ["temp", "dewp", "humid", "wind_dir", "wind_speed", "wind_gust", 
 
 def validated(table: str) -> pl.DataFrame:
     """The table as the pipeline validates it, month by month (freshness is measured per monthly partition)."""
-    compiled = compiled_contract(table)
+    compiled = FLIGHTS.compiled_contract(table)
     refs = {"planes.tailnum": read_raw("planes")["tailnum"]}
     return pl.concat(
         [compiled.validate(read_raw_month(table, m), partition_window(m), references=refs).valid for m in MONTHS]

@@ -30,10 +30,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import polars as pl  # noqa: E402
 
-from keel.contracts.catalog import compiled_contract  # noqa: E402
 from keel.features.online import get_online_features  # noqa: E402
 from keel.features.redis_store import RedisOnlineStore  # noqa: E402
 from keel.features.sqlite_store import SQLiteOnlineStore  # noqa: E402
+from usecases.flights import usecase as FLIGHTS  # noqa: E402
 from usecases.flights.data import read_raw, read_raw_month  # noqa: E402
 from usecases.flights.features import (  # noqa: E402
     FLIGHT_FEATURES,  # noqa: E402
@@ -57,7 +57,7 @@ def main() -> int:
 
     refs = {"planes.tailnum": read_raw("planes")["tailnum"]}
     valid = {
-        t: pl.concat([compiled_contract(t).validate(read_raw_month(t, m), references=refs).valid
+        t: pl.concat([FLIGHTS.compiled_contract(t).validate(read_raw_month(t, m), references=refs).valid
                       for m in ("2013-01", "2013-02")])
         for t in ("flights", "weather")
     }  # fmt: skip

@@ -47,12 +47,12 @@ import polars as pl  # noqa: E402
 
 from gpu_runtime.repository import triton_name  # noqa: E402
 from gpu_runtime.triton import TritonControl, free_port  # noqa: E402
-from keel.contracts.catalog import compiled_contract  # noqa: E402
 from keel.deploy.routing import Route, Target  # noqa: E402
 from keel.features.sqlite_store import SQLiteOnlineStore  # noqa: E402
 from keel.registry import ModelRegistry  # noqa: E402
 from keel.training.model import TrainingConfig, train_model  # noqa: E402
 from resources.triton import TritonResource  # noqa: E402
+from usecases.flights import usecase as FLIGHTS  # noqa: E402
 from usecases.flights.data import read_raw, read_raw_month  # noqa: E402
 from usecases.flights.features import (  # noqa: E402
     FEATURE_NAMES,
@@ -76,7 +76,7 @@ def setup(home: Path) -> tuple[list[str], pl.DataFrame]:
     refs = {"planes.tailnum": read_raw("planes")["tailnum"]}
     v = {}
     for t in ("flights", "weather"):
-        c = compiled_contract(t)
+        c = FLIGHTS.compiled_contract(t)
         v[t] = pl.concat([c.validate(read_raw_month(t, m), references=refs).valid for m in ("2013-01", "2013-02")])
     planes = read_raw("planes")
     store = SQLiteOnlineStore(home / "online" / "flights.sqlite", features=FLIGHT_FEATURES)
@@ -84,11 +84,13 @@ def setup(home: Path) -> tuple[list[str], pl.DataFrame]:
     store.close()
     feats = offline_features(v["flights"], v["weather"], planes, v["flights"])
     config = TrainingConfig(train_months=("2013-01",), valid_month="2013-02")
-    texts = [train_model(feats, config).text]
+    texts = [train_model(feats, config, FLIGHT_FEATURES).text]
     for seed in (7, 11):
         texts.append(
             train_model(
-                feats, TrainingConfig(config.train_months, config.valid_month, params={**config.params, "seed": seed})
+                feats,
+                TrainingConfig(config.train_months, config.valid_month, params={**config.params, "seed": seed}),
+                FLIGHT_FEATURES,
             ).text
         )
     registry = ModelRegistry(home / "registry")

@@ -27,13 +27,13 @@ sys.path.insert(0, str(REPO))
 
 import polars as pl  # noqa: E402
 
-from keel.contracts.catalog import contract_path  # noqa: E402
 from keel.contracts.engine import CompiledContract  # noqa: E402
 from keel.contracts.spec import load_contract  # noqa: E402
 from keel.streaming.drift_windows import batch_windows, reference_bins  # noqa: E402
+from usecases.flights import usecase as FLIGHTS  # noqa: E402
 from usecases.flights.data import read_raw  # noqa: E402
 
-CONTRACT = contract_path("weather")
+CONTRACT = FLIGHTS.contract_path("weather")
 SKIP = ["one_reading_per_local_hour", "observed_in_window"]
 FEATURES = ["temp", "humid", "wind_speed", "visib"]
 

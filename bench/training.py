@@ -37,7 +37,6 @@ import polars as pl  # noqa: E402
 
 import assets.models as models  # noqa: E402
 from assets.usecase import wiring  # noqa: E402
-from keel.contracts.catalog import compiled_contract  # noqa: E402
 from keel.training.model import TrainingConfig  # noqa: E402
 from resources import LedgerResource, ModelRegistryResource, ParquetIOManager  # noqa: E402
 from usecases.flights import usecase as FLIGHTS  # noqa: E402
@@ -66,7 +65,7 @@ def build_features(months: list[str], io: ParquetIOManager) -> int:
     refs = {"planes.tailnum": read_raw("planes")["tailnum"]}
     validated = {}
     for table in ("flights", "weather"):
-        compiled = compiled_contract(table)
+        compiled = FLIGHTS.compiled_contract(table)
         upto = MONTHS[: MONTHS.index(max(months)) + 1]  # delay rates need every earlier month
         validated[table] = pl.concat(
             [compiled.validate(read_raw_month(table, m), references=refs).valid for m in upto]

@@ -139,47 +139,45 @@ class Injection:
     details: dict[str, Any] = field(default_factory=dict)
 
 
-def _deliver_early(home, table: str, corrupt) -> tuple[date, Path]:
+def _deliver_early(home, uc, table: str, corrupt) -> tuple[date, Path]:
     from keel.clock import SimClock
     from keel.data.delivery import next_due_day
     from keel.data.landing import LandingZone
     from keel.storage import write_parquet_atomic
-    from keel.usecase import only
 
     if SimClock(home.clock).state() is None:
         raise DrillError(
             "this drill needs a live replay (a simulated clock under KEEL_HOME): deliveries come from it"
         )
-    zone = LandingZone(home.landing, only())
+    zone = LandingZone(home.landing, uc)
     day = next_due_day(zone, table, SimClock(home.clock).now())
     path = zone.path(table, day)
     write_parquet_atomic(corrupt(zone.day_rows(table, day)), path)
     return day, path
 
 
-def inject(drill: str, home) -> Injection:
-    """Inject ``drill``'s fault into the platform at ``home`` (a keel.home.KeelHome); ``details.injected_wall`` is
-    the wall-clock instant (epoch seconds), to compare with the sensors' ticks."""
-    injection = _inject(drill, home)
+def inject(drill: str, home, uc) -> Injection:
+    """Inject ``drill``'s fault into the platform at ``home`` (a keel.home.KeelHome), on use case ``uc`` (a
+    keel.usecase.UseCase: its deliveries, its model); ``details.injected_wall`` is the wall-clock instant (epoch
+    seconds), to compare with the sensors' ticks."""
+    injection = _inject(drill, home, uc)
     return Injection(injection.drill, injection.incident_key, injection.what, injection.injected_at,
                      injection.details | {"injected_wall": time.time()})  # fmt: skip
 
 
-def _inject(drill: str, home) -> Injection:
+def _inject(drill: str, home, uc) -> Injection:
     from keel.clock import SimClock
-    from keel.usecase import only
 
     now = lambda: SimClock(home.clock).now().isoformat(timespec="seconds")  # noqa: E731
     if drill in ("unit-change", "schema-break"):
-        uc = only()
         target = uc.drills.unit_change if drill == "unit-change" else uc.drills.schema_break
         if target is None:
             raise DrillError(f"the {uc.name} use case declares no {drill} target (UseCase.drills)")
-        day, path = _deliver_early(home, target.table, target.apply)
+        day, path = _deliver_early(home, uc, target.table, target.apply)
         return Injection(drill, f"delivery:{uc.name}:{target.table}:{day}", f"{target.table} of {day} delivered with "
                          f"{target.note}", now(), {"file": str(path)})  # fmt: skip
     if drill == "bad-challenger":
-        name, version = _bad_challenger(home)
+        name, version = _bad_challenger(home, uc.model.name)
         return Injection(drill, f"canary:{name}", f"inverted challenger v{version} entered canary {name}", now(),
                          {"canary": name, "challenger_version": version})  # fmt: skip
     if drill == "runtime-crash":
@@ -201,8 +199,8 @@ def _inject(drill: str, home) -> Injection:
     raise DrillError(f"no drill {drill!r}; drills: {', '.join(DRILLS)}")
 
 
-def _bad_challenger(home) -> tuple[str, int]:
-    return plant_challenger(home, invert_model, "drill", DRILL_AUTHOR, "chaos drill bad-challenger: v{challenger} is "
+def _bad_challenger(home, model: str) -> tuple[str, int]:
+    return plant_challenger(home, model, invert_model, "drill", DRILL_AUTHOR, "chaos drill bad-challenger: v{challenger} is "
                             "v{champion} with inverted scores", {"drill": "bad-challenger"})  # fmt: skip
 
 
@@ -216,32 +214,37 @@ def twin_model(text: str) -> str:
 
 
 def plant_challenger(
-    home, transform, tag: str, author: str, reason: str, meta: dict[str, Any], canary: dict[str, Any] | None = None
+    home,
+    model: str,
+    transform,
+    tag: str,
+    author: str,
+    reason: str,
+    meta: dict[str, Any],
+    canary: dict[str, Any] | None = None,
 ) -> tuple[str, int]:
-    """A challenger made from the champion's model text by ``transform``, registered and put into a canary named
+    """A challenger of ``model`` made from its champion's model text by ``transform``, registered and put into a canary named
     ``<model>.<tag>-v<version>`` (body ``canary``, default DRILL_CANARY). Refused while a canary of the model is
     unfinished; the commit is made for the store's next version only, so a canary the loop starts meanwhile is never
     disturbed (the caller may try again). ``reason`` may name ``{challenger}`` and ``{champion}``."""
     from keel.policies import PolicyError, PolicyStore
     from keel.registry import ModelRegistry
-    from keel.usecase import only
 
-    MODEL = only().model.name  # noqa: N806 - the drilled model: the installed use case's
     with ModelRegistry(home.registry) as reg, PolicyStore(home.policies) as store:
         seen = store.version()
         for name, p in store.state(seen).items():
             status = (p.body.get("state") or {}).get("status", "not started")
-            if p.type == "canary" and p.body.get("model") == MODEL and status not in ("promoted", "rolled_back"):
+            if p.type == "canary" and p.body.get("model") == model and status not in ("promoted", "rolled_back"):
                 raise DrillError(f"canary {name} is running: the drill would disturb it; run it when it has finished")
-        champion = reg.alias(MODEL, "champion")
+        champion = reg.alias(model, "champion")
         if champion is None:
-            raise DrillError(f"{MODEL} has no champion to make a challenger from")
-        base = dict(reg.get(MODEL, champion).metadata)
-        planted = reg.register(MODEL, transform(reg.load(champion)), base | meta | {"planted_from": champion})
-        version = reg.version(MODEL, planted.sha256)
-        champion_version = reg.version(MODEL, champion)
-        name = f"{MODEL}.{tag}-v{version}"
-        body = {"model": MODEL, "champion_version": champion_version, "challenger_version": version,
+            raise DrillError(f"{model} has no champion to make a challenger from")
+        base = dict(reg.get(model, champion).metadata)
+        planted = reg.register(model, transform(reg.load(champion)), base | meta | {"planted_from": champion})
+        version = reg.version(model, planted.sha256)
+        champion_version = reg.version(model, champion)
+        name = f"{model}.{tag}-v{version}"
+        body = {"model": model, "champion_version": champion_version, "challenger_version": version,
                 **(canary or DRILL_CANARY)}  # fmt: skip
         try:
             store.apply({name: ("canary", body)}, author=author, expected_version=seen + 1,
@@ -346,9 +349,10 @@ def watch(home, injection: Injection, timeout_s: float, before: dict | None, pro
                        waited)  # fmt: skip
 
 
-def run_drill(drill: str, home, timeout_s: float = 300.0, progress=None) -> DrillResult:
+def run_drill(drill: str, home, uc, timeout_s: float = 300.0, progress=None) -> DrillResult:
+    """Inject ``drill`` on use case ``uc`` and watch its incident until it is recovered or ``timeout_s`` passes."""
     before = traffic(home)
-    injection = inject(drill, home)
+    injection = inject(drill, home, uc)
     if progress:
         progress(
             f"injected: {injection.what} (simulated {injection.injected_at}); watching incident {injection.incident_key}"

@@ -10,7 +10,7 @@ import dagster as dg
 from keel.features.backends import describe, open_online_store
 from keel.features.online import OnlineStore
 from keel.home import KeelHome
-from keel.usecase import UseCase, only
+from keel.usecase import UseCase
 
 
 class OnlineStoreResource(dg.ConfigurableResource):
@@ -20,15 +20,14 @@ class OnlineStoreResource(dg.ConfigurableResource):
     path: str | None = None
     home: str | None = None  # KEEL_HOME (definitions.py: the KEEL_HOME environment variable); None: read when used
 
-    def store_path(self, usecase: UseCase | None = None) -> Path:
-        return Path(self.path) if self.path else KeelHome.of(self.home).online_store_of((usecase or only()).name)
+    def store_path(self, usecase: UseCase) -> Path:
+        return Path(self.path) if self.path else KeelHome.of(self.home).online_store_of(usecase.name)
 
-    def open(self, usecase: UseCase | None = None) -> OnlineStore:
-        """The store of ``usecase`` (None: the one installed)."""
-        uc = usecase or only()
-        return open_online_store(self.store_path(uc), features=uc.features)
+    def open(self, usecase: UseCase) -> OnlineStore:
+        """The online store of ``usecase`` (its features)."""
+        return open_online_store(self.store_path(usecase), features=usecase.features)
 
-    def shown(self, usecase: UseCase | None = None) -> str:
+    def shown(self, usecase: UseCase) -> str:
         """Where the store is, as the UI shows it (``$KEEL_HOME/...`` for the file, host and prefix for Redis)."""
         path = self.store_path(usecase)
         shown = describe(path)

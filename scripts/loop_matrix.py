@@ -19,6 +19,7 @@ import polars as pl  # noqa: E402
 
 from keel.home import KeelHome  # noqa: E402
 from keel.training.model import TrainingConfig, auc, log_loss, predict, train_model  # noqa: E402
+from usecases.flights.features import FLIGHT_FEATURES  # noqa: E402
 
 
 def month(k: int) -> str:
@@ -43,10 +44,10 @@ def main() -> int:
         )
     print("model  " + " ".join(f"{month(m):>13}" for m in range(4, 13)))
     for name, config in models.items():
-        text = train_model(frame, config).text
+        text = train_model(frame, config, FLIGHT_FEATURES).text
         cells = []
         for m in range(4, 13):
-            s, y = predict(text, frame.filter(pl.col("sched_date").dt.month() == m))
+            s, y = predict(text, frame.filter(pl.col("sched_date").dt.month() == m), FLIGHT_FEATURES)
             cells.append(f"{auc(s, y):.3f}/{log_loss(s, y):.3f}")
         print(f"{name:6} " + " ".join(f"{c:>13}" for c in cells), flush=True)
     return 0

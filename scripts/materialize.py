@@ -1,4 +1,4 @@
-"""Materialize keel's 2013 pipeline through a running Dagster webserver, job by job, with progress output.
+"""Materialize a use case's pipeline through a running Dagster webserver, job by job, with progress output.
 
 scripts/up starts ``dagster dev`` (webserver + daemon) first, then runs this. Every run is launched by Dagster
 itself from the defined jobs of assets/jobs.py (the use case's ``build_order``), through the webserver's GraphQL API, exactly as
@@ -13,9 +13,10 @@ Usage: python scripts/materialize.py --port 3000 [--usecase flights] [--partitio
 
 ``--usecase``: the installed use case to build (default: the one installed; with several, name one).
 
-``--live`` plays 2013 as a live year instead (docs/live.md): January–March land at once as history and the
-set-up's history stages build them and the first model (the simulated clock paused at 2013-04-01 12:00); then the
-clock runs — April to December land day by day, the sensors build, judge drift, train challengers, run canaries —
+``--live`` plays the use case's period as a live year instead (docs/live.md): its history (the first model's
+months and any before them; flights: January–March 2013) lands at once and the set-up's history stages build it and
+the first model (the simulated clock paused when the history's last day has landed; flights: 2013-04-01 12:00); then
+the clock runs — the rest of the period lands day by day, the sensors build, judge drift, train challengers, run canaries —
 while replayed traffic (``gpu_runtime.replay --live``) goes through the gateway. Progress: every run the sensors
 launch, every release and canary decision, a status line twice a minute. When the clock reaches its end and the
 sensors' runs are done, the stages for the whole year run (the causal analyses) and a summary is printed. Run it
@@ -62,8 +63,19 @@ def wait_for_run(client: DagsterGraphQLClient, run_id: str) -> dg.DagsterRunStat
     raise TimeoutError(f"run {run_id} did not finish in {RUN_TIMEOUT_S} s")
 
 
-def summary(instance: dg.DagsterInstance, run_id: str) -> tuple[str, list[str]]:
-    """One line of what the run made (rows, drift verdict, AUC, the live release) and its failed checks."""
+def _metric_line(md, metrics: tuple[str, ...], prefix: str = "") -> str:
+    """``AUC 0.712, LOG_LOSS 0.431`` for the use case's metrics a materialization's metadata holds."""
+    shown = []
+    for m in metrics:
+        v = md.get(f"{prefix}{m}")
+        if v is not None and v.value is not None:
+            shown.append(f"{m.upper()} {v.value:.3f}")
+    return ", ".join(shown)
+
+
+def summary(instance: dg.DagsterInstance, run_id: str, uc: UseCase) -> tuple[str, list[str]]:
+    """One line of what the run made (rows, drift verdict, the model's metrics, the live release) and its failed
+    checks."""
     parts, failed = [], []
     events = instance.all_logs(
         run_id, of_type={DagsterEventType.ASSET_MATERIALIZATION, DagsterEventType.ASSET_CHECK_EVALUATION}
@@ -83,10 +95,10 @@ def summary(instance: dg.DagsterInstance, run_id: str) -> tuple[str, list[str]]:
             )
         elif "verdict" in md:
             parts.append(f"drift: {md['verdict'].value} ({md['drifted_features'].value})")
-        elif key == "flight_features":
+        elif key == uc.feature_table and "dagster/row_count" in md:
             parts.append(f"features {md['dagster/row_count'].value:,} rows")
         elif key == "model_evaluation":
-            parts.append(f"AUC {md['auc'].value:.3f}, ECE {md['ece'].value:.3f}")
+            parts.append(_metric_line(md, uc.metrics))
         elif key == "model_deployment":
             parts.append(f"live: {md['release_id'].value} at {md['gateway'].value}")
         elif key == "challenger_model":
@@ -95,12 +107,15 @@ def summary(instance: dg.DagsterInstance, run_id: str) -> tuple[str, list[str]]:
             verdict = "passed" if md["passed"].value else "not passed"
             parts.append(f"gate on {md['gate_month'].value} {verdict}: {md['reason'].value}")
         elif key == "loop_report":
-            auc = {n: md[f"{n}_auc"].value for n in ("served", "static", "naive")}
-            parts.append("AUC " + ", ".join(f"{n} {v:.3f}" if v is not None else f"{n} –" for n, v in auc.items()))
+            head = uc.metrics[0]  # the headline metric (AUC, RMSE)
+            value = {n: md.get(f"{n}_{head}") for n in ("served", "static", "naive")}
+            parts.append(f"{head.upper()} " + ", ".join(
+                f"{n} {v.value:.3f}" if v is not None and v.value is not None else f"{n} –" for n, v in value.items()
+            ))  # fmt: skip
     return "; ".join(parts), failed
 
 
-def run_stage(client, instance, stage, months: list[str | None], extra_tags=None) -> int:
+def run_stage(client, instance, uc: UseCase, stage, months: list[str | None], extra_tags=None) -> int:
     """Launch ``stage``'s job once per month (or once), one run at a time, with a progress line each; failures."""
     failures = 0
     for i, month in enumerate(months, 1):
@@ -110,7 +125,7 @@ def run_stage(client, instance, stage, months: list[str | None], extra_tags=None
         status = wait_for_run(client, run_id)
         ok = status == dg.DagsterRunStatus.SUCCESS
         failures += not ok
-        made, failed_checks = summary(instance, run_id)
+        made, failed_checks = summary(instance, run_id, uc)
         label = f"[{i:>2}/{len(months)}] {month}" if month else "       all"
         state = "ok" if ok else status.value
         print(f"  {label} {state} in {time.perf_counter() - t:4.1f}s  {made}", flush=True)
@@ -123,7 +138,6 @@ def run_stage(client, instance, stage, months: list[str | None], extra_tags=None
 
 # -- the live year ------------------------------------------------------------------------------------------------
 
-HISTORY_END = "2013-04-01T12:00:00+00:00"  # March 31's flights land at noon: January–March complete, April not begun
 STATUS_EVERY_S = 30
 IN_PROGRESS = [
     dg.DagsterRunStatus.QUEUED,
@@ -146,7 +160,7 @@ def run_live(args, uc: UseCase, client: DagsterGraphQLClient) -> int:
     from datetime import UTC, datetime
 
     from keel.clock import DEFAULT_SPEED, SimClock
-    from keel.data.landing import LandingZone
+    from keel.data.landing import LandingZone, month_end
     from keel.home import KeelHome
     from keel.ledger import Ledger
     from keel.registry import ModelRegistry
@@ -154,7 +168,14 @@ def run_live(args, uc: UseCase, client: DagsterGraphQLClient) -> int:
     home = KeelHome.from_env()
     instance = dg.DagsterInstance.get()
     clock, zone = SimClock(home.clock), LandingZone(home.landing, uc)
-    history_end = datetime.fromisoformat(HISTORY_END)
+    if not uc.history_months:
+        print(f"keel: {uc.name} declares no first-model months: there is no history to start a live replay from",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    # The history is the first model's months (and any before them), complete: the clock starts when their last day
+    # has landed in every table (flights: March 31's flights and weather land at noon on April 1).
+    history_end = zone.landed_by(month_end(uc.history_months[-1]))
+    sim_end = datetime.fromisoformat(args.end) if args.end else zone.landed_by(zone.last_day)
     if clock.state() is None:
         if home.ledger.exists() and Ledger(home.ledger).log():
             print(
@@ -163,7 +184,7 @@ def run_live(args, uc: UseCase, client: DagsterGraphQLClient) -> int:
                 file=sys.stderr,
             )
             return 2
-        clock.start(history_end, speed=args.speed or DEFAULT_SPEED, sim_end=datetime.fromisoformat(args.end))
+        clock.start(history_end, speed=args.speed or DEFAULT_SPEED, sim_end=sim_end)
         clock.pause()  # the sensors wait while the history is built
         print(f"keel: live replay: simulated clock set to {history_end:%Y-%m-%d %H:%M} (paused)", flush=True)
     elif args.speed:
@@ -180,7 +201,7 @@ def run_live(args, uc: UseCase, client: DagsterGraphQLClient) -> int:
         stages = [s for s in build_order(uc) if s.live == HISTORY]
         for n, stage in enumerate(stages, 1):
             print(f"history job {n}/{len(stages)}: {stage.job.name}", flush=True)
-            failures += run_stage(client, instance, stage, history if stage.partitioned else [None], delivery)
+            failures += run_stage(client, instance, uc, stage, history if stage.partitioned else [None], delivery)
         if failures:
             print(f"keel: {failures} history run(s) failed: not starting the live year", file=sys.stderr)
             return 1
@@ -229,9 +250,9 @@ def run_live(args, uc: UseCase, client: DagsterGraphQLClient) -> int:
     if len(zone.complete_months()) == len(uc.months):
         print("keel: the live year is in; the analyses of the whole year:", flush=True)
         for stage in [s for s in build_order(uc) if s.live == AFTER]:
-            failures += run_stage(client, instance, stage, [None])
+            failures += run_stage(client, instance, uc, stage, [None])
     else:
-        print("keel: the clock stopped before December was in: the whole-year analyses are not run", flush=True)
+        print("keel: the clock stopped before the period was in: the whole-period analyses are not run", flush=True)
     print(follow.summary(), flush=True)
     traffic_summary = json.loads((home.serving.root / "live_traffic.json").read_text())
     return 1 if failures or traffic_summary["failed"] else 0
@@ -254,7 +275,7 @@ class Follower:
             if run.run_id in self.printed_runs or run.status not in TERMINAL or "dagster/sensor_name" not in run.tags:
                 continue
             self.printed_runs.add(run.run_id)
-            made, failed = summary(self.instance, run.run_id)
+            made, failed = summary(self.instance, run.run_id, self.uc)
             what = (
                 run.tags.get("dagster/partition")
                 or run.tags.get("keel/metered_days")
@@ -291,7 +312,7 @@ class Follower:
         return f"traffic: {t['ok']:,} ok, {t['failed']:,} failed, {t['achieved_rps'] or 0:g} req/s"
 
     def summary(self) -> str:
-        """The year in a few lines: traffic, the loop's canaries, loop_report's May–December means."""
+        """The year in a few lines: traffic, the loop's canaries, loop_report's means over the live months."""
         from keel.policies import PolicyStore
 
         lines = [f"keel: live year done; {self.traffic_line()}"]
@@ -306,20 +327,19 @@ class Follower:
         latest: dict[str, dict] = {}
         for r in records:  # newest first: keep each month's latest report
             latest.setdefault(r.asset_materialization.partition, r.asset_materialization.metadata)
-        months = [m for m in sorted(latest) if m >= "2013-05"]
+        # the first live month is served by the first model alone (no challenger yet): the means start after it
+        first_live = self.uc.months[len(self.uc.history_months)]
+        months = [m for m in sorted(latest) if m > first_live]
         if months:
-            lines.append(f"  loop_report, mean over {months[0]}…{months[-1]} (AUC ↑, log-loss ↓):")
+            metrics = self.uc.metrics
+            lines.append(f"  loop_report, mean over {months[0]}…{months[-1]} ({', '.join(metrics)}):")
             for name in ("served", "static", "naive"):
-                aucs = [latest[m][f"{name}_auc"].value for m in months if latest[m][f"{name}_auc"].value is not None]
-                losses = [
-                    latest[m][f"{name}_log_loss"].value
-                    for m in months
-                    if latest[m][f"{name}_log_loss"].value is not None
-                ]
-                if aucs and losses:
-                    lines.append(
-                        f"    {name:<7} AUC {sum(aucs) / len(aucs):.4f}  log-loss {sum(losses) / len(losses):.4f}"
-                    )
+                means = []
+                for metric in metrics:
+                    values = [latest[m][f"{name}_{metric}"].value for m in months if f"{name}_{metric}" in latest[m]]
+                    values = [v for v in values if v is not None]
+                    means.append(f"{metric} {sum(values) / len(values):.4f}" if values else f"{metric} –")
+                lines.append(f"    {name:<7} " + "  ".join(means))
         return "\n".join(lines)
 
 
@@ -338,9 +358,9 @@ def main() -> int:
     parser.add_argument("--port", type=int, required=True, help="the Dagster webserver's port on 127.0.0.1")
     parser.add_argument("--usecase", help="the installed use case to build (default: the one installed)")
     parser.add_argument("--partitions", help="comma-separated month keys (default: all of the use case's period)")
-    parser.add_argument("--live", action="store_true", help="play April–December as a live year (docs/live.md)")
+    parser.add_argument("--live", action="store_true", help="play the period after the history live (docs/live.md)")
     parser.add_argument("--speed", type=float, help="simulated seconds per wall second (default: Apr–Dec in 20 min)")
-    parser.add_argument("--end", default="2014-01-01T12:00:00+00:00", help="where the live clock stops")
+    parser.add_argument("--end", help="where the live clock stops (default: when the period's last day has landed)")
     parser.add_argument("--rps", type=float, default=40.0, help="live traffic, requests per second (default 40)")
     parser.add_argument("--gateway", default="http://127.0.0.1:8080", help="the gateway the live traffic goes to")
     args = parser.parse_args()
@@ -359,7 +379,7 @@ def main() -> int:
     print(f"keel: materializing {uc.name}: {len(stages)} jobs over {len(months)} months", flush=True)
     for n, stage in enumerate(stages, 1):
         print(f"job {n}/{len(stages)}: {stage.job.name}", flush=True)
-        failures += run_stage(client, instance, stage, months if stage.partitioned else [None])
+        failures += run_stage(client, instance, uc, stage, months if stage.partitioned else [None])
     print(f"keel: done in {time.perf_counter() - t0:.0f}s, {failures} failed run(s)", flush=True)
     return 1 if failures else 0
 

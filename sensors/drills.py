@@ -1,5 +1,5 @@
 """The weekly chaos drill: a job that runs one drill of keel/chaos.py against the running platform, and the schedule
-that runs it every Monday, the drills taking turns (the design articles: a full-chain chaos test every week).
+that runs it every Monday, the drills (and the installed use cases) taking turns (the design articles: a full-chain chaos test every week).
 
 No ``from __future__ import annotations`` here: Dagster reads the op's config class from its annotation.
 """
@@ -13,17 +13,19 @@ from keel.clock import SimClock
 from resources.home import KeelHomeResource
 
 
-def drill_of_the_week(when: datetime, live: bool) -> str:
-    """The drills take turns by ISO week; without a live replay there are no deliveries to break, so only the drills
-    on the serving side and the control plane take turns."""
+def drill_of_the_week(when: datetime, live: bool, usecases: tuple[str, ...]) -> tuple[str, str]:
+    """(use case, drill): the installed use cases and the drills take turns by ISO week; without a live replay there
+    are no deliveries to break, so only the drills on the serving side and the control plane take turns."""
     from keel.chaos import DRILLS
 
     pool = DRILLS if live else tuple(d for d in DRILLS if d not in ("unit-change", "schema-break"))
-    return pool[when.isocalendar().week % len(pool)]
+    turns = [(uc, drill) for drill in pool for uc in sorted(usecases)]
+    return turns[when.isocalendar().week % len(turns)]
 
 
 class DrillConfig(dg.Config):
     drill: str
+    usecase: str  # whose deliveries and model the drill breaks
     timeout_s: float = 900.0
 
 
@@ -31,8 +33,10 @@ class DrillConfig(dg.Config):
        "platform did not recover in time — the drill found something to fix.")  # fmt: skip
 def chaos_drill(context: dg.OpExecutionContext, config: DrillConfig, keel_home: KeelHomeResource) -> None:
     from keel.chaos import run_drill
+    from keel.usecase import get
 
-    result = run_drill(config.drill, keel_home.layout(), config.timeout_s, progress=context.log.info)
+    result = run_drill(config.drill, keel_home.layout(), get(config.usecase), config.timeout_s,
+                       progress=context.log.info)  # fmt: skip
     context.log.info(json.dumps(result.as_dict(), default=str))
     if not result.recovered:
         raise dg.Failure(
@@ -66,9 +70,11 @@ def weekly_chaos_drill(context: dg.ScheduleEvaluationContext, keel_home: KeelHom
     if not home.serving.endpoints.exists():
         return dg.SkipReason(f"no model runtime is up ({home.serving.endpoints} is absent): nothing to drill")
     when = context.scheduled_execution_time or datetime.now(UTC)
-    drill = drill_of_the_week(when, SimClock(home.clock).state() is not None)
+    from keel.usecase import installed
+
+    usecase, drill = drill_of_the_week(when, SimClock(home.clock).state() is not None, tuple(installed()))
     return dg.RunRequest(
-        run_key=f"chaos:{when:%G-W%V}:{drill}",
-        run_config={"ops": {"chaos_drill": {"config": {"drill": drill}}}},
-        tags={"keel/trigger": "schedule", "keel/drill": drill},
+        run_key=f"chaos:{when:%G-W%V}:{usecase}:{drill}",
+        run_config={"ops": {"chaos_drill": {"config": {"drill": drill, "usecase": usecase}}}},
+        tags={"keel/trigger": "schedule", "keel/drill": drill, "keel/usecase": usecase},
     )

@@ -77,14 +77,16 @@ def test_a_planted_challenger_enters_a_canary_only_when_none_is_unfinished(tmp_p
     with ModelRegistry(home.registry) as reg:
         champion = reg.register("flight-delay", booster.model_to_string(), {"note": "champion"})
         reg.set_alias("flight-delay", "champion", champion.sha256, "the first model")
-    name, version = plant_challenger(home, twin_model, "twin", "tests", "v{challenger} twin of v{champion}", {})
+    name, version = plant_challenger(
+        home, "flight-delay", twin_model, "twin", "tests", "v{challenger} twin of v{champion}", {}
+    )
     assert (name, version) == ("flight-delay.twin-v2", 2)
     with PolicyStore(home.policies) as store:
         body = store.get(name).body
         assert body["champion_version"] == 1 and body["challenger_version"] == 2
         assert store.commit(store.version()).reason == "v2 twin of v1"
     with pytest.raises(DrillError, match="is running"):
-        plant_challenger(home, invert_model, "drill", "tests", "inverted", {})
+        plant_challenger(home, "flight-delay", invert_model, "drill", "tests", "inverted", {})
 
 
 def sensor_tick(name: str, home, instance, cursor=None):

@@ -198,12 +198,12 @@ def test_a_partly_delivered_month_breaches_only_rules_that_allow_no_failure():
     the 1,048 mph wind breaches a rule that allows nothing, partly delivered or not."""
     import polars as pl
 
-    from keel.contracts.catalog import compiled_contract
     from keel.contracts.results import PartitionWindow
     from keel.factories.contracts import breach_alerts
+    from usecases.flights import usecase as flights
     from usecases.flights.data import read_raw_month
 
-    contract = compiled_contract("weather")
+    contract = flights.compiled_contract("weather")
 
     def rules(month: str, last_day: int | None, complete: bool) -> list[str]:
         raw = read_raw_month("weather", month)

@@ -9,11 +9,11 @@ from datetime import UTC, date, datetime
 import polars as pl
 import pytest
 
-from keel.contracts.catalog import compiled_contract
 from keel.data.delivery import DeliveryGate, check_delivery, held_back
 from keel.data.landing import LandingZone
 from keel.storage import write_parquet_atomic
 from usecases.flights import usecase as FLIGHTS
+from usecases.flights import usecase as flights
 from usecases.flights.data import read_raw
 
 
@@ -23,7 +23,7 @@ def _day_rows(table, day):
 
 @pytest.fixture(scope="module")
 def contracts():
-    return {t: compiled_contract(t) for t in ("flights", "weather")}
+    return {t: flights.compiled_contract(t) for t in ("flights", "weather")}
 
 
 @pytest.fixture(scope="module")

@@ -76,8 +76,10 @@ def keel_live(home, *args, **kwargs):
 def test_keel_live_run_delivers_history_then_each_day_and_stops_at_the_end(tmp_path):
     done = keel_live(tmp_path, "run", "--to", "2013-04-03", "--speed", "864000", "--poll", "0.05")
     assert done.returncode == 0, done.stderr
-    # history at once in the first delivery (how many April days join it depends on how fast the machine is)
-    assert "landed flights 2013-01-01…" in done.stdout and "the replay is over" in done.stdout
+    # the clock starts when the history (the first model's months) has landed: the history at once in the first
+    # delivery (how many April days join it depends on how fast the machine is)
+    assert "clock started at 2013-04-01 12:00" in done.stdout
+    assert "landed flights/flights 2013-01-01…" in done.stdout and "the replay is over" in done.stdout
     zone = LandingZone(tmp_path / "landing", FLIGHTS)
     assert zone.delivered("flights")[-1] == date(2013, 4, 1)  # Apr 2's flights land at Apr 3 12:00: after the end
     status = keel_live(tmp_path, "status")
@@ -93,7 +95,7 @@ def test_keel_live_pauses_on_ctrl_c_and_resumes_where_it_stopped(tmp_path):
         text=True,
     )
     first = proc.stdout.readline()
-    assert "clock started at 2013-04-01 00:00" in first
+    assert "clock started at 2013-04-01 12:00" in first
     deadline = time.monotonic() + 120
     while not (tmp_path / "landing" / "flights" / "flights").exists():  # history landed: the loop is running
         assert time.monotonic() < deadline

@@ -116,7 +116,7 @@ def plant_when_free(platform, tag: str, transform) -> str:
     def plant() -> str | None:
         assert platform.year.poll() is None, platform.log()
         try:
-            name, _ = plant_challenger(KeelHome(platform.home), transform, tag, "live-year-test",
+            name, _ = plant_challenger(KeelHome(platform.home), "flight-delay", transform, tag, "live-year-test",
                                        f"known outcome: {tag} of v{{champion}}", {"planted": tag}, canary)  # fmt: skip
             return name
         except DrillError:  # a canary of the loop is running (or just started): wait for it to finish

@@ -3,7 +3,7 @@ a skip that says why when it is reported already or a live replay runs."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import dagster as dg
 
@@ -59,10 +59,18 @@ def test_the_weekly_drill_takes_turns_and_skips_without_a_runtime(tmp_path, monk
     from keel.chaos import DRILLS
     from sensors.drills import drill_of_the_week, weekly_chaos_drill
 
-    mondays = [datetime(2026, 11, 2 + 7 * i, 3, tzinfo=UTC) for i in range(5)]
-    assert sorted(drill_of_the_week(m, live=True) for m in mondays) == sorted(DRILLS)  # five weeks, five drills
-    assert {drill_of_the_week(m, live=False) for m in mondays} == {"bad-challenger", "runtime-crash",
-                                                                    "control-plane-tamper"}  # fmt: skip
+    mondays = [datetime(2026, 11, 2, 3, tzinfo=UTC) + timedelta(weeks=i) for i in range(10)]
+    one = ("flights",)
+    assert sorted(drill_of_the_week(m, True, one)[1] for m in mondays[:5]) == sorted(
+        DRILLS
+    )  # five weeks, five drills
+    assert {drill_of_the_week(m, False, one)[1] for m in mondays[:5]} == {"bad-challenger", "runtime-crash",
+                                                                           "control-plane-tamper"}  # fmt: skip
+    # two use cases: each drill on each of them within ten weeks
+    spring = [datetime(2026, 3, 2, 3, tzinfo=UTC) + timedelta(weeks=i) for i in range(10)]  # ISO weeks 10…19
+    assert sorted(drill_of_the_week(m, True, ("rooms", "flights")) for m in spring) == sorted(
+        (uc, d) for uc in ("flights", "rooms") for d in DRILLS
+    )
     monkeypatch.setenv("KEEL_HOME", str(tmp_path))
     with dg.instance_for_test() as instance:
         with dg.build_schedule_context(instance=instance, scheduled_execution_time=mondays[0],
@@ -74,7 +82,7 @@ def test_the_weekly_drill_takes_turns_and_skips_without_a_runtime(tmp_path, monk
         with dg.build_schedule_context(instance=instance, scheduled_execution_time=mondays[0],
                                        resources=keel_resources(tmp_path)) as ctx:  # fmt: skip
             request = weekly_chaos_drill(ctx)
-    drill = drill_of_the_week(mondays[0], live=False)
-    assert request.run_key == f"chaos:2026-W45:{drill}"
-    assert request.run_config == {"ops": {"chaos_drill": {"config": {"drill": drill}}}}
+    usecase, drill = drill_of_the_week(mondays[0], False, ("flights",))
+    assert request.run_key == f"chaos:2026-W45:flights:{drill}"
+    assert request.run_config == {"ops": {"chaos_drill": {"config": {"drill": drill, "usecase": "flights"}}}}
     dg.validate_run_config(definitions.defs.get_job_def("keel_chaos_drill"), request.run_config)  # raises if not

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from keel.cli.common import EXIT_BAD_INPUT, EXIT_OK, EXIT_PROBLEM, home_layout
+from keel.cli.common import EXIT_BAD_INPUT, EXIT_OK, EXIT_PROBLEM, add_usecase_option, home_layout, usecase_of
 
 
 def register(sub) -> None:
@@ -17,6 +17,7 @@ def register(sub) -> None:
     run.add_argument("drill", choices=DRILLS)
     run.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the recovery (default 600)")
     run.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    add_usecase_option(run)  # whose deliveries and model the drill breaks
     run.set_defaults(func=_run)
     lst = csub.add_parser("list", help="the drills and what each injects")
     lst.set_defaults(func=_list)
@@ -38,7 +39,7 @@ def _run(args: argparse.Namespace) -> int:
     home = home_layout()
     say = (lambda m: None) if args.json else (lambda m: print(f"keel chaos {args.drill}: {m}", flush=True))
     try:
-        result = run_drill(args.drill, home, args.timeout, progress=say)
+        result = run_drill(args.drill, home, usecase_of(args), args.timeout, progress=say)
     except DrillError as exc:
         print(f"keel chaos: {exc}")
         return EXIT_BAD_INPUT

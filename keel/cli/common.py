@@ -22,6 +22,21 @@ def home_layout():
     return KeelHome.from_env()
 
 
+def add_usecase_option(parser: argparse.ArgumentParser, *, required: bool = False, every: str = "") -> None:
+    """``--usecase NAME``: which installed use case a command acts on. Without it, ``every`` when given (what the
+    command then covers), else the one installed (several installed: the command asks to name one)."""
+    default = every or "the one installed; name one when several are"
+    parser.add_argument("--usecase", required=required, help=f"an installed use case (default: {default})")
+
+
+def usecase_of(args: argparse.Namespace):
+    """The use case ``--usecase`` names, else the one installed (keel.usecase.UseCaseError, exit 2, when several
+    are installed or the name is unknown: the message lists the installed ones)."""
+    from keel.usecase import get, only
+
+    return get(args.usecase) if getattr(args, "usecase", None) else only()
+
+
 def author_of(args: argparse.Namespace) -> str:
     import getpass
 

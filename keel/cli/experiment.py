@@ -69,6 +69,9 @@ def register(sub) -> None:
         help="rows (Parquet/CSV); default: the installed use case's causal data (its causal_data)",
     )
     causal.add_argument("--out", required=True, type=Path, help="where to write the report (JSON)")
+    causal.add_argument(
+        "--usecase", help="whose shipped causal data to read without --data (default: the one installed)"
+    )
     causal.set_defaults(func=_experiment_causal)
 
 
@@ -145,9 +148,9 @@ def _experiment_causal(args: argparse.Namespace) -> int:
 
         data, where = read_typed_data_file(args.data), str(args.data)
     else:
-        from keel.usecase import only
+        from keel.cli.common import usecase_of
 
-        uc = only()
+        uc = usecase_of(args)
         if uc.causal_data is None:
             raise DataReadError(f"the {uc.name} use case ships no causal data: pass --data")
         data, where = uc.causal_data(), f"the {uc.name} use case's causal data ({uc.title})"

@@ -1,8 +1,9 @@
-"""``keel live``: the live replay's clock and deliveries — 2013 replayed as a live year.
+"""``keel live``: the live replay's clock and deliveries — a use case's period replayed as a live year.
 
 ``keel live run`` starts the simulated clock (or resumes it where it stopped) and plays the upstream systems: each
-local day of each landed source of the use case lands in ``$KEEL_HOME/landing`` when it is due on the simulated
-clock (January to March at once, as history). Dagster's landing sensor picks each delivery up. Ctrl-C pauses the clock; running it
+local day of each landed source of each installed use case (or of ``--usecase``) lands in
+``$KEEL_HOME/landing/<use case>`` when it is due on the simulated clock (its history at once: the first model's
+months, for flights January to March 2013). Dagster's landing sensor picks each delivery up. Ctrl-C pauses the clock; running it
 again resumes. ``keel live status`` says where the clock and the landing zone are.
 """
 
@@ -13,21 +14,23 @@ import signal
 import time
 from datetime import UTC, datetime
 
-from keel.cli.common import EXIT_OK, home_layout
+from keel.cli.common import EXIT_OK, add_usecase_option, home_layout
 
 
 def register(sub) -> None:
-    live = sub.add_parser("live", help="replay 2013 as a live year: the simulated clock and the landing zone")
+    live = sub.add_parser("live", help="replay a use case's period as a live year: the simulated clock and landing")
     cmds = live.add_subparsers(dest="live_command", required=True)
     run = cmds.add_parser("run", help="start (or resume) the clock and deliver each day as it comes due")
-    run.add_argument("--from", dest="start", default="2013-04-01", help="simulated start (default 2013-04-01)")
-    run.add_argument("--to", dest="end", default="2014-01-01", help="simulated end (default 2014-01-01)")
+    run.add_argument("--from", dest="start", help="simulated start (default: when the history's last day has landed)")
+    run.add_argument("--to", dest="end", help="simulated end (default: when the period's last day has landed)")
     run.add_argument(
         "--speed", type=float, default=None, help="simulated seconds per wall second (default: Apr–Dec in 20 min)"
     )
     run.add_argument("--poll", type=float, default=1.0, help="wall seconds between deliveries (default 1)")
+    add_usecase_option(run, required=False, every="every installed use case with landed sources")
     run.set_defaults(func=_run)
     status = cmds.add_parser("status", help="the clock and what has landed")
+    add_usecase_option(status, required=False, every="every installed use case with landed sources")
     status.set_defaults(func=_status)
 
 
@@ -35,16 +38,31 @@ def _day(text: str) -> datetime:
     return datetime.fromisoformat(text).replace(tzinfo=UTC)
 
 
+def _zones(home, args: argparse.Namespace) -> list:
+    """The landing zones the command plays: ``--usecase``'s, else every installed use case's that lands data."""
+    from keel.data.landing import LandingZone
+    from keel.usecase import get, installed
+
+    ucs = [get(args.usecase)] if args.usecase else [uc for uc in installed().values() if uc.period and uc.landed]
+    return [LandingZone(home.landing, uc) for uc in ucs]
+
+
 def _run(args: argparse.Namespace) -> int:
     from keel.clock import DEFAULT_SPEED, SimClock
-    from keel.data.landing import LandingZone
-    from keel.usecase import only
+    from keel.data.landing import month_end
 
     home = home_layout()
-    clock, zone = SimClock(home.clock), LandingZone(home.landing, only())
+    clock, zones = SimClock(home.clock), _zones(home, args)
+    if not zones:
+        print("keel live: no installed use case lands data (a period and landed sources): nothing to replay")
+        return EXIT_OK
     state = clock.state()
     if state is None:
-        state = clock.start(_day(args.start), speed=args.speed or DEFAULT_SPEED, sim_end=_day(args.end))
+        start = _day(args.start) if args.start else min(
+            z.landed_by(month_end(z.usecase.history_months[-1])) for z in zones if z.usecase.history_months
+        )  # fmt: skip
+        end = _day(args.end) if args.end else max(z.landed_by(z.last_day) for z in zones)
+        state = clock.start(start, speed=args.speed or DEFAULT_SPEED, sim_end=end)
         print(f"keel live: clock started at {state.sim_anchor:%Y-%m-%d %H:%M} (×{state.speed:,.0f})", flush=True)
     else:
         if args.speed:
@@ -65,10 +83,11 @@ def _run(args: argparse.Namespace) -> int:
         while not stop:
             wall = datetime.now(UTC)
             now = clock.state().now(wall)
-            for table, days in zone.deliver(now).items():
-                if days:
-                    span = days[0].isoformat() + (f"…{days[-1].isoformat()}" if len(days) > 1 else "")
-                    print(f"  {now:%Y-%m-%d %H:%M} landed {table} {span}", flush=True)
+            for zone in zones:
+                for table, days in zone.deliver(now).items():
+                    if days:
+                        span = days[0].isoformat() + (f"…{days[-1].isoformat()}" if len(days) > 1 else "")
+                        print(f"  {now:%Y-%m-%d %H:%M} landed {zone.usecase.name}/{table} {span}", flush=True)
             if clock.state().finished(wall):  # everything due by the end has landed (delivered above)
                 print(f"keel live: the clock reached {now:%Y-%m-%d %H:%M}: the replay is over", flush=True)
                 return EXIT_OK
@@ -83,8 +102,6 @@ def _run(args: argparse.Namespace) -> int:
 
 def _status(args: argparse.Namespace) -> int:
     from keel.clock import SimClock
-    from keel.data.landing import LandingZone
-    from keel.usecase import only
 
     home = home_layout()
     state = SimClock(home.clock).state()
@@ -96,8 +113,9 @@ def _status(args: argparse.Namespace) -> int:
         f"clock: {now:%Y-%m-%d %H:%M} UTC, {'running' if state.running else 'paused'}, ×{state.speed:,.0f}"
         + (f", ends {state.sim_end:%Y-%m-%d}" if state.sim_end else "")
     )
-    for month, landed in sorted(LandingZone(home.landing, only()).landed_by_month().items()):
-        zone = LandingZone(home.landing, only())
-        days = ", ".join(f"{n} of {t}" for t, n in zip(zone.tables, landed.days, strict=True))
-        print(f"  {month}: days landed: {days}")
+    for zone in _zones(home, args):
+        print(f"  {zone.usecase.name}:")
+        for month, landed in sorted(zone.landed_by_month().items()):
+            days = ", ".join(f"{n} of {t}" for t, n in zip(zone.tables, landed.days, strict=True))
+            print(f"    {month}: days landed: {days}")
     return EXIT_OK

@@ -30,6 +30,12 @@ def _days(first: date, last: date):
         d += timedelta(days=1)
 
 
+def month_end(month_key: str) -> date:
+    """The last day of month ``YYYY-MM``."""
+    year, month = (int(x) for x in month_key.split("-"))
+    return date(year + (month == 12), month % 12 + 1, 1) - timedelta(days=1)
+
+
 class LandingZone:
     def __init__(self, root: str | Path, usecase: UseCase):
         if usecase.period is None or not usecase.landed:
@@ -51,6 +57,10 @@ class LandingZone:
     def due(self, table: str, day: date) -> datetime:
         """When ``table``'s file for local ``day`` is delivered (UTC)."""
         return datetime.combine(day, time(0), tzinfo=UTC) + self._source(table).landing_after
+
+    def landed_by(self, day: date) -> datetime:
+        """When every table's file for local ``day`` has been delivered (UTC)."""
+        return max(self.due(table, day) for table in self.tables)
 
     def path(self, table: str, day: date) -> Path:
         self._source(table)
@@ -103,8 +113,7 @@ class LandingZone:
 
     def month_complete(self, table: str, month_key: str) -> bool:
         year, month = (int(x) for x in month_key.split("-"))
-        first = date(year, month, 1)
-        last = date(year + (month == 12), month % 12 + 1, 1) - timedelta(days=1)
+        first, last = date(year, month, 1), month_end(month_key)
         have = set(self.delivered(table))
         return all(d in have for d in _days(first, last))
 

@@ -108,8 +108,8 @@ def freeze_evidence(
     value: float | None,
     drift_window: str,
     now: datetime,
+    fs,
     policy: FreezePolicy = DEFAULT_FREEZE,
-    fs=None,
 ) -> FreezeDecision:
     """``decide_freeze`` on a frame of labelled rows (the drifted month's features of the feature set ``fs``): the
     serving model's scores with ``feature`` as it is, and with it replaced by ``value`` (what the online store would
@@ -122,5 +122,5 @@ def freeze_evidence(
         return FreezeDecision(feature, False, f"{feature} has no reference value to serve frozen", drift_window)
     live, labels = predict(model_text, frame, fs)
     frozen, _ = predict(model_text, frame.with_columns(pl.lit(value).cast(frame.schema[feature]).alias(feature)), fs)
-    task = fs.label.task if fs is not None else "binary"
+    task = fs.label.task
     return decide_freeze(feature, drift_window, labels, live, frozen, now, policy, task)

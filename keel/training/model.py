@@ -18,16 +18,6 @@ import polars as pl
 from keel.features.spec import FeatureSet
 from keel.metrics import auc, summary
 
-
-def _table(fs: FeatureSet | None) -> FeatureSet:
-    """The feature table's declaration: ``fs``, else the one installed use case's (tools and tests of one use case)."""
-    if fs is not None:
-        return fs
-    from keel.usecase import only
-
-    return only().features
-
-
 # LightGBM objectives that fit a label's task: a regression use case declares its own in ModelSpec.params.
 OBJECTIVES = {
     "binary": ("binary", "cross_entropy"),
@@ -78,14 +68,14 @@ def _xy(frame: pl.DataFrame, fs: FeatureSet) -> tuple[np.ndarray, np.ndarray]:
     return x, labelled[label].to_numpy().astype(np.float64)
 
 
-def month_of(frame: pl.DataFrame, month: str, fs: FeatureSet | None = None) -> pl.DataFrame:
-    return frame.filter(pl.col(_table(fs).entity.date).dt.strftime("%Y-%m") == month)
+def month_of(frame: pl.DataFrame, month: str, fs: FeatureSet) -> pl.DataFrame:
+    """The rows of ``frame`` (a table of ``fs``) whose entity date falls in ``month`` (YYYY-MM)."""
+    return frame.filter(pl.col(fs.entity.date).dt.strftime("%Y-%m") == month)
 
 
-def train_model(features: pl.DataFrame, config: TrainingConfig, fs: FeatureSet | None = None) -> TrainedModel:
+def train_model(features: pl.DataFrame, config: TrainingConfig, fs: FeatureSet) -> TrainedModel:
     """Train on ``config.train_months`` of ``features`` (a table of ``fs``), early-stopping on
     ``config.valid_month`` (its ``valid_days`` when set). The objective must fit the label's task."""
-    fs = _table(fs)
     objective = config.params.get("objective")
     if objective not in OBJECTIVES[fs.label.task]:
         raise ValueError(
@@ -118,10 +108,10 @@ def train_model(features: pl.DataFrame, config: TrainingConfig, fs: FeatureSet |
     return TrainedModel(text, hashlib.sha256(text.encode()).hexdigest(), int(booster.best_iteration), names)
 
 
-def predict(model_text: str, frame: pl.DataFrame, fs: FeatureSet | None = None) -> tuple[np.ndarray, np.ndarray]:
+def predict(model_text: str, frame: pl.DataFrame, fs: FeatureSet) -> tuple[np.ndarray, np.ndarray]:
     """(scores, labels) for the labelled rows of ``frame``, in id order."""
     booster = lgb.Booster(model_str=model_text)
-    x, y = _xy(frame, _table(fs))
+    x, y = _xy(frame, fs)
     return booster.predict(x), y
 
 
@@ -175,17 +165,12 @@ def _metrics(task: str, scores: np.ndarray, labels: np.ndarray) -> dict[str, flo
 def evaluate(
     model_text: str,
     holdout: pl.DataFrame,
-    dimensions: tuple[str, ...] | None = None,
+    dimensions: tuple[str, ...],
     *,
-    fs: FeatureSet | None = None,
+    fs: FeatureSet,
 ) -> Evaluation:
-    """The model's metrics (by the label's task) on ``holdout``, overall and per segment of ``dimensions`` (None:
-    the installed use case's segments)."""
-    if dimensions is None:
-        from keel.usecase import only
-
-        dimensions = only().segments
-    fs = _table(fs)
+    """The model's metrics (by the label's task) on ``holdout`` (a table of ``fs``), overall and per segment of
+    ``dimensions`` (the use case's declared segments; segments under 50 labelled rows are left out)."""
     task = fs.label.task
     labelled = holdout.filter(pl.col(fs.label.column).is_not_null()).sort(fs.entity.id_column)
     scores, labels = predict(model_text, labelled, fs)

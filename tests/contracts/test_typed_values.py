@@ -113,10 +113,10 @@ def test_a_bad_timestamp_parts_rule_is_refused_when_the_contract_is_read(rule, m
 
 
 def test_the_flights_and_request_contracts_hold_time_hour_to_the_schedule():
-    from keel.contracts.catalog import contract_path
     from keel.contracts.spec import load_contract
+    from usecases.flights import usecase as flights
 
     for name in ("flights", "predict_request"):
-        rules = {r.id: r for r in load_contract(contract_path(name)).rules}
+        rules = {r.id: r for r in load_contract(flights.contract_path(name)).rules}
         rule = rules["time_hour_is_the_scheduled_hour"]
         assert rule.type == "timestamp_parts" and rule.params["timezone"] == "America/New_York"

@@ -11,7 +11,7 @@ from keel.registry import ModelRegistry
 from keel.storage import write_parquet_atomic
 from keel.training.model import TrainingConfig, train_model
 from tests.features.conftest import validated_months
-from usecases.flights.features import offline_features
+from usecases.flights.features import FLIGHT_FEATURES, offline_features
 
 MODEL = "flight-delay"
 MONTHS = ("2013-01", "2013-02", "2013-03")
@@ -26,7 +26,9 @@ def features():
 @pytest.fixture(scope="session")
 def explained_home(tmp_path_factory, features):
     home = tmp_path_factory.mktemp("explain_home")
-    text = train_model(features, TrainingConfig(train_months=("2013-01",), valid_month="2013-02")).text
+    text = train_model(
+        features, TrainingConfig(train_months=("2013-01",), valid_month="2013-02"), FLIGHT_FEATURES
+    ).text
     with ModelRegistry(home / "registry") as registry:
         sha = registry.register(MODEL, text, {"note": "explain test model"}).sha256
         registry.promote(MODEL, sha, "test")

@@ -10,7 +10,7 @@ import polars as pl
 
 from keel.loop.freeze import DEFAULT_FREEZE, freeze_evidence
 from keel.training.model import TrainingConfig, train_model
-from usecases.flights.features import FEATURE_NAMES, LABEL
+from usecases.flights.features import FEATURE_NAMES, FLIGHT_FEATURES, LABEL
 
 NOW = datetime(2013, 7, 2, 12, tzinfo=UTC)
 
@@ -35,12 +35,14 @@ def month(first: date, n: int, seed: int, shift: float = 0.0, served_offset: flo
 
 def model_text() -> str:
     history = pl.concat([month(date(2013, 1, 1), 4000, 1), month(date(2013, 2, 1), 2000, 2)])
-    return train_model(history, TrainingConfig(train_months=("2013-01",), valid_month="2013-02")).text
+    return train_model(
+        history, TrainingConfig(train_months=("2013-01",), valid_month="2013-02"), FLIGHT_FEATURES
+    ).text
 
 
 def test_a_broken_feature_is_better_frozen_and_the_freeze_expires():
     broken = month(date(2013, 6, 1), 3000, 3, served_offset=0.3)  # served +0.3 off: every flight looks late
-    d = freeze_evidence(model_text(), broken, "route_delay_rate", 0.2, "2013-06", NOW)
+    d = freeze_evidence(model_text(), broken, "route_delay_rate", 0.2, "2013-06", NOW, FLIGHT_FEATURES)
     assert d.freeze, d.reason
     assert d.frozen_log_loss < d.live_log_loss
     assert d.expires_at == NOW + DEFAULT_FREEZE.expiry and "2013-06" in d.reason
@@ -48,11 +50,13 @@ def test_a_broken_feature_is_better_frozen_and_the_freeze_expires():
 
 def test_a_feature_that_moved_with_the_world_stays_live():
     moved = month(date(2013, 6, 1), 3000, 4, shift=0.05)  # more delay, and the model reads it right
-    d = freeze_evidence(model_text(), moved, "route_delay_rate", 0.2, "2013-06", NOW)
+    d = freeze_evidence(model_text(), moved, "route_delay_rate", 0.2, "2013-06", NOW, FLIGHT_FEATURES)
     assert not d.freeze and d.expires_at is None
     assert d.live_log_loss < d.frozen_log_loss and "not better" in d.reason
 
 
 def test_no_reference_value_no_freeze():
-    d = freeze_evidence("unused", month(date(2013, 6, 1), 10, 5), "route_delay_rate", None, "2013-06", NOW)
+    d = freeze_evidence(
+        "unused", month(date(2013, 6, 1), 10, 5), "route_delay_rate", None, "2013-06", NOW, FLIGHT_FEATURES
+    )
     assert not d.freeze and "no reference value" in d.reason

@@ -42,7 +42,7 @@ def serving_models(validated):  # noqa: F811
     for seed, leaves in ((2013, 31), (7, 15), (11, 63)):
         config = TrainingConfig(train_months=("2013-01",), valid_month="2013-02")
         config = replace(config, params={**config.params, "seed": seed, "num_leaves": leaves})
-        texts.append(train_model(feats, config).text)
+        texts.append(train_model(feats, config, FLIGHT_FEATURES).text)
     feb = feats.filter(pl.col("sched_date") >= AS_OF).sort("flight_id")
     return texts, feb
 

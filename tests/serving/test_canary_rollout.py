@@ -71,9 +71,11 @@ def home(tmp_path_factory):
     champion = TrainingConfig(train_months=("2013-01",), valid_month="2013-02")
     later = TrainingConfig(train_months=("2013-02", "2013-03"), valid_month="2013-04")
     texts = [
-        train_model(feats, champion).text,
-        train_model(feats, later).text,
-        train_model(feats, replace(later, params={**later.params, "seed": 99, "num_leaves": 15})).text,
+        train_model(feats, champion, FLIGHT_FEATURES).text,
+        train_model(feats, later, FLIGHT_FEATURES).text,
+        train_model(
+            feats, replace(later, params={**later.params, "seed": 99, "num_leaves": 15}), FLIGHT_FEATURES
+        ).text,
     ]
     registry = ModelRegistry(home / "registry")
     shas = []

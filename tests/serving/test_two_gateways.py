@@ -91,7 +91,7 @@ def shared(tmp_path_factory):
             assert not (home / "registry" / "registry.sqlite").exists()
             for config in (champion, later):
                 meta = {"train_months": list(config.train_months), "data_versions": {"flight_features": {}}}
-                shas.append(registry.register(MODEL, train_model(feats, config).text, meta).sha256)
+                shas.append(registry.register(MODEL, train_model(feats, config, FLIGHT_FEATURES).text, meta).sha256)
             registry.promote(MODEL, shas[0], "trained on January")
         online = RedisOnlineStore(REDIS_URL, features=FLIGHT_FEATURES, prefix=prefix)
         online.write_snapshot(

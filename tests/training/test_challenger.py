@@ -16,6 +16,7 @@ from keel.storage import write_parquet_atomic
 from keel.training.model import TrainingConfig, month_of, predict, train_model
 from resources import keel_resources
 from tests.flights import challenger_evaluation, challenger_model
+from usecases.flights.features import FLIGHT_FEATURES
 
 MONTHS = ("2013-01", "2013-02", "2013-03", "2013-04", "2013-05")
 
@@ -25,8 +26,12 @@ def home(tmp_path, feature_months):
     """Stored flight_features for 2013-01…05 (as the pipeline writes them) and a champion trained on January."""
     home = KeelHome.of(tmp_path)
     for m in MONTHS:
-        write_parquet_atomic(month_of(feature_months, m), home.asset_file("flights/flight_features", m))
-    first = train_model(feature_months, TrainingConfig(train_months=("2013-01",), valid_month="2013-02"))
+        write_parquet_atomic(
+            month_of(feature_months, m, FLIGHT_FEATURES), home.asset_file("flights/flight_features", m)
+        )
+    first = train_model(
+        feature_months, TrainingConfig(train_months=("2013-01",), valid_month="2013-02"), FLIGHT_FEATURES
+    )
     with ModelRegistry(home.registry) as reg:
         reg.register("flight-delay", first.text, {"train_months": ["2013-01"], "valid_month": "2013-02"})
         reg.set_alias("flight-delay", "champion", first.sha256, "test: the first model")
@@ -70,8 +75,10 @@ def test_the_challenger_is_trained_on_the_plan_and_gated_on_the_month_after(home
         gate_flights = pl.read_parquet(home.asset_file("flights/flight_features", "2013-05")).filter(
             pl.col("sched_date").dt.day() >= 22
         )
-        champion_scores, labels = predict(reg.load(reg.alias("flight-delay", "champion")), gate_flights)
-        challenger_scores, _ = predict(reg.load(sha), gate_flights)
+        champion_scores, labels = predict(
+            reg.load(reg.alias("flight-delay", "champion")), gate_flights, FLIGHT_FEATURES
+        )
+        challenger_scores, _ = predict(reg.load(sha), gate_flights, FLIGHT_FEATURES)
     verdict = challenger_gate(labels, champion_scores, challenger_scores)
     assert evaluation["passed"].value == verdict.passed and evaluation["reason"].value == verdict.reason
     assert evaluation["rows"].value == verdict.rows == gate_flights[

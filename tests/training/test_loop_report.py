@@ -19,7 +19,7 @@ from keel.storage import write_parquet_atomic
 from keel.training.model import TrainingConfig, month_of, train_model
 from resources import keel_resources
 from tests.flights import loop_report
-from usecases.flights.features import FEATURE_NAMES
+from usecases.flights.features import FEATURE_NAMES, FLIGHT_FEATURES
 
 MONTHS = ("2013-01", "2013-02", "2013-03", "2013-04", "2013-05")
 
@@ -33,9 +33,15 @@ def home(tmp_path, feature_months):
     """Stored features for 2013-01…05; the static model (v1) live from March, a retrained one (v2) from 15 May."""
     home = KeelHome.of(tmp_path)
     for m in MONTHS:
-        write_parquet_atomic(month_of(feature_months, m), home.asset_file("flights/flight_features", m))
-    static = train_model(feature_months, TrainingConfig(train_months=("2013-01",), valid_month="2013-02"))
-    later = train_model(feature_months, TrainingConfig(train_months=("2013-02", "2013-03"), valid_month="2013-04"))
+        write_parquet_atomic(
+            month_of(feature_months, m, FLIGHT_FEATURES), home.asset_file("flights/flight_features", m)
+        )
+    static = train_model(
+        feature_months, TrainingConfig(train_months=("2013-01",), valid_month="2013-02"), FLIGHT_FEATURES
+    )
+    later = train_model(
+        feature_months, TrainingConfig(train_months=("2013-02", "2013-03"), valid_month="2013-04"), FLIGHT_FEATURES
+    )
     with ModelRegistry(home.registry) as reg:
         for m in (static, later):
             reg.register("flight-delay", m.text, {})
@@ -85,7 +91,7 @@ def test_the_report_is_what_the_ledger_and_the_labels_say(home):
     static_text = registry.load(ledger.log()[0].manifest["model"]["parts"]["sha256"])
     feats = pl.concat([pl.read_parquet(home.asset_file("flights/flight_features", m)) for m in MONTHS])
     naive_text = train_model(
-        feats, TrainingConfig(train_months=("2013-01", "2013-02", "2013-03"), valid_month="2013-04")
+        feats, TrainingConfig(train_months=("2013-01", "2013-02", "2013-03"), valid_month="2013-04"), FLIGHT_FEATURES
     ).text  # retrained on January–March, early-stopped on April, without a gate
 
     def measured(models: list[str]) -> tuple[float, float]:
@@ -113,4 +119,4 @@ def test_a_month_before_any_release_is_a_clear_failure(tmp_path, feature_months)
             partition_key="2013-05", resources=keel_resources(home.root), instance=instance
         )
         with pytest.raises(dg.Failure, match="nothing has served yet"):
-            loop_report(context, features=month_of(feature_months, "2013-05"))
+            loop_report(context, features=month_of(feature_months, "2013-05", FLIGHT_FEATURES))

@@ -18,13 +18,16 @@ from keel.training.model import (
     quality_gate,
     train_model,
 )
+from usecases.flights.features import FLIGHT_FEATURES
 
 SMALL = TrainingConfig(train_months=("2013-01",), valid_month="2013-02", num_boost_round=60)
 
 
 def test_same_data_config_and_seed_give_a_byte_identical_model(feature_months):
-    a = train_model(feature_months, SMALL)
-    b = train_model(feature_months.sample(fraction=1.0, shuffle=True, seed=3), SMALL)  # row order does not matter
+    a = train_model(feature_months, SMALL, FLIGHT_FEATURES)
+    b = train_model(
+        feature_months.sample(fraction=1.0, shuffle=True, seed=3), SMALL, FLIGHT_FEATURES
+    )  # row order does not matter
     assert a.text == b.text and a.sha256 == b.sha256
     other_seed = TrainingConfig(
         train_months=SMALL.train_months,
@@ -32,12 +35,14 @@ def test_same_data_config_and_seed_give_a_byte_identical_model(feature_months):
         num_boost_round=60,
         params=SMALL.params | {"seed": 99},
     )
-    assert train_model(feature_months, other_seed).sha256 != a.sha256
+    assert train_model(feature_months, other_seed, FLIGHT_FEATURES).sha256 != a.sha256
 
 
 def test_evaluation_on_real_features(feature_months):
-    model = train_model(feature_months, SMALL)
-    e = evaluate(model.text, month_of(feature_months, "2013-03"))
+    model = train_model(feature_months, SMALL, FLIGHT_FEATURES)
+    e = evaluate(
+        model.text, month_of(feature_months, "2013-03", FLIGHT_FEATURES), ("carrier", "origin"), fs=FLIGHT_FEATURES
+    )
     m = e.as_metrics()
     assert set(m) == {"auc", "log_loss", "brier", "ece"} and e.task == "binary"
     assert 0.6 < m["auc"] < 0.95 and 0 < m["brier"] < 0.25 and 0 <= m["ece"] < 0.1
