@@ -85,3 +85,23 @@ def evaluate_sensor(name: str, home, monkeypatch):
             instance=instance, definitions=definitions.defs, resources=keel_resources(home)
         ) as ctx:  # closed here, while its instance lives
             return definitions.defs.get_sensor_def(name).evaluate_tick(ctx)
+
+
+@pytest.fixture(scope="session")
+def alert_receiver():
+    """The on-call's webhooks, on 127.0.0.1, for the session's live platform (tests/test_alerts.py's Receiver)."""
+    from tests.test_alerts import Receiver
+
+    r = Receiver()
+    yield r
+    r.close()
+
+
+@pytest.fixture(scope="session")
+def year_platform(tmp_path_factory, alert_receiver):
+    """The one live platform of the session (tests/live_platform.py: runtime, `dagster dev`, the live year), shared by
+    the live-year tests and the chaos drills after them."""
+    from tests.live_platform import shared_year
+
+    with shared_year(tmp_path_factory.mktemp("live_home"), alert_receiver.url) as platform:
+        yield platform

@@ -1,7 +1,11 @@
 """The whole platform as scripts/up starts it, for the slow tests that drive it: the model runtime (Triton + gateway),
 `dagster dev` (webserver + daemon, every sensor) and `scripts/materialize.py --live` (the history, then the simulated
-clock with replayed traffic), into a throwaway KEEL_HOME. Used by tests/test_live_year.py and
-tests/test_chaos_drills.py."""
+clock with replayed traffic), into a throwaway KEEL_HOME.
+
+One such platform serves every slow test that needs a live one (the ``year_platform`` session fixture,
+tests/conftest.py): tests/test_live_year.py drives the live year on it first, then tests/test_live_year_drills.py
+resumes the same year and runs the chaos drills against it (its module name sorts after the live year's: the
+drills inject faults, and the live year's assertions are about a year without them), then stops it."""
 
 from __future__ import annotations
 
@@ -13,9 +17,9 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.conftest import REPO
@@ -44,10 +48,27 @@ def instance_of(home: Path):
 class LivePlatform:
     home: Path
     env: dict[str, str]
-    year: subprocess.Popen  # scripts/materialize.py --live
+    year: subprocess.Popen  # scripts/materialize.py --live (the newest: resume() starts another)
+    start: Callable[[list[str], str], subprocess.Popen]  # a process of the platform (stopped with it)
+    live_cmd: list[str]  # materialize.py --live with the platform's ports
+    procs: list[subprocess.Popen]
+    year_log: str = "live.log"
+    phase: str = "year"  # "year" while the live-year tests look at it; "drills" once the chaos drills began
+    marks: dict[str, int] = field(default_factory=dict)  # where the drills began in the alert records
 
-    def log(self, name: str = "live.log", tail: int = 4000) -> str:
-        return (self.home / name).read_text()[-tail:]
+    def log(self, name: str | None = None, tail: int = 4000) -> str:
+        return (self.home / (name or self.year_log)).read_text()[-tail:]
+
+    def resume(self, *live_args: str, log: str) -> subprocess.Popen:
+        """Run the live year again (scripts/up again after a Ctrl-C): the clock resumes where it paused, the traffic
+        starts again; the history is not rebuilt. Its output goes to ``log``."""
+        assert self.year.poll() is not None, "the live year is still running"
+        self.year, self.year_log = self.start([*self.live_cmd, *live_args], log), log
+        return self.year
+
+    def stop(self) -> None:
+        """Stop every process of the platform (what the block's end does; for a user of it that is done early)."""
+        stop_groups(self.procs)
 
 
 @contextmanager
@@ -79,12 +100,10 @@ def live_platform(home: Path, *live_args: str) -> Iterator[LivePlatform]:
         start([sys.executable, "-m", "keel.uiguard", "--listen", f"127.0.0.1:{port}", "--upstream",
                f"127.0.0.1:{internal}"], "uiguard.log")  # fmt: skip
         wait_until("dagster dev is up", lambda: webserver_up(port, dev, home / "dagster_dev.log"), 300, 1)
-        year = start(
-            [sys.executable, "scripts/materialize.py", "--port", str(port), "--live",
-             "--gateway", f"http://127.0.0.1:{gateway_port}", *live_args],
-            "live.log",
-        )  # fmt: skip
-        yield LivePlatform(home, env, year)
+        live_cmd = [sys.executable, "scripts/materialize.py", "--port", str(port), "--live",
+                    "--gateway", f"http://127.0.0.1:{gateway_port}"]  # fmt: skip
+        year = start([*live_cmd, *live_args], "live.log")
+        yield LivePlatform(home, env, year, start, live_cmd, procs)
     finally:
         stop_groups(procs)
 
@@ -109,3 +128,19 @@ def webserver_up(port: int, proc: subprocess.Popen, log: Path) -> bool:
             return True
     except (urllib.error.URLError, ConnectionError, TimeoutError):
         return False
+
+
+@contextmanager
+def shared_year(home: Path, receiver_url: str) -> Iterator[LivePlatform]:
+    """The session's live platform: its alerts go to the on-call's webhooks at ``receiver_url`` (the page as
+    Alertmanager's API, the chat Slack-compatible), and it plays the whole year."""
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "alerts.yaml").write_text(
+        f'channels:\n  page: {{format: alertmanager, url: "{receiver_url}/page"}}\n'
+        f'  chat: {{format: slack, url: "{receiver_url}/chat"}}\n  mail: {{format: log}}\n'
+    )
+    from keel.clock import DEFAULT_SPEED
+
+    # twice the default speed until the loop's first canary (tests/test_live_year.py sets the default then)
+    with live_platform(home, "--speed", str(2 * DEFAULT_SPEED)) as platform:
+        yield platform

@@ -1,6 +1,8 @@
 """The loop on a live year, for real: the model runtime (Triton + gateway), `dagster dev` (webserver + daemon) and
 `scripts/materialize.py --live` as scripts/up runs them, into a throwaway KEEL_HOME — January–March built as
-history, then April onwards on the simulated clock at its default speed with replayed traffic.
+history, then April onwards on the simulated clock with replayed traffic: at twice the default speed until the loop's
+first canary starts (before it there is nothing to judge on the clock: the days' builds and the months' drift reports
+wait on their data, not on time), at the default speed from then on.
 
 The test is the operator: it waits (on events, bounded generously) until the loop has carried a challenger from a
 drift report through its gate and a canary to a decision. Which decision that is depends on real data (a challenger
@@ -24,11 +26,13 @@ from pathlib import Path
 import pytest
 
 from keel.chaos import invert_model, twin_model
-from tests.live_platform import instance_of, live_platform, wait_until
+from tests.live_platform import instance_of, wait_until
 from tests.test_webserver import home_env
 from usecases.flights.features import FLIGHT_FEATURES
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]  # the year runs in the first test's set-up
+# The year runs in the first test's set-up, on the session's live platform (tests/conftest.py year_platform), which
+# tests/test_live_year_drills.py then resumes for the chaos drills.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]
 
 WAIT_FOR_CANARY_S = 45 * 60  # the June challenger's canary ends near simulated August: ~10 minutes on 2 cores
 LOOP_CANARY = "flight-delay.loop-v"
@@ -73,36 +77,45 @@ def no_run_in_progress(home: Path) -> bool:
 
 
 @pytest.fixture(scope="module")
-def live(tmp_path_factory):
-    with live_platform(tmp_path_factory.mktemp("live_home")) as platform:
-        home, year = platform.home, platform.year
+def live(year_platform):
+    platform = year_platform
+    assert platform.phase == "year", (
+        "the chaos drills already ran on the shared live platform: the live-year tests must run before them "
+        "(tests/test_live_year_drills.py sorts after this module)"
+    )
+    home, year = platform.home, platform.year
 
-        def canary_done() -> str | None:
-            assert year.poll() is None, platform.log()
-            return finished_canary(home)
+    from keel.clock import DEFAULT_SPEED, SimClock
 
-        name = wait_until(
-            "a challenger carried from drift through its gate and a canary to a decision",
-            canary_done,
-            WAIT_FOR_CANARY_S,
-            5,
-            on_timeout=platform.log,
-        )
-        # The known-outcome scenario on a clock five times slower: the sensors' ticks and the day's builds keep up
-        # with it on a loaded machine, so the canaries are judged on their labels, not on how fast the host is.
-        from keel.clock import SimClock
+    clock = SimClock(home / "clock.json")
+    at_default: list[bool] = []
 
-        clock = SimClock(home / "clock.json")
-        clock.set_speed(clock.state().speed / 5)
-        planted = {}
-        for tag, transform in (("twin", twin_model), ("inverted", invert_model)):
-            planted[tag] = plant_when_free(platform, tag, transform)
-            wait_until(f"the {tag} challenger's canary decided", lambda t=tag: decided(home, planted[t]),
-                       WAIT_FOR_PLANTED_S, 3, on_timeout=platform.log)  # fmt: skip
-        year.send_signal(signal.SIGINT)  # Ctrl-C: the clock pauses, the traffic stops
-        assert year.wait(timeout=120) == 130, platform.log(tail=3000)
-        wait_until("the sensors' runs have finished", lambda: no_run_in_progress(home), 600, 3)
-        yield home, name, planted
+    def canary_done() -> str | None:
+        assert year.poll() is None, platform.log()
+        if not at_default and loop_canaries(home):  # the loop's first canary: from here on, the default speed
+            clock.set_speed(DEFAULT_SPEED)
+            at_default.append(True)
+        return finished_canary(home)
+
+    name = wait_until(
+        "a challenger carried from drift through its gate and a canary to a decision",
+        canary_done,
+        WAIT_FOR_CANARY_S,
+        5,
+        on_timeout=platform.log,
+    )
+    # The known-outcome scenario on a clock five times slower: the sensors' ticks and the day's builds keep up
+    # with it on a loaded machine, so the canaries are judged on their labels, not on how fast the host is.
+    clock.set_speed(DEFAULT_SPEED / 5)
+    planted = {}
+    for tag, transform in (("twin", twin_model), ("inverted", invert_model)):
+        planted[tag] = plant_when_free(platform, tag, transform)
+        wait_until(f"the {tag} challenger's canary decided", lambda t=tag: decided(home, planted[t]),
+                   WAIT_FOR_PLANTED_S, 3, on_timeout=platform.log)  # fmt: skip
+    year.send_signal(signal.SIGINT)  # Ctrl-C: the clock pauses, the traffic stops
+    assert year.wait(timeout=120) == 130, platform.log(tail=3000)
+    wait_until("the sensors' runs have finished", lambda: no_run_in_progress(home), 600, 3)
+    yield home, name, planted
 
 
 def plant_when_free(platform, tag: str, transform) -> str:
