@@ -100,7 +100,7 @@ def alert_receiver():
 @pytest.fixture(scope="session")
 def year_platform(tmp_path_factory, alert_receiver):
     """The one live platform of the session (tests/live_platform.py: runtime, `dagster dev`, the live year), shared by
-    the live-year tests and the chaos drills after them."""
+    the chaos drills (in its April) and the live-year tests after them."""
     from tests.live_platform import shared_year
 
     with shared_year(tmp_path_factory.mktemp("live_home"), alert_receiver.url) as platform:

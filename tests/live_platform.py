@@ -3,9 +3,9 @@
 clock with replayed traffic), into a throwaway KEEL_HOME.
 
 One such platform serves every slow test that needs a live one (the ``year_platform`` session fixture,
-tests/conftest.py): tests/test_live_year.py drives the live year on it first, then tests/test_live_year_drills.py
-resumes the same year and runs the chaos drills against it (its module name sorts after the live year's: the
-drills inject faults, and the live year's assertions are about a year without them), then stops it."""
+tests/conftest.py): tests/test_live_drills.py runs the chaos drills on it first, in a quiet April (no canary of the
+loop yet), then tests/test_live_year.py plays the rest of the year on it (its module name sorts after the drills':
+the live year's checks count the traffic from where it took over, after every drill had recovered)."""
 
 from __future__ import annotations
 
@@ -17,13 +17,17 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.conftest import REPO
 from tests.test_webserver import DAGSTER, free_port, home_env
+
+DRILL_SPEED = (
+    2000.0  # a simulated day every 43 s: a delivery's redelivery and a canary's labels come in a minute or two
+)
 
 
 def wait_until(what: str, condition, timeout_s: float, every_s: float = 2.0, on_timeout=lambda: ""):
@@ -48,23 +52,14 @@ def instance_of(home: Path):
 class LivePlatform:
     home: Path
     env: dict[str, str]
-    year: subprocess.Popen  # scripts/materialize.py --live (the newest: resume() starts another)
-    start: Callable[[list[str], str], subprocess.Popen]  # a process of the platform (stopped with it)
-    live_cmd: list[str]  # materialize.py --live with the platform's ports
+    year: subprocess.Popen  # scripts/materialize.py --live
     procs: list[subprocess.Popen]
-    year_log: str = "live.log"
-    phase: str = "year"  # "year" while the live-year tests look at it; "drills" once the chaos drills began
+    phase: str = "start"  # then "drills" (tests/test_live_drills.py), then "year" (tests/test_live_year.py)
     marks: dict[str, int] = field(default_factory=dict)  # where the drills began in the alert records
+    traffic_before_year: dict = field(default_factory=dict)  # the traffic totals when the live-year test took over
 
-    def log(self, name: str | None = None, tail: int = 4000) -> str:
-        return (self.home / (name or self.year_log)).read_text()[-tail:]
-
-    def resume(self, *live_args: str, log: str) -> subprocess.Popen:
-        """Run the live year again (scripts/up again after a Ctrl-C): the clock resumes where it paused, the traffic
-        starts again; the history is not rebuilt. Its output goes to ``log``."""
-        assert self.year.poll() is not None, "the live year is still running"
-        self.year, self.year_log = self.start([*self.live_cmd, *live_args], log), log
-        return self.year
+    def log(self, name: str = "live.log", tail: int = 4000) -> str:
+        return (self.home / name).read_text()[-tail:]
 
     def stop(self) -> None:
         """Stop every process of the platform (what the block's end does; for a user of it that is done early)."""
@@ -100,10 +95,12 @@ def live_platform(home: Path, *live_args: str) -> Iterator[LivePlatform]:
         start([sys.executable, "-m", "keel.uiguard", "--listen", f"127.0.0.1:{port}", "--upstream",
                f"127.0.0.1:{internal}"], "uiguard.log")  # fmt: skip
         wait_until("dagster dev is up", lambda: webserver_up(port, dev, home / "dagster_dev.log"), 300, 1)
-        live_cmd = [sys.executable, "scripts/materialize.py", "--port", str(port), "--live",
-                    "--gateway", f"http://127.0.0.1:{gateway_port}"]  # fmt: skip
-        year = start([*live_cmd, *live_args], "live.log")
-        yield LivePlatform(home, env, year, start, live_cmd, procs)
+        year = start(
+            [sys.executable, "scripts/materialize.py", "--port", str(port), "--live",
+             "--gateway", f"http://127.0.0.1:{gateway_port}", *live_args],
+            "live.log",
+        )  # fmt: skip
+        yield LivePlatform(home, env, year, procs)
     finally:
         stop_groups(procs)
 
@@ -139,8 +136,6 @@ def shared_year(home: Path, receiver_url: str) -> Iterator[LivePlatform]:
         f'channels:\n  page: {{format: alertmanager, url: "{receiver_url}/page"}}\n'
         f'  chat: {{format: slack, url: "{receiver_url}/chat"}}\n  mail: {{format: log}}\n'
     )
-    from keel.clock import DEFAULT_SPEED
-
-    # twice the default speed until the loop's first canary (tests/test_live_year.py sets the default then)
-    with live_platform(home, "--speed", str(2 * DEFAULT_SPEED)) as platform:
+    # April at the drills' speed (tests/test_live_drills.py), then tests/test_live_year.py sets the year's speeds
+    with live_platform(home, "--speed", str(DRILL_SPEED)) as platform:
         yield platform

@@ -1,4 +1,4 @@
-"""The drills' faults and the platform's answers, one piece at a time (tests/test_live_year_drills.py runs them against
+"""The drills' faults and the platform's answers, one piece at a time (tests/test_live_drills.py runs them against
 the whole running platform): the inverted model really scores 1 − p; a policy commit deleted behind the triggers is
 found by the watchdog sensor and put back from the journal — only what chains onto the log and ends at the keyed
 head; a day of weather in °C is held back by the landing sensor, located through the lineage graph, and recovered
@@ -287,9 +287,9 @@ def test_the_traffic_during_a_drill_is_the_difference_of_two_snapshots():
     ],
 )  # fmt: skip
 def test_the_runtime_crash_drills_traffic_check_fails_on_a_drill_that_met_no_traffic(traffic, why):
-    """The slow drill's own check (tests/test_live_year_drills.py), on the planted defects: a drill with no traffic, one
+    """The slow drill's own check (tests/test_live_drills.py), on the planted defects: a drill with no traffic, one
     whose traffic never met the outage, one that answered bare 5xx. Each fails; the genuine shape passes."""
-    from tests.test_live_year_drills import assert_served_through_the_crash
+    from tests.test_live_drills import assert_served_through_the_crash
 
     with pytest.raises(AssertionError, match=why):
         assert_served_through_the_crash(traffic)

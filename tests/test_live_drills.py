@@ -1,9 +1,9 @@
 """The five chaos drills against the whole running platform: the model runtime (Triton + gateway), `dagster dev`
-(webserver + daemon, every sensor) and the live year with its traffic — the session's live platform
-(tests/conftest.py ``year_platform``): after tests/test_live_year.py has looked at the year, the year resumes here on
-a slower clock and the drills run against it. Each drill is run as an operator runs it (`keel chaos run <drill>
---json`) and only injects; the assertions are on what the platform did by itself: the incident it opened, the root
-cause it named, its action, the recovery, and what the live traffic got while the fault lasted."""
+(webserver + daemon, every sensor) and a live April with its traffic — the session's live platform
+(tests/conftest.py ``year_platform``), before tests/test_live_year.py plays the rest of the year on it. Each drill is
+run as an operator runs it (`keel chaos run <drill> --json`) and only injects; the assertions are on what the
+platform did by itself: the incident it opened, the root cause it named, its action, the recovery, and what the live
+traffic got while the fault lasted."""
 
 from __future__ import annotations
 
@@ -16,50 +16,44 @@ from pathlib import Path
 
 import pytest
 
-from tests.live_platform import instance_of, wait_until
+from tests.live_platform import DRILL_SPEED, instance_of, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]
 
 KEEL = str(Path(sys.executable).with_name("keel"))
-SPEED = (
-    "2000"  # a simulated day every 43 s: a delivery's redelivery and a canary's labels arrive within a minute or two
-)
 WAIT_FOR_LOOP_CANARY_S = 45 * 60  # the loop's own canary, if one runs when a drill wants to plant its challenger
 
 
 @pytest.fixture(scope="module")
 def platform(year_platform, alert_receiver):
-    """The session's live platform with its year playing at the drills' speed; what the on-call had received before
-    the drills began is marked (``year_platform.marks``), so the assertions are about what the drills caused.
-    Stopped when the drills are done: nothing else needs it."""
+    """The session's live platform once its history is built and April's traffic flows, its clock at the drills'
+    speed; what the on-call had received before the drills began is marked (``year_platform.marks``), so the
+    assertions are about what the drills caused. The drills run first on it (April: no canary of the loop yet); the
+    live year then goes on on the same platform (tests/test_live_year.py)."""
     live = year_platform
+    assert live.phase == "start", (
+        "the live year already ran on the shared live platform: the drills run first (tests/test_live_drills.py "
+        "sorts before tests/test_live_year.py)"
+    )
     live.phase = "drills"
     home = live.home
     traffic = home / "serving" / "live_traffic.json"
-    if live.year.poll() is not None:  # the live-year tests ran and stopped it: keep their totals aside, resume
-        if traffic.exists():
-            traffic.rename(traffic.with_name("live_traffic.year.json"))
-        live.resume("--speed", SPEED, log="drills.log")
-    # (else the live-year tests did not run in this session: the year is still building its history or playing)
 
     def flowing() -> bool:
         assert live.year.poll() is None, live.log()
         return traffic.exists() and json.loads(traffic.read_text())["ok"] > 200
 
-    wait_until("the history is built and the year's traffic flows", flowing, 1800, 3, on_timeout=live.log)
+    wait_until("the history is built and April's traffic flows", flowing, 1800, 3, on_timeout=live.log)
     from keel.alerts import read_alerts
     from keel.clock import SimClock
 
-    SimClock(home / "clock.json").set_speed(float(SPEED))
+    SimClock(home / "clock.json").set_speed(DRILL_SPEED)
     alerts = home / "alerts" / "alerts.jsonl"
     live.marks = {
         "received": len(alert_receiver.received),
         "alerts": len(read_alerts(alerts)) if alerts.exists() else 0,
     }
-    try:
-        yield home, live.env
-    finally:
-        live.stop()
+    yield home, live.env
 
 
 def drill(platform, name: str, timeout_s: int = 420) -> dict:
