@@ -286,18 +286,16 @@ class UseCase:
         return self.features.label.task
 
     def contract_path(self, name: str) -> Path:
-        """The YAML file of data contract ``name`` in this use case's contracts folder (a validated name: it becomes
-        a path)."""
+        """The YAML file of data contract ``name`` (a validated name: it becomes a path)."""
         from keel.names import validate_name
 
         return self.contracts / f"{validate_name(name, what='contract name')}.yaml"
 
     def compiled_contract(self, name: str):
         """Data contract ``name``, loaded and compiled (``keel.contracts.engine.CompiledContract``)."""
-        from keel.contracts.engine import CompiledContract
-        from keel.contracts.spec import load_contract
+        from keel.contracts import engine, spec
 
-        return CompiledContract(load_contract(self.contract_path(name)))
+        return engine.CompiledContract(spec.load_contract(self.contract_path(name)))
 
     def source(self, name: str) -> Source:
         for src in self.sources:
@@ -332,12 +330,9 @@ class UseCase:
 
     @property
     def history_months(self) -> tuple[str, ...]:
-        """The months a live replay lands at once, as history: the first model's training and validation months and
-        any before them (the rest of the period plays live, day by day)."""
-        first_model = (*self.model.train_months, *((self.model.valid_month,) if self.model.valid_month else ()))
-        if not first_model:
-            return ()
-        return tuple(m for m in self.months if m <= max(first_model))
+        """What a live replay lands at once, as history: the first model's months and any before them."""
+        first_model = (*self.model.train_months, self.model.valid_month or "")
+        return tuple(m for m in self.months if m <= max(first_model)) if any(first_model) else ()
 
 
 @cache
