@@ -160,7 +160,7 @@ def run_live(args, uc: UseCase, client: DagsterGraphQLClient) -> int:
     from datetime import UTC, datetime
 
     from keel.clock import DEFAULT_SPEED, SimClock
-    from keel.data.landing import LandingZone, month_end
+    from keel.data.landing import LandingZone
     from keel.home import KeelHome
     from keel.ledger import Ledger
     from keel.registry import ModelRegistry
@@ -174,7 +174,7 @@ def run_live(args, uc: UseCase, client: DagsterGraphQLClient) -> int:
         return 2
     # The history is the first model's months (and any before them), complete: the clock starts when their last day
     # has landed in every table (flights: March 31's flights and weather land at noon on April 1).
-    history_end = zone.landed_by(month_end(uc.history_months[-1]))
+    history_end = zone.history_landed()
     sim_end = datetime.fromisoformat(args.end) if args.end else zone.landed_by(zone.last_day)
     if clock.state() is None:
         if home.ledger.exists() and Ledger(home.ledger).log():

@@ -49,7 +49,6 @@ def _zones(home, args: argparse.Namespace) -> list:
 
 def _run(args: argparse.Namespace) -> int:
     from keel.clock import DEFAULT_SPEED, SimClock
-    from keel.data.landing import month_end
 
     home = home_layout()
     clock, zones = SimClock(home.clock), _zones(home, args)
@@ -58,9 +57,7 @@ def _run(args: argparse.Namespace) -> int:
         return EXIT_OK
     state = clock.state()
     if state is None:
-        start = _day(args.start) if args.start else min(
-            z.landed_by(month_end(z.usecase.history_months[-1])) for z in zones if z.usecase.history_months
-        )  # fmt: skip
+        start = _day(args.start) if args.start else min(z.history_landed() for z in zones)
         end = _day(args.end) if args.end else max(z.landed_by(z.last_day) for z in zones)
         state = clock.start(start, speed=args.speed or DEFAULT_SPEED, sim_end=end)
         print(f"keel live: clock started at {state.sim_anchor:%Y-%m-%d %H:%M} (×{state.speed:,.0f})", flush=True)

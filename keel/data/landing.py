@@ -62,6 +62,12 @@ class LandingZone:
         """When every table's file for local ``day`` has been delivered (UTC)."""
         return max(self.due(table, day) for table in self.tables)
 
+    def history_landed(self) -> datetime:
+        """When the use case's history (``UseCase.history_months``) has landed: where a live replay's clock starts."""
+        if not self.usecase.history_months:
+            raise ValueError(f"use case {self.usecase.name} declares no first-model months: no history to start from")
+        return self.landed_by(month_end(self.usecase.history_months[-1]))
+
     def path(self, table: str, day: date) -> Path:
         self._source(table)
         return self.root / table / f"{day.isoformat()}.parquet"
