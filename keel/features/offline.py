@@ -1,9 +1,9 @@
 """The offline path: one row per entity, every feature point-in-time correct, computed from a ``FeatureSet``.
 
 Nothing a row's features use comes from after its date: request features read the row itself, lookups match on
-their keys (an hourly observation on the row's UTC hour), and histories count only rows of *earlier days* (an
-as-of join that excludes the row's own day). ``as_of`` replaces each row's own date with one fixed day — the online
-store's point of view — for the skew check.
+their keys (an hourly observation on the row's UTC hour), and histories count only rows of *earlier days* whose
+value was known by then (an as-of join that excludes the row's own day). ``as_of`` replaces each row's own date
+with one fixed day — the online store's point of view — for the skew check.
 """
 
 from __future__ import annotations
@@ -22,11 +22,13 @@ def entity_frame(fs: FeatureSet, rows: pl.DataFrame) -> pl.DataFrame:
 
 
 def daily_totals(fs: FeatureSet, history: pl.DataFrame, view: History) -> pl.DataFrame:
-    """Per group and day: rows with a known value, the sum of their values, and both summed over the days so far."""
+    """Per group and day the values became known (the view's ``known_on``, else the row's own day): rows with a
+    known value, the sum of their values, and both summed over the days so far."""
     day = fs.entity.date
     return (
         history.with_columns(view.value.cast(pl.Float64).alias("_value"))
         .filter(pl.col("_value").is_not_null())
+        .with_columns((pl.col(day) if view.known_on is None else view.known_on).cast(pl.Date).alias(day))
         .group_by([*view.keys, day])
         .agg(pl.len().alias("n"), pl.col("_value").sum().alias("total"))
         .sort(day)

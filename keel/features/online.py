@@ -128,11 +128,12 @@ def build_views(
     the same declarations as the offline path."""
     check_views_fit(fs)
     day = fs.entity.date
-    hist = entity_frame(fs, history).filter(pl.col(day) < as_of)
+    hist = entity_frame(fs, history)
     views: dict[str, pl.DataFrame] = {}
     for h in fs.histories:
         totals = (
             daily_totals(fs, hist, h)
+            .filter(pl.col(day) < as_of)  # the day each value became known
             .group_by(list(h.keys))
             .agg(pl.col("n").sum().alias("n_cum"), pl.col("total").sum().alias("sum_cum"))
         )

@@ -163,13 +163,23 @@ class Lookup:
 @dataclass(frozen=True, eq=False)
 class History:
     """A smoothed mean of ``value`` (a polars expression over earlier rows of the entity's source; rows where it is
-    null are not counted) per group of ``keys``, from days strictly before the row's date."""
+    null are not counted) per group of ``keys``, from days strictly before the row's date. ``known_on``: when a row's
+    value becomes known, as a date expression over its columns (a hotel stay's price once the stay is over:
+    ``pl.col("arrival_date") + pl.duration(days=15)``); a row counts from the day after — offline as online, where it
+    has landed by then. None: at the end of the row's own day (the entity date)."""
 
     feature: str
     keys: tuple[str, ...]
     value: pl.Expr
     prior: float
     weight: float
+    known_on: pl.Expr | None = None
+
+    def __post_init__(self) -> None:
+        if self.known_on is not None and not isinstance(self.known_on, pl.Expr):
+            raise FeatureSpecError(
+                f"history {self.feature}: known_on must be a polars expression, got {type(self.known_on).__name__}"
+            )
 
     def smoothed(self, total: Any, n: Any, ops: Any) -> Any:
         return (ops.fill0(total) + self.prior * self.weight) / (ops.fill0(n) + self.weight)
