@@ -318,7 +318,8 @@ class FeatureSet:
                     sources[name] = own + keys + other
         for h in self.histories:
             outcome = [(src, c) for c in h.value.meta.root_names()]
-            sources[h.feature] = outcome + expand([e.date]) + expand(h.keys)
+            known = [(src, c) for c in h.known_on.meta.root_names()] if h.known_on is not None else []
+            sources[h.feature] = outcome + expand([e.date]) + known + expand(h.keys)
         sources[self.label.column] = [(src, c) for c in self.label.expr.meta.root_names()]
         return {c: tuple(dict.fromkeys(sources[c])) for c in self.table_columns}
 

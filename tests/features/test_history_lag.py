@@ -105,6 +105,8 @@ def test_known_on_may_be_another_column_of_the_row():
     # day 3 sees the stays out by day 2: day 1's (10, out on day 2); day 0's (0) is still in the house until day 5
     assert got[3] == pytest.approx((10 + 100) / 2)
     assert got[5] == pytest.approx((10 + 20 + 30 + 100) / 4)  # out by day 4: days 1, 2, 3
+    # the column lineage names what the history read, the check-out day included
+    assert ("validated_stays", "checkout") in fs.column_sources()["room_price"]
 
 
 def test_known_on_must_be_an_expression_and_is_refused_by_name():
