@@ -17,7 +17,7 @@ from assets.usecase import Wiring, wiring
 from keel.contracts.spec import load_contract
 from keel.factories.checks import partitioned_check
 from keel.features.checks import FeatureStability, feature_health, online_distribution, training_serving_skew
-from keel.features.offline import offline_features
+from keel.features.offline import entity_frame, offline_features
 from keel.features.online import build_views, get_online_features
 from keel.features.spec import FeatureSet
 from keel.usecase import UseCase
@@ -105,8 +105,21 @@ def _dates(fs: FeatureSet, rows: pl.DataFrame) -> pl.Series:
     return fs.entity.with_date(rows.head(0) if rows.height == 0 else rows)[fs.entity.date]
 
 
-def _month_of(fs: FeatureSet, history: pl.DataFrame, partition_key: str) -> pl.DataFrame:
+def _month_of(uc: UseCase, history: pl.DataFrame, partition_key: str) -> pl.DataFrame:
+    """The rows of the entity's source partition ``partition_key``: by the source's own day columns (a hotel booking
+    is partitioned by its arrival, though it is scored as of the day it was made), else by the entity date."""
+    fs = uc.features
+    name = fs.entity.source.removeprefix("validated_")
+    if name in uc.source_names and uc.source(name).partitioned:
+        y, m, _ = uc.source(name).day_columns
+        year, month = (int(x) for x in partition_key.split("-"))
+        return history.filter((pl.col(y).cast(pl.Int32) == year) & (pl.col(m).cast(pl.Int32) == month))
     return history.filter(_dates(fs, history).dt.strftime("%Y-%m") == partition_key)
+
+
+def _requests(fs: FeatureSet, rows: pl.DataFrame, request_columns: list[str]) -> list[dict]:
+    """What a caller sends for each source row, in the offline table's order (by id): the request columns."""
+    return entity_frame(fs, rows).sort(fs.entity.id_column).select(request_columns).to_dicts()
 
 
 def _month_end(partition_key: str) -> date:
@@ -166,7 +179,7 @@ def build_feature_assets(uc: UseCase) -> list[dg.AssetsDefinition]:
     def feature_table(
         context: dg.AssetExecutionContext, history: pl.DataFrame, **tables: pl.DataFrame
     ) -> dg.Output[pl.DataFrame]:
-        rows = _month_of(fs, history, context.partition_key)
+        rows = _month_of(uc, history, context.partition_key)
         table = offline_features(fs, rows, lookups(tables), history)
         nulls = table.select([pl.col(n).null_count().alias(n) for n in names]).transpose(
             include_header=True, header_name="feature", column_names=["nulls"]
@@ -253,13 +266,13 @@ def build_feature_assets(uc: UseCase) -> list[dg.AssetsDefinition]:
                 },
             )
             # Skew: rows of the month's last day, as the store sees them (as of the month's end), both paths.
-            month = _month_of(fs, history, context.partition_key)
+            month = _month_of(uc, history, context.partition_key)
             dates = _dates(fs, month)
             last_day = month.filter(dates == dates.max())
             rng = random.Random(f"skew:{context.partition_key}")
             sample = last_day[sorted(rng.sample(range(last_day.height), min(SKEW_SAMPLE, last_day.height)))]
             expected = offline_features(fs, sample, lookups(tables), history, as_of=as_of)
-            served = get_online_features(store, expected.select(request_columns).to_dicts())
+            served = get_online_features(store, _requests(fs, sample, request_columns))
             skew = training_serving_skew(fs, expected.select(names), served, expected[fs.entity.id_column].to_list())
             yield dg.AssetCheckResult(
                 asset_key=online_key,
@@ -277,7 +290,7 @@ def build_feature_assets(uc: UseCase) -> list[dg.AssetsDefinition]:
             week = month.filter(dates > dates.max() - timedelta(days=7))
             week = week.sample(min(DISTRIBUTION_SAMPLE, week.height), seed=7)
             offline_as_of = offline_features(fs, week, lookups(tables), history, as_of=as_of)
-            served_week = get_online_features(store, offline_as_of.select(request_columns).to_dicts())
+            served_week = get_online_features(store, _requests(fs, week, request_columns))
             stability = online_distribution(fs, offline_as_of, served_week)
             worst = [s.feature for s in stability if s.psi is not None and s.psi > PSI_WARN]
             yield dg.AssetCheckResult(
@@ -294,7 +307,12 @@ def build_feature_assets(uc: UseCase) -> list[dg.AssetsDefinition]:
             )
             # Hot keys: last-week rows whose every feature has a value offline; the store must serve them too. (Not
             # the last day's: a lookup table may end before the month does — flights' weather ends on 30 December.)
-            hot = offline_as_of.drop_nulls(names).head(100).select(request_columns).to_dicts()
+            complete = offline_as_of.drop_nulls(names).head(100)[fs.entity.id_column]
+            hot = _requests(
+                fs,
+                entity_frame(fs, week).filter(pl.col(fs.entity.id_column).is_in(complete.implode())),
+                request_columns,
+            )
             health = feature_health(store, hot, max_age=HEALTH_MAX_AGE)
             yield dg.AssetCheckResult(
                 asset_key=online_key,
