@@ -6,7 +6,7 @@ than the naive answer."""
 
 from __future__ import annotations
 
-from datetime import date
+from datetime import UTC, date, datetime
 
 import dagster as dg
 import polars as pl
@@ -16,6 +16,7 @@ from assets.pipeline import usecase_assets
 from keel.features.offline import offline_features
 from keel.features.online import get_online_features
 from keel.features.sqlite_store import SQLiteOnlineStore
+from keel.ledger import Ledger
 from keel.registry import ModelRegistry
 from keel.usecase import from_module
 from resources import TritonResource, keel_resources
@@ -58,11 +59,11 @@ def built(tmp_path_factory):
         )
         checks[month] = {(c.asset_key.path[-1], c.check_name): c.passed for c in result.get_asset_check_evaluations()}
     model = run(["rate_model", "model_evaluation", "model_promotion"])
-    return uc, home, checks, model
+    return uc, home, checks, model, run
 
 
 def test_every_booking_ends_in_one_sink_and_the_real_defects_are_held_back_by_their_rule(built):
-    _, home, _, _ = built
+    _, home, _, _, _ = built
     storage = home / "storage" / "hotels"
     held: dict[str, int] = {}
     for month in HISTORY:
@@ -86,7 +87,7 @@ def test_every_booking_ends_in_one_sink_and_the_real_defects_are_held_back_by_th
 
 
 def test_price_histories_only_count_stays_that_were_over_when_the_rate_was_quoted(built):
-    uc, home, _, _ = built
+    uc, home, _, _, _ = built
     storage = home / "storage" / "hotels"
     july = pl.read_parquet(storage / "rate_features" / "2016-07.parquet")
     # the first arrivals were 2016-07-02: nothing was known before 2016-07-17, so quotes made by then see the prior
@@ -106,7 +107,7 @@ def test_price_histories_only_count_stays_that_were_over_when_the_rate_was_quote
 
 
 def test_the_online_store_serves_what_the_offline_path_computes_for_the_same_day(built):
-    uc, home, checks, _ = built
+    uc, home, checks, _, _ = built
     # the pipeline's own skew and health checks passed every month
     for month in HISTORY:
         assert checks[month][("online_features", "training_serving_skew")], month
@@ -127,7 +128,7 @@ def test_the_online_store_serves_what_the_offline_path_computes_for_the_same_day
 
 
 def test_the_first_model_prices_better_than_the_naive_answer_and_is_champion(built):
-    uc, home, _, model = built
+    uc, home, _, model, _ = built
     mats = {e.asset_key.path[-1]: e.materialization.metadata for e in model.get_asset_materialization_events()}
     sha = mats["rate_model"]["sha256"].value
     registry = ModelRegistry(home / "registry")
@@ -141,7 +142,7 @@ def test_the_first_model_prices_better_than_the_naive_answer_and_is_champion(bui
 
 
 def test_every_replayed_quote_passes_the_request_contract_on_the_day_it_was_made(built):
-    uc, _, _, _ = built
+    uc, _, _, _, _ = built
     contract = uc.compiled_contract(uc.serving.request_contract)
     quotes = replay.quotes("2017-03")
     assert len(quotes) > 500
@@ -149,3 +150,29 @@ def test_every_replayed_quote_passes_the_request_contract_on_the_day_it_was_made
         assert q["quoted_on"].startswith("2017-03") and uc.replay.day_of(q) == q["quoted_on"]
         verdict = contract.validate_record(q)
         assert verdict.sink == "valid", (q, verdict.failed_rules)
+
+
+def test_november_drifts_from_the_summer_it_was_trained_on_and_the_loop_reports_rmse_and_mae(built):
+    """November's prices are a third of August's: its drift report, against the first model's months, says the
+    label drifted; loop_report prices November with the served, the static and the naive model on RMSE and MAE."""
+    uc, home, _, model, run = built
+    run(["raw_bookings", "validated_bookings", "bookings_quarantine", "rate_features"], "2016-11")
+    reference = run(["drift_reference"]).get_asset_materialization_events()[0].materialization.metadata
+    assert reference["window"].value == "2016-07..2016-10"
+    report = run(["drift_report"], "2016-11")
+    checks = {c.check_name: c.passed for c in report.get_asset_check_evaluations()}
+    assert checks["drift_label_price"] is False
+    sha = {e.asset_key.path[-1]: e.materialization for e in model.get_asset_materialization_events()}["rate_model"]
+    with Ledger(home / "ledger.sqlite") as ledger:
+        ledger.append(
+            "rel-hotels",
+            {"model": {"hash": "h", "parts": {"sha256": sha.metadata["sha256"].value}}},
+            datetime(2016, 11, 1, tzinfo=UTC),
+        )
+    loop = run(["loop_report"], "2016-11").get_asset_materialization_events()[0].materialization.metadata
+    november = pl.read_parquet(home / "storage" / "hotels" / "rate_features" / "2016-11.parquet")
+    # judged: the bookings quoted while the release served (from 2016-11-01; earlier quotes had no model)
+    assert loop["labelled_bookings"].value == november.filter(pl.col("quoted_on") >= date(2016, 11, 1)).height
+    for who in ("served", "static", "naive"):
+        assert loop[f"{who}_rmse"].value > loop[f"{who}_mae"].value > 0, who
+    assert "served_auc" not in loop
