@@ -109,15 +109,19 @@ class ModelSpec:
 class Serving:
     """How requests reach the model: ``request_contract`` is the contract (in the use case's contracts folder)
     each entity of a request is validated with; ``alias`` the single-entity field of the legacy route, if any;
-    ``pool_budget_bytes`` the memory budget of the model's requests in flight (a gateway policy may override it)."""
+    ``pool_budget_bytes`` the memory budget of its requests in flight; ``tier`` its service tier (L1 direct revenue …
+    L3 best effort; targets in keel/policies/gateway.py). A gateway policy may override either."""
 
     request_contract: str
     alias: str | None = None
     pool_budget_bytes: int = 64 << 20
+    tier: str = "L2"
 
     def __post_init__(self) -> None:
         if self.pool_budget_bytes <= 0:
             raise UseCaseError(f"serving: pool_budget_bytes must be positive, got {self.pool_budget_bytes}")
+        if self.tier not in ("L1", "L2", "L3"):
+            raise UseCaseError(f"serving: tier must be L1, L2 or L3, got {self.tier!r}")
 
 
 @dataclass(frozen=True, eq=False)
@@ -245,8 +249,7 @@ class UseCase:
         if unknown_tables:
             raise UseCaseError(
                 f"use case {self.name}: experiments or streaming read {unknown_tables}, not among its validated monthly "
-                "sources "
-                f"({', '.join(sorted(validated)) or 'none'}: a monthly source with a contract of its name)"
+                f"sources ({', '.join(sorted(validated)) or 'none'}: a monthly source with a contract of its name)"
             )
         allowed = METRICS[self.features.label.task]
         if not self.metrics:
@@ -312,9 +315,8 @@ class UseCase:
     @property
     def landed(self) -> tuple[Source, ...]:
         """The sources that land day by day in a live replay, the outcomes table first."""
-        return tuple(
-            sorted((src for src in self.sources if src.landing_after is not None), key=lambda s: not s.outcomes)
-        )
+        landing = [src for src in self.sources if src.landing_after is not None]
+        return tuple(sorted(landing, key=lambda s: not s.outcomes))
 
     @property
     def months(self) -> tuple[str, ...]:

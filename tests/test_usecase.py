@@ -34,8 +34,8 @@ def test_the_flights_use_case_is_found_through_its_entry_point():
     assert flights.metrics == ("auc", "log_loss")
     assert by_model("flight-delay") is flights
     assert from_module("usecases.flights") is flights
-    with pytest.raises(UseCaseError, match="no use case 'hotels' is installed; installed: .*flights"):
-        get("hotels")
+    with pytest.raises(UseCaseError, match="no use case 'ships' is installed; installed: .*flights"):
+        get("ships")
     with pytest.raises(UseCaseError, match="served: .*flight-delay"):
         by_model("nope")
 
@@ -167,6 +167,8 @@ def test_bad_declarations_are_refused_when_built(tmp_path):
         Feature("x", "text", 0, 1, 0, "")  # type: ignore[arg-type]
     with pytest.raises(FeatureSpecError, match="task must be binary or regression"):
         Label("y", pl.col("y"), task="ranking")  # type: ignore[arg-type]
+    with pytest.raises(UseCaseError, match="serving: tier must be L1, L2 or L3, got 'gold'"):
+        Serving("request", tier="gold")
     (tmp_path / "request.yaml").write_text("name: request\n")
     ok = dict(
         name="rooms",

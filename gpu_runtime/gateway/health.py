@@ -71,7 +71,7 @@ class ReportsHealth:
         if self.routing is None:
             return
         model = self.routing.model
-        name = self.policy.model_tiers.get(model, "L2")
+        name = self.policy.tier_name(model, self.usecase.serving.tier)
         tier = self.policy.tiers[name]
         labels = {"model": model, "tier": name}
         self.metrics.set_gauge("keel_gateway_sla_target_p99_seconds", labels, tier.p99_ms / 1000)

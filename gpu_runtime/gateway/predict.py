@@ -109,7 +109,7 @@ class Predicts:
             return self._runtime_unavailable(entities, table, request_id, record)
         if self.runtime is not None and self.runtime.restarts != self._restarts_seen:
             self._after_restart()
-        tier = self.policy.tier_of(table.model)
+        tier = self.policy.tier_of(table.model, self.usecase.serving.tier)
         timeout = tier.timeout_ms / 1000
         lane = self.lanes[risk]
         try:

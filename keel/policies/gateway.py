@@ -61,7 +61,9 @@ class GatewayPolicy:
     lanes: dict[int, int] = field(default_factory=lambda: {1: 64, 2: 32, 3: 16})  # risk level → max concurrent
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     tiers: dict[str, SlaTier] = field(default_factory=lambda: dict(DEFAULT_TIERS))
-    model_tiers: dict[str, str] = field(default_factory=dict)  # model name → tier (default L2)
+    model_tiers: dict[str, str] = field(
+        default_factory=dict
+    )  # model name → tier (else its use case's, keel/usecase.py)
     route_timeout_ms: dict[str, float] = field(default_factory=dict)  # route name → Triton call timeout (else tier)
     invalid_input: str = "reject"  # reject → 422; default → serve with the reference defaults, flagged degraded
     routing_poll_s: float = 0.1  # how often the routing file is checked for a new generation
@@ -74,8 +76,12 @@ class GatewayPolicy:
     # get a number).
     last_resort_score: float | None = None
 
-    def tier_of(self, model: str) -> SlaTier:
-        return self.tiers[self.model_tiers.get(model, "L2")]
+    def tier_name(self, model: str, declared: str = "L2") -> str:
+        """The tier ``model`` is served in: the policy's word for it, else what its use case declares."""
+        return self.model_tiers.get(model, declared)
+
+    def tier_of(self, model: str, declared: str = "L2") -> SlaTier:
+        return self.tiers[self.tier_name(model, declared)]
 
     def rate_limit_of(self, tenant: str) -> RateLimit:
         return self.tenant_rate_limits.get(tenant, self.default_rate_limit)

@@ -341,3 +341,18 @@ def test_a_rollback_is_an_incident_with_its_timeline_and_keel_incidents_lists_it
     )  # fmt: skip
     assert out.returncode == 0 and "canary_rollback: canary rollout rolled back (recovered)" in out.stdout
     assert "located    the challenger of rollout: error rate" in out.stdout
+
+
+def test_without_a_tier_policy_the_latency_target_is_the_tier_the_use_case_declares(monkeypatch):
+    """Hotels declares its rate quotes L1: a canary of its model is held to L1's p99; a model no installed use case
+    serves gets the default tier, L2."""
+    import keel.canary_control as control
+    from keel.policies.gateway import DEFAULT_TIERS
+    from keel.usecase import from_module
+
+    hotels = from_module("usecases.hotels")
+    assert hotels.serving.tier == "L1"
+    monkeypatch.setattr(control, "by_model", lambda model: hotels)
+    assert control.sla_p99_target({}, "room-rate") == DEFAULT_TIERS["L1"].p99_ms
+    monkeypatch.undo()
+    assert control.sla_p99_target({}, "no-such-model") == DEFAULT_TIERS["L2"].p99_ms

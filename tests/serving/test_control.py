@@ -121,6 +121,9 @@ def test_policy_errors_name_the_field():
         {"lanes": {"1": 4, "3": 2}, "model_tiers": {"flight-delay": "L1"}, "route_timeout_ms": {"challenger": 40}}
     )
     assert p.lanes == {1: 4, 3: 2} and p.tier_of("flight-delay").p99_ms == 15.0
+    # a model the policy does not name is in the tier its use case declares; the policy's word wins over it
+    assert p.tier_name("room-rate", "L1") == "L1" and p.tier_of("room-rate", "L3").p99_ms == 250.0
+    assert p.tier_name("flight-delay", "L3") == "L1" and GatewayPolicy().tier_name("room-rate") == "L2"
     assert p.route_timeout_ms == {"challenger": 40.0}
     with pytest.raises(PolicyError, match="route_timeout_ms maps route names to milliseconds"):
         GatewayPolicy.from_dict({"route_timeout_ms": {"challenger": "fast"}})
