@@ -119,7 +119,7 @@ usecase = UseCase(
         ),
     ),
     period=(date(YEAR, 1, 1), date(YEAR, 12, 31)),
-    serving=Serving(request_contract="predict_request", alias="flight", pool_budget_bytes=64 << 20),
+    serving=Serving(request_contract="predict_request", alias="flight", pool_budget_bytes=64 << 20, tier="L2"),
     segments=("carrier", "origin"),
     feature_table="flight_features",
     causal_data=causal_data,

@@ -58,7 +58,8 @@ usecase = UseCase(
         ),
     ),
     period=(date(2016, 7, 1), date(2017, 8, 31)),
-    serving=Serving(request_contract="rate_request", pool_budget_bytes=32 << 20),
+    # rate quotes are direct revenue: L1, admitted first under overload (flights' delay scores are L2)
+    serving=Serving(request_contract="rate_request", pool_budget_bytes=32 << 20, tier="L1"),
     segments=("reserved_room_type", "market_segment"),
     feature_table="rate_features",
     monitoring=MONITORING,  # the reference: the first model's months, 2016-07…10
