@@ -36,6 +36,7 @@ from tests.serving.conftest import (  # noqa: F401 - shared fixtures
 )
 
 MONTHS = ("2020-01", "2020-02", "2020-03", "2020-04")
+ROOMS_POOL = 4096  # bytes: the gateway policy's budget for room-price's requests in flight (× 1.2 headroom)
 BASE = {"h1": 80.0, "h2": 150.0, "h3": 260.0}
 CITY = {"oslo": 1.4, "rome": 1.0}
 
@@ -252,7 +253,10 @@ def served(runtime_home, serving_models, tmp_path_factory):  # noqa: F811
     instance = dg.DagsterInstance.ephemeral()
     bookings, run, _ = build(home, tmp_path_factory.mktemp("rooms-data"), instance)
     run(["price_model", "model_evaluation", "model_promotion"])
-    proc, endpoints = start_serve(home, env={"KEEL_USECASE": "flights,tests.usecases.rooms"})
+    # rooms' pool is small on purpose (a 4 KiB budget: ~300 stays in flight), flights keeps its declared 64 MiB
+    proc, endpoints = start_serve(
+        home, {"pool_budgets": {"room-price": ROOMS_POOL}}, env={"KEEL_USECASE": "flights,tests.usecases.rooms"}
+    )
     rt = Runtime(home, proc, endpoints, serving_models[0])
     try:
         rt.deployer().deploy(MODEL, [rt.target(1)])
@@ -344,3 +348,39 @@ def test_each_model_refuses_by_its_own_contract_and_an_unknown_model_lists_both(
     assert wrong.status_code == 404 and wrong.json()["error"]["models"] == [MODEL, "room-price"]
     metrics = httpx.get(f"{rt.url}/metrics", timeout=10).text
     assert 'model="room-price"' in metrics and f'model="{MODEL}"' in metrics
+
+
+def test_one_model_over_its_memory_pool_is_refused_and_the_other_model_is_unaffected(served, serving_models):  # noqa: F811
+    """Rooms' 4 KiB pool holds ~300 stays (4 float32 features each, × 1.2): a 1,000-stay batch is refused with a
+    structured 503 naming the model, while flights' 300-flight batches, sent at the same moment, are all answered;
+    afterwards rooms' pool is empty again and a normal batch is priced."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    rt, _, _ = served
+    _, feb = serving_models
+    flights = [request_body(feb.row(i, named=True))["flight"] for i in range(300)]
+    big = stays(1000)
+
+    def rooms_big():
+        return httpx.post(f"{rt.url}/v1/models/room-price/predict", json={"entities": big}, timeout=60)
+
+    def flights_batch():
+        return httpx.post(f"{rt.url}/v1/models/{MODEL}/predict", json={"entities": flights}, timeout=60)
+
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        refused = [pool.submit(rooms_big) for _ in range(3)]
+        answered = [pool.submit(flights_batch) for _ in range(3)]
+        refused, answered = [f.result() for f in refused], [f.result() for f in answered]
+    for r in refused:
+        assert r.status_code == 503, r.text
+        error = r.json()["error"]
+        assert error["code"] == "memory_budget_exceeded" and error["model"] == "room-price", error
+    for r in answered:
+        assert r.status_code == 200, r.text
+        assert len(r.json()["predictions"]) == len(flights)
+    metrics = httpx.get(f"{rt.url}/metrics", timeout=10).text
+    limit = int(ROOMS_POOL * 1.2)
+    assert f'keel_gpu_pool_limit_bytes{{device="cpu",model="room-price"}} {limit}' in metrics
+    assert 'keel_gpu_pool_bytes_in_use{device="cpu",model="room-price"} 0' in metrics  # nothing held after
+    small = httpx.post(f"{rt.url}/v1/models/room-price/predict", json={"entities": stays(12)}, timeout=10)
+    assert small.status_code == 200, small.text
