@@ -1,6 +1,6 @@
 """The exposure log: one JSON line per request the gateway answered, append-only, one file per UTC day.
 
-Fields: ts, request_id, unit_id, tenant_id, risk_level, experiment_id, variant, routed_version, model,
+Fields: ts, request_id, unit_id, tenant_id, risk_level, tier (the model's service tier), experiment_id, variant, routed_version, model,
 model_version (null when the request ended before a version was chosen), sha256, release_id, score, latency_ms,
 status, error, degraded, entity_key (keel/entity_key.py: how the request's outcome finds it). Later analysis reads the files with DuckDB (``read_json_auto``) or polars.
 

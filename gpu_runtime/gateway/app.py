@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from gpu_runtime.gateway.admission import TierAdmission
 from gpu_runtime.gateway.control import (
     CircuitBreaker,
     RetryBudget,
@@ -142,7 +143,7 @@ class Gateway(
         runtime=None,
         *,
         also: tuple[GatewayConfig, ...] = (),
-        _shared: tuple[Metrics, ExposureLog] | None = None,
+        _shared: tuple[Metrics, ExposureLog, TierAdmission] | None = None,
     ):
         from keel.contracts.engine import CompiledContract
         from keel.contracts.spec import load_contract
@@ -173,6 +174,7 @@ class Gateway(
         # a further model's context shares the process's metrics registry and exposure log (several.py)
         self.metrics = _shared[0] if _shared else Metrics()
         self.exposures = _shared[1] if _shared else ExposureLog(config.exposure_dir)
+        self.admission = _shared[2] if _shared else TierAdmission()  # one for every model of the process
         self.routing: RoutingTable | None = None
         self._routing_mtime = 0.0
         self._routing_checked = 0.0

@@ -19,6 +19,8 @@ HELP = {
     "keel_gateway_breaker_state": ("gauge", "Circuit breaker per model version: 0 closed, 1 half-open, 2 open."),
     "keel_gateway_breaker_transitions": ("gauge", "Circuit breaker transitions so far per model version and state."),
     "keel_gateway_lane_in_flight": ("gauge", "Requests in flight per risk-level lane."),
+    "keel_gateway_tier_in_flight": ("gauge", "Requests in flight per service tier (admission across models)."),
+    "keel_gateway_shed_total": ("counter", "Requests shed by tier admission: no place for their tier in time."),
     "keel_gateway_routing_generation": ("gauge", "Generation of the routing table the gateway follows."),
     "keel_gateway_sla_target_p99_seconds": ("gauge", "The model's SLA tier: p99 latency target."),
     "keel_gateway_sla_target_availability": ("gauge", "The model's SLA tier: availability target."),

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from gpu_runtime.gateway.admission import Shed
 from gpu_runtime.gateway.control import TokenBucket, choose_route
 from gpu_runtime.gateway.explain import explanations, requested_top_k
 from gpu_runtime.gateway.limits import OTHER_TENANT, RequestError, identifier, parse_json, tenant_identifier
@@ -109,8 +110,11 @@ class Predicts:
             return self._runtime_unavailable(entities, table, request_id, record)
         if self.runtime is not None and self.runtime.restarts != self._restarts_seen:
             self._after_restart()
-        tier = self.policy.tier_of(table.model, self.usecase.serving.tier)
+        tier_name = self.policy.tier_name(table.model, self.usecase.serving.tier)
+        tier = self.policy.tiers[tier_name]
         timeout = tier.timeout_ms / 1000
+        record["tier"] = tier_name
+        await self._admit(tier_name, timeout)
         lane = self.lanes[risk]
         try:
             if lane.locked():  # full: wait for a place, up to the timeout
@@ -118,7 +122,11 @@ class Predicts:
             else:  # a place is free: take it without wait_for's task (most requests)
                 await lane.acquire()
         except TimeoutError:
+            self.admission.release(tier_name)
             raise RequestError(503, "overloaded", f"risk level {risk} lane is full", risk_level=risk) from None
+        except BaseException:
+            self.admission.release(tier_name)
+            raise
         self.metrics.add_gauge("keel_gateway_lane_in_flight", {"risk_level": str(risk)}, 1)
         try:
             top_k = requested_top_k(req, self.features.names)
@@ -147,7 +155,9 @@ class Predicts:
             degraded += more
         finally:
             lane.release()
+            self.admission.release(tier_name)
             self.metrics.add_gauge("keel_gateway_lane_in_flight", {"risk_level": str(risk)}, -1)
+            self.metrics.add_gauge("keel_gateway_tier_in_flight", {"tier": tier_name}, -1)
         confidence = np.abs(2.0 * scores - 1.0)
         record.update(
             model=table.model,
@@ -181,6 +191,21 @@ class Predicts:
             **({"predictions": predictions} if len(predictions) > 1 else {}),
         }
         return 200, payload, {"x-model-signature": route.sha256, "x-request-id": request_id, **budget_headers}
+
+    async def _admit(self, tier: str, timeout: float) -> None:
+        """A place for the request in its tier (admission.py), across every model of the process; a structured 503
+        ``shed`` naming the tier when none comes within the tier's wait (at most its timeout)."""
+        ranks = sorted(self.policy.tiers)
+        wait_ms = self.policy.admit_wait_ms.get(tier)
+        wait = timeout if wait_ms is None else min(wait_ms / 1000, timeout)
+        try:
+            await self.admission.acquire(tier, ranks.index(tier), self.policy.admit_in_flight.get(tier), wait)
+        except Shed as shed:
+            self.metrics.inc("keel_gateway_shed_total", {"tier": tier})
+            raise RequestError(
+                503, "shed", str(shed), tier=tier, in_flight_limit=shed.limit, retry_after_s=1
+            ) from None
+        self.metrics.add_gauge("keel_gateway_tier_in_flight", {"tier": tier}, 1)
 
     def _runtime_unavailable(
         self, entities: list[Any] | None, table: RoutingTable, request_id: str, record: dict[str, Any]

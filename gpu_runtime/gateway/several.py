@@ -4,7 +4,7 @@ The gateway a process runs (``Gateway``, app.py) serves its own use case's model
 more use cases), one ``Gateway`` context per further model: each with its use case's request contract, features,
 ranges and defaults, online store, routing table (``routing/<model>.json``), breakers, memory pool, lanes, rate
 limits and retry budget — a model's failures and overload never reach another model's requests. What is the
-process's stays single: the HTTP server and its connection limits, the exposure log (every record names its
+process's stays single: the HTTP server and its connection limits, tier admission (admission.py), the exposure log (every record names its
 ``model``), ``/metrics`` (each context's series carry ``model=<name>``) and ``/readyz`` (ready when every model is).
 
 ``POST /v1/models/{model}/predict`` goes to that model's context; an unknown model is 404 ``unknown_model`` listing
@@ -27,7 +27,9 @@ class ServesSeveral:
         base = self.metrics
         self.metrics = LabelledMetrics(base, {"model": self.usecase.model.name})
         for config in also:
-            other = type(self)(config, self.base_policy, runtime=self.runtime, _shared=(base, self.exposures))
+            other = type(self)(
+                config, self.base_policy, runtime=self.runtime, _shared=(base, self.exposures, self.admission)
+            )
             name = other.usecase.model.name
             if name == self.usecase.model.name or name in self.others:
                 raise ValueError(f"model {name} is served twice by this gateway")

@@ -61,9 +61,15 @@ class GatewayPolicy:
     lanes: dict[int, int] = field(default_factory=lambda: {1: 64, 2: 32, 3: 16})  # risk level → max concurrent
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     tiers: dict[str, SlaTier] = field(default_factory=lambda: dict(DEFAULT_TIERS))
-    model_tiers: dict[str, str] = field(
-        default_factory=dict
-    )  # model name → tier (else its use case's, keel/usecase.py)
+    model_tiers: dict[str, str] = field(default_factory=dict)  # model → tier (else its use case's, keel/usecase.py)
+    # Admission across every model the process serves, by service tier (gpu_runtime/gateway/admission.py): a request
+    # of tier T starts only while fewer than admit_in_flight[T] requests of any model are in flight, waits for a place
+    # up to admit_wait_ms[T] (default: its tier's timeout), else is shed (503 shed, naming its tier). Lower tiers get
+    # lower limits, so the room between them is reserved for the higher: under overload L1 is admitted first, L2 and
+    # L3 wait, then are shed. A tier admit_in_flight does not name (a custom sla_tier) is not limited here. The
+    # defaults sit above the risk lanes' limits, so one model alone behaves as without them.
+    admit_in_flight: dict[str, int] = field(default_factory=lambda: {"L1": 256, "L2": 128, "L3": 64})
+    admit_wait_ms: dict[str, float] = field(default_factory=dict)
     route_timeout_ms: dict[str, float] = field(default_factory=dict)  # route name → Triton call timeout (else tier)
     invalid_input: str = "reject"  # reject → 422; default → serve with the reference defaults, flagged degraded
     routing_poll_s: float = 0.1  # how often the routing file is checked for a new generation
@@ -101,6 +107,9 @@ class GatewayPolicy:
                 out[name] = _coerce(f.type, v, f"{where}.{name}", source)
             return kind(**out)
 
+        def name_of(where: str) -> str:
+            return where.rsplit(".", 1)[-1]
+
         def _coerce(type_text: str, v: Any, where: str, source: str) -> Any:
             nested = {"BreakerPolicy": BreakerPolicy, "RetryPolicy": RetryPolicy, "RateLimit": RateLimit}
             if type_text in nested:
@@ -113,12 +122,18 @@ class GatewayPolicy:
                 try:
                     return {str(k): float(x) for k, x in (v or {}).items()}
                 except (TypeError, ValueError):
-                    raise PolicyError(f"{source}: {where} maps route names to milliseconds, got {v!r}") from None
+                    keys = "tiers" if name_of(where) == "admit_wait_ms" else "route names"
+                    raise PolicyError(f"{source}: {where} maps {keys} to milliseconds, got {v!r}") from None
             if type_text == "dict[str, int]":
                 try:
                     return {str(k): int(x) for k, x in (v or {}).items()}
                 except (TypeError, ValueError):
-                    raise PolicyError(f"{source}: {where} maps model names to byte budgets, got {v!r}") from None
+                    what = (
+                        "tiers to in-flight limits"
+                        if name_of(where) == "admit_in_flight"
+                        else "model names to byte budgets"
+                    )
+                    raise PolicyError(f"{source}: {where} maps {what}, got {v!r}") from None
             if type_text == "dict[int, int]":
                 try:
                     return {int(k): int(x) for k, x in (v or {}).items()}
@@ -151,6 +166,9 @@ class GatewayPolicy:
             )
         if not 0 < policy.breaker.error_rate < 1:
             raise PolicyError(f"{source}: policy.breaker.error_rate must be in (0, 1)")
+        for what, table in (("admit_in_flight", policy.admit_in_flight), ("admit_wait_ms", policy.admit_wait_ms)):
+            if any(x < 0 for x in table.values()):
+                raise PolicyError(f"{source}: policy.{what} must be non-negative for every tier, got {table}")
         return policy
 
     @classmethod

@@ -3,99 +3,26 @@
 A type validates a body (every error names the violated rule: ``PolicyValidationError.rule``) and, when it shapes
 the gateway, lays itself over the gateway's policy (``apply``; keel/policies/gateway.py). The store validates each
 commit with it, every gateway validates again what it reads (a gateway trusts no writer), and the CLI's
-``keel policy validate`` runs the same code. Adding a type is one class here and its line in ``POLICY_TYPES``
-(docs/policy.md shows one).
+``keel policy validate`` runs the same code. Adding a type is one class here (on keel/policies/base.py) and its line
+in ``POLICY_TYPES`` (docs/policy.md shows one).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
-from typing import Any, ClassVar
+from typing import Any
 
-from keel.names import TENANT_ID_RULE, is_tenant_id
+from keel.policies.base import (
+    EXPERIMENT_STATUSES,
+    WEIGHT_TOLERANCE,
+    PolicyType,
+    VersionsOf,
+    known_keys,
+    number,
+    registry_version,
+    tenant_id,
+)
 from keel.policies.errors import PolicyValidationError
-
-VersionsOf = Callable[[str], set[int]]
-WEIGHT_TOLERANCE = 1e-9
-EXPERIMENT_STATUSES = ("running", "paused", "stopped", "rolled_back")
-
-
-def tenant_id(name: str, tenant: object) -> None:
-    """A tenant a policy names has the gateway's tenant-id alphabet (keel.names), or the policy is refused."""
-    if not is_tenant_id(tenant):
-        raise PolicyValidationError(name, "tenant_id", f"tenants: {tenant!r} is not a tenant id ({TENANT_ID_RULE})")
-
-
-def number(
-    name: str,
-    rule: str,
-    body: Mapping[str, Any],
-    key: str,
-    *,
-    lo: float | None = None,
-    hi: float | None = None,
-    lo_open: bool = False,
-    integer: bool = False,
-    required: bool = True,
-) -> float | None:
-    if key not in body:
-        if required:
-            raise PolicyValidationError(name, f"{rule}_present", f"'{key}' is required")
-        return None
-    v = body[key]
-    if isinstance(v, bool) or not isinstance(v, int | float) or (isinstance(v, float) and not math.isfinite(v)):
-        raise PolicyValidationError(name, f"{rule}_number", f"'{key}' must be a finite number, got {v!r}")
-    if integer and int(v) != v:
-        raise PolicyValidationError(name, f"{rule}_integer", f"'{key}' must be a whole number, got {v!r}")
-    if lo is not None and (v <= lo if lo_open else v < lo):
-        raise PolicyValidationError(
-            name, f"{rule}_range", f"'{key}' must be {'>' if lo_open else '≥'} {lo}, got {v!r}"
-        )
-    if hi is not None and v > hi:
-        raise PolicyValidationError(name, f"{rule}_range", f"'{key}' must be ≤ {hi}, got {v!r}")
-    return float(v)
-
-
-def known_keys(name: str, body: Mapping[str, Any], allowed: set[str]) -> None:
-    unknown = sorted(set(body) - allowed)
-    if unknown:
-        raise PolicyValidationError(
-            name, "known_fields", f"unknown field '{unknown[0]}' (allowed: {', '.join(sorted(allowed))})"
-        )
-
-
-def registry_version(
-    name: str, model: Any, version: Any, versions_of: Callable[[str], set[int]] | None, what: str
-) -> None:
-    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
-        raise PolicyValidationError(
-            name, "model_version_integer", f"{what} must be a registry version ≥ 1, got {version!r}"
-        )
-    if versions_of is not None:
-        known = versions_of(model)
-        if version not in known:
-            raise PolicyValidationError(
-                name,
-                "model_version_registered",
-                f"{what} {model} version {version} is not in the registry (registered: {sorted(known) or 'none'})",
-            )
-
-
-class PolicyType:
-    """A policy type: ``validate`` raises PolicyValidationError or returns None; ``apply`` lays a valid body over
-    the gateway policy's fields (a dict of ``GatewayPolicy.to_dict()``), for the types that shape the gateway."""
-
-    type: ClassVar[str]
-    shapes_gateway: ClassVar[bool] = False
-
-    @classmethod
-    def validate(cls, name: str, body: dict[str, Any], versions_of: VersionsOf | None = None) -> None:
-        raise NotImplementedError
-
-    @classmethod
-    def apply(cls, gateway: dict[str, Any], body: dict[str, Any]) -> None:
-        """Only types with ``shapes_gateway`` are applied."""
 
 
 class AbTest(PolicyType):
@@ -269,7 +196,8 @@ class RateLimitType(PolicyType):
 
 
 class SlaTierType(PolicyType):
-    """Latency, availability and timeout targets by tier, and which tier each model is in."""
+    """Latency, availability and timeout targets by tier, which tier each model is in, and optionally the tiers'
+    admission across models (``admit_in_flight``, ``admit_wait_ms``: keel/policies/gateway.py)."""
 
     type = "sla_tier"
     shapes_gateway = True
@@ -278,10 +206,13 @@ class SlaTierType(PolicyType):
     def apply(cls, gateway: dict[str, Any], body: dict[str, Any]) -> None:
         gateway["tiers"] = {k: dict(v) for k, v in body["tiers"].items()}
         gateway["model_tiers"] = dict(body.get("models") or {})
+        for key in ("admit_in_flight", "admit_wait_ms"):
+            if key in body:
+                gateway[key] = dict(body[key])
 
     @classmethod
     def validate(cls, name: str, body: dict[str, Any], versions_of: VersionsOf | None = None) -> None:
-        known_keys(name, body, {"tiers", "models"})
+        known_keys(name, body, {"tiers", "models", "admit_in_flight", "admit_wait_ms"})
         tiers = body.get("tiers")
         if not isinstance(tiers, dict) or not tiers:
             raise PolicyValidationError(name, "tiers_present", "'tiers' maps tier names to targets")
@@ -294,6 +225,14 @@ class SlaTierType(PolicyType):
         for model, t in (body.get("models") or {}).items():
             if t not in tiers:
                 raise PolicyValidationError(name, "tier_known", f"models.{model} names unknown tier {t!r}")
+        for key, integer in (("admit_in_flight", True), ("admit_wait_ms", False)):
+            table = body.get(key, {})
+            if not isinstance(table, dict):
+                raise PolicyValidationError(name, "admission_shape", f"'{key}' maps tier names to numbers")
+            for t in table:
+                if t not in tiers:
+                    raise PolicyValidationError(name, "tier_known", f"{key}.{t} names unknown tier {t!r}")
+                number(name, "admission", table, t, lo=0, integer=integer)
 
 
 PRICE_KEYS = ("per_1000_requests", "per_cpu_second", "per_gpu_second")

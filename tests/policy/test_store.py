@@ -77,6 +77,19 @@ def store(location):
             {"tiers": {"L1": {"p99_ms": 15, "availability": 0.999, "timeout_ms": 100}}, "models": {"m": "L9"}},
             "tier_known",
         ),
+        (
+            "sla_tier",
+            {
+                "tiers": {"L1": {"p99_ms": 15, "availability": 0.999, "timeout_ms": 100}},
+                "admit_in_flight": {"L1": -1},
+            },
+            "admission_range",
+        ),
+        (
+            "sla_tier",
+            {"tiers": {"L1": {"p99_ms": 15, "availability": 0.999, "timeout_ms": 100}}, "admit_wait_ms": {"L9": 5}},
+            "tier_known",
+        ),
         ("nonsense", {}, "known_type"),
         ("circuit_breaker", BREAKER | {"colour": "red"}, "known_fields"),
     ],

@@ -70,6 +70,7 @@ def runtime_home(tmp_path_factory, validated, serving_models):  # noqa: F811
 # tests/serving/test_gateway.py tests on purpose. A swap that broke requests still fails them: errors are not waits.
 PATIENT = {
     "lanes": {1: 1024, 2: 1024, 3: 1024},
+    "admit_in_flight": {"L1": 4096, "L2": 4096, "L3": 4096},
     "tiers": {
         name: {"p99_ms": p99, "availability": 0.99, "timeout_ms": 30_000.0}
         for name, p99 in (("L1", 15.0), ("L2", 50.0), ("L3", 250.0))

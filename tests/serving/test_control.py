@@ -127,6 +127,12 @@ def test_policy_errors_name_the_field():
     assert p.route_timeout_ms == {"challenger": 40.0}
     with pytest.raises(PolicyError, match="route_timeout_ms maps route names to milliseconds"):
         GatewayPolicy.from_dict({"route_timeout_ms": {"challenger": "fast"}})
+    with pytest.raises(PolicyError, match="admit_in_flight maps tiers to in-flight limits"):
+        GatewayPolicy.from_dict({"admit_in_flight": {"L1": "many"}})
+    with pytest.raises(PolicyError, match="admit_wait_ms must be non-negative for every tier"):
+        GatewayPolicy.from_dict({"admit_wait_ms": {"L2": -5}})
+    tiers = GatewayPolicy.from_dict({"admit_in_flight": {"L1": 8, "L2": 4, "L3": 1}, "admit_wait_ms": {"L3": 0}})
+    assert tiers.admit_in_flight == {"L1": 8, "L2": 4, "L3": 1} and tiers.admit_wait_ms == {"L3": 0.0}
     assert GatewayPolicy.from_dict(p.to_dict()) == p
 
 

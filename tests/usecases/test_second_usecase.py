@@ -7,6 +7,8 @@ no line of keel/ or gpu_runtime/ that knows it.
 
 from __future__ import annotations
 
+import json
+import time
 from datetime import UTC, date, datetime, timedelta
 
 import dagster as dg
@@ -384,3 +386,62 @@ def test_one_model_over_its_memory_pool_is_refused_and_the_other_model_is_unaffe
     assert 'keel_gpu_pool_bytes_in_use{device="cpu",model="room-price"} 0' in metrics  # nothing held after
     small = httpx.post(f"{rt.url}/v1/models/room-price/predict", json={"entities": stays(12)}, timeout=10)
     assert small.status_code == 200, small.text
+
+
+def test_under_a_tier_policy_with_no_room_for_l2_the_l1_model_is_answered_and_l2_is_shed_with_a_structured_503(
+    served,
+    serving_models,  # noqa: F811
+):
+    """Tier admission across the models of one runtime, through the real gateway and the policy store: rooms is put
+    in L1, and L2 (flights' declared tier) gets no place (admit_in_flight 0, no wait) — a runtime with all its room
+    reserved for L1. Flights' requests are shed with 503 ``shed`` naming the tier, logged as such; rooms' are priced.
+    (Which request gets a place when places free up is tested on the admission itself, tests/serving/test_admission.py.)
+    Runs last here; the policy is set back to the default tiers afterwards."""
+    from keel.policies import PolicyStore
+    from keel.policies.gateway import DEFAULT_TIERS
+
+    rt, _, _ = served
+    tiers = {name: {"p99_ms": t.p99_ms, "availability": t.availability, "timeout_ms": t.timeout_ms}
+             for name, t in DEFAULT_TIERS.items()}  # fmt: skip
+
+    def set_tiers(body: dict, reason: str) -> None:
+        store = PolicyStore(rt.home / "policies.sqlite")
+        applied = store.apply({"tiers": ("sla_tier", body)}, author="tests", reason=reason).version
+        store.close()
+        deadline = time.monotonic() + 60
+        while {m["policy_version"] for m in httpx.get(f"{rt.url}/readyz", timeout=5).json()["models"].values()} != {
+            applied
+        }:  # every model's context follows the store
+            assert time.monotonic() < deadline, f"the gateway did not follow the policy store to version {applied}"
+            time.sleep(0.05)
+
+    set_tiers(
+        {
+            "tiers": tiers,
+            "models": {"room-price": "L1"},
+            "admit_in_flight": {"L1": 256, "L2": 0, "L3": 0},
+            "admit_wait_ms": {"L2": 0, "L3": 0},
+        },
+        "all room to L1",
+    )
+    try:
+        _, feb = serving_models
+        flight = request_body(feb.row(5, named=True))["flight"]
+        shed = httpx.post(f"{rt.url}/v1/models/{MODEL}/predict", json={"entities": [flight]}, timeout=10)
+        assert shed.status_code == 503, shed.text
+        error = shed.json()["error"]
+        assert (error["code"], error["tier"], error["in_flight_limit"]) == ("shed", "L2", 0)
+        priced = httpx.post(f"{rt.url}/v1/models/room-price/predict", json={"entities": stays(3)}, timeout=10)
+        assert priced.status_code == 200, priced.text
+        day = sorted((rt.home / "serving" / "exposures").glob("exposures-*.jsonl"))[-1]
+        lines = [json.loads(x) for x in day.read_text().splitlines()]
+        by_id = {x["request_id"]: x for x in lines}
+        assert by_id[shed.json()["request_id"]]["error"] == "shed"
+        assert by_id[shed.json()["request_id"]]["tier"] == "L2"
+        assert by_id[priced.json()["request_id"]]["tier"] == "L1"
+        metrics = httpx.get(f"{rt.url}/metrics", timeout=10).text
+        assert f'keel_gateway_shed_total{{model="{MODEL}",tier="L2"}} 1' in metrics
+    finally:
+        set_tiers({"tiers": tiers, "models": {}}, "back to the default tiers")
+    answered = httpx.post(f"{rt.url}/v1/models/{MODEL}/predict", json={"entities": [flight]}, timeout=10)
+    assert answered.status_code == 200, answered.text
