@@ -2,10 +2,11 @@
 
 The numbers come from the Triton model itself (gpu_runtime/triton_model.py: LightGBM's exact TreeSHAP,
 ``pred_contrib``, and the raw score of the same predict), so the explanation is of the version that answered —
-a fallback's when the fallback answered. Contributions are in raw-score units (log-odds of a late arrival); the
-answer carries the base value, the ``k`` largest contributions by magnitude (with each feature's value), and the sum
-of the others in ``rest``, so that ``base_value + Σ contributions + rest == raw_score`` for every answer and
-``score == 1 / (1 + exp(-raw_score))``.
+a fallback's when the fallback answered. Contributions are in raw-score units — log-odds for a binary label (a late
+arrival), the label's own units for a regression (a price): ``units`` says which; the answer carries the base value,
+the ``k`` largest contributions by magnitude (with each feature's value), and the sum of the others in ``rest``, so
+that ``base_value + Σ contributions + rest == raw_score`` for every answer, and ``score == 1 / (1 + exp(-raw_score))``
+for a binary label, ``score == raw_score`` for a regression.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ def requested_top_k(req: dict[str, Any], names: tuple[str, ...]) -> int | None:
 
 
 def explanations(
-    names: tuple[str, ...], x: np.ndarray, contrib: np.ndarray, raw_score: np.ndarray, k: int
+    names: tuple[str, ...], x: np.ndarray, contrib: np.ndarray, raw_score: np.ndarray, k: int, units: str = "log-odds"
 ) -> list[dict[str, Any]]:
     """One explanation per row of ``x`` (the feature values scored) from Triton's ``contrib`` and ``raw_score``."""
     out = []
@@ -51,7 +52,7 @@ def explanations(
                     {"feature": names[i], "value": float(row[i]), "contribution": float(parts[i])} for i in top
                 ],
                 "rest": float(parts[others].sum()) if len(others) else 0.0,
-                "units": "log-odds",
+                "units": units,
             }
         )
     return out

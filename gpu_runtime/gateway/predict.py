@@ -174,7 +174,14 @@ class Predicts:
         if explained is not None:
             for p, e in zip(
                 predictions,
-                explanations(self.features.names, values, explained.contrib, explained.raw_score, top_k),
+                explanations(
+                    self.features.names,
+                    values,
+                    explained.contrib,
+                    explained.raw_score,
+                    top_k,
+                    self._explained_units(),
+                ),
                 strict=True,
             ):
                 p["explanation"] = e
@@ -191,6 +198,11 @@ class Predicts:
             **({"predictions": predictions} if len(predictions) > 1 else {}),
         }
         return 200, payload, {"x-model-signature": route.sha256, "x-request-id": request_id, **budget_headers}
+
+    def _explained_units(self) -> str:
+        """What an explanation's contributions are in: log-odds for a binary label, else the label's own units."""
+        label = self.features.label
+        return "log-odds" if label.task == "binary" else f"{label.column} ({label.description or 'the label'})"
 
     async def _admit(self, tier: str, timeout: float) -> None:
         """A place for the request in its tier (admission.py), across every model of the process; a structured 503

@@ -445,3 +445,21 @@ def test_under_a_tier_policy_with_no_room_for_l2_the_l1_model_is_answered_and_l2
         set_tiers({"tiers": tiers, "models": {}}, "back to the default tiers")
     answered = httpx.post(f"{rt.url}/v1/models/{MODEL}/predict", json={"entities": [flight]}, timeout=10)
     assert answered.status_code == 200, answered.text
+
+
+def test_a_regression_answer_is_explained_in_the_labels_units_and_the_contributions_add_up_to_the_price(served):
+    """TreeSHAP of the rooms model, from the Triton model that answered: base value + contributions = the raw
+    score, which for a regression is the predicted price itself — and the champion in this process agrees."""
+    rt, _, _ = served
+    entities = stays(20)
+    r = httpx.post(f"{rt.url}/v1/models/room-price/predict", json={"entities": entities, "explain": True}, timeout=10)
+    assert r.status_code == 200, r.text
+    answers = r.json()["predictions"]
+    local = in_process(rt.home, entities)
+    for answer, price in zip(answers, local, strict=True):
+        e = answer["explanation"]
+        assert e["units"] == "label_price (price paid)"
+        total = e["base_value"] + sum(c["contribution"] for c in e["contributions"]) + e["rest"]
+        assert total == pytest.approx(e["raw_score"], abs=1e-6)
+        assert answer["score"] == pytest.approx(e["raw_score"], abs=1e-4) == pytest.approx(price, rel=1e-5)
+        assert {c["feature"] for c in e["contributions"]} == set(rooms.usecase.features.names)
