@@ -25,6 +25,14 @@ from keel.storage import Closing
 COLUMNS = "seq, release_id, live_from, manifest, reverts, prev_hash, hash"
 
 
+def model_line(manifest: dict) -> str:
+    """Which model a release is of: the training asset its model part names (``<use case>/<asset>``), else one
+    line for every entry (a manifest without parts)."""
+    model = manifest.get("model")
+    parts = model.get("parts") if isinstance(model, dict) else None
+    return str(parts.get("asset", "")) if isinstance(parts, dict) else ""
+
+
 class LedgerError(KeelError):
     """The ledger refused an entry (bad time, unknown release) or cannot be read."""
 
@@ -149,6 +157,20 @@ class Ledger(Closing):
             f"SELECT {COLUMNS} FROM entries WHERE live_from <= ? ORDER BY live_from DESC, seq DESC LIMIT 1", (stamp,)
         ).fetchone()
         return self._row(row) if row else None
+
+    def at_each(self, when: datetime | str) -> list[LedgerEntry]:
+        """What was live at ``when`` for every model the ledger has released: per model line (``model_line``), its
+        latest entry at or before ``when``, in the order of their entries. A release of one model leaves the
+        others' lines as they were."""
+        stamp = _utc(when).isoformat()
+        rows = self._db.execute(
+            f"SELECT {COLUMNS} FROM entries WHERE live_from <= ? ORDER BY live_from, seq", (stamp,)
+        ).fetchall()
+        latest: dict[str, LedgerEntry] = {}
+        for row in rows:
+            entry = self._row(row)
+            latest[model_line(entry.manifest)] = entry
+        return sorted(latest.values(), key=lambda e: e.seq)
 
     def verify(self, known_head: tuple[int, str] | None = None) -> VerifyResult:
         """The chain (keel.chain) and SQLite's integrity; ``known_head``: (seq, hash) a witness off this machine saw

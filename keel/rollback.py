@@ -29,9 +29,10 @@ class RollbackResult:
     report: DeployReport
 
 
-def previous_release(ledger: Ledger) -> tuple[LedgerEntry, LedgerEntry]:
-    """(live entry, the entry to restore)."""
-    log = ledger.log()
+def previous_release(ledger: Ledger, of_model=None) -> tuple[LedgerEntry, LedgerEntry]:
+    """(live entry, the entry to restore) among the entries ``of_model(entry)`` keeps — one model's releases when
+    several models share the ledger (every entry when None)."""
+    log = [e for e in ledger.log() if of_model is None or of_model(e)]
     if not log:
         raise RollbackError("the ledger is empty: nothing is live, nothing to roll back to")
     live = log[-1]
@@ -41,12 +42,17 @@ def previous_release(ledger: Ledger) -> tuple[LedgerEntry, LedgerEntry]:
     raise RollbackError(f"release {live.release_id} is the only release in the ledger: nothing to roll back to")
 
 
+def _model_sha(entry: LedgerEntry) -> str | None:
+    model = entry.manifest.get("model")
+    return model.get("parts", {}).get("sha256") if isinstance(model, dict) else None
+
+
 def rollback(
     registry: ModelRegistry, ledger: Ledger, deployer: ModelDeployer, model: str, reason: str
 ) -> RollbackResult:
-    live, target = previous_release(ledger)
-    sha = target.manifest.get("model", {}).get("parts", {}).get("sha256")
-    live_sha = live.manifest.get("model", {}).get("parts", {}).get("sha256")
+    shas = {registry.sha_of_version(model, v) for v in registry.versions(model)}
+    live, target = previous_release(ledger, lambda e: _model_sha(e) in shas)  # this model's releases only
+    sha, live_sha = _model_sha(target), _model_sha(live)
     if not sha:
         raise RollbackError(f"ledger entry {target.seq} ({target.release_id}) names no model sha256")
     version = registry.version(model, sha)

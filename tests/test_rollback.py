@@ -66,3 +66,16 @@ def test_nothing_to_roll_back_to_is_a_clear_error(tmp_path):
     ledger.append("rel-1", manifest(only))
     with pytest.raises(RollbackError, match="only release"):
         rollback(registry, ledger, deployer, MODEL, "undo")
+
+
+def test_with_two_models_in_the_ledger_a_rollback_restores_its_own_models_previous_release(released):
+    """Another model released after this one's latest: rolling this model back restores this model's previous
+    release (not the other model's), and the other model's release stays what served it."""
+    registry, ledger, deployer, one, two = released
+    rate = registry.register("room-rate", "rate model", {}).sha256
+    ledger.append("rel-rate-1", manifest(rate))
+    result = rollback(registry, ledger, deployer, MODEL, "undo the flights release")
+    assert (result.replaced.release_id, result.restored.release_id) == ("rel-2", "rel-1")
+    assert RoutingTable.read(deployer.routing_path).routes[0].sha256 == one
+    assert registry.alias("room-rate", "champion") != one  # untouched
+    assert [e.release_id for e in ledger.log()] == ["rel-1", "rel-2", "rel-rate-1", "rel-1"]

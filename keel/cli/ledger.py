@@ -18,7 +18,7 @@ def register(sub) -> None:
         help="ledger: a file or a postgresql:// URL (default: $KEEL_HOME/ledger.sqlite, or $KEEL_CONTROL_PLANE)",
     )
     lsub = ledger.add_subparsers(dest="action", required=True, parser_class=Parser)
-    at = lsub.add_parser("at", help="the release live at a UTC instant (ISO 8601)")
+    at = lsub.add_parser("at", help="the release of every model live at a UTC instant (ISO 8601)")
     at.add_argument("timestamp")
     at.set_defaults(func=_ledger_at)
     lsub.add_parser("log", help="every entry, oldest first").set_defaults(func=_ledger_log)
@@ -68,11 +68,12 @@ def _ledger_at(args: argparse.Namespace) -> int:
         when = datetime.fromisoformat(args.timestamp.replace("Z", "+00:00"))
     except ValueError:
         raise DataReadError(f"not an ISO 8601 timestamp: {args.timestamp!r}") from None
-    entry = _open_ledger(args).at(when)
-    if entry is None:
+    entries = _open_ledger(args).at_each(when)  # one per model: what served each at that instant
+    if not entries:
         print(f"nothing was live at {args.timestamp}")
         return EXIT_PROBLEM
-    _print_entry(entry)
+    for entry in entries:
+        _print_entry(entry)
     return EXIT_OK
 
 

@@ -175,3 +175,37 @@ def test_kill_9_during_200_appends_loses_no_acknowledged_entry(location):
     assert [e.seq for e in entries] == list(range(1, len(entries) + 1))
     result = led.verify()
     assert result.ok and result.entries == 200, result.problems
+
+
+def release(asset: str, sha: str) -> dict:
+    return {
+        "data": "d",
+        "model": {"hash": sha, "parts": {"asset": asset, "sha256": sha}},
+        "infra": "i",
+        "policy": "p",
+    }
+
+
+def test_at_names_what_served_every_model_and_a_release_of_one_leaves_the_other(tmp_path):
+    """Two models released in turn: at any instant, each model's own latest release; flights' second release
+    leaves what served hotels unchanged, and a revert belongs to its model's line."""
+    path = tmp_path / "ledger.sqlite"
+    led = Ledger(path)
+    led.append("rel-f1", release("flights/delay_model", "f1"), T0)
+    led.append("rel-h1", release("hotels/rate_model", "h1"), T0 + timedelta(hours=1))
+    led.append("rel-f2", release("flights/delay_model", "f2"), T0 + timedelta(hours=2))
+    led.revert(1, "f2 was worse", T0 + timedelta(hours=3))  # flights back to f1
+    assert [e.release_id for e in led.at_each(T0 + timedelta(minutes=30))] == ["rel-f1"]
+    assert [e.release_id for e in led.at_each(T0 + timedelta(hours=2, minutes=1))] == ["rel-h1", "rel-f2"]
+    after = led.at_each(T0 + timedelta(hours=4))
+    assert [(e.release_id, e.reverts) for e in after] == [("rel-h1", None), ("rel-f1", 1)]
+    assert led.at(T0 + timedelta(hours=4)).release_id == "rel-f1"  # the newest entry of any model, as before
+    assert led.at_each(T0 - timedelta(seconds=1)) == []
+    led.close()
+    at = subprocess.run(
+        [sys.executable, "-m", "keel.cli", "ledger", "--ledger", str(path), "at", "2013-06-01T14:30:00Z"],
+        capture_output=True,
+        text=True,
+    )
+    assert at.returncode == 0, at.stderr
+    assert at.stdout.index("rel-h1") < at.stdout.index("rel-f2") and "rel-f1" not in at.stdout
