@@ -11,29 +11,15 @@ import polars as pl
 
 from usecases.hotels.data import read_bookings
 
-REQUEST_FIELDS = (
-    "booking_ref",
-    "year",
-    "month",
-    "day",
-    "lead_time",
-    "stays_in_weekend_nights",
-    "stays_in_week_nights",
-    "adults",
-    "children",
-    "babies",
-    "meal",
-    "country",
-    "market_segment",
-    "reserved_room_type",
-    "is_repeated_guest",
-    "previous_cancellations",
-    "required_car_parking_spaces",
-    "total_of_special_requests",
-    "historical_adr",
-    "near_christmas",
-    "near_new_years",
-)
+DATES = ("quoted_on", "arrival_date")  # sent as YYYY-MM-DD text, as the request contract reads them
+
+
+@lru_cache(maxsize=1)
+def request_contract():
+    """The rate-request contract (contracts/rate_request.yaml): its columns are what a quote sends."""
+    from keel.contracts.spec import load_contract
+
+    return load_contract(Path(__file__).parent / "contracts" / "rate_request.yaml")
 
 
 @lru_cache(maxsize=1)
@@ -56,14 +42,11 @@ def quotes(month: str, limit: int = 20_000) -> list[dict]:
     (YYYY-MM), in the order they were made."""
     first = pl.lit(f"{month}-01").str.to_date()
     made = valid_bookings().filter((pl.col("quoted_on") >= first) & (pl.col("quoted_on") < first.dt.offset_by("1mo")))
+    fields = [c for c in request_contract().column_names if c not in DATES]  # what a quote sends, said once
     return (
         made.sort("quoted_on", "booking_ref")
         .head(limit)
-        .select(
-            *REQUEST_FIELDS,
-            pl.col("quoted_on").dt.strftime("%Y-%m-%d"),
-            pl.col("arrival_date").dt.strftime("%Y-%m-%d"),
-        )
+        .select(*fields, *(pl.col(d).dt.strftime("%Y-%m-%d") for d in DATES))
         .to_dicts()
     )
 
