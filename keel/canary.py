@@ -10,9 +10,11 @@ The three checks, each on the exposures of the current step only:
   confidence: a one-sided exact conditional test of the rate ratio (given k errors in all, the challenger's count
   is Binomial(k, π) with π = r·n_c / (r·n_c + n_h) under H0: rate_c ≤ r·rate_h), p < ``alpha``. Exact at small
   counts, so it is valid at 1 % traffic;
-- **latency** — the challenger's p99 above its SLA tier's p99 target, and above ``latency_ratio`` (1.2) × the
-  champion's p99 in the same window: when both arms miss the target together, the machine is slow, not the
-  challenger (a busy host would otherwise roll back every canary);
+- **latency** — as a rate: the challenger's share of answers slower than its SLA tier's p99 target above the
+  objective's 1 % (× ``latency_ratio``) with confidence, and above ``latency_ratio`` (1.2) × the champion's share in
+  the same window with confidence (``latency_rate_breach``: exact binomial tests, as the error check): when both arms
+  miss the target together, the machine is slow, not the challenger (a busy host would otherwise roll back every
+  canary). Evidence with p99s only (no per-request latencies) compares the p99s under the same two conditions;
 - **quality** — on requests whose outcome is in, the challenger's loss (log-loss for a binary label) above the champion's by more than
   ``max_log_loss_increase`` with confidence: a one-sided Welch z-test of the mean per-request log-loss difference
   (H0: Δ ≤ max_log_loss_increase), p < ``alpha`` — a few unlucky labels do not roll a good model back.
@@ -53,6 +55,9 @@ class CanaryPlan:
     progress_deadline_s: float = 3600.0
     on_breach: str = "rollback"  # or "pause"
     p99_target_ms: float | None = None  # the model's SLA tier; None: no latency check
+    loss: str = (
+        "log-loss"  # the per-request loss the quality check compares (its task's: squared-error for regression)
+    )
 
     @classmethod
     def from_policy(cls, body: dict[str, Any], p99_target_ms: float | None = None) -> CanaryPlan:
@@ -90,6 +95,9 @@ class ArmStats:
     # log-loss for a binary label — hence the name — squared error for a regression), and its sample variance.
     log_loss: float | None = None
     log_loss_var: float | None = None
+    # Answered requests, and how many of them were slower than the SLA tier's p99 target (None: not counted).
+    answered: int = 0
+    slow: int | None = None
 
 
 @dataclass(frozen=True)
@@ -99,6 +107,37 @@ class Decision:
     percent: float  # the challenger's traffic share after the action
     reasons: tuple[str, ...]
     evidence: dict[str, Any] = field(default_factory=dict)
+
+
+OBJECTIVE_SLOW_SHARE = 0.01  # a p99 target: at most 1 % of the answers slower than it
+
+
+def latency_rate_breach(plan: CanaryPlan, challenger: ArmStats, champion: ArmStats, evidence: dict) -> list[str]:
+    """Slower than the SLA target, as a rate (exact tests, as the error check): the challenger breaches only when
+    its share of answers slower than the target is above the objective's 1 % with confidence *and* above
+    ``latency_ratio`` × the champion's share in the same window with confidence (when the champion answered) — a
+    busy host slows both arms alike, and a p99 of a few dozen requests is their slowest one, not a rate."""
+    c_slow, c_n, h_slow, h_n = challenger.slow or 0, challenger.answered, champion.slow or 0, champion.answered
+    if c_n < plan.min_samples:
+        return []
+    p_objective = float(binom.sf(c_slow - 1, c_n, min(1.0, plan.latency_ratio * OBJECTIVE_SLOW_SHARE)))
+    p_champion = (
+        rate_ratio_pvalue(c_slow, c_n, h_slow, h_n, plan.latency_ratio) if h_n and champion.slow is not None else 0.0
+    )
+    evidence |= {"slow_share": {"challenger": c_slow / c_n, "champion": h_slow / h_n if h_n else None},
+                 "slow_objective_pvalue": p_objective, "slow_vs_champion_pvalue": p_champion}  # fmt: skip
+    if p_objective >= plan.alpha or p_champion >= plan.alpha:
+        if p_objective < plan.alpha:
+            evidence["latency_note"] = (
+                f"both arms slower than the SLA target {plan.p99_target_ms} ms ({c_slow}/{c_n} vs {h_slow}/{h_n}): "
+                "the host, not the challenger"
+            )
+        return []
+    versus = f" and above {plan.latency_ratio}× the champion's {h_slow}/{h_n} (p = {p_champion:.3g})" if h_n else ""
+    return [
+        f"{c_slow}/{c_n} answers slower than the SLA target {plan.p99_target_ms} ms: above the objective's "
+        f"{plan.latency_ratio * OBJECTIVE_SLOW_SHARE:.1%} with p = {p_objective:.3g} < α = {plan.alpha}{versus}"
+    ]
 
 
 def rate_ratio_pvalue(chal_errors: int, chal_n: int, champ_errors: int, champ_n: int, ratio: float) -> float:
@@ -154,6 +193,8 @@ def decide(
                 "labelled": challenger.labelled,
                 "log_loss": challenger.log_loss,
                 "log_loss_var": challenger.log_loss_var,
+                "answered": challenger.answered,
+                "slow": challenger.slow,
             },
             "champion": {
                 "requests": champion.requests,
@@ -162,6 +203,8 @@ def decide(
                 "labelled": champion.labelled,
                 "log_loss": champion.log_loss,
                 "log_loss_var": champion.log_loss_var,
+                "answered": champion.answered,
+                "slow": champion.slow,
             },
         }
         counts = (challenger.requests, challenger.errors, champion.requests, champion.errors)
@@ -187,7 +230,9 @@ def decide(
                     f"{champion.requests}: above {plan.error_ratio}x with p = {p:.3g} < α = {plan.alpha}"
                 )
             # latency against the SLA tier
-            if plan.p99_target_ms is not None:
+            if plan.p99_target_ms is not None and challenger.slow is not None and challenger.answered:
+                breaches += latency_rate_breach(plan, challenger, champion, evidence)
+            elif plan.p99_target_ms is not None:  # only p99s known (no per-request latencies): compare those
                 if _finite(challenger.p99_ms):
                     slow = challenger.requests >= plan.min_samples and challenger.p99_ms > plan.p99_target_ms
                     champion_as_slow = _finite(champion.p99_ms) and challenger.p99_ms <= plan.latency_ratio * (
@@ -220,7 +265,7 @@ def decide(
                     judged_now = p_loss >= plan.alpha
                     if p_loss < plan.alpha:
                         breaches.append(
-                            f"log-loss {challenger.log_loss:.4f} vs champion {champion.log_loss:.4f} on "
+                            f"{plan.loss} {challenger.log_loss:.4f} vs champion {champion.log_loss:.4f} on "
                             f"{challenger.labelled} realized labels: +{delta:.4f}, above +{plan.max_log_loss_increase} "
                             f"with p = {p_loss:.3g} < α = {plan.alpha}"
                         )

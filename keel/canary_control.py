@@ -43,7 +43,12 @@ def canary_salt(name: str, body: dict, state: CanaryState) -> str:
 
 
 def evidence_for(
-    body: dict, state: CanaryState, exposures_dir, storage_dir: Path | None = None, problems: list[str] | None = None
+    body: dict,
+    state: CanaryState,
+    exposures_dir,
+    storage_dir: Path | None = None,
+    problems: list[str] | None = None,
+    slow_over_ms: float | None = None,
 ) -> tuple[ArmStats | None, ArmStats | None]:
     try:
         frame, scan = read_exposure_scan(exposures_dir, since=state.step_started_at)
@@ -57,8 +62,12 @@ def evidence_for(
         return None, None
     since = state.step_started_at
     return (
-        arm_stats(frame, body["challenger_version"], since=since, labels=labels, task=uc.task),
-        arm_stats(frame, body["champion_version"], since=since, labels=labels, task=uc.task),
+        arm_stats(
+            frame, body["challenger_version"], since=since, labels=labels, task=uc.task, slow_over_ms=slow_over_ms
+        ),
+        arm_stats(
+            frame, body["champion_version"], since=since, labels=labels, task=uc.task, slow_over_ms=slow_over_ms
+        ),
     )
 
 
@@ -117,7 +126,7 @@ def _tick_one(policies, registry, current, name, body, exposures_dir, now, stora
         if state.status in FINISHED:
             return None
         plan = CanaryPlan.from_policy(body, p99_target_ms=sla_p99_target(current, body["model"]))
-        challenger, champion = evidence_for(body, state, exposures_dir, storage_dir, problems)
+        challenger, champion = evidence_for(body, state, exposures_dir, storage_dir, problems, plan.p99_target_ms)
         d = decide(plan, state, challenger, champion, now)
         if d.action in ("hold", "none"):
             return None

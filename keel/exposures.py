@@ -82,9 +82,11 @@ def arm_stats(
     until: float | None = None,
     labels: Mapping[str, float] | None = None,
     task: str = "binary",
+    slow_over_ms: float | None = None,
 ) -> ArmStats:
     """The statistics of requests routed to ``version`` with since ≤ ts < until; realized quality as the mean
-    per-row loss of the model's ``task`` (keel/metrics.py: log-loss, or squared error for a regression)."""
+    per-row loss of the model's ``task`` (keel/metrics.py: log-loss, or squared error for a regression); with
+    ``slow_over_ms`` (the SLA tier's p99 target), how many answers were slower than it."""
     f = frame.filter((pl.col("routed_version") == version) & (pl.col("ts") >= since))
     if until is not None:
         f = f.filter(pl.col("ts") < until)
@@ -104,7 +106,9 @@ def arm_stats(
             loss = float(losses.mean())
             var = float(losses.var(ddof=1)) if lab.height > 1 else None
             labelled = lab.height
-    return ArmStats(requests=n, errors=errors, p99_ms=p99, labelled=labelled, log_loss=loss, log_loss_var=var)
+    slow = None if slow_over_ms is None else int((answered["latency_ms"] > slow_over_ms).sum())
+    return ArmStats(requests=n, errors=errors, p99_ms=p99, labelled=labelled, log_loss=loss, log_loss_var=var,
+                    answered=answered.height, slow=slow)  # fmt: skip
 
 
 def outcome_labels(fs: FeatureSet, rows: pl.DataFrame) -> dict[str, float]:

@@ -81,6 +81,7 @@ class Canary(PolicyType):
                 "latency_ratio",
                 "alpha",
                 "max_log_loss_increase",
+                "loss",
                 "min_labelled",
                 "progress_deadline_s",
                 "on_breach",
@@ -118,6 +119,10 @@ class Canary(PolicyType):
         number(name, "max_log_loss_increase", body, "max_log_loss_increase", lo=0, required=False)
         number(name, "min_labelled", body, "min_labelled", lo=1, integer=True, required=False)
         number(name, "progress_deadline", body, "progress_deadline_s", lo=0, lo_open=True, required=False)
+        if body.get("loss", "log-loss") not in ("log-loss", "squared-error"):
+            raise PolicyValidationError(
+                name, "loss_known", f"'loss' is log-loss or squared-error, got {body.get('loss')!r}"
+            )
         origin = body.get("origin")
         if origin is not None and not isinstance(origin, dict):
             raise PolicyValidationError(

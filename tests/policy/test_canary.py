@@ -214,3 +214,20 @@ def test_no_challenger_gets_all_the_traffic_before_its_quality_is_judged():
     # a verdict that is a breach is a rollback, never a judged pass
     worse = decide(PLAN, state(step=3), replace(GOOD, log_loss=0.60), CHAMP, T0)
     assert worse.action == "rollback" and worse.state.quality_judged is False
+
+
+def test_slower_than_the_objective_is_judged_as_a_rate_not_by_a_few_requests_p99():
+    """With per-request latencies counted, the latency check is a rate: a challenger breaches only when its share of
+    answers slower than the SLA target is above the objective's 1 % (× latency_ratio) with confidence and above the
+    champion's share likewise — the p99 of 40 requests is their slowest one, and a busy host slows both arms."""
+    plan = replace(PLAN, min_samples=20)
+    champ = replace(CHAMP, answered=39_900, slow=400)  # the champion: 1.0 % slower than the 50 ms target
+    one_slow = replace(GOOD, requests=40, errors=0, answered=40, slow=1, p99_ms=80.0)  # p99 over target: one request
+    ok = decide(plan, state(), one_slow, champ, T0)
+    assert ok.action == "advance" and ok.evidence["slow_objective_pvalue"] > plan.alpha
+    busy_host = decide(plan, state(), replace(one_slow, slow=14), replace(champ, slow=13_000), T0)  # both ~33 %
+    assert busy_host.action == "advance" and "the host, not the challenger" in busy_host.evidence["latency_note"]
+    slow = decide(plan, state(), replace(one_slow, slow=14), champ, T0)  # 35 % against the champion's 1 %
+    assert slow.action == "rollback" and "14/40 answers slower than the SLA target 50" in slow.reasons[0]
+    alone = decide(plan, state(step=4), replace(one_slow, slow=14), replace(CHAMP, requests=0, errors=0), T0)
+    assert alone.action == "rollback" and "objective" in alone.reasons[0]  # no champion left: the objective alone

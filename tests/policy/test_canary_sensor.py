@@ -48,7 +48,7 @@ def world(tmp_path):
     registry.close()
 
 
-def traffic(log, start, challenger_ok=100, challenger_failed=0, champion=1000):
+def traffic(log, start, challenger_ok=100, challenger_failed=0, champion=1000, champion_ms=4.0):
     for i in range(champion):
         log.append(
             {
@@ -57,7 +57,7 @@ def traffic(log, start, challenger_ok=100, challenger_failed=0, champion=1000):
                 "routed_version": 1,
                 "model_version": 1,
                 "status": 200,
-                "latency_ms": 4.0,
+                "latency_ms": champion_ms,
             }
         )
     for i in range(challenger_ok):
@@ -214,7 +214,7 @@ def test_the_sla_tier_in_the_store_sets_the_latency_target(world):
         reason="flight-delay is latency critical",
     )
     tick(store, registry, exposures, T0)
-    traffic(log, T0 + 1)  # the challenger answers in 5 ms
+    traffic(log, T0 + 1, champion_ms=2.0)  # the challenger answers in 5 ms, the champion within the tight 3 ms
     [rollback] = tick(store, registry, exposures, T0 + 2)
     assert rollback["action"] == "rollback"
     assert "SLA target 3.0 ms" in json.loads(store.commit(rollback["version"]).reason)["reasons"][0]
