@@ -69,7 +69,7 @@ def build_deployment_assets(uc: UseCase) -> list[dg.AssetsDefinition]:
                 led,
                 infra,
                 endpoints.get("policy") or {},
-                live_from=SimClock(keel_home.layout().clock).now(),  # the simulated now in a live replay
+                live_from=SimClock(keel_home.layout().clock, uc.name).now(),  # the simulated now in a live replay
             )
         report = done.report
         context.log.info(
@@ -169,15 +169,20 @@ def _model_field() -> dg.Field:
     },
 )
 def rollback_op(
-    context: dg.OpExecutionContext, registry: ModelRegistryResource, triton: TritonResource, ledger: LedgerResource
+    context: dg.OpExecutionContext,
+    registry: ModelRegistryResource,
+    triton: TritonResource,
+    ledger: LedgerResource,
+    keel_home: KeelHomeResource,
 ) -> None:
     from keel.rollback import rollback
 
     model = context.op_config["model"]
     uc = by_model(model)
+    when = SimClock(keel_home.layout().clock, uc.name).now()  # a live replay's simulated now in the model's span
     with registry.open() as reg, ledger.open() as led:
         result = rollback(
-            reg, led, triton.deployer(model, len(uc.features.names)), model, context.op_config["reason"]
+            reg, led, triton.deployer(model, len(uc.features.names)), model, context.op_config["reason"], when
         )
     context.log.info(f"rolled back {result.replaced.release_id} → {result.restored.release_id}")
     context.log_event(

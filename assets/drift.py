@@ -213,7 +213,7 @@ def _freeze_evidence(
             context.log.info("no champion yet: drifted features are not judged for freezing")
             return {}
         model_text = reg.load(champion)
-    now = SimClock(keel_home.layout().clock).now()
+    now = SimClock(keel_home.layout().clock, uc.name).now()
     out = {}
     for f in drifted:
         out[f.feature] = freeze_evidence(

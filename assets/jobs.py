@@ -26,6 +26,11 @@ from keel.usecase import UseCase
 
 ON_DEMAND = dg.AssetSelection.tag("keel/backfill", "skip")
 
+# The run queue's order under load (Dagster's QueuedRunCoordinator launches higher ``dagster/priority`` first): the
+# loop's actions (a canary step's deployment) before its evidence (drift reports, challengers) before rebuilding
+# deliveries — with two use cases replayed at once, a canary step must not wait behind a queue of monthly rebuilds.
+PRIORITY_ACT = {"dagster/priority": "2"}
+PRIORITY_JUDGE = {"dagster/priority": "1"}
 HISTORY = "history"  # a live replay runs it at the start, on the history months
 SENSORS = "sensors"  # a live replay leaves it to the sensors, month by month as data lands
 AFTER = "after"  # a live replay runs it once the period is in

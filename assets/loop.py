@@ -10,6 +10,7 @@ starts a canary for a challenger whose gate passed (keel.loop.gate.challenger_ga
 files as the pipeline stored them, so a window is any months that exist, not a partition mapping fixed in code.
 """
 
+from dataclasses import replace
 from datetime import UTC
 from functools import cache
 
@@ -49,7 +50,7 @@ class ChallengerConfig(dg.Config):
 def gate_rows(uc: UseCase, frame: pl.DataFrame, config: ChallengerConfig) -> pl.DataFrame:
     """The rows that judge the challenger: the gate month's days from ``gate_from_day`` on."""
     fs = uc.features
-    return month_of(frame, config.gate_month, fs).filter(pl.col(fs.entity.date).dt.day() >= config.gate_from_day)
+    return month_of(frame, config.gate_month, fs).filter(fs.entity.partition_day.dt.day() >= config.gate_from_day)
 
 
 def read_months(uc: UseCase, home: KeelHome, months: list[str]) -> pl.DataFrame:
@@ -72,6 +73,7 @@ def build_loop_assets(uc: UseCase) -> list[dg.AssetsDefinition]:
     fs, name, task = uc.features, uc.model.name, uc.task
     loss = LOSS_NAMES[task].replace("_", "-")
     entity = fs.entity.name
+    gate_policy = replace(DEFAULT_GATE, min_rows=uc.loop.gate_min_rows)  # the same gate at the use case's scale
     table = build_feature_assets(uc)[0].key
     drift_report = build_drift_assets(uc)[1].key
     deployment = build_deployment_assets(uc)[0].key
@@ -193,7 +195,7 @@ def build_loop_assets(uc: UseCase) -> list[dg.AssetsDefinition]:
             champion_version = reg.version(name, champion)
             champion_scores, labels = predict(reg.load(champion), gate_frame, fs)
             challenger_scores, _ = predict(reg.load(sha), gate_frame, fs)
-        verdict = challenger_gate(labels, champion_scores, challenger_scores, task=task)
+        verdict = challenger_gate(labels, champion_scores, challenger_scores, gate_policy, task=task)
         with registry.open() as reg:
             reg.annotate(
                 name,
@@ -270,7 +272,7 @@ def build_loop_assets(uc: UseCase) -> list[dg.AssetsDefinition]:
     ) -> dg.Output[pl.DataFrame]:
         month = context.partition_key
         with ledger.open() as led:
-            entries = led.log()
+            entries = led.of_line(uc.training_asset)  # this model's releases (the ledger holds every model's)
         releases = [
             Release(e.live_from, e.release_id, e.manifest["model"]["parts"]["sha256"])
             for e in entries

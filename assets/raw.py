@@ -48,7 +48,9 @@ def _monthly_table(uc: UseCase, src: Source) -> dg.AssetsDefinition:
     )
     def _asset(context: dg.AssetExecutionContext, keel_home: KeelHomeResource) -> dg.Output[pl.DataFrame]:
         home = keel_home.layout()
-        if src.landing_after is None or SimClock(home.clock).state() is None:  # a backfill: the month as shipped
+        if (
+            src.landing_after is None or SimClock(home.clock, uc.name).state() is None
+        ):  # a backfill: the month as shipped
             df = src.read_month(context.partition_key)
             return dg.Output(df, metadata=_raw_metadata(src, df))
         # A live replay: the days of the month that have landed so far (keel/data/landing.py)

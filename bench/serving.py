@@ -171,6 +171,7 @@ def gateway_code(home: Path, triton_grpc: str, bodies: list[bytes]) -> list[floa
         GatewayConfig(
             triton_url=triton_grpc,
             routing_path=root / "routing" / f"{MODEL}.json",
+            usecase="flights",
             exposure_dir=home / "bench-exposures",
             online_store_path=home / "online" / "flights.sqlite",
             policy_store_path=home / "policies.sqlite",
@@ -226,7 +227,7 @@ def main() -> int:
         feb.select(FEATURE_NAMES).to_numpy(),
     ).astype(np.float32)
     rows = feb.to_dicts()
-    env = os.environ | {"KEEL_HOME": str(home)}
+    env = os.environ | {"KEEL_HOME": str(home), "KEEL_USECASES": "flights"}  # flights' model alone
     env.pop("KEEL_TRITON_ADMIN_KEY", None)
     port = free_port()
     serve = subprocess.Popen(
@@ -319,6 +320,8 @@ def main() -> int:
                 sys.executable,
                 "-m",
                 "gpu_runtime.replay",
+                "--usecase",
+                "flights",
                 "--url",
                 f"http://127.0.0.1:{port}",
                 "--rps",

@@ -207,7 +207,7 @@ def main() -> int:
     texts, feb = bench_serving.setup(home)
     hotel_text, quotes = setup_hotels(home, hotels)
     (home / "policy.yaml").write_text(json.dumps(BASE_POLICY))
-    env = os.environ | {"KEEL_HOME": str(home), "KEEL_USECASE": "flights,usecases.hotels"}
+    env = os.environ | {"KEEL_HOME": str(home), "KEEL_USECASES": "flights,usecases.hotels"}
     env.pop("KEEL_TRITON_ADMIN_KEY", None)
     port = free_port()
     serve = subprocess.Popen(

@@ -10,7 +10,7 @@ clock (``$KEEL_HOME/clock.json``) instead: each request asks about an entity of 
 entities in order, cycled), at ``--rps`` while the clock runs, none while it is paused, until the clock reaches its
 end. Its running totals (sent, ok, failed by status and
 error, by simulated month, versions seen) are rewritten every few seconds to
-``$KEEL_HOME/serving/live_traffic.json``, so the platform's summary can say how the year was served.
+``$KEEL_HOME/serving/live_traffic/<use case>.json``, so the platform's summary can say how the year was served.
 
 Open loop: request i is sent at start + i / rps whether or not earlier ones were answered (a slow server shows up
 as latency, not as a politely lower rate), bounded by ``--max-in-flight`` and ``--seconds``. The entities are the
@@ -34,9 +34,12 @@ from pathlib import Path
 
 
 def _usecase(name: str | None):
-    from keel.usecase import get, only
+    from keel.usecase import UseCaseError, get, only
 
-    uc = get(name) if name else only()
+    try:
+        uc = get(name) if name else only()
+    except UseCaseError as exc:  # an unknown name, or several installed and none named: say which exist
+        raise SystemExit(f"replay: {exc} (--usecase)") from None
     if uc.replay is None:
         raise SystemExit(f"replay: the {uc.name} use case declares no replay (UseCase.replay)")
     return uc
@@ -220,8 +223,9 @@ async def live(url: str, uc, home, rps: float, max_in_flight: int, tenants: tupl
     from keel.clock import SimClock
     from keel.storage import write_json_atomic
 
-    clock = SimClock(home.clock)
-    summary_path = home.serving.root / "live_traffic.json"
+    clock = SimClock(home.clock, uc.name)
+    summary_path = home.serving.live_traffic(uc.name)
+    summary_path.parent.mkdir(parents=True, exist_ok=True)
     days = entities_by_day(uc)
     route = f"/v1/models/{uc.model.name}/predict"
     totals = LiveTotals()

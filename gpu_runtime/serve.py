@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         "--usecase",
         action="append",
         help="a use case whose model the gateway serves: an installed name, or the module that declares one "
-        "(repeat for several; $KEEL_USECASE, comma-separated; default: every installed use case)",
+        "(repeat for several; $KEEL_USECASES, comma-separated; default: every installed use case)",
     )
     parser.add_argument(
         "--max-body-bytes",
@@ -101,7 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     from keel.policies.gateway import GatewayPolicy
     from keel.usecase import UseCaseError, installed, resolve
 
-    refs = args.usecase or [r for r in (os.environ.get("KEEL_USECASE") or "").split(",") if r.strip()]
+    listed = os.environ.get("KEEL_USECASES") or os.environ.get("KEEL_USECASE") or ""  # scripts/up's, or the older
+    refs = args.usecase or [r for r in listed.split(",") if r.strip()]
     try:
         served = [resolve(r.strip()) for r in refs] if refs else list(installed().values())
     except UseCaseError as exc:

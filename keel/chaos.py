@@ -4,7 +4,7 @@ itself while the drill only watches (``keel chaos run <drill>``; the weekly sche
 Each drill injects one fault and names the incident the platform is expected to open for it (its key). Then it
 watches the incident log: the platform records detection, the root cause it located, its action and the recovery;
 the drill adds ``injected_at`` and what users felt — the live traffic's answers while the fault lasted
-(``$KEEL_HOME/serving/live_traffic.json``, when a live replay sends traffic). Nothing in a drill repairs anything.
+(``$KEEL_HOME/serving/live_traffic/``, when a live replay sends traffic). Nothing in a drill repairs anything.
 
 | drill | fault | who acts |
 |---|---|---|
@@ -150,7 +150,7 @@ def _deliver_early(home, uc, table: str, corrupt) -> tuple[date, Path]:
             "this drill needs a live replay (a simulated clock under KEEL_HOME): deliveries come from it"
         )
     zone = LandingZone(home.landing, uc)
-    day = next_due_day(zone, table, SimClock(home.clock).now())
+    day = next_due_day(zone, table, SimClock(home.clock, uc.name).now())
     path = zone.path(table, day)
     write_parquet_atomic(corrupt(zone.day_rows(table, day)), path)
     return day, path
@@ -168,7 +168,7 @@ def inject(drill: str, home, uc) -> Injection:
 def _inject(drill: str, home, uc) -> Injection:
     from keel.clock import SimClock
 
-    now = lambda: SimClock(home.clock).now().isoformat(timespec="seconds")  # noqa: E731
+    now = lambda: SimClock(home.clock, uc.name).now().isoformat(timespec="seconds")  # noqa: E731
     if drill in ("unit-change", "schema-break"):
         target = uc.drills.unit_change if drill == "unit-change" else uc.drills.schema_break
         if target is None:
@@ -259,12 +259,32 @@ def plant_challenger(
 # -- watching ---------------------------------------------------------------------------------------------------
 
 
-def traffic(home) -> dict | None:
-    """The live traffic's running totals (gpu_runtime.replay --live), or None when none is sent."""
-    try:
-        return json.loads((home.serving.root / "live_traffic.json").read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
-        return None
+def traffic(home, usecase: str | None = None) -> dict | None:
+    """The live traffic's running totals (gpu_runtime.replay --live, one per use case): ``usecase``'s, or every use
+    case's added up; None when none is sent."""
+    paths = [home.serving.live_traffic(usecase)] if usecase else sorted(home.serving.live_traffic_dir.glob("*.json"))
+    totals = []
+    for path in paths:
+        try:
+            totals.append(json.loads(path.read_text()))
+        except (FileNotFoundError, json.JSONDecodeError):
+            continue
+    return added_up(totals) if totals else None
+
+
+def added_up(totals: list[dict]) -> dict:
+    """Several traffic totals as one: counts summed, counts by key summed key by key (other fields: the first's)."""
+    out: dict[str, Any] = dict(totals[0])
+    for t in totals[1:]:
+        for key, value in t.items():
+            if isinstance(value, int) and not isinstance(value, bool):
+                out[key] = out.get(key, 0) + value
+            elif isinstance(value, dict) and all(isinstance(v, int) for v in value.values()):
+                merged = dict(out.get(key) or {})
+                for k, v in value.items():
+                    merged[k] = merged.get(k, 0) + v
+                out[key] = merged
+    return out
 
 
 def traffic_delta(before: dict | None, after: dict | None) -> dict[str, Any] | None:

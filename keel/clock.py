@@ -8,12 +8,18 @@ computed from that, so no process has to tick it, and stopping and starting agai
 
 Without a clock file, ``now()`` is the wall clock: everything that takes a ``SimClock`` works unchanged outside a
 replay. Writes are atomic (temp file + rename): a reader never sees half a state.
+
+Several use cases replay on one clock, each on its own time span (flights: 2013; hotel rates: 2016–2017): the clock
+keeps one time of its own, and a **span** per use case maps it to that use case's time — a fixed offset (whole days,
+so that every use case's days turn at the same instant) and where that use case's span ends. ``SimClock(path,
+usecase)`` reads the clock in that use case's time; pausing, resuming or changing speed moves every span together.
+A use case with no span (and every use case of a single-use-case replay) is on the clock's own time.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -29,12 +35,37 @@ class ClockError(KeelError):
 
 
 @dataclass(frozen=True)
+class Span:
+    """A use case's time on the shared clock: its time = the clock's + ``offset``; it stops at ``end`` (its time)."""
+
+    offset: timedelta
+    end: datetime | None = None
+
+    def to_json(self) -> dict:
+        return {"offset_s": self.offset.total_seconds(), "end": self.end.isoformat() if self.end else None}
+
+    @classmethod
+    def from_json(cls, data: dict) -> Span:
+        return cls(timedelta(seconds=float(data["offset_s"])), _utc(data["end"]) if data.get("end") else None)
+
+
+@dataclass(frozen=True)
 class ClockState:
     sim_anchor: datetime  # the simulated instant at wall_anchor
     wall_anchor: datetime
     speed: float  # simulated seconds per wall second
     running: bool
     sim_end: datetime | None = None  # the clock stops here
+    spans: dict[str, Span] = field(default_factory=dict)  # use case → its time span (module docstring)
+
+    def of(self, usecase: str | None) -> ClockState:
+        """This state in ``usecase``'s time (itself when the use case has no span)."""
+        span = self.spans.get(usecase or "")
+        if span is None:
+            return self
+        ends = [e for e in (span.end, self.sim_end + span.offset if self.sim_end else None) if e is not None]
+        end = min(ends) if ends else None  # its own end, or the clock's when that comes first
+        return ClockState(self.sim_anchor + span.offset, self.wall_anchor, self.speed, self.running, end)
 
     def now(self, wall: datetime) -> datetime:
         if not self.running:
@@ -46,9 +77,15 @@ class ClockState:
         return self.sim_end is not None and self.now(wall) >= self.sim_end
 
     def to_json(self) -> dict:
-        out = asdict(self)
-        for k in ("sim_anchor", "wall_anchor", "sim_end"):
-            out[k] = out[k].isoformat() if out[k] else None
+        out: dict = {
+            "sim_anchor": self.sim_anchor.isoformat(),
+            "wall_anchor": self.wall_anchor.isoformat(),
+            "speed": self.speed,
+            "running": self.running,
+            "sim_end": self.sim_end.isoformat() if self.sim_end else None,
+        }
+        if self.spans:
+            out["spans"] = {name: span.to_json() for name, span in sorted(self.spans.items())}
         return out
 
     @classmethod
@@ -60,6 +97,7 @@ class ClockState:
                 speed=float(data["speed"]),
                 running=bool(data["running"]),
                 sim_end=_utc(data["sim_end"]) if data.get("sim_end") else None,
+                spans={name: Span.from_json(v) for name, v in (data.get("spans") or {}).items()},
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ClockError(f"clock state is not valid: {exc}") from None
@@ -77,12 +115,19 @@ def _wall(wall: datetime | None) -> datetime:
 
 
 class SimClock:
-    """The shared clock at ``path`` (``KeelHome.clock``). ``wall`` arguments exist for tests; callers omit them."""
+    """The shared clock at ``path`` (``KeelHome.clock``), read in ``usecase``'s time when it has a span there (None:
+    the clock's own time). ``wall`` arguments exist for tests; callers omit them."""
 
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, usecase: str | None = None):
         self.path = Path(path)
+        self.usecase = usecase
 
     def state(self) -> ClockState | None:
+        """The state in this reader's time (its use case's span applied)."""
+        raw = self._read()
+        return raw.of(self.usecase) if raw is not None else None
+
+    def _read(self) -> ClockState | None:
         try:
             text = self.path.read_text()
         except FileNotFoundError:
@@ -99,7 +144,13 @@ class SimClock:
         return state.now(wall) if state else wall
 
     def start(
-        self, sim_start: datetime, *, speed: float = DEFAULT_SPEED, sim_end: datetime | None = None, wall=None
+        self,
+        sim_start: datetime,
+        *,
+        speed: float = DEFAULT_SPEED,
+        sim_end: datetime | None = None,
+        spans: dict[str, Span] | None = None,
+        wall=None,
     ) -> ClockState:
         if not speed > 0:
             raise ClockError(f"speed must be > 0 simulated seconds per wall second, got {speed}")
@@ -107,7 +158,17 @@ class SimClock:
             raise ClockError("sim_start needs a time zone (UTC)")
         if sim_end is not None and sim_end <= sim_start:
             raise ClockError(f"the end {sim_end.isoformat()} is not after the start {sim_start.isoformat()}")
-        return self._write(ClockState(sim_start.astimezone(UTC), _wall(wall), speed, True, sim_end))
+        return self._write(
+            ClockState(sim_start.astimezone(UTC), _wall(wall), speed, True, sim_end, dict(spans or {}))
+        )
+
+    def add_span(self, usecase: str, offset: timedelta, end: datetime | None = None) -> ClockState:
+        """Put ``usecase`` on this clock at ``offset`` (its time = the clock's + offset), ending at ``end`` (its
+        time). A span, once there, never moves: what was built and logged in that use case's time stays true."""
+        state = self._require()
+        if usecase in state.spans and state.spans[usecase].offset != offset:
+            raise ClockError(f"{usecase} is on this clock at another offset ({state.spans[usecase].offset})")
+        return self._write(replace(state, spans=state.spans | {usecase: Span(offset, end)}))
 
     def pause(self, wall: datetime | None = None) -> ClockState:
         state = self._require()
@@ -129,22 +190,46 @@ class SimClock:
         return self._write(replace(state, sim_anchor=state.now(wall), wall_anchor=wall, speed=speed))
 
     def advance_to(self, sim: datetime, wall: datetime | None = None) -> ClockState:
-        """Jump the simulated clock forward (tests, catching up); never backwards."""
+        """Jump the simulated clock forward (tests, catching up) to ``sim`` in this reader's time; never backwards."""
         state = self._require()
         wall = _wall(wall)
-        if sim < state.now(wall):
-            raise ClockError(f"the clock never goes back: {sim.isoformat()} is before {state.now(wall).isoformat()}")
-        return self._write(replace(state, sim_anchor=sim, wall_anchor=wall))
+        mine = state.of(self.usecase)
+        if sim < mine.now(wall):
+            raise ClockError(f"the clock never goes back: {sim.isoformat()} is before {mine.now(wall).isoformat()}")
+        return self._write(replace(state, sim_anchor=state.sim_anchor + (sim - mine.sim_anchor), wall_anchor=wall))
 
     def _require(self) -> ClockState:
-        state = self.state()
+        state = self._read()
         if state is None:
             raise ClockError(f"no simulated clock at {self.path}: start one first")
         return state
 
     def _write(self, state: ClockState) -> ClockState:
+        """Write the clock's own state; return it in this reader's time."""
         write_json_atomic(state.to_json(), self.path)
-        return state
+        return state.of(self.usecase)
+
+
+def shared_spans(
+    starts: dict[str, datetime], ends: dict[str, datetime]
+) -> tuple[datetime, datetime, dict[str, Span]]:
+    """One clock for several use cases that each start at ``starts[name]`` and end at ``ends[name]`` (their own
+    times): the clock's own time is the one of the use case that starts first (ties: by name), every other use case
+    is offset by whole days so that it starts at the same instant (or within the day after: its start is never
+    before its data is there), and the clock ends when the last span ends. Returns (start, end, spans)."""
+    if not starts or set(starts) != set(ends):
+        raise ClockError(f"every use case needs a start and an end: {sorted(starts)} vs {sorted(ends)}")
+    first = min(starts, key=lambda n: (starts[n], n))
+    start = starts[first]
+    spans = {}
+    for name in sorted(starts):
+        if ends[name] <= starts[name]:
+            raise ClockError(f"{name}: its end {ends[name].isoformat()} is not after its start")
+        lag = starts[name] - start
+        days = lag.days + (1 if lag - timedelta(days=lag.days) > timedelta(0) else 0)  # whole days, rounded up
+        spans[name] = Span(timedelta(days=days), ends[name])
+    end = max(ends[n] - spans[n].offset for n in spans)
+    return start, end, spans
 
 
 def sim_seconds(wall_seconds: float, speed: float = DEFAULT_SPEED) -> timedelta:

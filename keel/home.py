@@ -179,6 +179,16 @@ class ServingDir:
     def endpoints(self) -> Path:
         return self.root / "endpoints.json"
 
+    def live_traffic(self, usecase: str) -> Path:
+        """The running totals of a live replay's traffic for ``usecase`` (gpu_runtime.replay --live)."""
+        if not re.fullmatch(r"[a-z][a-z0-9_]{0,39}", usecase):
+            raise ValueError(f"{usecase!r} is not a use case name")
+        return self.live_traffic_dir / f"{usecase}.json"
+
+    @property
+    def live_traffic_dir(self) -> Path:
+        return self.root / "live_traffic"
+
     @property
     def exposures(self) -> Path:
         return self.root / "exposures"

@@ -111,9 +111,11 @@ class Ledger(Closing):
             last = self._db.execute("SELECT seq, live_from, hash FROM entries ORDER BY seq DESC LIMIT 1").fetchone()
             seq, prev = (last[0] + 1, last[2]) if last else (1, GENESIS)
             self.checkpoints.refuse_if_truncated(seq - 1)
-            if last and when < _utc(last[1]):
+            before = self._last_of_line(model_line(manifest))
+            if before is not None and when < _utc(before):
                 raise LedgerError(
-                    f"live_from {when.isoformat()} is before the last entry's {last[1]}: the ledger only moves forward"
+                    f"live_from {when.isoformat()} is before its model's last entry's {before}: a model's releases "
+                    "only move forward"
                 )
             stamp = when.isoformat()
             digest = entry_hash(prev, seq, release_id, stamp, manifest_json, reverts)
@@ -127,6 +129,19 @@ class Ledger(Closing):
         self.checkpoints.journal(seq, digest, fields)  # before the head: a head is never newer than the journal
         self.checkpoints.publish(seq, digest)
         return LedgerEntry(seq, release_id, when, manifest, reverts, prev, digest)
+
+    def of_line(self, line: str) -> list[LedgerEntry]:
+        """The entries of one model line (``model_line``: ``<use case>/<training asset>``), oldest first: the releases
+        of that model alone, in a ledger several models share."""
+        return [e for e in self.log() if model_line(e.manifest) == line]
+
+    def _last_of_line(self, line: str) -> str | None:
+        """live_from of the newest entry of model line ``line``. Each model's releases move forward in its own time:
+        use cases replayed live on one clock each have their own span (keel/clock.py), 2013 beside 2017."""
+        for stamp, manifest_json in self._db.execute("SELECT live_from, manifest FROM entries ORDER BY seq DESC"):
+            if model_line(json.loads(manifest_json)) == line:
+                return stamp
+        return None
 
     def revert(self, to_seq: int, reason: str, live_from: datetime | str | None = None) -> LedgerEntry:
         """A new entry making the release of entry ``to_seq`` live again."""

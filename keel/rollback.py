@@ -48,7 +48,7 @@ def _model_sha(entry: LedgerEntry) -> str | None:
 
 
 def rollback(
-    registry: ModelRegistry, ledger: Ledger, deployer: ModelDeployer, model: str, reason: str
+    registry: ModelRegistry, ledger: Ledger, deployer: ModelDeployer, model: str, reason: str, live_from=None
 ) -> RollbackResult:
     shas = {registry.sha_of_version(model, v) for v in registry.versions(model)}
     live, target = previous_release(ledger, lambda e: _model_sha(e) in shas)  # this model's releases only
@@ -68,5 +68,5 @@ def rollback(
         )
     report = deployer.deploy(model, [champion], fallback=fallback)
     registry.promote(model, sha, f"rollback from {live.release_id}: {reason}")
-    restored = ledger.revert(target.seq, reason)
+    restored = ledger.revert(target.seq, reason, live_from)  # the model's use case's now in a live replay
     return RollbackResult(live, restored, report)

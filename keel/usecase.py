@@ -21,17 +21,20 @@ from pathlib import Path
 import polars as pl
 
 from keel.drills import Drills
-from keel.errors import KeelError
 from keel.features.spec import FeatureSet
+from keel.usecase_parts import (  # noqa: F401 - parts of the declaration, imported from here by their users
+    USECASE_NAME,
+    CausalQuestion,
+    Experiments,
+    Loop,
+    Monitoring,
+    Streaming,
+    UseCaseError,
+)
 
 ENTRY_POINTS = "keel.usecases"
-USECASE_NAME = re.compile(r"^[a-z][a-z0-9_]{0,30}$")  # an asset-key prefix and a path part
 MODEL_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 METRICS = {"binary": ("auc", "log_loss"), "regression": ("rmse", "mae")}
-
-
-class UseCaseError(KeelError):
-    """A use case declaration is invalid, or none of that name is installed."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -125,77 +128,6 @@ class Serving:
 
 
 @dataclass(frozen=True, eq=False)
-class CausalQuestion:
-    """An observational question the use case answers on its whole period with DoWhy: the asset
-    ``<use case>/<name>`` reads its validated ``tables`` (every month), ``frame(*tables)`` turns them into the rows
-    the causal ``spec`` (YAML, keel/experiments/causal.py) names."""
-
-    name: str
-    spec: Path
-    tables: tuple[str, ...]
-    frame: Callable[..., pl.DataFrame]
-    description: str = ""
-
-    def __post_init__(self) -> None:
-        if not USECASE_NAME.fullmatch(self.name):
-            raise UseCaseError(f"causal question {self.name!r}: a name is a-z 0-9 _, starting with a letter")
-        if not Path(self.spec).is_file():
-            raise UseCaseError(f"causal question {self.name}: spec {self.spec} does not exist")
-        if not self.tables:
-            raise UseCaseError(f"causal question {self.name}: name the validated tables it reads")
-
-
-@dataclass(frozen=True, eq=False)
-class Experiments:
-    """What the use case's experiments learn from besides live traffic: ``units(rows)`` turns its validated
-    ``units_table`` into past experiment units (id, segments, the real outcome; keel/experiments/impact.py) for the
-    impact predictor — None: no predictor; ``causal``: its observational questions."""
-
-    units: Callable[[pl.DataFrame], pl.DataFrame] | None = None
-    units_table: str | None = None
-    causal: tuple[CausalQuestion, ...] = ()
-
-    def __post_init__(self) -> None:
-        if (self.units is None) != (self.units_table is None):
-            raise UseCaseError("experiments: units and units_table go together (the function and the table it reads)")
-        names = [q.name for q in self.causal]
-        if len(set(names)) != len(names):
-            raise UseCaseError(f"experiments: two causal questions share a name ({names})")
-
-
-@dataclass(frozen=True)
-class Streaming:
-    """A contract the use case also runs as a Flink streaming job beside its batch path (keel/streaming): the
-    validated monthly source ``table`` read as a stream in ``event_time`` order, without the contract's ``skip``
-    rules (partition-wide rules have no streaming form), and windowed drift (``window_s``) of ``drift_features``
-    against the batch path's month."""
-
-    table: str
-    event_time: str
-    skip: tuple[str, ...] = ()
-    drift_features: tuple[str, ...] = ()
-    window_s: int = 86400
-
-    def __post_init__(self) -> None:
-        if self.window_s <= 0:
-            raise UseCaseError(f"streaming {self.table}: window_s must be positive, got {self.window_s}")
-
-
-@dataclass(frozen=True)
-class Monitoring:
-    """What its drift reports watch. Every feature and the label are compared as numbers, except ``unmonitored``
-    ones (a calendar month differs in every window by construction); ``categorical`` feature-table columns are
-    compared as categories. ``thresholds`` override the default per feature (docs/drift.md). The reference is what
-    the serving model was trained on: ``reference_months`` for the first model (default: its training and
-    validation months), a promoted model's own training months after that."""
-
-    reference_months: tuple[str, ...] = ()
-    unmonitored: tuple[str, ...] = ()
-    categorical: tuple[str, ...] = ()
-    thresholds: dict[str, float] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, eq=False)
 class UseCase:
     name: str
     title: str
@@ -212,6 +144,7 @@ class UseCase:
     drills: Drills = field(default_factory=Drills)  # what its delivery drills break (keel/drills.py)
     replay: Replay | None = None  # its live traffic (None: no traffic is replayed)
     monitoring: Monitoring = field(default_factory=Monitoring)  # what its drift reports watch
+    loop: Loop = field(default_factory=Loop)  # the retraining loop at its scale: gate days and rows, label delay
     experiments: Experiments = field(default_factory=Experiments)  # impact predictor, causal questions
     streaming: tuple[Streaming, ...] = ()  # contracts it also runs on Flink
 
@@ -329,6 +262,11 @@ class UseCase:
             out.append(f"{y}-{m:02d}")
             y, m = (y + 1, 1) if m == 12 else (y, m + 1)
         return tuple(out)
+
+    @property
+    def training_asset(self) -> str:
+        """``<use case>/<model asset>``: what a release's model part names (the ledger's line of this model)."""
+        return f"{self.name}/{self.model.asset}"
 
     @property
     def history_months(self) -> tuple[str, ...]:

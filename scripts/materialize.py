@@ -8,10 +8,11 @@ in calendar order, one run at a time (each month's delay rates are built from th
 sensor acts on the reports in the order they arrive); a failed month is reported and the rest go on, and the
 script exits non-zero at the end.
 
-Usage: python scripts/materialize.py --port 3000 [--usecase flights] [--partitions 2013-01,2013-02]
+Usage: python scripts/materialize.py --port 3000 [--usecases flights,hotels] [--partitions 2013-01,2013-02]
        python scripts/materialize.py --port 3000 --live [--speed S] [--rps R]
 
-``--usecase``: the installed use case to build (default: the one installed; with several, name one).
+``--usecases``: the installed use cases to build, one after the other (default: ``$KEEL_USECASES``, else every
+installed one). ``--partitions`` limits each to those months of its period.
 
 ``--live`` plays the use case's period as a live year instead (docs/live.md): its history (the first model's
 months and any before them; flights: January–March 2013) lands at once and the set-up's history stages build it and
@@ -26,6 +27,7 @@ again after a stop: the clock resumes where it stopped; what was built is not bu
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 import warnings
@@ -43,7 +45,7 @@ from dagster_graphql import DagsterGraphQLClient  # noqa: E402
 
 from assets.jobs import AFTER, HISTORY  # noqa: E402
 from assets.usecase import wiring  # noqa: E402
-from keel.usecase import UseCase, get, only  # noqa: E402
+from keel.usecase import UseCase, UseCaseError, get, installed  # noqa: E402
 
 LOCATION = "keel"  # workspace.yaml's location_name
 TAGS = {"keel/source": "scripts/up"}
@@ -153,29 +155,29 @@ def build_order(uc: UseCase):
     return JOBS[uc.name].build_order
 
 
-def run_live(args, uc: UseCase, client: DagsterGraphQLClient) -> int:
+def run_live(args, ucs: list[UseCase], client: DagsterGraphQLClient) -> int:
     import json
     import signal
     import subprocess
     from datetime import UTC, datetime
 
-    from keel.clock import DEFAULT_SPEED, SimClock
+    from keel.clock import DEFAULT_SPEED, SimClock, shared_spans
     from keel.data.landing import LandingZone
     from keel.home import KeelHome
     from keel.ledger import Ledger
-    from keel.registry import ModelRegistry
 
     home = KeelHome.from_env()
     instance = dg.DagsterInstance.get()
-    clock, zone = SimClock(home.clock), LandingZone(home.landing, uc)
-    if not uc.history_months:
-        print(f"keel: {uc.name} declares no first-model months: there is no history to start a live replay from",
-              file=sys.stderr)  # fmt: skip
-        return 2
-    # The history is the first model's months (and any before them), complete: the clock starts when their last day
-    # has landed in every table (flights: March 31's flights and weather land at noon on April 1).
-    history_end = zone.history_landed()
-    sim_end = datetime.fromisoformat(args.end) if args.end else zone.landed_by(zone.last_day)
+    clock = SimClock(home.clock)
+    for uc in ucs:
+        if not uc.history_months:
+            print(f"keel: {uc.name} declares no first-model months: there is no history to start a live replay from",
+                  file=sys.stderr)  # fmt: skip
+            return 2
+    zones = {uc.name: LandingZone(home.landing, uc) for uc in ucs}
+    # Each use case on its own time span of the one clock (docs/live.md): its history is the first model's months
+    # (and any before them), complete; its span starts when their last day has landed in every table (flights:
+    # March 31's flights and weather land at noon on April 1) and ends when its period's last day has landed.
     if clock.state() is None:
         if home.ledger.exists() and Ledger(home.ledger).log():
             print(
@@ -184,59 +186,88 @@ def run_live(args, uc: UseCase, client: DagsterGraphQLClient) -> int:
                 file=sys.stderr,
             )
             return 2
-        clock.start(history_end, speed=args.speed or DEFAULT_SPEED, sim_end=sim_end)
-        clock.pause()  # the sensors wait while the history is built
-        print(f"keel: live replay: simulated clock set to {history_end:%Y-%m-%d %H:%M} (paused)", flush=True)
-    elif args.speed:
-        clock.set_speed(args.speed)
-    zone.deliver(clock.now())
+        start, end, spans = shared_spans(
+            {n: z.history_landed() for n, z in zones.items()}, {n: z.landed_by(z.last_day) for n, z in zones.items()}
+        )
+        clock.start(start, speed=args.speed or DEFAULT_SPEED, sim_end=datetime.fromisoformat(args.end) if args.end
+                    else end, spans=spans)  # fmt: skip
+        clock.pause()  # the sensors wait while the histories are built
+        for name in zones:
+            print(f"keel: live replay of {name}: its clock set to {clock.state().of(name).sim_anchor:%Y-%m-%d %H:%M} "
+                  "(paused)", flush=True)  # fmt: skip
+    else:
+        missing = sorted(set(zones) - set(clock.state().spans)) if clock.state().spans else []
+        if missing:
+            print(f"keel: {home.root}'s live replay was started without {', '.join(missing)}: a use case cannot join "
+                  "a replay under way (a KEEL_HOME of its own, or KEEL_USECASES as before)", file=sys.stderr)  # fmt: skip
+            return 2
+        if args.speed:
+            clock.set_speed(args.speed)
+
+    def deliver(wall: datetime) -> dict[str, dict]:
+        state = clock.state()
+        return {n: z.deliver(state.of(n).now(wall)) for n, z in zones.items()}
+
+    deliver(datetime.now(UTC))
     failures = 0
-    with ModelRegistry(home.registry) as reg:
-        has_champion = reg.alias(uc.model.name, "champion") is not None
-    if not has_champion:
-        landed = zone.landed_by_month()
-        history = list(zone.complete_months())
-        delivery = {m: {"keel/delivery": f"landing:{m}:{'-'.join(map(str, landed[m].days))}"} for m in history}
-        print(f"keel: history {history[0]}…{history[-1]} landed; building it and the first model", flush=True)
-        stages = [s for s in build_order(uc) if s.live == HISTORY]
-        for n, stage in enumerate(stages, 1):
-            print(f"history job {n}/{len(stages)}: {stage.job.name}", flush=True)
-            failures += run_stage(client, instance, uc, stage, history if stage.partitioned else [None], delivery)
-        if failures:
-            print(f"keel: {failures} history run(s) failed: not starting the live year", file=sys.stderr)
-            return 1
+    for uc in ucs:
+        failures += build_history(client, instance, home, uc, zones[uc.name])
+    if failures:
+        print(f"keel: {failures} history run(s) failed: not starting the live year", file=sys.stderr)
+        return 1
     state = clock.resume()
-    print(
-        f"keel: live year from {clock.now():%Y-%m-%d %H:%M} to {state.sim_end:%Y-%m-%d %H:%M} at "
-        f"×{state.speed:,.0f} (a simulated day every {86400 / state.speed:.1f} s); traffic {args.rps:g} req/s",
-        flush=True,
-    )
-    traffic = subprocess.Popen(
-        [sys.executable, "-m", "gpu_runtime.replay", "--live", "--url", args.gateway, "--rps", str(args.rps)],
-        stdout=open(home.serving.root / "live_traffic.log", "a"),  # noqa: SIM115 - the child holds it
-        stderr=subprocess.STDOUT,
-    )
+    for uc in ucs:
+        mine = state.of(uc.name)
+        print(f"keel: live {uc.name} from {mine.now(datetime.now(UTC)):%Y-%m-%d %H:%M} to {mine.sim_end:%Y-%m-%d %H:%M}",
+              flush=True)  # fmt: skip
+    print(f"keel: the clock runs at ×{state.speed:,.0f} (a simulated day every {86400 / state.speed:.1f} s); traffic "
+          f"{args.rps:g} req/s per use case", flush=True)  # fmt: skip
+    log = open(home.serving.root / "live_traffic.log", "a")  # noqa: SIM115 - the children hold it
+    traffic = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "gpu_runtime.replay",
+                "--live",
+                "--url",
+                args.gateway,
+                "--rps",
+                str(args.rps),
+                "--usecase",
+                uc.name,
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        for uc in ucs
+    ]
 
     def stop(signum, frame):  # noqa: ARG001 - Ctrl-C / SIGTERM: pause the clock, stop the traffic
         paused = clock.pause()
-        traffic.terminate()
+        for t in traffic:
+            t.terminate()
         print(f"\nkeel: live replay paused at {paused.sim_anchor:%Y-%m-%d %H:%M}; run again to resume", flush=True)
         sys.exit(130)
 
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
-    follow = Follower(instance, home, uc)
+    follow = Follower(instance, home, ucs)
     last_status, quiet_since = 0.0, None
     while True:
         wall = datetime.now(UTC)
         state = clock.state()
-        for table, days in zone.deliver(state.now(wall)).items():
-            if days and table == zone.outcomes_table and days[-1].day == 1 and days[-1].month > 1:
-                print(f"  {state.now(wall):%Y-%m-%d} the {table} of {days[-1]:%B} begin to land", flush=True)
+        for name, delivered in deliver(wall).items():
+            for table, days in delivered.items():
+                if days and table == zones[name].outcomes_table and days[-1].day == 1:
+                    print(f"  {state.of(name).now(wall):%Y-%m-%d} {name}: the {table} of {days[-1]:%B %Y} begin "
+                          "to land", flush=True)  # fmt: skip
         follow.print_new()
         if time.monotonic() - last_status > STATUS_EVERY_S:
             last_status = time.monotonic()
-            print(f"  … simulated {state.now(wall):%Y-%m-%d %H:%M}; {follow.traffic_line()}", flush=True)
+            for uc in ucs:
+                print(f"  … {uc.name} simulated {state.of(uc.name).now(wall):%Y-%m-%d %H:%M}; "
+                      f"{follow.traffic_line(uc)}", flush=True)  # fmt: skip
         busy = instance.get_runs(filters=dg.RunsFilter(statuses=IN_PROGRESS), limit=1)
         if state.finished(wall) and not busy:
             quiet_since = quiet_since or time.monotonic()
@@ -245,27 +276,60 @@ def run_live(args, uc: UseCase, client: DagsterGraphQLClient) -> int:
         else:
             quiet_since = None
         time.sleep(1.0)
-    traffic.wait(timeout=60)
+    for t in traffic:
+        t.wait(timeout=60)
     follow.print_new()
-    if len(zone.complete_months()) == len(uc.months):
-        print("keel: the live year is in; the analyses of the whole year:", flush=True)
-        for stage in [s for s in build_order(uc) if s.live == AFTER]:
-            failures += run_stage(client, instance, uc, stage, [None])
-    else:
-        print("keel: the clock stopped before the period was in: the whole-period analyses are not run", flush=True)
-    print(follow.summary(), flush=True)
-    traffic_summary = json.loads((home.serving.root / "live_traffic.json").read_text())
-    return 1 if failures or traffic_summary["failed"] else 0
+    for uc in ucs:
+        if len(zones[uc.name].complete_months()) == len(uc.months):
+            print(f"keel: {uc.name}: its live span is in; the analyses of its whole period:", flush=True)
+            for stage in [s for s in build_order(uc) if s.live == AFTER]:
+                failures += run_stage(client, instance, uc, stage, [None])
+        else:
+            print(f"keel: {uc.name}: the clock stopped before its period was in: its whole-period analyses are not run",
+                  flush=True)  # fmt: skip
+    failed_requests = 0
+    for uc in ucs:
+        print(follow.summary(uc), flush=True)
+        failed_requests += json.loads(home.serving.live_traffic(uc.name).read_text())["failed"]
+    return 1 if failures or failed_requests else 0
+
+
+def build_history(client, instance, home, uc: UseCase, zone) -> int:
+    """The use case's history stages over its landed history months (once: not when a champion serves already)."""
+    from keel.registry import ModelRegistry
+
+    with ModelRegistry(home.registry) as reg:
+        if reg.alias(uc.model.name, "champion") is not None:
+            return 0
+    landed = zone.landed_by_month()
+    history = list(zone.complete_months())
+    delivery = {m: {"keel/delivery": f"landing:{m}:{'-'.join(map(str, landed[m].days))}"} for m in history}
+    print(f"keel: {uc.name}: history {history[0]}…{history[-1]} landed; building it and the first model", flush=True)
+    stages = [s for s in build_order(uc) if s.live == HISTORY]
+    failures = 0
+    for n, stage in enumerate(stages, 1):
+        print(f"history job {n}/{len(stages)}: {stage.job.name}", flush=True)
+        failures += run_stage(client, instance, uc, stage, history if stage.partitioned else [None], delivery)
+    return failures
 
 
 class Follower:
-    """What happened since the last look: runs the sensors launched (finished), releases, canary decisions."""
+    """What happened since the last look: runs the sensors launched (finished), releases, canary decisions — of every
+    use case played, each line naming its use case."""
 
-    def __init__(self, instance: dg.DagsterInstance, home, uc: UseCase) -> None:
-        self.instance, self.home, self.uc = instance, home, uc
+    def __init__(self, instance: dg.DagsterInstance, home, ucs: list[UseCase]) -> None:
+        self.instance, self.home, self.ucs = instance, home, ucs
         self.printed_runs: set[str] = set()
         self.ledger_seq = 0
         self.policy_version = 0
+
+    def usecase_of(self, run) -> UseCase | None:
+        """The use case a run is of: its job's name (``<use case>_…``) or its assets' prefix (``<use case>/…``)."""
+        keys = {k.path[0] for k in run.asset_selection or ()}
+        for uc in self.ucs:
+            if run.job_name.startswith(f"{uc.name}_") or uc.name in keys:
+                return uc
+        return None
 
     def print_new(self) -> None:
         from keel.ledger import Ledger
@@ -275,7 +339,8 @@ class Follower:
             if run.run_id in self.printed_runs or run.status not in TERMINAL or "dagster/sensor_name" not in run.tags:
                 continue
             self.printed_runs.add(run.run_id)
-            made, failed = summary(self.instance, run.run_id, self.uc)
+            uc = self.usecase_of(run)
+            made, failed = summary(self.instance, run.run_id, uc) if uc else ("", [])
             what = (
                 run.tags.get("dagster/partition")
                 or run.tags.get("keel/metered_days")
@@ -291,19 +356,22 @@ class Follower:
         if self.home.ledger.exists():
             with Ledger(self.home.ledger) as ledger:
                 for entry in ledger.log()[self.ledger_seq :]:
-                    model = entry.manifest.get("model", {}).get("parts", {}).get("sha256", "")[:12]
-                    print(f"  {entry.live_from:%Y-%m-%d %H:%M} release {entry.release_id} live (model {model})")
+                    parts = entry.manifest.get("model", {}).get("parts", {})
+                    model = parts.get("sha256", "")[:12]
+                    print(f"  {entry.live_from:%Y-%m-%d %H:%M} release {entry.release_id} live ({parts.get('asset')}"
+                          f" {model})", flush=True)  # fmt: skip
                     self.ledger_seq = entry.seq
         if self.home.policies.exists():
             with PolicyStore(self.home.policies) as store:
                 for version in range(self.policy_version + 1, store.version() + 1):
                     commit = store.commit(version)
                     if commit.author in ("loop", "canary-controller"):
-                        print(f"  canary: {_reason_line(commit.reason)}", flush=True)
+                        names = ", ".join(sorted(commit.changes)) or "canary"  # e.g. room-rate.loop-v3
+                        print(f"  {names}: {_reason_line(commit.reason)}", flush=True)
                     self.policy_version = version
 
-    def traffic_line(self) -> str:
-        path = self.home.serving.root / "live_traffic.json"
+    def traffic_line(self, uc: UseCase) -> str:
+        path = self.home.serving.live_traffic(uc.name)
         if not path.exists():
             return "traffic: starting"
         import json
@@ -311,27 +379,28 @@ class Follower:
         t = json.loads(path.read_text())
         return f"traffic: {t['ok']:,} ok, {t['failed']:,} failed, {t['achieved_rps'] or 0:g} req/s"
 
-    def summary(self) -> str:
-        """The year in a few lines: traffic, the loop's canaries, loop_report's means over the live months."""
+    def summary(self, uc: UseCase) -> str:
+        """A use case's live span in a few lines: traffic, the loop's canaries, loop_report's means over the live
+        months."""
         from keel.policies import PolicyStore
 
-        lines = [f"keel: live year done; {self.traffic_line()}"]
+        lines = [f"keel: {uc.name}: live span done; {self.traffic_line(uc)}"]
         if self.home.policies.exists():
             with PolicyStore(self.home.policies) as store:
                 for name, p in sorted(store.state().items()):
-                    if p.type == "canary" and name.startswith(f"{self.uc.model.name}.loop-"):
+                    if p.type == "canary" and name.startswith(f"{uc.model.name}.loop-"):
                         status = (p.body.get("state") or {}).get("status", "not started")
                         origin = p.body.get("origin") or {}
                         lines.append(f"  canary {name}: {status} (drift in {origin.get('drift_window')})")
-        records = self.instance.fetch_materializations(wiring(self.uc).key("loop_report"), limit=100).records
+        records = self.instance.fetch_materializations(wiring(uc).key("loop_report"), limit=100).records
         latest: dict[str, dict] = {}
         for r in records:  # newest first: keep each month's latest report
             latest.setdefault(r.asset_materialization.partition, r.asset_materialization.metadata)
         # the first live month is served by the first model alone (no challenger yet): the means start after it
-        first_live = self.uc.months[len(self.uc.history_months)]
+        first_live = uc.months[len(uc.history_months)]
         months = [m for m in sorted(latest) if m > first_live]
         if months:
-            metrics = self.uc.metrics
+            metrics = uc.metrics
             lines.append(f"  loop_report, mean over {months[0]}…{months[-1]} ({', '.join(metrics)}):")
             for name in ("served", "static", "naive"):
                 means = []
@@ -356,7 +425,11 @@ def _reason_line(reason: str) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--port", type=int, required=True, help="the Dagster webserver's port on 127.0.0.1")
-    parser.add_argument("--usecase", help="the installed use case to build (default: the one installed)")
+    parser.add_argument(
+        "--usecases",
+        default=os.environ.get("KEEL_USECASES", ""),
+        help="comma-separated installed use cases to build (default: $KEEL_USECASES, else every installed one)",
+    )
     parser.add_argument("--partitions", help="comma-separated month keys (default: all of the use case's period)")
     parser.add_argument("--live", action="store_true", help="play the period after the history live (docs/live.md)")
     parser.add_argument("--speed", type=float, help="simulated seconds per wall second (default: Apr–Dec in 20 min)")
@@ -364,22 +437,29 @@ def main() -> int:
     parser.add_argument("--rps", type=float, default=40.0, help="live traffic, requests per second (default 40)")
     parser.add_argument("--gateway", default="http://127.0.0.1:8080", help="the gateway the live traffic goes to")
     args = parser.parse_args()
-    uc = get(args.usecase) if args.usecase else only()
-    if args.live:
-        return run_live(args, uc, DagsterGraphQLClient("127.0.0.1", port_number=args.port, timeout=120))
-    months = args.partitions.split(",") if args.partitions else list(uc.months)
-    unknown = sorted(set(months) - set(uc.months))
-    if unknown:
-        parser.error(f"--partitions: {', '.join(unknown)} not in {uc.name}'s {uc.months[0]}…{uc.months[-1]}")
+    names = [n.strip() for n in args.usecases.split(",") if n.strip()]
+    try:
+        ucs = [get(n) for n in names] if names else list(installed().values())
+    except UseCaseError as exc:
+        parser.error(str(exc))
+    if not ucs:
+        parser.error("no use case is installed (the keel.usecases entry points)")
     client = DagsterGraphQLClient("127.0.0.1", port_number=args.port, timeout=120)
+    if args.live:
+        return run_live(args, ucs, client)
     instance = dg.DagsterInstance.get()
     t0 = time.perf_counter()
     failures = 0
-    stages = build_order(uc)
-    print(f"keel: materializing {uc.name}: {len(stages)} jobs over {len(months)} months", flush=True)
-    for n, stage in enumerate(stages, 1):
-        print(f"job {n}/{len(stages)}: {stage.job.name}", flush=True)
-        failures += run_stage(client, instance, uc, stage, months if stage.partitioned else [None])
+    for uc in ucs:
+        months = args.partitions.split(",") if args.partitions else list(uc.months)
+        unknown = sorted(set(months) - set(uc.months))
+        if unknown:
+            parser.error(f"--partitions: {', '.join(unknown)} not in {uc.name}'s {uc.months[0]}…{uc.months[-1]}")
+        stages = build_order(uc)
+        print(f"keel: materializing {uc.name}: {len(stages)} jobs over {len(months)} months", flush=True)
+        for n, stage in enumerate(stages, 1):
+            print(f"job {n}/{len(stages)}: {stage.job.name}", flush=True)
+            failures += run_stage(client, instance, uc, stage, months if stage.partitioned else [None])
     print(f"keel: done in {time.perf_counter() - t0:.0f}s, {failures} failed run(s)", flush=True)
     return 1 if failures else 0
 

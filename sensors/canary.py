@@ -11,11 +11,13 @@ import time
 
 import dagster as dg
 
+from assets.jobs import PRIORITY_ACT
 from assets.usecase import wiring
 from keel.alerts import Alert
 from keel.canary_control import tick
 from keel.clock import SimClock
 from keel.loop.promote import LOOP_AUTHOR, GateResult, StartCanary, start_canary
+from keel.metrics import LOSS_NAMES
 from keel.usecase import UseCase
 from resources.home import KeelHomeResource
 from resources.policy import PolicyStoreResource
@@ -44,18 +46,24 @@ def build_canary_sensor(uc: UseCase) -> dg.SensorDefinition:
         registry: ModelRegistryResource,
         keel_home: KeelHomeResource,
     ):
-        return canary_tick(context, uc.model.name, deployment, evaluation, name, policies, registry, keel_home)
+        return canary_tick(
+            context, uc.model.name, deployment, evaluation, name, policies, registry, keel_home, usecase=uc.name,
+            label_delay_s=uc.loop.label_delay.total_seconds(), loss=LOSS_NAMES[uc.task].replace("_", "-"),
+        )  # fmt: skip
 
     return _sensor
 
 
-def canary_tick(context, model: str, deployment, evaluation, name: str, policies, registry, keel_home):
+def canary_tick(
+    context, model: str, deployment, evaluation, name: str, policies, registry, keel_home, usecase: str | None = None,
+    label_delay_s: float = 0.0, loss: str = "log-loss",
+):  # fmt: skip
     problems: list[str] = []
     home = keel_home.layout()
-    sim = SimClock(home.clock).now()
+    sim = SimClock(home.clock, usecase).now()  # the use case's own time span on a shared live clock
     now, sim_now = sim.timestamp(), sim.isoformat(timespec="seconds")
     with policies.open() as store, registry.open() as reg:
-        started = start_loop_canary(context, store, reg, model, evaluation)
+        started = start_loop_canary(context, store, reg, model, evaluation, label_delay_s, loss)
         acted = tick(
             store,
             reg,
@@ -94,6 +102,7 @@ def canary_tick(context, model: str, deployment, evaluation, name: str, policies
                 "keel/canary_percent": str(a["percent"]),
                 "keel/sim_now": sim_now,
                 **({"keel/trigger": "drift"} if a["name"] == started else {}),
+                **PRIORITY_ACT,
             },
         )
         for a in acted
@@ -127,14 +136,25 @@ def latest_gate(instance: dg.DagsterInstance, evaluation: dg.AssetKey) -> GateRe
 
 
 def start_loop_canary(
-    context: dg.SensorEvaluationContext, store, reg, model: str, evaluation: dg.AssetKey
+    context: dg.SensorEvaluationContext,
+    store,
+    reg,
+    model: str,
+    evaluation: dg.AssetKey,
+    label_delay_s: float = 0.0,
+    loss: str = "log-loss",
 ) -> str | None:
     """Commit the loop's canary for a challenger that passed its gate (the decision: keel.loop.promote); its name,
     or None when there is nothing to start."""
     champion = reg.alias(model, "champion")
     canaries = {name: dict(p.body) for name, p in store.state().items() if p.type == "canary"}
     decision = start_canary(
-        latest_gate(context.instance, evaluation), model, reg.version(model, champion) if champion else None, canaries
+        latest_gate(context.instance, evaluation),
+        model,
+        reg.version(model, champion) if champion else None,
+        canaries,
+        label_delay_s,
+        loss,
     )
     if not isinstance(decision, StartCanary):
         return None

@@ -27,7 +27,7 @@ from datetime import datetime
 import dagster as dg
 
 from assets.freezes import freeze_observation
-from assets.jobs import UseCaseJobs
+from assets.jobs import PRIORITY_JUDGE, UseCaseJobs
 from assets.usecase import wiring
 from keel.alerts import Alert
 from keel.clock import SimClock
@@ -36,7 +36,7 @@ from keel.deploy.plan import running_canary
 from keel.drift.policy import DriftPolicy, decide
 from keel.loop.freeze import ActiveFreeze, freezes_to_clear
 from keel.loop.reference import trained_on
-from keel.loop.retrain import LoopState, NoRetrain, RetrainPlan, plan_retrain
+from keel.loop.retrain import LoopState, NoRetrain, RetrainPlan, RetrainPolicy, plan_retrain
 from keel.usecase import UseCase
 from resources.home import KeelHomeResource
 from resources.online_store import OnlineStoreResource
@@ -138,7 +138,7 @@ def drift_tick(context, t: DriftTargets, online_store, registry, policies, keel_
         dg.AssetRecordsFilter(asset_key=t.report, after_storage_id=cursor.after), limit=50, ascending=True
     ).records
     home = keel_home.layout()
-    clock = SimClock(home.clock)
+    clock = SimClock(home.clock, t.uc.name)
     live, now = clock.state() is not None, clock.now()
     with registry.open() as reg:
         champion = reg.alias(t.model, "champion")
@@ -302,7 +302,7 @@ def challenger_request(
 ) -> dg.RunRequest | None:
     window, event, why = ask
     state = loop_state(context.instance, t, home, champion_months, policies)
-    plan = plan_retrain(window, state)
+    plan = plan_retrain(window, state, RetrainPolicy(gate_from_day=t.uc.loop.gate_from_day))
     if isinstance(plan, NoRetrain):
         context.log.info(f"drift in {window} ({why}): no challenger — {plan.reason}")
         return None
@@ -331,5 +331,6 @@ def challenger_run_request(t: DriftTargets, plan: RetrainPlan, event: int, why: 
             "keel/plan": plan.key,
             "keel/reason": why[:200],
             "keel/sim_now": now.isoformat(timespec="seconds"),
+            **PRIORITY_JUDGE,
         },
     )

@@ -4,7 +4,9 @@ all landed gets its drift report once that rebuild has materialized its features
 The decision is ``keel.loop.arrivals`` (pure); this sensor reads the landing zone and the instance, and turns the
 decision into run requests of the use case's defined jobs (``<use case>_monthly``, ``<use case>_drift``); one sensor
 per use case, ``<use case>_landing_sensor`` (``build_landing_sensor``). Run keys name exactly what landed, so a
-restarted daemon or a replayed cursor never builds the same delivery twice. Outside a live replay (no simulated
+restarted daemon or a replayed cursor never builds the same delivery twice. While a rebuild of the use case is queued
+or running, new days wait and go into the next run together: on a busy machine (two use cases replayed at once)
+deliveries coalesce instead of queueing up. Outside a live replay (no simulated
 clock under KEEL_HOME) it skips: the set-up's jobs build 2013 as a backfill.
 """
 
@@ -17,7 +19,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from assets.jobs import UseCaseJobs
+from assets.jobs import PRIORITY_JUDGE, UseCaseJobs
 from assets.usecase import wiring
 from keel.alerts import Alert
 from keel.clock import SimClock
@@ -30,6 +32,12 @@ from keel.usecase import UseCase
 from resources.home import KeelHomeResource
 from sensors.alerting import send_alerts
 
+IN_PROGRESS = [
+    dg.DagsterRunStatus.QUEUED,
+    dg.DagsterRunStatus.NOT_STARTED,
+    dg.DagsterRunStatus.STARTING,
+    dg.DagsterRunStatus.STARTED,
+]
 DELIVERY_TAG = "keel/delivery"  # which delivery a monthly run built: the landing run key (scripts/materialize.py too)
 
 
@@ -67,7 +75,7 @@ def build_landing_sensor(uc: UseCase, jobs: UseCaseJobs) -> dg.SensorDefinition:
 
 def landing_tick(context, keel_home, uc: UseCase, jobs: UseCaseJobs, features: dg.AssetKey, reference: dg.AssetKey):
     home = keel_home.layout()
-    clock = SimClock(home.clock)
+    clock = SimClock(home.clock, uc.name)
     state = clock.state()
     if state is None:
         return dg.SkipReason("no live replay (no simulated clock under KEEL_HOME)")
@@ -89,7 +97,12 @@ def landing_tick(context, keel_home, uc: UseCase, jobs: UseCaseJobs, features: d
     seen = {m: Landed(tuple(v)) for m, v in cursor["seen"].items()}
     landed = zone.landed_by_month()
     requests = []
-    for refresh in arrivals(landed, seen):
+    # Deliveries coalesce: while a rebuild of this use case is queued or running, new days wait for the next tick
+    # and go in one run together — a busy machine builds fewer, larger deliveries instead of a growing queue.
+    building = context.instance.get_runs(
+        filters=dg.RunsFilter(job_name=jobs.monthly.name, statuses=IN_PROGRESS), limit=1
+    )
+    for refresh in [] if building else arrivals(landed, seen):
         if _built_from(context.instance, features, refresh.month) == refresh.run_key:
             seen[refresh.month] = refresh.landed  # built already (the set-up's history runs): not twice
             continue
@@ -115,7 +128,7 @@ def landing_tick(context, keel_home, uc: UseCase, jobs: UseCaseJobs, features: d
                     job_name=jobs.drift.name,
                     partition_key=month,
                     run_key=f"drift:{month}",
-                    tags={"keel/trigger": "landing", "keel/sim_now": sim_now},
+                    tags={"keel/trigger": "landing", "keel/sim_now": sim_now, **PRIORITY_JUDGE},
                 )
             )
             drift_done.add(month)
@@ -123,6 +136,10 @@ def landing_tick(context, keel_home, uc: UseCase, jobs: UseCaseJobs, features: d
     if not requests:  # the cursor moves only with requests: a tick with nothing new loses nothing
         if new_cursor != context.cursor and seen:
             return dg.SensorResult(run_requests=[], cursor=new_cursor)  # history built by the set-up: noted
+        if building:
+            return dg.SkipReason(
+                f"a delivery of {uc.name} is being built: new days wait for it (simulated {sim_now})"
+            )
         return dg.SkipReason(f"nothing new in the landing zone at simulated {sim_now}")
     return dg.SensorResult(run_requests=requests, cursor=new_cursor)
 

@@ -2,12 +2,16 @@
 its cost report), and each budgeted tenant's spend in the current period is judged (keel.metering.budget) — a soft
 budget alerts once per period (chat), a spent hard budget pages once (the gateways refuse the tenant meanwhile).
 
-Which days are finished is ``keel.metering.usage.finished_days`` (pure); each tick meters them in one run (a single
-day, or a range: a live replay finishes several simulated days between ticks); the cursor is the last day metered
-(forward-only); run keys name the days, so a replayed cursor never meters a day twice.
+Which days are finished is ``keel.metering.usage.finished_days`` (pure); each tick meters them in one run per run of
+days (a single day, or a range: a live replay finishes several simulated days between ticks; two use cases' spans on
+one clock are separate runs); the cursor says which days are metered (``MeteredDays``: through a day, and any
+after it); run keys name the days, so a replayed cursor never meters a day twice.
 """
 
 from __future__ import annotations
+
+import json
+from dataclasses import dataclass
 
 import dagster as dg
 
@@ -72,16 +76,77 @@ def metering_sensor(context: dg.SensorEvaluationContext, keel_home: KeelHomeReso
     for line in judge_budgets(home, now, problems):
         context.log.info(line)
     runtimes = home.serving_dirs()  # every replica's logs
+    exposure_days = sorted({d for r in runtimes for d in logged_days(r.exposures, "exposures")})
+    cursor = MeteredDays.parse(context.cursor)
     days = finished_days(
-        sorted({d for r in runtimes for d in logged_days(r.exposures, "exposures")}),
-        sorted({d for r in runtimes for d in logged_days(r.compute, "compute")}),
-        day_of(now), context.cursor or None,
+        exposure_days, sorted({d for r in runtimes for d in logged_days(r.compute, "compute")}),
+        todays(home), cursor.days_done(exposure_days),
     )  # fmt: skip
     events = automation_problems(COST_REPORT, "metering_sensor", problems)
     if not days and not events:
-        return dg.SkipReason(f"no finished day to meter (last metered: {context.cursor or 'none'})")
-    return dg.SensorResult(run_requests=[metering_run(days)] if days else [], cursor=days[-1] if days else context.cursor,
-                           asset_events=events)  # fmt: skip
+        return dg.SkipReason(f"no finished day to meter (metered through {cursor.through or 'none'})")
+    return dg.SensorResult(run_requests=[metering_run(group) for group in day_groups(days)],
+                           cursor=cursor.with_days(days, exposure_days).dump(), asset_events=events)  # fmt: skip
+
+
+def todays(home) -> list[str]:
+    """The day of every clock the gateway logs by: each use case's on a live replay's shared clock (its own time
+    span, keel/clock.py), else the one clock's (simulated, or the wall clock)."""
+    state = SimClock(home.clock).state()
+    names = sorted(state.spans) if state is not None and state.spans else [None]
+    return [day_of(SimClock(home.clock, name).now().timestamp()) for name in names]
+
+
+def day_groups(days: list[str], gap_days: int = 7) -> list[list[str]]:
+    """Finished days in runs: a new run where the next day is more than ``gap_days`` on (two use cases' time spans,
+    years apart, are never one range of empty days)."""
+    from datetime import date
+
+    groups: list[list[str]] = []
+    for day in days:
+        if groups and (date.fromisoformat(day) - date.fromisoformat(groups[-1][-1])).days <= gap_days:
+            groups[-1].append(day)
+        else:
+            groups.append([day])
+    return groups
+
+
+@dataclass(frozen=True)
+class MeteredDays:
+    """The sensor's cursor: every day up to ``through`` is metered, and ``also`` the days after it that are (use
+    cases on one clock meter their days interleaved). Compact: ``through`` moves up over every logged day metered.
+    A cursor of an earlier keel (a bare day) is ``through`` alone."""
+
+    through: str | None = None
+    also: tuple[str, ...] = ()
+
+    @classmethod
+    def parse(cls, text: str | None) -> MeteredDays:
+        if not text:
+            return cls()
+        if not text.startswith("{"):
+            return cls(text)
+        data = json.loads(text)
+        return cls(data.get("through"), tuple(data.get("also") or ()))
+
+    def done(self, day: str) -> bool:
+        return (self.through is not None and day <= self.through) or day in self.also
+
+    def days_done(self, logged: list[str]) -> set[str]:
+        return {d for d in logged if self.done(d)}
+
+    def with_days(self, days: list[str], logged: list[str]) -> MeteredDays:
+        also = set(self.also) | set(days)
+        through = self.through
+        for day in sorted(logged):  # move ``through`` over the logged days metered, in order
+            if (through is not None and day <= through) or day in also:
+                through = max(through or day, day)
+            else:
+                break
+        return MeteredDays(through, tuple(sorted(d for d in also if through is None or d > through)))
+
+    def dump(self) -> str:
+        return json.dumps({"through": self.through, "also": list(self.also)})
 
 
 def metering_run(days: list[str]) -> dg.RunRequest:

@@ -47,7 +47,7 @@ def build_nightly_drift(uc: UseCase, jobs: UseCaseJobs) -> dg.ScheduleDefinition
         f"landing sensor drives {drift_job.name} on the simulated clock there).",
     )
     def _schedule(context: dg.ScheduleEvaluationContext, keel_home: KeelHomeResource):
-        clock = SimClock(keel_home.layout().clock)
+        clock = SimClock(keel_home.layout().clock, uc.name)
         if clock.state() is not None:
             return dg.SkipReason(
                 f"a live replay runs: the landing sensor drives {drift_job.name} on the simulated clock"

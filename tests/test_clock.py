@@ -74,3 +74,46 @@ def test_a_corrupt_clock_file_is_named(tmp_path):
     path.write_text(json.dumps({"sim_anchor": "2013-04-01T00:00:00"}))
     with pytest.raises(ClockError, match="not valid"):
         SimClock(path).now(WALL)
+
+
+def test_two_use_cases_share_one_clock_each_on_its_own_span(tmp_path):
+    """Flights replays 2013 and hotel rates 2016–2017 on the same clock: each reads it in its own time, pausing or
+    changing speed moves both together, and a span ends where its own data ends."""
+    path = tmp_path / "clock.json"
+    clock = SimClock(path)
+    clock.start(APRIL, speed=86400, sim_end=datetime(2014, 2, 1, tzinfo=UTC), wall=WALL)  # a day per second
+    offset = datetime(2016, 11, 16, tzinfo=UTC) - datetime(2013, 4, 1, tzinfo=UTC)
+    hotels_end = datetime(2017, 9, 1, 12, tzinfo=UTC)
+    clock.add_span("hotels", offset, hotels_end)
+    flights, hotels = SimClock(path, "flights"), SimClock(path, "hotels")
+    later = WALL + timedelta(seconds=10)
+    assert flights.now(later) == APRIL + timedelta(days=10)  # no span: the clock's own time
+    assert hotels.now(later) == datetime(2016, 11, 26, tzinfo=UTC)
+    paused = hotels.pause(wall=later)  # any reader pauses the whole clock; it answers in its own time
+    assert paused.sim_anchor == datetime(2016, 11, 26, tzinfo=UTC) and not paused.running
+    assert flights.now(later + timedelta(hours=1)) == APRIL + timedelta(days=10)
+    hotels.resume(wall=later)
+    hotels.advance_to(datetime(2017, 9, 1, tzinfo=UTC), wall=later)  # in hotels' time; flights moves with it
+    assert flights.now(later) == datetime(2017, 9, 1, tzinfo=UTC) - offset
+    done = later + timedelta(seconds=1)  # hotels' span is over; the clock's own is not (its end is later)
+    assert hotels.now(done) == hotels_end and hotels.state().finished(done)
+    assert not flights.state().finished(done) and flights.now(done) == datetime(2017, 9, 2, tzinfo=UTC) - offset
+    with pytest.raises(ClockError, match="another offset"):
+        clock.add_span("hotels", offset + timedelta(days=1))
+    assert json.loads(path.read_text())["spans"]["hotels"]["offset_s"] == offset.total_seconds()
+
+
+def test_shared_spans_start_every_use_case_when_its_history_is_in():
+    from keel.clock import shared_spans
+
+    flights_start, flights_end = datetime(2013, 4, 1, 12, tzinfo=UTC), datetime(2014, 1, 1, 12, tzinfo=UTC)
+    hotels_start, hotels_end = datetime(2016, 11, 15, 18, tzinfo=UTC), datetime(2017, 9, 16, tzinfo=UTC)
+    start, end, spans = shared_spans(
+        {"hotels": hotels_start, "flights": flights_start}, {"hotels": hotels_end, "flights": flights_end}
+    )
+    assert start == flights_start and spans["flights"].offset == timedelta(0)
+    hotels_at_start = start + spans["hotels"].offset
+    assert hotels_start <= hotels_at_start < hotels_start + timedelta(days=1)  # whole days, never before its data
+    assert end == max(flights_end, hotels_end - spans["hotels"].offset)  # the clock runs until the last span ends
+    with pytest.raises(ClockError, match="not after its start"):
+        shared_spans({"a": flights_start}, {"a": flights_start})

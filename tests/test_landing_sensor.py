@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import dagster as dg
+from dagster._core.utils import make_new_run_id
 
 import definitions
 from keel.clock import SimClock
@@ -90,3 +91,27 @@ def test_history_the_set_up_built_is_not_built_again(tmp_path, monkeypatch):
         first = tick(tmp_path, instance)
         assert [r.partition_key for r in first.run_requests if r.job_name == "flights_monthly"] == ["2013-03"]
         assert not tick(tmp_path, instance, first.cursor).run_requests
+
+
+def test_while_a_delivery_is_built_new_days_wait_and_go_together(tmp_path, monkeypatch):
+    """On a busy machine deliveries coalesce: while a rebuild of the use case is queued or running, new days are not
+    asked for; once it is done, everything that landed meanwhile is one run — no queue that grows without end."""
+    monkeypatch.setenv("KEEL_HOME", str(tmp_path))
+    home = KeelHome(tmp_path)
+    now = datetime(2013, 4, 3, 13, tzinfo=UTC)
+    SimClock(home.clock).start(now)
+    zone = LandingZone(home.landing, FLIGHTS)
+    zone.deliver(now)
+    with dg.instance_for_test() as instance:
+        first = tick(tmp_path, instance)
+        assert len(first.run_requests) == 4
+        # a rebuild of April is still running when two more days land
+        running = instance.add_run(
+            dg.DagsterRun(job_name="flights_monthly", run_id=make_new_run_id(), status=dg.DagsterRunStatus.STARTED)
+        )
+        zone.deliver(datetime(2013, 4, 5, 13, tzinfo=UTC))
+        waiting = tick(tmp_path, instance, first.cursor)
+        assert not waiting.run_requests and "being built" in waiting.skip_message
+        instance.report_run_failed(running)  # done (how does not matter here)
+        together = tick(tmp_path, instance, first.cursor)
+        assert [(r.partition_key, r.run_key) for r in together.run_requests] == [("2013-04", "landing:2013-04:4-4")]

@@ -57,6 +57,7 @@ def test_it_is_the_use_cases_schedule_on_its_drift_job():
 
 def test_the_weekly_drill_takes_turns_and_skips_without_a_runtime(tmp_path, monkeypatch):
     from keel.chaos import DRILLS
+    from keel.usecase import installed
     from sensors.drills import drill_of_the_week, weekly_chaos_drill
 
     mondays = [datetime(2026, 11, 2, 3, tzinfo=UTC) + timedelta(weeks=i) for i in range(10)]
@@ -82,7 +83,7 @@ def test_the_weekly_drill_takes_turns_and_skips_without_a_runtime(tmp_path, monk
         with dg.build_schedule_context(instance=instance, scheduled_execution_time=mondays[0],
                                        resources=keel_resources(tmp_path)) as ctx:  # fmt: skip
             request = weekly_chaos_drill(ctx)
-    usecase, drill = drill_of_the_week(mondays[0], False, ("flights",))
-    assert request.run_key == f"chaos:2026-W45:flights:{drill}"
-    assert request.run_config == {"ops": {"chaos_drill": {"config": {"drill": drill, "usecase": "flights"}}}}
+    usecase, drill = drill_of_the_week(mondays[0], False, tuple(installed()))  # every installed use case takes turns
+    assert request.run_key == f"chaos:2026-W45:{usecase}:{drill}"
+    assert request.run_config == {"ops": {"chaos_drill": {"config": {"drill": drill, "usecase": usecase}}}}
     dg.validate_run_config(definitions.defs.get_job_def("keel_chaos_drill"), request.run_config)  # raises if not

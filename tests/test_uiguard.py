@@ -70,7 +70,7 @@ def guarded(tmp_path_factory):
         [sys.executable, "-c", (
             "import uvicorn; from pathlib import Path; from gpu_runtime.gateway.app import Gateway, GatewayConfig; "
             f"h = Path({str(home)!r}); uvicorn.run(Gateway(GatewayConfig(triton_url='127.0.0.1:1', "
-            "routing_path=h / 'routing.json', exposure_dir=h / 'exp')), host='127.0.0.1', "
+            "routing_path=h / 'routing.json', exposure_dir=h / 'exp', usecase='flights')), host='127.0.0.1', "
             f"port={upstream}, log_level='warning')"
         )], cwd=REPO,
     )  # fmt: skip

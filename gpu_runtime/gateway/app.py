@@ -195,7 +195,7 @@ class Gateway(
         self.defaults = self.features.defaults.astype(np.float32)
         self.lo = np.array([f.lo for f in self.features.features])
         self.hi = np.array([f.hi for f in self.features.features])
-        self._clock = SimClock(config.clock_path) if config.clock_path else None
+        self._clock = SimClock(config.clock_path, self.usecase.name) if config.clock_path else None
         self._clock_state: ClockState | None = None
         self._clock_checked = 0.0
         self._init_meter()

@@ -25,16 +25,22 @@ def home_layout():
 def add_usecase_option(parser: argparse.ArgumentParser, *, required: bool = False, every: str = "") -> None:
     """``--usecase NAME``: which installed use case a command acts on. Without it, ``every`` when given (what the
     command then covers), else the one installed (several installed: the command asks to name one)."""
-    default = every or "the one installed; name one when several are"
+    default = every or "the one $KEEL_USECASES names, else the one installed; name one when several are"
     parser.add_argument("--usecase", required=required, help=f"an installed use case (default: {default})")
 
 
 def usecase_of(args: argparse.Namespace):
-    """The use case ``--usecase`` names, else the one installed (keel.usecase.UseCaseError, exit 2, when several
-    are installed or the name is unknown: the message lists the installed ones)."""
+    """The use case ``--usecase`` names, else the one ``$KEEL_USECASES`` limits the platform to (as scripts/up
+    plays it), else the one installed (keel.usecase.UseCaseError, exit 2, when several are installed and none is
+    named, or the name is unknown: the message lists the installed ones)."""
+    import os
+
     from keel.usecase import get, only
 
-    return get(args.usecase) if getattr(args, "usecase", None) else only()
+    if getattr(args, "usecase", None):
+        return get(args.usecase)
+    limited = [n.strip() for n in os.environ.get("KEEL_USECASES", "").split(",") if n.strip()]
+    return get(limited[0]) if len(limited) == 1 else only()
 
 
 def author_of(args: argparse.Namespace) -> str:

@@ -84,14 +84,19 @@ def _ledger_log(args: argparse.Namespace) -> int:
 
 
 def _ledger_why(args: argparse.Namespace) -> int:
-    args.model = args.model or _installed_model()
+    args.model = args.model or _model_of_release(args) or _installed_model()
+    from keel.deploy.plan import training_asset
     from keel.loop.why import explain, from_loop
     from keel.policies import PolicyStore
     from keel.registry import ModelRegistry
 
     home = home_layout()
-    entries = _open_ledger(args).log()
-    matching = [e for e in entries if args.release in (e.release_id, "live")]
+    ledger = _open_ledger(args)
+    entries = ledger.log()
+    if args.release == "live":  # the model's newest release (the ledger holds every model's)
+        matching = ledger.of_line(training_asset(args.model))
+    else:
+        matching = [e for e in entries if e.release_id == args.release]
     if not matching:
         print(f"no release {args.release} in the ledger ({len(entries)} entries; `keel ledger log` lists them)")
         return EXIT_PROBLEM
@@ -127,6 +132,7 @@ def _ledger_verify(args: argparse.Namespace) -> int:
 
 def _rollback(args: argparse.Namespace) -> int:
     args.model = args.model or _installed_model()
+    from keel.clock import SimClock
     from keel.deploy.runtime import load_deployer
     from keel.ledger import Ledger
     from keel.registry import ModelRegistry
@@ -139,7 +145,9 @@ def _rollback(args: argparse.Namespace) -> int:
         raise DataReadError(f"{ledger_path}: no ledger here (set KEEL_HOME)")
     with ModelRegistry(home.registry) as registry, Ledger(ledger_path) as ledger:
         deployer = load_deployer(home.serving.root, args.model, len(by_model(args.model).features.names))
-        result = rollback(registry, ledger, deployer, args.model, args.reason)
+        uc = by_model(args.model)
+        when = SimClock(home.clock, uc.name).now()  # a live replay's simulated now in the model's time span
+        result = rollback(registry, ledger, deployer, args.model, args.reason, live_from=when)
     print(
         f"rolled back {result.replaced.release_id} → {result.restored.release_id} "
         f"(ledger entry #{result.restored.seq}, reverts #{result.restored.reverts}); "
@@ -148,10 +156,26 @@ def _rollback(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _installed_model() -> str:
-    from keel.usecase import only
+def _model_of_release(args: argparse.Namespace) -> str | None:
+    """The model a named release is of (its model part's training asset, ``<use case>/<asset>``), when installed."""
+    from keel.ledger import model_line
+    from keel.usecase import installed
 
-    return only().model.name
+    if args.release == "live":
+        return None
+    lines = {model_line(e.manifest) for e in _open_ledger(args).log() if e.release_id == args.release}
+    found = [uc.model.name for uc in installed().values() if uc.training_asset in lines]
+    return found[0] if len(found) == 1 else None
+
+
+def _installed_model() -> str:
+    """The one installed use case's model; with several, --model must name one (the message lists them)."""
+    from keel.usecase import UseCaseError, installed
+
+    served = sorted(uc.model.name for uc in installed().values())
+    if len(served) != 1:
+        raise UseCaseError(f"{len(served)} models are served ({', '.join(served)}): name one with --model")
+    return served[0]
 
 
 def _canary_of(change: dict, model: str, version: int) -> bool:

@@ -48,7 +48,7 @@ def _zones(home, args: argparse.Namespace) -> list:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from keel.clock import DEFAULT_SPEED, SimClock
+    from keel.clock import DEFAULT_SPEED, SimClock, shared_spans
 
     home = home_layout()
     clock, zones = SimClock(home.clock), _zones(home, args)
@@ -57,9 +57,14 @@ def _run(args: argparse.Namespace) -> int:
         return EXIT_OK
     state = clock.state()
     if state is None:
-        start = _day(args.start) if args.start else min(z.history_landed() for z in zones)
-        end = _day(args.end) if args.end else max(z.landed_by(z.last_day) for z in zones)
-        state = clock.start(start, speed=args.speed or DEFAULT_SPEED, sim_end=end)
+        # each use case on its own time span of the one clock (keel/clock.py): all start when their history is in
+        start, end, spans = shared_spans(
+            {z.usecase.name: z.history_landed() for z in zones},
+            {z.usecase.name: z.landed_by(z.last_day) for z in zones},
+        )
+        start = _day(args.start) if args.start else start
+        end = _day(args.end) if args.end else end
+        state = clock.start(start, speed=args.speed or DEFAULT_SPEED, sim_end=end, spans=spans)
         print(f"keel live: clock started at {state.sim_anchor:%Y-%m-%d %H:%M} (×{state.speed:,.0f})", flush=True)
     else:
         if args.speed:
@@ -79,13 +84,14 @@ def _run(args: argparse.Namespace) -> int:
     try:
         while not stop:
             wall = datetime.now(UTC)
-            now = clock.state().now(wall)
+            state = clock.state()
+            now = state.now(wall)
             for zone in zones:
-                for table, days in zone.deliver(now).items():
+                for table, days in zone.deliver(state.of(zone.usecase.name).now(wall)).items():
                     if days:
                         span = days[0].isoformat() + (f"…{days[-1].isoformat()}" if len(days) > 1 else "")
                         print(f"  {now:%Y-%m-%d %H:%M} landed {zone.usecase.name}/{table} {span}", flush=True)
-            if clock.state().finished(wall):  # everything due by the end has landed (delivered above)
+            if state.finished(wall):  # everything due by the end has landed (delivered above)
                 print(f"keel live: the clock reached {now:%Y-%m-%d %H:%M}: the replay is over", flush=True)
                 return EXIT_OK
             time.sleep(args.poll)
@@ -111,7 +117,9 @@ def _status(args: argparse.Namespace) -> int:
         + (f", ends {state.sim_end:%Y-%m-%d}" if state.sim_end else "")
     )
     for zone in _zones(home, args):
-        print(f"  {zone.usecase.name}:")
+        mine = state.of(zone.usecase.name)  # its own time span on the shared clock (keel/clock.py)
+        print(f"  {zone.usecase.name}: {mine.now(datetime.now(UTC)):%Y-%m-%d %H:%M} in its time"
+              + (f", ends {mine.sim_end:%Y-%m-%d}" if mine.sim_end else ""))  # fmt: skip
         for month, landed in sorted(zone.landed_by_month().items()):
             days = ", ".join(f"{n} of {t}" for t, n in zip(zone.tables, landed.days, strict=True))
             print(f"    {month}: days landed: {days}")

@@ -17,7 +17,7 @@ from typing import Any
 
 from keel.canary import FINISHED
 from keel.deploy.routing import DeployReport, ModelDeployer, Route, Target
-from keel.ledger import Ledger, LedgerEntry
+from keel.ledger import Ledger, LedgerEntry, model_line
 from keel.metering.cost import cost_policy
 from keel.registry import ModelRegistry, RegisteredModel
 from keel.release import release_manifest
@@ -136,12 +136,11 @@ def price_table(state: dict) -> dict[str, Any] | None:
     }
 
 
-def _training_asset(model: str) -> str:
+def training_asset(model: str) -> str:
     """The asset that trains ``model``: its use case's declaration (keel/usecase.py), under the use case's prefix."""
     from keel.usecase import by_model
 
-    uc = by_model(model)
-    return f"{uc.name}/{uc.model.asset}"
+    return by_model(model).training_asset
 
 
 def parts_of(record: RegisteredModel) -> tuple[dict, dict]:
@@ -150,7 +149,7 @@ def parts_of(record: RegisteredModel) -> tuple[dict, dict]:
     data = {**(meta.get("data_versions") or {}), "contracts": meta.get("contracts")}
     model = {
         "sha256": record.sha256,
-        "asset": _training_asset(record.name),
+        "asset": training_asset(record.name),
         "training_code": meta.get("training_code_version"),
         "feature_code": meta.get("feature_code_version"),
         "params": meta.get("params"),
@@ -195,7 +194,7 @@ def release(
     release_id = manifest["release_id"]
     targets = [replace(t, route=replace(t.route, release_id=release_id)) for t in plan.targets]
     report = deployer.deploy(plan.model, targets, fallback=plan.fallback)
-    log = ledger.log()
+    log = ledger.of_line(model_line(manifest))  # this model's releases (the ledger holds every model's)
     live = log[-1] if log else None
     entry = live if live and live.release_id == release_id else ledger.append(release_id, manifest, live_from)
     return Release(manifest, report, entry)

@@ -206,7 +206,7 @@ def parse_spec(raw: Any, source: str = "<dict>") -> ExperimentSpec:
     spec = ExperimentSpec(
         id=exp_id,
         metrics=tuple(metrics),
-        model=_str(source, "model", raw.get("model") or _default_model()),
+        model=_str(source, "model", raw.get("model") or _default_model(source)),
         control_version=versions["control"],
         treatment_version=versions["treatment"],
         traffic_ratio=_num(source, "traffic_ratio", raw.get("traffic_ratio", 0.5), lo=0, hi=1, lo_open=True),
@@ -276,10 +276,16 @@ def _simulation(source: str, raw: Any) -> dict[str, Any] | None:
     return out
 
 
-def _default_model() -> str:
-    from keel.usecase import only
+def _default_model(source: str) -> str:
+    """The model of the one installed use case; with several, the spec must name it."""
+    from keel.usecase import installed
 
-    return only().model.name
+    served = sorted(uc.model.name for uc in installed().values())
+    if len(served) != 1:
+        raise ExperimentSpecError(
+            f"{source}: model: required — the installed models are {', '.join(served) or 'none'}"
+        )
+    return served[0]
 
 
 def load_spec(path: str | Path) -> ExperimentSpec:

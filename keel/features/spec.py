@@ -91,8 +91,23 @@ class Entity:
     carried: tuple[str, ...]
     date_parts: tuple[str, str, str] | None = None
     key: EntityKey | None = None  # how exposures meet outcomes (keel/entity_key.py); None: not joined
+    # The carried column whose month is the row's partition (a booking's arrival, though it is scored as of the day
+    # it was made): training, early-stopping and gate rows are chosen by its months and days. None: the entity date.
+    partition_date: str | None = None
+
+    @property
+    def partition_day(self) -> pl.Expr:
+        """The row's partition date as a polars Date expression (text ``YYYY-MM-DD…`` is parsed)."""
+        if self.partition_date is None:
+            return pl.col(self.date)
+        return pl.col(self.partition_date).cast(pl.String).str.slice(0, 10).str.to_date("%Y-%m-%d")
 
     def __post_init__(self) -> None:
+        if self.partition_date is not None and self.partition_date not in (self.date, *self.carried):
+            raise FeatureSpecError(
+                f"entity {self.name}: partition_date {self.partition_date} must be a carried column (the feature "
+                "table keeps it)"
+            )
         if self.date not in self.request_columns:
             raise FeatureSpecError(f"entity {self.name}: request_columns must include the date column {self.date}")
         if not self.id_parts:

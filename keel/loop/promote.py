@@ -58,11 +58,18 @@ def canary_name(model: str, challenger_version: int) -> str:
 
 
 def start_canary(
-    gate: GateResult | None, model: str, champion_version: int | None, canaries: dict[str, dict[str, Any]]
+    gate: GateResult | None,
+    model: str,
+    champion_version: int | None,
+    canaries: dict[str, dict[str, Any]],
+    label_delay_s: float = 0.0,
+    loss: str = "log-loss",
 ) -> StartCanary | NoCanary:
     """``canaries``: the canary policies in the store (name → body). A canary starts only for a passed gate whose
     champion is still the champion, when no canary of the model is unfinished and none was ever made for this
-    challenger (a duplicate tick, a restarted daemon, a rolled-back challenger: never twice)."""
+    challenger (a duplicate tick, a restarted daemon, a rolled-back challenger: never twice). ``label_delay_s``: how
+    long the model's labels take to come in (its use case's ``Monitoring.label_delay``), added to the progress
+    deadline — quality is judged on realized labels, and a canary must not run out of time waiting for them."""
     if gate is None:
         return NoCanary("no challenger has been judged")
     if not gate.passed:
@@ -92,6 +99,8 @@ def start_canary(
         "champion_version": gate.champion_version,
         "challenger_version": gate.challenger_version,
         **LOOP_CANARY,
+        "progress_deadline_s": LOOP_CANARY["progress_deadline_s"] + label_delay_s,
+        "loss": loss,  # the model's per-request loss, as the canary's quality check names it
         "origin": origin,
     }
     reason = (

@@ -69,8 +69,9 @@ def _xy(frame: pl.DataFrame, fs: FeatureSet) -> tuple[np.ndarray, np.ndarray]:
 
 
 def month_of(frame: pl.DataFrame, month: str, fs: FeatureSet) -> pl.DataFrame:
-    """The rows of ``frame`` (a table of ``fs``) whose entity date falls in ``month`` (YYYY-MM)."""
-    return frame.filter(pl.col(fs.entity.date).dt.strftime("%Y-%m") == month)
+    """The rows of ``frame`` (a table of ``fs``) of partition ``month`` (YYYY-MM): by the entity's partition date
+    (``Entity.partition_date``; default its date)."""
+    return frame.filter(fs.entity.partition_day.dt.strftime("%Y-%m") == month)
 
 
 def train_model(features: pl.DataFrame, config: TrainingConfig, fs: FeatureSet) -> TrainedModel:
@@ -82,7 +83,7 @@ def train_model(features: pl.DataFrame, config: TrainingConfig, fs: FeatureSet) 
             f"LightGBM objective {objective!r} does not fit a {fs.label.task} label ({fs.label.column}); "
             f"use one of {', '.join(OBJECTIVES[fs.label.task])}"
         )
-    day = pl.col(fs.entity.date)
+    day = fs.entity.partition_day  # months and days of the partition (a booking's arrival), not of the quote
     train = features.filter(day.dt.strftime("%Y-%m").is_in(list(config.train_months)))
     valid = month_of(features, config.valid_month, fs)
     if config.valid_days is not None:

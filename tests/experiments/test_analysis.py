@@ -21,6 +21,7 @@ from usecases.flights.experiments import flight_units
 
 SPEC = {
     "id": "rebooking-offer",
+    "model": "flight-delay",
     "control": {"version": 1},
     "treatment": {"version": 2},
     "traffic_ratio": 0.5,
@@ -120,7 +121,7 @@ def test_the_cli_analyzes_any_parquet_or_csv(tmp_path):
     data = data.with_columns(pl.col("arm").replace({"control": "A", "treatment": "B"}))
     spec = tmp_path / "spec.yaml"
     spec.write_text(
-        "id: generic\nvariant_column: arm\ncontrol_label: A\ntreatment_label: B\nmetrics:\n"
+        "id: generic\nmodel: flight-delay\nvariant_column: arm\ncontrol_label: A\ntreatment_label: B\nmetrics:\n"
         "  - {name: value, kind: mean, column: value, covariate: pre_value, direction: increase}\n"
         "  - {name: converted, kind: proportion, column: converted, direction: increase}\n"
         "guardrails: [{metric: converted, threshold: 0.02, action: pause}]\ndimensions: [segment]\n"

@@ -27,7 +27,7 @@ def keel(home, *args: str) -> subprocess.CompletedProcess:
 def test_lime_next_to_treeshap_reports_agreement_and_cost(explained_home, tmp_path):
     home, text = explained_home
     out = tmp_path / "lime.json"
-    done = keel(home, "explain", "--method", "lime", "--month", "2013-02", "--rows", "12", "--samples", "2000",
+    done = keel(home, "explain", "--model", "flight-delay", "--method", "lime", "--month", "2013-02", "--rows", "12", "--samples", "2000",
                 "--out", str(out))  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "rank agreement" in done.stdout and "Cost per row" in done.stdout and "LIME" in done.stdout
@@ -53,16 +53,20 @@ def test_chosen_flights_and_bad_input(explained_home):
     home, _ = explained_home
     feb = pl.read_parquet(home / "storage" / "flights" / "flight_features" / "2013-02.parquet")
     ids = feb["flight_id"].sort().to_list()[:2]
-    done = keel(home, "explain", "--method", "lime", "--month", "2013-02", "--samples", "500", "--json",
+    done = keel(home, "explain", "--model", "flight-delay", "--method", "lime", "--month", "2013-02", "--samples", "500", "--json",
                 *[a for i in ids for a in ("--id", i)])  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert [f["row_id"] for f in json.loads(done.stdout)["per_row"]] == ids
-    missing = keel(home, "explain", "--method", "lime", "--month", "2013-07")
+    missing = keel(home, "explain", "--model", "flight-delay", "--method", "lime", "--month", "2013-07")
     assert missing.returncode == 2 and "no flight_features for 2013-07" in missing.stderr
-    unknown = keel(home, "explain", "--method", "lime", "--month", "2013-02", "--id", "nope")
+    unknown = keel(
+        home, "explain", "--model", "flight-delay", "--method", "lime", "--month", "2013-02", "--id", "nope"
+    )
     assert unknown.returncode == 2 and "flight nope is not among" in unknown.stderr
-    newest = keel(home, "explain", "--method", "lime", "--rows", "2", "--samples", "500", "--json")
+    newest = keel(
+        home, "explain", "--model", "flight-delay", "--method", "lime", "--rows", "2", "--samples", "500", "--json"
+    )
     months = sorted(p.stem for p in (home / "storage" / "flights" / "flight_features").glob("*.parquet"))
     assert newest.returncode == 0 and json.loads(newest.stdout)["month"] == months[-1], newest.stderr
-    no_method = keel(home, "explain")
+    no_method = keel(home, "explain", "--model", "flight-delay")
     assert no_method.returncode == 2 and "--method" in no_method.stderr

@@ -43,7 +43,7 @@ def test_revert_is_a_new_entry_and_time_only_moves_forward(ledger):
     back = ledger.revert(1, "canary breach", T0 + timedelta(hours=2))
     assert back.seq == 3 and back.release_id == "rel-a" and back.reverts == 1
     assert [e.release_id for e in ledger.log()] == ["rel-a", "rel-b", "rel-a"]
-    with pytest.raises(LedgerError, match="only moves forward"):
+    with pytest.raises(LedgerError, match="only move forward"):
         ledger.append("rel-c", {}, T0)
     assert ledger.verify().ok
 
@@ -209,3 +209,21 @@ def test_at_names_what_served_every_model_and_a_release_of_one_leaves_the_other(
     )
     assert at.returncode == 0, at.stderr
     assert at.stdout.index("rel-h1") < at.stdout.index("rel-f2") and "rel-f1" not in at.stdout
+
+
+def test_each_model_moves_forward_in_its_own_time_span(ledger):
+    """Two use cases replayed live on one clock: flights releases in 2013 beside hotel rates in 2017, interleaved in
+    the ledger; each model's own releases only move forward, and `at_each` answers for each in its own time."""
+
+    def manifest(asset: str, sha: str) -> dict:
+        return {"model": {"parts": {"asset": asset, "sha256": sha}}}
+
+    ledger.append("flights-1", manifest("flights/model", "f1"), datetime(2013, 4, 1, tzinfo=UTC))
+    ledger.append("rooms-1", manifest("hotels/rate_model", "r1"), datetime(2016, 11, 16, tzinfo=UTC))
+    ledger.append("flights-2", manifest("flights/model", "f2"), datetime(2013, 6, 20, tzinfo=UTC))  # after 2016: fine
+    with pytest.raises(LedgerError, match="model's releases only move forward"):
+        ledger.append("rooms-0", manifest("hotels/rate_model", "r0"), datetime(2016, 11, 1, tzinfo=UTC))
+    ledger.append("rooms-2", manifest("hotels/rate_model", "r2"), datetime(2017, 2, 3, tzinfo=UTC))
+    assert [e.release_id for e in ledger.at_each(datetime(2013, 7, 1, tzinfo=UTC))] == ["flights-2"]
+    assert [e.release_id for e in ledger.at_each(datetime(2017, 1, 1, tzinfo=UTC))] == ["rooms-1", "flights-2"]
+    assert ledger.verify().ok

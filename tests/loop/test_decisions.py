@@ -295,3 +295,19 @@ def test_what_served_when_is_the_latest_release_at_or_before_the_instant():
     assert champion_at(releases, t(1)).release_id == "rel-a"  # boundaries inclusive
     assert champion_at(releases, t(14)).release_id == "rel-a"
     assert champion_at(releases, t(15)).release_id == "rel-c"  # two entries at one instant: the later one
+
+
+def test_a_canary_waits_as_long_as_its_labels_take_to_come_in():
+    """A rate quote's price is known weeks after the quote: its use case's label delay lengthens the loop canary's
+    progress deadline, so the canary is not rolled back for lack of labels it could not yet have."""
+    gate = GateResult(True, 2, 1, "2016-11", "better")
+    quick = start_canary(gate, "room-rate", 1, {})
+    slow = start_canary(gate, "room-rate", 1, {}, label_delay_s=60 * 86400.0)
+    assert slow.body["progress_deadline_s"] - quick.body["progress_deadline_s"] == 60 * 86400.0
+    regression = start_canary(gate, "room-rate", 1, {}, loss="squared-error")
+    from keel.canary import CanaryPlan
+
+    assert CanaryPlan.from_policy(regression.body).loss == "squared-error"  # how its quality verdicts name the loss
+    from usecases.hotels import usecase as hotels
+
+    assert hotels.loop.label_delay.days == 60

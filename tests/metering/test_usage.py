@@ -142,3 +142,24 @@ def test_days_are_utc_days_of_the_records_ts():
     u = usage_frame([rec(ts=late), rec(ts=late + 2)], compute_deltas([]))
     assert u["day"].to_list() == ["2013-06-01", "2013-06-02"]
     assert time.strftime("%Y-%m-%d", time.gmtime(late)) == "2013-06-01"
+
+
+def test_two_use_cases_on_one_clock_meter_their_days_each_when_over():
+    """Flights logs 2013 and hotels 2017 on one shared clock (keel/clock.py): each one's day is metered once that use
+    case is past it — a hotels day does not finish flights' running day, nor does the cursor skip flights' days."""
+    from sensors.metering import MeteredDays, day_groups
+
+    exposure = ["2013-06-01", "2013-06-02", "2017-01-09", "2017-01-10"]
+    compute = ["2013-06-01", "2013-06-02", "2017-01-09", "2017-01-10"]
+    todays = ["2013-06-02", "2017-01-10"]
+    assert finished_days(exposure, compute, todays, None) == ["2013-06-01", "2017-01-09"]
+    cursor = MeteredDays().with_days(["2013-06-01", "2017-01-09"], exposure)
+    assert cursor.through == "2013-06-01" and cursor.also == ("2017-01-09",)
+    later = ["2013-06-03", "2017-01-11"]
+    compute += ["2013-06-03", "2017-01-11"]
+    exposure += ["2013-06-03", "2017-01-11"]
+    days = finished_days(exposure, compute, later, cursor.days_done(exposure))
+    assert days == ["2013-06-02", "2017-01-10"]
+    assert day_groups(days) == [["2013-06-02"], ["2017-01-10"]]  # one metering run each: no three-year range
+    assert MeteredDays.parse(cursor.with_days(days, exposure).dump()).through == "2013-06-02"
+    assert MeteredDays.parse("2013-05-31").done("2013-05-30")  # a cursor of an earlier keel: the last day metered

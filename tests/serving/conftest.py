@@ -83,7 +83,8 @@ def start_serve(
 ) -> tuple[subprocess.Popen, dict]:
     """``python -m gpu_runtime.serve`` on ``home`` (its runtime ``replica`` of several, when given; ``env``: more
     settings, such as the shared stores); returns once it announced its endpoints."""
-    env = os.environ | {"KEEL_HOME": str(home)} | (env or {})
+    # the serving tests' world is flights' model (those of a second use case add it through ``env``)
+    env = os.environ | {"KEEL_HOME": str(home), "KEEL_USECASES": "flights"} | (env or {})
     env.pop("KEEL_TRITON_ADMIN_KEY", None)
     if replica:
         env["KEEL_REPLICA"] = replica

@@ -192,6 +192,8 @@ def test_a_good_challenger_is_promoted_and_a_bad_one_rolled_back_under_replayed_
                 sys.executable,
                 "-m",
                 "gpu_runtime.replay",
+                "--usecase",
+                "flights",
                 "--url",
                 url,
                 "--rps",

@@ -196,7 +196,7 @@ def test_per_tenant_state_is_bounded_whatever_names_callers_invent(tmp_path):
 
     policy = GatewayPolicy(tenant_rate_limits={"ops": RateLimit(5, 5)})
     config = GatewayConfig(
-        triton_url="127.0.0.1:1", routing_path=tmp_path / "routing.json", exposure_dir=tmp_path / "exp",
+        triton_url="127.0.0.1:1", routing_path=tmp_path / "routing.json", usecase="flights", exposure_dir=tmp_path / "exp",
         max_tenant_buckets=100,
     )  # fmt: skip
     gw = Gateway(config, policy)
@@ -236,7 +236,7 @@ def test_while_the_runtime_is_down_the_answer_is_structured_or_the_configured_la
 
     table = RoutingTable(1, "flight-delay", 3, (Route("champion", 1, "a" * 64, 1.0),))
     (tmp_path / "routing.json").write_text(json.dumps(table.to_dict()))
-    config = GatewayConfig(triton_url="127.0.0.1:1", routing_path=tmp_path / "routing.json",
+    config = GatewayConfig(triton_url="127.0.0.1:1", routing_path=tmp_path / "routing.json", usecase="flights",
                            exposure_dir=tmp_path / "exposures")  # fmt: skip
     down = RuntimeStatus(state=DOWN, last_failure="tritonserver exited with -9")
     body = json.dumps({"features": {}, "unit_id": "u1"}).encode()
@@ -269,7 +269,7 @@ def test_a_triton_that_died_since_the_last_poll_is_runtime_unavailable_not_the_v
 
     table = RoutingTable(1, "flight-delay", 3, (Route("champion", 1, "a" * 64, 1.0),))
     (tmp_path / "routing.json").write_text(json.dumps(table.to_dict()))
-    config = GatewayConfig(triton_url="127.0.0.1:1", routing_path=tmp_path / "routing.json",
+    config = GatewayConfig(triton_url="127.0.0.1:1", routing_path=tmp_path / "routing.json", usecase="flights",
                            exposure_dir=tmp_path / "exposures")  # fmt: skip
     alive = {"yes": False}
     status_ = RuntimeStatus(process_alive=lambda: alive["yes"])  # up by the last poll, dead now
@@ -306,7 +306,7 @@ def test_a_call_cut_off_just_before_the_process_is_seen_to_exit_is_still_the_run
 
     table = RoutingTable(1, "flight-delay", 3, (Route("champion", 1, "a" * 64, 1.0),))
     (tmp_path / "routing.json").write_text(json.dumps(table.to_dict()))
-    config = GatewayConfig(triton_url="127.0.0.1:1", routing_path=tmp_path / "routing.json",
+    config = GatewayConfig(triton_url="127.0.0.1:1", routing_path=tmp_path / "routing.json", usecase="flights",
                            exposure_dir=tmp_path / "exposures")  # fmt: skip
     looks = itertools.count()
     gateway = Gateway(config, runtime=RuntimeStatus(process_alive=lambda: next(looks) < 2))  # exits on the 3rd look
@@ -326,7 +326,7 @@ def test_an_open_breaker_reads_half_open_on_metrics_once_its_time_is_up_with_no_
 
     table = RoutingTable(1, "flight-delay", 3, (Route("champion", 1, "a" * 64, 1.0),))
     (tmp_path / "routing.json").write_text(json.dumps(table.to_dict()))
-    gateway = Gateway(GatewayConfig(triton_url="127.0.0.1:1", routing_path=tmp_path / "routing.json",
+    gateway = Gateway(GatewayConfig(triton_url="127.0.0.1:1", routing_path=tmp_path / "routing.json", usecase="flights",
                                     exposure_dir=tmp_path / "exposures"))  # fmt: skip
     clock = Clock()
     b = gateway.breakers[1] = CircuitBreaker(BreakerPolicy(min_requests=5, open_s=30, half_open_probes=3), clock)

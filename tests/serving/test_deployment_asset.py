@@ -124,7 +124,16 @@ def test_rollback_from_the_shell_and_as_a_dagster_job(runtime, serving_models):
     assert [e.manifest["model"]["parts"]["sha256"] for e in before] == runtime.shas[:2]
 
     out = subprocess.run(
-        [sys.executable, "-m", "keel.cli", "rollback", "--reason", "challenger looks wrong"],
+        [
+            sys.executable,
+            "-m",
+            "keel.cli",
+            "rollback",
+            "--model",
+            "flight-delay",
+            "--reason",
+            "challenger looks wrong",
+        ],
         capture_output=True,
         text=True,
         cwd=REPO,

@@ -79,7 +79,7 @@ def test_a_harmful_treatment_is_rolled_back_by_the_guardrail_sensor(runtime_home
         assert start.returncode == 0, start.stderr
         out = tmp_path / "replay.jsonl"
         replay = subprocess.Popen(
-            [sys.executable, "-m", "gpu_runtime.replay", "--url", rt.url, "--rps", "100", "--seconds", "300",
+            [sys.executable, "-m", "gpu_runtime.replay", "--usecase", "flights", "--url", rt.url, "--rps", "100", "--seconds", "300",
              "--month", "2013-02", "--out", str(out)],
             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         )  # fmt: skip

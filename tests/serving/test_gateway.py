@@ -247,6 +247,7 @@ def test_risk_level_1_never_queues_behind_lower_levels(runtime, serving_models):
         GatewayConfig(
             triton_url=runtime.endpoints["triton_grpc"],
             routing_path=serving / "routing" / f"{MODEL}.json",
+            usecase="flights",
             exposure_dir=runtime.home / "lanes-exposures",
             online_store_path=runtime.home / "online" / "flights.sqlite",
         ),

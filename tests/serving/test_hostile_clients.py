@@ -116,6 +116,7 @@ def test_an_input_triton_refuses_is_a_422_with_no_breaker_strike_and_no_retry(ru
         GatewayConfig(
             triton_url=runtime.endpoints["triton_grpc"],
             routing_path=runtime.home / "serving" / "routing" / f"{MODEL}.json",
+            usecase="flights",
             exposure_dir=tmp_path / "exposures",
         ),
     )

@@ -33,6 +33,8 @@ def test_ten_swaps_under_load_lose_no_request(runtime_home, serving_models, tmp_
                 sys.executable,
                 "-m",
                 "gpu_runtime.replay",
+                "--usecase",
+                "flights",
                 "--url",
                 rt.url,
                 "--rps",

@@ -52,7 +52,7 @@ def runtime(runtime_home, serving_models):
 
 def replay(rt, seconds: float) -> dict:
     out = subprocess.run(
-        [sys.executable, "-m", "gpu_runtime.replay", "--url", rt.url, "--rps", "50", "--seconds", str(seconds),
+        [sys.executable, "-m", "gpu_runtime.replay", "--usecase", "flights", "--url", rt.url, "--rps", "50", "--seconds", str(seconds),
          "--month", "2013-06", "--tenants", "ops,pricing"],
         cwd=REPO, env=os.environ | {"KEEL_HOME": str(rt.home)}, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
@@ -186,7 +186,7 @@ def test_the_metering_sensor_alerts_on_budgets_once_and_meters_finished_days(run
     SimClock(runtime.home / "clock.json").advance_to(datetime(2013, 6, 3, 1, tzinfo=UTC))
     data = evaluate_sensor("metering_sensor", runtime.home, monkeypatch)
     assert [r.partition_key for r in data.run_requests] == [DAY]
-    assert data.run_requests[0].run_key == f"metering-{DAY}" and data.cursor == DAY
+    assert data.run_requests[0].run_key == f"metering-{DAY}" and json.loads(data.cursor)["through"] == DAY
 
 
 def test_a_restarted_gateway_reads_the_spend_back_from_its_logs(runtime, serving_models):

@@ -223,7 +223,7 @@ def test_two_gateways_follow_one_control_plane_and_a_canary_promotes_on_evidence
         # -- 3. replayed traffic on both gateways; a canary promotes with evidence from both -------------------------
         for name, url in urls.items():
             replays[name] = subprocess.Popen(
-                [sys.executable, "-m", "gpu_runtime.replay", "--url", url, "--rps", str(RPS), "--seconds", "300",
+                [sys.executable, "-m", "gpu_runtime.replay", "--usecase", "flights", "--url", url, "--rps", str(RPS), "--seconds", "300",
                  "--month", MONTH, "--out", str(tmp_path / f"replay-{name}.jsonl"), "--tenants", f"gw-{name}"],
                 cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
             )  # fmt: skip

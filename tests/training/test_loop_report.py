@@ -25,7 +25,7 @@ MONTHS = ("2013-01", "2013-02", "2013-03", "2013-04", "2013-05")
 
 
 def manifest(sha: str) -> dict:
-    return {"release_id": "x", "model": {"hash": "h", "parts": {"sha256": sha}}}
+    return {"release_id": "x", "model": {"hash": "h", "parts": {"sha256": sha, "asset": "flights/delay_model"}}}
 
 
 @pytest.fixture

@@ -228,7 +228,9 @@ def test_its_loop_gates_a_challenger_and_reports_the_month_on_squared_errors(bui
     assert evaluation["rows"].value == march_end.height  # judged on the days neither model saw
     with Ledger(home / "ledger.sqlite") as ledger:
         ledger.append(
-            "rel-rooms", {"model": {"hash": "h", "parts": {"sha256": sha}}}, datetime(2020, 3, 1, tzinfo=UTC)
+            "rel-rooms",
+            {"model": {"hash": "h", "parts": {"sha256": sha, "asset": "rooms/price_model"}}},
+            datetime(2020, 3, 1, tzinfo=UTC),
         )
     report = run(["loop_report"], "2020-04").get_asset_materialization_events()[0].materialization.metadata
     april = pl.read_parquet(home / "storage" / "rooms" / "room_features" / "2020-04.parquet").sort("booking_id")
@@ -257,7 +259,7 @@ def served(runtime_home, serving_models, tmp_path_factory):  # noqa: F811
     run(["price_model", "model_evaluation", "model_promotion"])
     # rooms' pool is small on purpose (a 4 KiB budget: ~300 stays in flight), flights keeps its declared 64 MiB
     proc, endpoints = start_serve(
-        home, {"pool_budgets": {"room-price": ROOMS_POOL}}, env={"KEEL_USECASE": "flights,tests.usecases.rooms"}
+        home, {"pool_budgets": {"room-price": ROOMS_POOL}}, env={"KEEL_USECASES": "flights,tests.usecases.rooms"}
     )
     rt = Runtime(home, proc, endpoints, serving_models[0])
     try:

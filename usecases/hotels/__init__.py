@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import date, timedelta
 from pathlib import Path
 
-from keel.usecase import ModelSpec, Monitoring, Replay, Serving, Source, UseCase
+from keel.usecase import Loop, ModelSpec, Monitoring, Replay, Serving, Source, UseCase
 from usecases.hotels import replay
 from usecases.hotels.data import read_bookings
 from usecases.hotels.features import MAX_NIGHTS, RATE_FEATURES
@@ -30,6 +30,12 @@ MONITORING = Monitoring(
         **{h.feature: 0.3 for h in RATE_FEATURES.histories},
     },
 )
+
+# The loop at a small hotel's scale: ~25–50 arrivals a day, so a challenger is judged on the newest labelled month's
+# second half (days 15–end: ~350–800 stays), at least 300 of them; a quote's price is known only once its stay is
+# over and landed — lead time + nights + 15 days: a quarter of the quotes within 25 days, half within 63 — so the
+# canary waits 60 days longer than flights' for its realized labels.
+LOOP = Loop(gate_from_day=15, gate_min_rows=300, label_delay=timedelta(days=60))
 
 usecase = UseCase(
     name="hotels",
@@ -63,5 +69,6 @@ usecase = UseCase(
     segments=("reserved_room_type", "market_segment"),
     feature_table="rate_features",
     monitoring=MONITORING,  # the reference: the first model's months, 2016-07…10
+    loop=LOOP,
     replay=Replay(requests=replay.quotes, day_of=replay.day_of, unit_of=replay.unit_of),
 )

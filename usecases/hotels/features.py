@@ -52,6 +52,7 @@ BOOKING = Entity(
     ),
     carried=("quoted_on", "arrival_date", "reserved_room_type", "market_segment", "country", "meal"),
     key=EntityKey(("booking_ref",), time="arrival_date"),  # e.g. 8123-2017-03-14T00:00:00Z
+    partition_date="arrival_date",  # partitioned, trained and gated by arrival month; scored as of the quote
 )
 
 

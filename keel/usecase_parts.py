@@ -1,0 +1,117 @@
+"""Parts of a use case's declaration (keel/usecase.py) that stand on their own: what its drift reports watch, its
+experiments and causal questions, its streaming contract, how its loop fits its scale — and the error every declaration raises. Imported through
+keel.usecase, where the whole declaration is documented."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+
+import polars as pl
+
+from keel.errors import KeelError
+
+USECASE_NAME = re.compile(r"^[a-z][a-z0-9_]{0,30}$")  # an asset-key prefix and a path part
+
+
+class UseCaseError(KeelError):
+    """A use case declaration is invalid, or none of that name is installed."""
+
+
+@dataclass(frozen=True, eq=False)
+class CausalQuestion:
+    """An observational question the use case answers on its whole period with DoWhy: the asset
+    ``<use case>/<name>`` reads its validated ``tables`` (every month), ``frame(*tables)`` turns them into the rows
+    the causal ``spec`` (YAML, keel/experiments/causal.py) names."""
+
+    name: str
+    spec: Path
+    tables: tuple[str, ...]
+    frame: Callable[..., pl.DataFrame]
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        if not USECASE_NAME.fullmatch(self.name):
+            raise UseCaseError(f"causal question {self.name!r}: a name is a-z 0-9 _, starting with a letter")
+        if not Path(self.spec).is_file():
+            raise UseCaseError(f"causal question {self.name}: spec {self.spec} does not exist")
+        if not self.tables:
+            raise UseCaseError(f"causal question {self.name}: name the validated tables it reads")
+
+
+@dataclass(frozen=True, eq=False)
+class Experiments:
+    """What the use case's experiments learn from besides live traffic: ``units(rows)`` turns its validated
+    ``units_table`` into past experiment units (id, segments, the real outcome; keel/experiments/impact.py) for the
+    impact predictor — None: no predictor; ``causal``: its observational questions."""
+
+    units: Callable[[pl.DataFrame], pl.DataFrame] | None = None
+    units_table: str | None = None
+    causal: tuple[CausalQuestion, ...] = ()
+
+    def __post_init__(self) -> None:
+        if (self.units is None) != (self.units_table is None):
+            raise UseCaseError("experiments: units and units_table go together (the function and the table it reads)")
+        names = [q.name for q in self.causal]
+        if len(set(names)) != len(names):
+            raise UseCaseError(f"experiments: two causal questions share a name ({names})")
+
+
+@dataclass(frozen=True)
+class Streaming:
+    """A contract the use case also runs as a Flink streaming job beside its batch path (keel/streaming): the
+    validated monthly source ``table`` read as a stream in ``event_time`` order, without the contract's ``skip``
+    rules (partition-wide rules have no streaming form), and windowed drift (``window_s``) of ``drift_features``
+    against the batch path's month."""
+
+    table: str
+    event_time: str
+    skip: tuple[str, ...] = ()
+    drift_features: tuple[str, ...] = ()
+    window_s: int = 86400
+
+    def __post_init__(self) -> None:
+        if self.window_s <= 0:
+            raise UseCaseError(f"streaming {self.table}: window_s must be positive, got {self.window_s}")
+
+
+@dataclass(frozen=True)
+class Monitoring:
+    """What its drift reports watch. Every feature and the label are compared as numbers, except ``unmonitored``
+    ones (a calendar month differs in every window by construction); ``categorical`` feature-table columns are
+    compared as categories. ``thresholds`` override the default per feature (docs/drift.md). The reference is what
+    the serving model was trained on: ``reference_months`` for the first model (default: its training and
+    validation months), a promoted model's own training months after that."""
+
+    reference_months: tuple[str, ...] = ()
+    unmonitored: tuple[str, ...] = ()
+    categorical: tuple[str, ...] = ()
+    thresholds: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Loop:
+    """How the self-retraining loop (keel/loop, docs/live.md) fits the use case's volume and label delay — the same
+    rules for every use case, at its scale:
+
+    - ``gate_from_day``: the newest labelled month's days before it early-stop a challenger, the days from it judge
+      it (flights: 22, ~8,000 flights judged; a hotel with ~40 arrivals a day needs half the month);
+    - ``gate_min_rows``: fewer labelled rows than this in the gate's days fail the gate closed;
+    - ``label_delay``: how long after a request its label may still be on its way — the loop's canary gives realized
+      labels this much time beyond its progress deadline (flights: none, its labels land the next day; a rate
+      quote's price only once its stay is over and landed, weeks on)."""
+
+    gate_from_day: int = 22
+    gate_min_rows: int = 1000
+    label_delay: timedelta = timedelta(0)
+
+    def __post_init__(self) -> None:
+        if not 2 <= self.gate_from_day <= 28:
+            raise UseCaseError(f"loop: gate_from_day must be 2…28 (days of a month), got {self.gate_from_day}")
+        if self.gate_min_rows < 30:
+            raise UseCaseError(f"loop: gate_min_rows below 30 judges on noise, got {self.gate_min_rows}")
+        if self.label_delay < timedelta(0):
+            raise UseCaseError(f"loop: label_delay must not be negative, got {self.label_delay}")
