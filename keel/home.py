@@ -26,7 +26,6 @@ commands that set it after import see their own home.
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -170,10 +169,8 @@ class ServingDir:
         return self.root / "routing"
 
     def routing_of(self, model: str) -> Path:
-        """The routing table of ``model`` (a name keel/usecase.py validated: safe as a file name)."""
-        if not re.fullmatch(r"[a-z0-9][a-z0-9_-]{0,63}", model):
-            raise ValueError(f"{model!r} is not a model name")
-        return self.routing_dir / f"{model}.json"
+        """The routing table of ``model`` (validated: safe as a file name)."""
+        return self.routing_dir / f"{validate_name(model, what='model name')}.json"
 
     @property
     def endpoints(self) -> Path:
@@ -181,9 +178,7 @@ class ServingDir:
 
     def live_traffic(self, usecase: str) -> Path:
         """The running totals of a live replay's traffic for ``usecase`` (gpu_runtime.replay --live)."""
-        if not re.fullmatch(r"[a-z][a-z0-9_]{0,39}", usecase):
-            raise ValueError(f"{usecase!r} is not a use case name")
-        return self.live_traffic_dir / f"{usecase}.json"
+        return self.live_traffic_dir / f"{validate_name(usecase, what='use case')}.json"
 
     @property
     def live_traffic_dir(self) -> Path:

@@ -31,13 +31,8 @@ from keel.loop.arrivals import Landed, arrivals, days_in
 from keel.usecase import UseCase
 from resources.home import KeelHomeResource
 from sensors.alerting import send_alerts
+from sensors.drift import IN_PROGRESS
 
-IN_PROGRESS = [
-    dg.DagsterRunStatus.QUEUED,
-    dg.DagsterRunStatus.NOT_STARTED,
-    dg.DagsterRunStatus.STARTING,
-    dg.DagsterRunStatus.STARTED,
-]
 DELIVERY_TAG = "keel/delivery"  # which delivery a monthly run built: the landing run key (scripts/materialize.py too)
 
 

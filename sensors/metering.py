@@ -10,9 +10,6 @@ after it); run keys name the days, so a replayed cursor never meters a day twice
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
-
 import dagster as dg
 
 from assets.metering import COST_REPORT, metering_job
@@ -21,7 +18,7 @@ from keel.clock import SimClock
 from keel.metering.budget import budget_alert, decide_budget, period_start_day
 from keel.metering.compute import day_of
 from keel.metering.cost import policy_of_type
-from keel.metering.usage import finished_days, logged_days, spend_by_tenant
+from keel.metering.usage import MeteredDays, day_groups, finished_days, logged_days, spend_by_tenant
 from keel.policies import PolicyStore
 from resources.home import KeelHomeResource
 from sensors.problems import automation_problems
@@ -95,58 +92,6 @@ def todays(home) -> list[str]:
     state = SimClock(home.clock).state()
     names = sorted(state.spans) if state is not None and state.spans else [None]
     return [day_of(SimClock(home.clock, name).now().timestamp()) for name in names]
-
-
-def day_groups(days: list[str], gap_days: int = 7) -> list[list[str]]:
-    """Finished days in runs: a new run where the next day is more than ``gap_days`` on (two use cases' time spans,
-    years apart, are never one range of empty days)."""
-    from datetime import date
-
-    groups: list[list[str]] = []
-    for day in days:
-        if groups and (date.fromisoformat(day) - date.fromisoformat(groups[-1][-1])).days <= gap_days:
-            groups[-1].append(day)
-        else:
-            groups.append([day])
-    return groups
-
-
-@dataclass(frozen=True)
-class MeteredDays:
-    """The sensor's cursor: every day up to ``through`` is metered, and ``also`` the days after it that are (use
-    cases on one clock meter their days interleaved). Compact: ``through`` moves up over every logged day metered.
-    A cursor of an earlier keel (a bare day) is ``through`` alone."""
-
-    through: str | None = None
-    also: tuple[str, ...] = ()
-
-    @classmethod
-    def parse(cls, text: str | None) -> MeteredDays:
-        if not text:
-            return cls()
-        if not text.startswith("{"):
-            return cls(text)
-        data = json.loads(text)
-        return cls(data.get("through"), tuple(data.get("also") or ()))
-
-    def done(self, day: str) -> bool:
-        return (self.through is not None and day <= self.through) or day in self.also
-
-    def days_done(self, logged: list[str]) -> set[str]:
-        return {d for d in logged if self.done(d)}
-
-    def with_days(self, days: list[str], logged: list[str]) -> MeteredDays:
-        also = set(self.also) | set(days)
-        through = self.through
-        for day in sorted(logged):  # move ``through`` over the logged days metered, in order
-            if (through is not None and day <= through) or day in also:
-                through = max(through or day, day)
-            else:
-                break
-        return MeteredDays(through, tuple(sorted(d for d in also if through is None or d > through)))
-
-    def dump(self) -> str:
-        return json.dumps({"through": self.through, "also": list(self.also)})
 
 
 def metering_run(days: list[str]) -> dg.RunRequest:

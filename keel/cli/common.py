@@ -33,14 +33,36 @@ def usecase_of(args: argparse.Namespace):
     """The use case ``--usecase`` names, else the one ``$KEEL_USECASES`` limits the platform to (as scripts/up
     plays it), else the one installed (keel.usecase.UseCaseError, exit 2, when several are installed and none is
     named, or the name is unknown: the message lists the installed ones)."""
-    import os
-
     from keel.usecase import get, only
 
     if getattr(args, "usecase", None):
         return get(args.usecase)
-    limited = [n.strip() for n in os.environ.get("KEEL_USECASES", "").split(",") if n.strip()]
+    limited = _limited_to()
     return get(limited[0]) if len(limited) == 1 else only()
+
+
+def _limited_to() -> list[str]:
+    """The use cases ``$KEEL_USECASES`` limits the platform to (scripts/up's setting), in order."""
+    import os
+
+    return [n.strip() for n in os.environ.get("KEEL_USECASES", "").split(",") if n.strip()]
+
+
+def model_usecase(args: argparse.Namespace):
+    """The use case whose model ``--model`` names, else the one ``$KEEL_USECASES`` names or the one installed; with
+    several installed and none named, a keel.usecase.UseCaseError (exit 2) that lists the models to choose from."""
+    from keel.usecase import UseCaseError, by_model, get, installed
+
+    if getattr(args, "model", None):
+        return by_model(args.model)
+    limited = _limited_to()
+    if len(limited) == 1:
+        return get(limited[0])
+    found = installed()
+    if len(found) != 1:
+        served = ", ".join(sorted(uc.model.name for uc in found.values())) or "none"
+        raise UseCaseError(f"{len(found)} models are served ({served}): name one with --model")
+    return next(iter(found.values()))
 
 
 def author_of(args: argparse.Namespace) -> str:

@@ -15,7 +15,7 @@ import argparse
 import json
 import sys
 
-from keel.cli.common import EXIT_BAD_INPUT, EXIT_OK, home_layout
+from keel.cli.common import EXIT_BAD_INPUT, EXIT_OK, home_layout, model_usecase
 from keel.errors import DataReadError
 
 
@@ -48,14 +48,8 @@ def _explain(args: argparse.Namespace) -> int:
     from keel.home import asset_file
     from keel.registry import ModelRegistry
     from keel.storage import write_json_atomic
-    from keel.usecase import UseCaseError, by_model, installed, only
 
-    if not args.model and len(installed()) > 1:
-        raise UseCaseError(
-            f"{len(installed())} use cases are installed: name the model with --model "
-            f"({', '.join(sorted(u.model.name for u in installed().values()))})"
-        )
-    uc = by_model(args.model) if args.model else only()
+    uc = model_usecase(args)
     model, fs = uc.model.name, uc.features
     if args.rows < 1 or args.samples < 100 or not 1 <= args.top_k <= len(fs.names):
         print(f"keel: error: --rows ≥ 1, --samples ≥ 100, --top-k in 1…{len(fs.names)}", file=sys.stderr)

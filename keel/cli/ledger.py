@@ -169,13 +169,9 @@ def _model_of_release(args: argparse.Namespace) -> str | None:
 
 
 def _installed_model() -> str:
-    """The one installed use case's model; with several, --model must name one (the message lists them)."""
-    from keel.usecase import UseCaseError, installed
+    from keel.cli.common import model_usecase
 
-    served = sorted(uc.model.name for uc in installed().values())
-    if len(served) != 1:
-        raise UseCaseError(f"{len(served)} models are served ({', '.join(served)}): name one with --model")
-    return served[0]
+    return model_usecase(argparse.Namespace()).model.name
 
 
 def _canary_of(change: dict, model: str, version: int) -> bool:

@@ -19,8 +19,10 @@ One row per (day, tenant_id, model_version, price_version):
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Collection, Iterable, Sequence
+from dataclasses import dataclass
 from datetime import date, timedelta
 from pathlib import Path
 from typing import Any
@@ -188,6 +190,56 @@ def finished_days(
         if any(day < c <= two_days_on for c in compute_days) or min(past) >= two_days_on:
             out.append(day)
     return out
+
+
+def day_groups(days: list[str], gap_days: int = 7) -> list[list[str]]:
+    """Finished days in runs: a new run where the next day is more than ``gap_days`` on (two use cases' time spans,
+    years apart, are never one range of empty days)."""
+    groups: list[list[str]] = []
+    for day in days:
+        if groups and (date.fromisoformat(day) - date.fromisoformat(groups[-1][-1])).days <= gap_days:
+            groups[-1].append(day)
+        else:
+            groups.append([day])
+    return groups
+
+
+@dataclass(frozen=True)
+class MeteredDays:
+    """The sensor's cursor: every day up to ``through`` is metered, and ``also`` the days after it that are (use
+    cases on one clock meter their days interleaved). Compact: ``through`` moves up over every logged day metered.
+    A cursor of an earlier keel (a bare day) is ``through`` alone."""
+
+    through: str | None = None
+    also: tuple[str, ...] = ()
+
+    @classmethod
+    def parse(cls, text: str | None) -> MeteredDays:
+        if not text:
+            return cls()
+        if not text.startswith("{"):
+            return cls(text)
+        data = json.loads(text)
+        return cls(data.get("through"), tuple(data.get("also") or ()))
+
+    def done(self, day: str) -> bool:
+        return (self.through is not None and day <= self.through) or day in self.also
+
+    def days_done(self, logged: list[str]) -> set[str]:
+        return {d for d in logged if self.done(d)}
+
+    def with_days(self, days: list[str], logged: list[str]) -> MeteredDays:
+        also = set(self.also) | set(days)
+        through = self.through
+        for day in sorted(logged):  # move ``through`` over the logged days metered, in order
+            if (through is not None and day <= through) or day in also:
+                through = max(through or day, day)
+            else:
+                break
+        return MeteredDays(through, tuple(sorted(d for d in also if through is None or d > through)))
+
+    def dump(self) -> str:
+        return json.dumps({"through": self.through, "also": list(self.also)})
 
 
 def logged_days(directory: Path, prefix: str) -> list[str]:

@@ -147,7 +147,7 @@ def test_days_are_utc_days_of_the_records_ts():
 def test_two_use_cases_on_one_clock_meter_their_days_each_when_over():
     """Flights logs 2013 and hotels 2017 on one shared clock (keel/clock.py): each one's day is metered once that use
     case is past it — a hotels day does not finish flights' running day, nor does the cursor skip flights' days."""
-    from sensors.metering import MeteredDays, day_groups
+    from keel.metering.usage import MeteredDays, day_groups
 
     exposure = ["2013-06-01", "2013-06-02", "2017-01-09", "2017-01-10"]
     compute = ["2013-06-01", "2013-06-02", "2017-01-09", "2017-01-10"]
