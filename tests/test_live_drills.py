@@ -37,7 +37,7 @@ def platform(year_platform, alert_receiver):
     )
     live.phase = "drills"
     home = live.home
-    traffic = home / "serving" / "live_traffic.json"
+    traffic = home / "serving" / "live_traffic" / "flights.json"
 
     def flowing() -> bool:
         assert live.year.poll() is None, live.log()

@@ -86,7 +86,7 @@ def live(year_platform):
     from keel.clock import DEFAULT_SPEED, SimClock
 
     # where the year takes over (after the drills, if they ran: each had recovered): the traffic counts from here
-    traffic = home / "serving" / "live_traffic.json"
+    traffic = home / "serving" / "live_traffic" / "flights.json"
     wait_until("the history is built and the traffic flows", traffic.exists, 1800, 3, on_timeout=platform.log)
     platform.traffic_before_year = json.loads(traffic.read_text())
     clock = SimClock(home / "clock.json")
@@ -290,7 +290,7 @@ def test_no_request_failed_and_the_challenger_served_traffic(live, year_platform
     """From where the year took over — after the drills, whose faults (a killed runtime) are theirs to account
     for (tests/test_live_drills.py) — no replayed request failed."""
     home, name, _ = live
-    summary = json.loads((home / "serving" / "live_traffic.json").read_text())
+    summary = json.loads((home / "serving" / "live_traffic" / "flights.json").read_text())
     before = year_platform.traffic_before_year
     assert summary["failed"] - before["failed"] == 0, (summary, before)
     assert summary["ok"] - before["ok"] > 5000 and summary["achieved_rps"] >= 20, summary
