@@ -26,6 +26,7 @@ from keel.home import KeelHome, asset_file
 from keel.loop.gate import DEFAULT_GATE, challenger_gate
 from keel.loop.report import Release, month_report, naive_window
 from keel.metrics import LOSS_NAMES
+from keel.training.coarse import coarse_metadata, fit_coarse
 from keel.training.model import TrainingConfig, month_of, predict, train_model
 from keel.usecase import UseCase
 from resources.home import KeelHomeResource
@@ -138,6 +139,8 @@ def build_loop_assets(uc: UseCase) -> list[dg.AssetsDefinition]:
             )
             reg.set_alias(name, "challenger", model.sha256, f"trained on drift in {config.drift_window}")
             version = reg.version(name, model.sha256)
+            coarse = fit_coarse(reg, name, uc.model.coarse, features, training, fs, model.sha256,
+                                {"train_months": list(training.train_months), "run_id": run_id})  # fmt: skip
         context.log.info(f"challenger v{version} fitted on {', '.join(config.train_months)} ({features.height} rows)")
         return dg.Output(
             pl.DataFrame({"model": [name], "sha256": [model.sha256], "version": [version]}),
@@ -150,6 +153,7 @@ def build_loop_assets(uc: UseCase) -> list[dg.AssetsDefinition]:
                 "drift_window": config.drift_window or dg.MetadataValue.null(),
                 "best_iteration": model.best_iteration,
                 "train_rows": features.height,
+                **coarse_metadata(coarse),
             },
         )
 

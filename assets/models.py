@@ -20,12 +20,14 @@ import dagster as dg
 import polars as pl
 from dagster._core.errors import DagsterInvalidPropertyError
 
+import keel.training.coarse as coarse_module
 import keel.training.model as training_module
 from assets.features import feature_code_version
 from assets.usecase import wiring
 from keel.contracts.spec import load_contract
 from keel.factories.markdown import frame_to_markdown
 from keel.release import infra_snapshot, release_manifest
+from keel.training.coarse import coarse_metadata, fit_coarse
 from keel.training.model import (
     DEFAULT_PARAMS,
     GatePolicy,
@@ -35,7 +37,7 @@ from keel.training.model import (
     quality_gate,
     train_model,
 )
-from keel.usecase import UseCase
+from keel.usecase import Coarse, UseCase
 from resources.registry import ModelRegistryResource
 
 GATE_CHECK = "quality_gate"
@@ -65,12 +67,17 @@ def contract_hashes(paths: tuple[Path, ...]) -> dict[str, str]:
     return {spec.name: spec.content_hash for spec in (load_contract(p) for p in paths)}
 
 
-def training_code_version(contracts: dict[str, str], config: TrainingConfig, feature_code: str) -> str:
-    """The model's code version: training code, config (window, rounds, params), feature code and the contracts its
-    data passed — editing any of them (a contract included) marks the model stale in the UI."""
+def training_code_version(
+    contracts: dict[str, str], config: TrainingConfig, feature_code: str, coarse: Coarse | None = None
+) -> str:
+    """The model's code version: training code, config (window, rounds, params), the coarse model's declaration,
+    feature code and the contracts its data passed — editing any of them (a contract included) marks the model
+    stale in the UI."""
     return hashlib.sha256(
         Path(training_module.__file__).read_bytes()
+        + Path(coarse_module.__file__).read_bytes()
         + json.dumps(dataclasses.asdict(config), sort_keys=True).encode()
+        + json.dumps(dataclasses.asdict(coarse) if coarse else None).encode()
         + feature_code.encode()
         + json.dumps(contracts, sort_keys=True).encode()
     ).hexdigest()[:16]
@@ -92,7 +99,7 @@ def build_model_assets(
     holdout_month = config.valid_month
     feature_code = feature_code_version(uc)
     contracts = contract_hashes(contract_paths or trained_contracts(uc))
-    code_version = training_code_version(contracts, config, feature_code)
+    code_version = training_code_version(contracts, config, feature_code, uc.model.coarse)
     window = f"{config.train_months[0]}…{config.train_months[-1]}"
     label = fs.label.column + (f" ({fs.label.description})" if fs.label.description else "")
 
@@ -135,12 +142,19 @@ def build_model_assets(
                 },
             )
             reg.set_alias(model_name, "challenger", model.sha256, f"trained in run {run_id_of(context)}")
+            coarse = fit_coarse(reg, model_name, uc.model.coarse, features, config, fs, model.sha256,
+                                {"train_months": list(config.train_months), "run_id": run_id_of(context)})  # fmt: skip
         record = pl.DataFrame(
             {"model": [model_name], "sha256": [model.sha256], "best_iteration": [model.best_iteration]}
         )
         return dg.Output(
             record,
-            metadata={"sha256": model.sha256, "best_iteration": model.best_iteration, "train_rows": features.height},
+            metadata={
+                "sha256": model.sha256,
+                "best_iteration": model.best_iteration,
+                "train_rows": features.height,
+                **coarse_metadata(coarse),
+            },  # fmt: skip
         )
 
     @dg.asset(

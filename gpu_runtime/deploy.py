@@ -53,6 +53,7 @@ class Deployer(ModelDeployer):
         *,
         fallback: Target | None = None,
         experiments: dict[str, tuple[Variant, ...]] | None = None,
+        coarse: Target | None = None,
     ) -> DeployReport:
         if not targets:
             raise ValueError("deploy needs at least one target")
@@ -86,8 +87,15 @@ class Deployer(ModelDeployer):
                     self.control.unload(triton_name(model, version))
             raise
         table = next_table(
-            current, model, self.serving.n_features, targets, fallback=fallback, experiments=experiments
+            current,
+            model,
+            self.serving.n_features,
+            targets,
+            fallback=fallback,
+            experiments=experiments,
+            coarse=coarse,
         )
+        self.publish_coarse(coarse)  # before the table that names it
         write_json_atomic(table.to_dict(), self.routing_path)
         retired = sorted(serving_now - set(table.versions()))
         if retired:

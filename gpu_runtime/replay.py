@@ -171,6 +171,14 @@ def entities_by_day(uc) -> dict[str, list[dict]]:
     return out
 
 
+def answered_by(payload: dict) -> str | None:
+    """Which model answered: its version, or ``coarse vN`` for the coarse model's answer."""
+    if payload.get("variant") == "coarse":
+        return f"coarse v{payload.get('coarse_version')}"
+    version = payload.get("model_version")
+    return None if version is None else str(version)
+
+
 class LiveTotals:
     """The live traffic's running totals, as written to the summary file."""
 
@@ -181,6 +189,7 @@ class LiveTotals:
         self.by_month: dict[str, dict[str, int]] = {}
         self.versions: dict[str, int] = {}
         self.degraded = 0
+        self.by_degraded: dict[str, int] = {}  # flag → answers that carried it (coarse_fallback, frozen:…, …)
         self.started = time.time()
         self.sending_s = 0.0  # wall seconds the clock was running (the rate is over these)
 
@@ -195,6 +204,8 @@ class LiveTotals:
         if status == 200:
             self.versions[str(version)] = self.versions.get(str(version), 0) + 1
             self.degraded += bool(degraded)
+            for flag in degraded or ():
+                self.by_degraded[flag] = self.by_degraded.get(flag, 0) + 1
 
     def as_dict(self, sim_now: str, finished: bool) -> dict:
         answered = self.ok + self.failed
@@ -208,6 +219,7 @@ class LiveTotals:
             "by_status": self.by_status,
             "by_error": self.by_error,
             "degraded_answers": self.degraded,
+            "by_degraded": self.by_degraded,
             "versions": self.versions,
             "by_month": dict(sorted(self.by_month.items())),
             "achieved_rps": round(answered / self.sending_s, 1) if self.sending_s else None,
@@ -247,7 +259,7 @@ async def live(url: str, uc, home, rps: float, max_in_flight: int, tenants: tupl
                 async with client.post(route, json=body) as resp:
                     payload = await resp.json()
                     error = (payload.get("error") or {}).get("code")
-                    totals.add(month, resp.status, payload.get("model_version"), error, payload.get("degraded"))
+                    totals.add(month, resp.status, answered_by(payload), error, payload.get("degraded"))
             except Exception as exc:  # noqa: BLE001 - a transport failure is a failed request, counted
                 totals.add(month, 0, None, type(exc).__name__, None)
             finally:

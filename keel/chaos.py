@@ -12,6 +12,7 @@ the drill adds ``injected_at`` and what users felt — the live traffic's answer
 | ``schema-break`` | the next day of the use case's ``drills.schema_break`` table arrives with a column renamed and one missing | landing sensor, as for unit-change |
 | ``bad-challenger`` | a challenger whose scores are inverted (1 − p) enters a canary | canary sensor: rolled back on realized labels |
 | ``runtime-crash`` | tritonserver is killed (SIGKILL) under traffic | the runtime's supervisor restarts it and reloads the routed versions |
+| ``coarse-fallback`` | tritonserver hangs (SIGSTOP: alive, answering nothing) under traffic | the gateway answers from each model's coarse model (breakers open, then runtime down); the supervisor sees the liveness check fail, restarts Triton, and the models answer again |
 | ``control-plane-tamper`` | the newest policy commit is deleted from the store file | gateways refuse the store; watchdog_sensor restores the commit from the journal |
 
 The corruptions are pure functions (tested on their own); ``inject`` applies them to a KEEL_HOME.
@@ -32,7 +33,7 @@ from typing import Any
 
 from keel.errors import KeelError
 
-DRILLS = ("unit-change", "schema-break", "bad-challenger", "runtime-crash", "control-plane-tamper")
+DRILLS = ("unit-change", "schema-break", "bad-challenger", "runtime-crash", "coarse-fallback", "control-plane-tamper")
 DRILL_AUTHOR = "chaos-drill"
 # The drill's canary: bigger first steps than the loop's (the fault must meet enough traffic to be judged), labels
 # enough for the quality test, and two simulated days per step — an outcome lands the day after its entity was scored, so
@@ -180,16 +181,16 @@ def _inject(drill: str, home, uc) -> Injection:
         name, version = _bad_challenger(home, uc.model.name)
         return Injection(drill, f"canary:{name}", f"inverted challenger v{version} entered canary {name}", now(),
                          {"canary": name, "challenger_version": version})  # fmt: skip
-    if drill == "runtime-crash":
+    if drill in ("runtime-crash", "coarse-fallback"):
+        sig, how = (signal.SIGKILL, "killed with SIGKILL") if drill == "runtime-crash" else (
+            signal.SIGSTOP, "hung with SIGSTOP (alive, answering nothing)")  # fmt: skip
         pid_file = home.serving.root / "triton" / "tritonserver.pid"
         try:
             pid = int(pid_file.read_text())
-            os.kill(pid, signal.SIGKILL)
+            os.kill(pid, sig)
         except (FileNotFoundError, ValueError, ProcessLookupError) as exc:
-            raise DrillError(f"no running tritonserver to kill ({pid_file}: {exc}); is `keel serve` up?") from exc
-        return Injection(
-            drill, f"runtime:{pid}", f"tritonserver (pid {pid}) killed with SIGKILL", now(), {"pid": pid}
-        )
+            raise DrillError(f"no running tritonserver to signal ({pid_file}: {exc}); is `keel serve` up?") from exc
+        return Injection(drill, f"runtime:{pid}", f"tritonserver (pid {pid}) {how}", now(), {"pid": pid})
     if drill == "control-plane-tamper":
         if not home.policies.exists():
             raise DrillError(f"no policy store at {home.policies}")
@@ -308,6 +309,8 @@ def traffic_delta(before: dict | None, after: dict | None) -> dict[str, Any] | N
         else None,
         "by_status": diff("by_status"),
         "by_error": diff("by_error"),
+        "by_degraded": diff("by_degraded"),
+        "versions": diff("versions"),
     }
 
 

@@ -25,6 +25,11 @@ from keel.storage import Closing, _atomic
 ALIASES = ("champion", "challenger", "archived")
 
 
+def coarse_name(model: str) -> str:
+    """The registry name of ``model``'s coarse fallback model (keel/training/coarse.py)."""
+    return f"{model}-coarse"
+
+
 class RegistryError(KeelError):
     """A model is missing, corrupt or tampered with, or an alias operation is invalid."""
 

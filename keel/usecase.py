@@ -25,6 +25,7 @@ from keel.features.spec import FeatureSet
 from keel.usecase_parts import (  # noqa: F401 - parts of the declaration, imported from here by their users
     USECASE_NAME,
     CausalQuestion,
+    Coarse,
     Experiments,
     Loop,
     Monitoring,
@@ -90,17 +91,21 @@ class ModelSpec:
     the registry's); ``asset``: the Dagster asset that trains it. The first model is trained on the feature months
     ``train_months``, early-stopped on ``valid_month`` and judged by the quality gate on it too; ``params`` are
     LightGBM parameters over keel's deterministic defaults (keel/training/model.py; a regression label names its
-    objective here, e.g. ``{"objective": "regression"}``)."""
+    objective here, e.g. ``{"objective": "regression"}``); ``coarse`` the small model the gateway answers from when
+    this one cannot (keel/usecase_parts.py ``Coarse``)."""
 
     name: str
     asset: str = "model"
     train_months: tuple[str, ...] = ()
     valid_month: str | None = None
     params: dict = field(default_factory=dict)
+    coarse: Coarse | None = None  # the coarse fallback, trained and released with the model (None: none)
 
     def __post_init__(self) -> None:
         if not MODEL_NAME.fullmatch(self.name):
             raise UseCaseError(f"model name {self.name!r}: 1…64 of a-z 0-9 _ -, starting with a letter or digit")
+        if self.coarse is not None and not MODEL_NAME.fullmatch(f"{self.name}-coarse"):
+            raise UseCaseError(f"model name {self.name!r}: its coarse model's name {self.name}-coarse is over 64")
         for month in (*self.train_months, *([self.valid_month] if self.valid_month else [])):
             if not re.fullmatch(r"\d{4}-(0[1-9]|1[0-2])", month):
                 raise UseCaseError(f"model {self.name}: {month!r} is not a month YYYY-MM")

@@ -115,3 +115,22 @@ class Loop:
             raise UseCaseError(f"loop: gate_min_rows below 30 judges on noise, got {self.gate_min_rows}")
         if self.label_delay < timedelta(0):
             raise UseCaseError(f"loop: label_delay must not be negative, got {self.label_delay}")
+
+
+@dataclass(frozen=True)
+class Coarse:
+    """The coarse model a use case serves when its main model cannot answer (its breakers open, its retries spent,
+    the model runtime down): a small LightGBM on the same features — ``num_leaves`` leaves, at most ``rounds``
+    trees — trained with every main model on the same months, registered as ``<model>-coarse``, and released with
+    it only when it beats the constant a quote could know (the training window's label mean) on the main model's
+    validation rows. The gateway scores it in its own process (no model runtime), so it answers while Triton does
+    not; the answer says ``degraded: ["coarse_fallback"]``."""
+
+    num_leaves: int = 7
+    rounds: int = 40
+
+    def __post_init__(self) -> None:
+        if not 2 <= self.num_leaves <= 31:
+            raise UseCaseError(f"coarse model: num_leaves must be 2…31 (small is the point), got {self.num_leaves}")
+        if not 1 <= self.rounds <= 200:
+            raise UseCaseError(f"coarse model: rounds must be 1…200, got {self.rounds}")

@@ -266,12 +266,16 @@ def test_a_day_a_run_held_back_first_is_still_an_incident_at_the_next_tick(tmp_p
 def test_the_traffic_during_a_drill_is_the_difference_of_two_snapshots():
     from keel.chaos import traffic_delta
 
-    before = {"answered": 1000, "failed": 0, "degraded_answers": 250, "by_status": {"200": 1000}, "by_error": {}}
+    before = {"answered": 1000, "failed": 0, "degraded_answers": 250, "by_status": {"200": 1000}, "by_error": {},
+              "by_degraded": {"frozen:dep_delay_mean": 250}, "versions": {"3": 1000}}  # fmt: skip
     after = {"answered": 1100, "failed": 7, "degraded_answers": 290,
-             "by_status": {"200": 1093, "503": 7}, "by_error": {"runtime_unavailable": 7}}  # fmt: skip
+             "by_status": {"200": 1093, "503": 7}, "by_error": {"runtime_unavailable": 7},
+             "by_degraded": {"frozen:dep_delay_mean": 260, "coarse_fallback": 30}, "versions": {"3": 1063,
+             "coarse v2": 30}}  # fmt: skip
     assert traffic_delta(before, after) == {
         "answered": 100, "failed": 7, "degraded": 40, "baseline_degraded_share": 0.25,
         "by_status": {"200": 93, "503": 7}, "by_error": {"runtime_unavailable": 7},
+        "by_degraded": {"frozen:dep_delay_mean": 10, "coarse_fallback": 30}, "versions": {"3": 63, "coarse v2": 30},
     }  # fmt: skip
     assert traffic_delta(None, after) is None  # no live traffic: nothing to say
 
@@ -280,19 +284,22 @@ def test_the_traffic_during_a_drill_is_the_difference_of_two_snapshots():
     ("traffic", "why"),
     [
         (None, "no traffic met the drill"),
-        ({"answered": 0, "failed": 0, "degraded": 0, "by_status": {}, "by_error": {}}, "no traffic met the drill"),
-        ({"answered": 400, "failed": 0, "degraded": 0, "by_status": {"200": 400}, "by_error": {}}, "met the outage"),
-        ({"answered": 40, "failed": 3, "degraded": 0, "by_status": {"200": 37, "502": 3},
-          "by_error": {"runtime_unavailable": 1, "backend_error": 2}}, ""),
+        ({"answered": 0, "failed": 0, "by_status": {}, "by_error": {}, "by_degraded": {}}, "no traffic met the drill"),
+        ({"answered": 400, "failed": 0, "by_status": {"200": 400}, "by_error": {}, "by_degraded": {}},
+         "met the outage"),
+        ({"answered": 40, "failed": 3, "by_status": {"200": 37, "502": 3},
+          "by_error": {"backend_error": 3}, "by_degraded": {"runtime_unavailable": 5, "coarse_fallback": 5}}, ""),
+        ({"answered": 40, "failed": 20, "by_status": {"200": 20, "503": 20},
+          "by_error": {"runtime_unavailable": 20}, "by_degraded": {"runtime_unavailable": 1}}, ""),
     ],
 )  # fmt: skip
-def test_the_runtime_crash_drills_traffic_check_fails_on_a_drill_that_met_no_traffic(traffic, why):
-    """The slow drill's own check (tests/test_live_drills.py), on the planted defects: a drill with no traffic, one
-    whose traffic never met the outage, one that answered bare 5xx. Each fails; the genuine shape passes."""
-    from tests.test_live_drills import assert_served_through_the_crash
+def test_the_runtime_drills_traffic_check_fails_on_a_drill_that_met_no_traffic_or_failed_requests(traffic, why):
+    """The slow drills' own check (tests/test_live_drills.py), on the planted defects: a drill with no traffic, one
+    whose traffic never met the outage, ones that failed requests. Each fails; the genuine shape passes."""
+    from tests.test_live_drills import assert_served_through_the_outage
 
     with pytest.raises(AssertionError, match=why):
-        assert_served_through_the_crash(traffic)
-    genuine = {"answered": 400, "failed": 0, "degraded": 0, "by_status": {"200": 380, "503": 20},
-               "by_error": {"runtime_unavailable": 20}}  # fmt: skip
-    assert_served_through_the_crash(genuine)
+        assert_served_through_the_outage(traffic, "runtime_unavailable")
+    genuine = {"answered": 400, "failed": 0, "by_status": {"200": 400}, "by_error": {},
+               "by_degraded": {"runtime_unavailable": 20, "coarse_fallback": 20}}  # fmt: skip
+    assert_served_through_the_outage(genuine, "runtime_unavailable")

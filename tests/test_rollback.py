@@ -79,3 +79,35 @@ def test_with_two_models_in_the_ledger_a_rollback_restores_its_own_models_previo
     assert RoutingTable.read(deployer.routing_path).routes[0].sha256 == one
     assert registry.alias("room-rate", "champion") != one  # untouched
     assert [e.release_id for e in ledger.log()] == ["rel-1", "rel-2", "rel-rate-1", "rel-1"]
+
+
+def test_a_rollback_serves_the_restored_versions_coarse_model(released):
+    """Each version's coarse model goes with it: rolled back to model one, the gateway's coarse answer is model one's
+    (its text beside the routing table, named by its sha256), not the coarse model of the release rolled back."""
+    from keel.deploy.routing import coarse_path
+    from keel.registry import coarse_name
+
+    registry, ledger, deployer, one, two = released
+    for sha, text in ((one, "coarse of one"), (two, "coarse of two")):
+        coarse = registry.register(coarse_name(MODEL), text, {"coarse_of": sha}).sha256
+        registry.annotate(MODEL, sha, {"coarse_sha256": coarse})
+    rollback(registry, ledger, deployer, MODEL, "undo")
+    table = RoutingTable.read(deployer.routing_path)
+    assert table.coarse.name == "coarse" and table.coarse.release_id == "rel-1"
+    assert coarse_path(deployer.routing_path, table.coarse.sha256).read_text() == "coarse of one"
+    assert table.coarse.version == registry.version(coarse_name(MODEL), table.coarse.sha256) == 1
+    assert table.coarse.sha256 not in deployer.loaded.values()  # not a Triton model: the gateway scores it
+
+
+def test_a_coarse_text_that_does_not_match_its_sha256_is_not_published(tmp_path):
+    deployer = FakeDeployer(tmp_path / "routing" / "m.json", n_features=3)
+    wrong = Target(Route("coarse", 1, "0" * 64, 0.0), "some text")
+    with pytest.raises(ValueError, match="does not match its sha256"):
+        deployer.deploy(MODEL, [Target(Route("champion", 1, _sha("m"), 1.0), "m")], coarse=wrong)
+    assert RoutingTable.read(deployer.routing_path) is None  # nothing was switched
+
+
+def _sha(text: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(text.encode()).hexdigest()

@@ -18,7 +18,8 @@ entity and the plural (``alias`` + ``s``) a list. What happens to a request, in 
 5. routing: the ``x-experiment-id`` header picks an experiment's variant, else the weighted split — both sticky on
    ``unit_id``; a version whose circuit breaker is open is replaced by the fallback;
 6. Triton scores it (timeout: the route's, else the model's SLA tier's); a failed call is retried within the retry budget, on the
-   fallback when there is one;
+   fallback when there is one; when no version can answer (breakers open, retries spent, the runtime down), the
+   model's coarse model answers in this process, flagged ``coarse_fallback`` (coarse.py);
 7. the answer — score, confidence_score, model_version, release_id, request_id, degraded flags, header
    ``x-model-signature`` (the model's sha256) — and one line in the append-only exposure log.
 
@@ -38,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from gpu_runtime.gateway.admission import TierAdmission
+from gpu_runtime.gateway.coarse import AnswersCoarse
 from gpu_runtime.gateway.control import (
     CircuitBreaker,
     RetryBudget,
@@ -129,7 +131,14 @@ def triton_channel_args() -> list[tuple[str, int]]:
 
 
 class Gateway(
-    FollowsRoutingAndPolicies, Predicts, BuildsInputs, ScoresOnTriton, ReportsHealth, MetersUsage, ServesSeveral
+    FollowsRoutingAndPolicies,
+    Predicts,
+    BuildsInputs,
+    ScoresOnTriton,
+    AnswersCoarse,
+    ReportsHealth,
+    MetersUsage,
+    ServesSeveral,
 ):
     """The ASGI app: the request path (``predict``), health, readiness and metrics. Following routing and policies,
     building inputs, scoring on Triton, reporting health, metering and serving several models are its mixins
@@ -199,6 +208,8 @@ class Gateway(
         self._clock_state: ClockState | None = None
         self._clock_checked = 0.0
         self._init_meter()
+        self._init_coarse()
+        self.coarse_error: str | None = None  # why the routed coarse model is not usable (coarse.py)
         self.reload_routing(force=True)
         self._init_several(also)
 

@@ -48,6 +48,7 @@ class FollowsRoutingAndPolicies:
                     )  # a split may apply (or not) to what is served now
                 self.routing = table
                 self.metrics.set_gauge("keel_gateway_routing_generation", {}, table.generation)
+                self.coarse_model(table)  # read now, not when the first request needs it
             self._routing_mtime = mtime
 
     def reload_policies(self, force: bool = False) -> None:

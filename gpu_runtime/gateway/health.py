@@ -32,9 +32,11 @@ class ReportsHealth:
             "runtime": self.runtime.as_dict() if self.runtime is not None else None,
             "generation": self.routing.generation,
             "versions": self.routing.versions(),
+            "coarse_version": self.routing.coarse.version if self.routing.coarse else None,
             "policy_version": self.policy_version,
             "policy_applied_at": self.policy_applied_at,
             "policy_error": self.policy_error,
+            "coarse_error": self.coarse_error,
             "policy_notes": self.policy_notes,
         }
 

@@ -32,7 +32,16 @@ HELP = {
     "keel_gateway_watch_errors_total": ("counter", "Errors while following routing and policies."),
     "keel_gateway_runtime_unavailable_total": (
         "counter",
-        "Requests that arrived while the model runtime (Triton) was down: 503 or the last-resort score.",
+        "Requests that arrived while the model runtime (Triton) was down: the coarse model's answer, the last-resort "
+        "score or 503.",
+    ),
+    "keel_gateway_coarse_answers_total": (
+        "counter",
+        "Answers from the model's coarse model (no version could answer: breakers open, retries spent, runtime down).",
+    ),
+    "keel_gateway_coarse_unusable_total": (
+        "counter",
+        "Times the routed coarse model could not be used (file missing, or not the sha256 the routing table names).",
     ),
     "keel_gateway_runtime_up": ("gauge", "1 while Triton is up, 0 while it is down or restarting."),
     "keel_gateway_runtime_restarts_total": ("counter", "Times the supervisor restarted Triton."),

@@ -17,7 +17,7 @@ from gpu_runtime.gateway.admission import Shed
 from gpu_runtime.gateway.control import TokenBucket, choose_route
 from gpu_runtime.gateway.explain import explanations, requested_top_k
 from gpu_runtime.gateway.limits import OTHER_TENANT, RequestError, identifier, parse_json, tenant_identifier
-from keel.deploy.routing import RoutingTable
+from keel.deploy.routing import Route, RoutingTable
 
 
 class Predicts:
@@ -107,7 +107,7 @@ class Predicts:
             raise RequestError(503, "not_deployed", "no model is deployed yet (no routing table)")
         table = self.routing
         if self.runtime is not None and not self.runtime.up:
-            return self._runtime_unavailable(entities, table, request_id, record)
+            return self._runtime_unavailable(req, entities, table, request_id, record, budget_headers)
         if self.runtime is not None and self.runtime.restarts != self._restarts_seen:
             self._after_restart()
         tier_name = self.policy.tier_name(table.model, self.usecase.serving.tier)
@@ -147,25 +147,42 @@ class Predicts:
                     err.code == "backend_error"
                     and self.runtime is not None
                     and (not self.runtime.up or self.runtime.died())
-                ):
+                ):  # it died under this request
                     return self._runtime_unavailable(
-                        entities, table, request_id, record
-                    )  # it died under this request
-                raise
+                        req, entities, table, request_id, record, budget_headers, (values, degraded, top_k)
+                    )
+                booster = self.coarse_model(table) if err.code in ("backend_error", "no_healthy_model") else None
+                if booster is None:
+                    raise
+                why = "breaker_open" if err.code == "no_healthy_model" else "backend_error"
+                return self._coarse_answer(
+                    booster, table, values, [*degraded, why], top_k, request_id, record, budget_headers
+                )
             degraded += more
         finally:
             lane.release()
             self.admission.release(tier_name)
             self.metrics.add_gauge("keel_gateway_lane_in_flight", {"risk_level": str(risk)}, -1)
             self.metrics.add_gauge("keel_gateway_tier_in_flight", {"tier": tier_name}, -1)
+        return self._answer(table, route, variant, scores, degraded, explained, values, top_k, request_id, record,
+                            budget_headers)  # fmt: skip
+
+    def _answer(
+        self, table: RoutingTable, route: Route, variant: str | None, scores: np.ndarray, degraded: list[str],
+        explained, values: np.ndarray, top_k: int | None, request_id: str, record: dict[str, Any],
+        headers: dict[str, str], coarse: bool = False,
+    ) -> tuple[int, dict[str, Any], dict[str, str]]:  # fmt: skip
+        """The 200 answer for ``scores`` from ``route`` (a coarse answer: ``coarse``) and its exposure record."""
         confidence = np.abs(2.0 * scores - 1.0)
+        version = None if coarse else route.version  # no version of the model answered
         record.update(
             model=table.model,
-            model_version=route.version,
+            model_version=version,
             sha256=route.sha256,
             release_id=route.release_id,
             score=float(scores[0]) if len(scores) == 1 else np.round(scores, 6).tolist(),
             degraded=sorted(set(degraded)) or None,
+            **({"variant": "coarse", "coarse_version": route.version} if coarse else {}),
         )
         self._count_degraded(degraded)
         predictions = [
@@ -188,16 +205,27 @@ class Predicts:
         payload = {
             "request_id": request_id,
             "model": table.model,
-            "model_version": route.version,
+            "model_version": version,
             "release_id": route.release_id,
-            "variant": variant,
+            "variant": "coarse" if coarse else variant,
             "degraded": sorted(set(degraded)),
             "score": predictions[0]["score"],
             "confidence_score": predictions[0]["confidence_score"],
+            **({"coarse_version": route.version} if coarse else {}),
             **({"explanation": predictions[0]["explanation"]} if explained is not None else {}),
             **({"predictions": predictions} if len(predictions) > 1 else {}),
         }
-        return 200, payload, {"x-model-signature": route.sha256, "x-request-id": request_id, **budget_headers}
+        return 200, payload, {"x-model-signature": route.sha256, "x-request-id": request_id, **headers}
+
+    def _coarse_answer(
+        self, booster, table: RoutingTable, values: np.ndarray, degraded: list[str], top_k: int | None,
+        request_id: str, record: dict[str, Any], headers: dict[str, str],
+    ) -> tuple[int, dict[str, Any], dict[str, str]]:  # fmt: skip
+        """The answer from the model's coarse model (coarse.py), flagged ``coarse_fallback``."""
+        scores, explained = self._coarse_scores(booster, values, top_k is not None)
+        self.metrics.inc("keel_gateway_coarse_answers_total", {"model": table.model})
+        return self._answer(table, table.coarse, None, scores, [*degraded, "coarse_fallback"], explained, values,
+                            top_k, request_id, record, headers, coarse=True)  # fmt: skip
 
     def _explained_units(self) -> str:
         """What an explanation's contributions are in: log-odds for a binary label, else the label's own units."""
@@ -220,11 +248,23 @@ class Predicts:
         self.metrics.add_gauge("keel_gateway_tier_in_flight", {"tier": tier}, 1)
 
     def _runtime_unavailable(
-        self, entities: list[Any] | None, table: RoutingTable, request_id: str, record: dict[str, Any]
-    ) -> tuple[int, dict[str, Any], dict[str, str]]:
-        """Triton is down (the supervisor is restarting it): the policy's last-resort score flagged
-        ``runtime_unavailable``, or a structured 503 — never a bare error."""
+        self, req: dict[str, Any], entities: list[Any] | None, table: RoutingTable, request_id: str,
+        record: dict[str, Any], headers: dict[str, str], built: tuple[np.ndarray, list[str], int | None] | None = None,
+    ) -> tuple[int, dict[str, Any], dict[str, str]]:  # fmt: skip
+        """Triton is down (the supervisor is restarting it): the coarse model's answer when the model has one, else
+        the policy's last-resort score — both flagged ``runtime_unavailable`` — or a structured 503, never a bare
+        error. ``built``: the request's inputs, degraded flags and explanation size when already built."""
         self.metrics.inc("keel_gateway_runtime_unavailable_total", {})
+        booster = self.coarse_model(table)
+        if booster is not None:
+            if built is None:
+                x, degraded = self._features(req, entities, record)
+                top_k = requested_top_k(req, self.features.names)
+                record["rows"] = len(x)
+            else:
+                x, degraded, top_k = built
+            return self._coarse_answer(booster, table, x, [*degraded, "runtime_unavailable"], top_k, request_id,
+                                       record, headers)  # fmt: skip
         score = self.policy.last_resort_score
         if score is None:
             raise RequestError(

@@ -36,9 +36,12 @@ class FakeDeployer(ModelDeployer):
         *,
         fallback: Target | None = None,
         experiments: dict[str, tuple[Variant, ...]] | None = None,
+        coarse: Target | None = None,
     ) -> DeployReport:
         current = self.current()
-        table = next_table(current, model, self.n_features, targets, fallback=fallback, experiments=experiments)
+        table = next_table(
+            current, model, self.n_features, targets, fallback=fallback, experiments=experiments, coarse=coarse
+        )
         for t in [*targets, *([fallback] if fallback else [])]:
             if hashlib.sha256(t.model_text.encode()).hexdigest() != t.route.sha256:
                 raise FakeDeployError(f"{model} v{t.route.version}: the model text does not match its sha256")
@@ -49,6 +52,7 @@ class FakeDeployer(ModelDeployer):
             self.loaded[(model, t.route.version)] = t.route.sha256
         for v in retired:
             self.loaded.pop((model, v), None)
+        self.publish_coarse(coarse)
         write_json_atomic(table.to_dict(), self.routing_path)
         self.deploys.append(table)
         return DeployReport(table.generation, tuple(new), tuple(retired), {v: 0.0 for v in new})

@@ -19,7 +19,7 @@ from keel.canary import FINISHED
 from keel.deploy.routing import DeployReport, ModelDeployer, Route, Target
 from keel.ledger import Ledger, LedgerEntry, model_line
 from keel.metering.cost import cost_policy
-from keel.registry import ModelRegistry, RegisteredModel
+from keel.registry import ModelRegistry, RegisteredModel, coarse_name
 from keel.release import release_manifest
 
 CHALLENGER_WEIGHT = 0.0  # a challenger is loaded and reachable through experiments; canaries set real weights
@@ -79,9 +79,22 @@ class DeploymentPlan:
     # The price table in force (the cost policy: name, the version that set it, its body's sha256), so that "what
     # did serving cost at time T, and why" is answered from the release live at T. None: no price table yet.
     prices: dict[str, Any] | None = None
+    coarse: Target | None = None  # the champion's coarse model (keel/training/coarse.py), when it has one
 
     def routes(self) -> list[dict[str, Any]]:
         return [{"name": t.route.name, "version": t.route.version, "weight": t.route.weight} for t in self.targets]
+
+
+def coarse_target(registry: ModelRegistry, model: str, sha256: str) -> Target | None:
+    """The coarse model linked from the registry record of ``model``'s version ``sha256`` (``coarse_sha256``, set
+    when it passed its gate), as a deployment target; None when it has none."""
+    coarse_sha = registry.get(model, sha256).metadata.get("coarse_sha256")
+    if not coarse_sha:
+        return None
+    name = coarse_name(model)
+    version = registry.version(name, coarse_sha)
+    return Target(Route("coarse", version, coarse_sha, 0.0, None), registry.load(coarse_sha),
+                  {"registry_version": version, "coarse_of": sha256})  # fmt: skip
 
 
 class NoChampionError(LookupError):
@@ -119,7 +132,15 @@ def plan_deployment(
             targets.append(target(registry.sha_of_version(model, version), f"experiment-v{version}", 0.0))
     fallback = target(archived, "fallback", 0.0) if archived and archived != champion else None
     return DeploymentPlan(
-        model, tuple(targets), fallback, data_parts, model_parts, canary, store_version, price_table(state)
+        model,
+        tuple(targets),
+        fallback,
+        data_parts,
+        model_parts,
+        canary,
+        store_version,
+        price_table(state),
+        coarse_target(registry, model, champion),
     )
 
 
@@ -183,6 +204,7 @@ def release(
     policy = {
         "routing": _sha(
             {"routes": plan.routes(), "fallback": plan.fallback.route.version if plan.fallback else None}
+            | ({"coarse": plan.coarse.route.sha256} if plan.coarse else {})  # (a release without one: as before)
         ),
         "gateway": gateway_policy.get("version"),
         "circuit_breaker": _sha(gateway_policy.get("breaker")),
@@ -193,7 +215,8 @@ def release(
     manifest = release_manifest(data=plan.data_parts, model=plan.model_parts, infra=infra, policy=policy)
     release_id = manifest["release_id"]
     targets = [replace(t, route=replace(t.route, release_id=release_id)) for t in plan.targets]
-    report = deployer.deploy(plan.model, targets, fallback=plan.fallback)
+    coarse = replace(plan.coarse, route=replace(plan.coarse.route, release_id=release_id)) if plan.coarse else None
+    report = deployer.deploy(plan.model, targets, fallback=plan.fallback, coarse=coarse)
     log = ledger.of_line(model_line(manifest))  # this model's releases (the ledger holds every model's)
     live = log[-1] if log else None
     entry = live if live and live.release_id == release_id else ledger.append(release_id, manifest, live_from)

@@ -9,6 +9,7 @@ decisions. Code in keel that changes what serves (rollback, the rollout decision
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from abc import ABC, abstractmethod
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from keel.errors import KeelError
+from keel.storage import _atomic
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,9 @@ class RoutingTable:
     fallback: Route | None = None
     experiments: dict[str, tuple[Variant, ...]] = field(default_factory=dict)
     updated_at: float = 0.0
+    # The coarse model the gateway answers from when no version of the model can (a version of <model>-coarse,
+    # scored in the gateway's process from coarse_path(); not a Triton model: not in versions()).
+    coarse: Route | None = None
 
     def versions(self) -> list[int]:
         return sorted({r.version for r in self.routes} | ({self.fallback.version} if self.fallback else set()))
@@ -63,6 +68,7 @@ class RoutingTable:
             "fallback": asdict(self.fallback) if self.fallback else None,
             "experiments": {k: [asdict(v) for v in vs] for k, vs in self.experiments.items()},
             "updated_at": self.updated_at,
+            "coarse": asdict(self.coarse) if self.coarse else None,
         }
 
     @classmethod
@@ -75,6 +81,7 @@ class RoutingTable:
             fallback=Route(**d["fallback"]) if d.get("fallback") else None,
             experiments={k: tuple(Variant(**v) for v in vs) for k, vs in (d.get("experiments") or {}).items()},
             updated_at=float(d.get("updated_at", 0.0)),
+            coarse=Route(**d["coarse"]) if d.get("coarse") else None,
         )
 
     @classmethod
@@ -102,6 +109,14 @@ class DeployReport:
     cold_start_s: dict[int, float]  # new version → load call to first response
 
 
+def coarse_path(routing_path: str | Path, sha256: str) -> Path:
+    """Where a deployment puts a coarse model's text for the gateway that follows ``routing_path``: beside the
+    routing tables, named by its sha256 (which the gateway checks when it loads it)."""
+    if len(sha256) != 64 or any(c not in "0123456789abcdef" for c in sha256):
+        raise ValueError(f"not a sha256: {sha256!r}")
+    return Path(routing_path).parent / "coarse" / f"{sha256}.txt"
+
+
 class ModelDeployer(ABC):
     """Puts registry versions into service; what serves now is the routing table it writes at ``routing_path``."""
 
@@ -111,6 +126,19 @@ class ModelDeployer(ABC):
     def current(self) -> RoutingTable | None:
         return RoutingTable.read(self.routing_path)
 
+    def publish_coarse(self, coarse: Target | None) -> None:
+        """Write the coarse model's text where the gateway reads it (atomically; content-addressed, so a file that
+        exists is already right) — before the routing table that names it."""
+        if coarse is None:
+            return
+        data = coarse.model_text.encode()
+        if hashlib.sha256(data).hexdigest() != coarse.route.sha256:
+            raise ValueError(f"coarse model v{coarse.route.version}: the text does not match its sha256")
+        path = coarse_path(self.routing_path, coarse.route.sha256)
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            _atomic(path, lambda fh: fh.write(data))
+
     @abstractmethod
     def deploy(
         self,
@@ -119,6 +147,7 @@ class ModelDeployer(ABC):
         *,
         fallback: Target | None = None,
         experiments: dict[str, tuple[Variant, ...]] | None = None,
+        coarse: Target | None = None,
     ) -> DeployReport: ...
 
 
@@ -131,6 +160,7 @@ def next_table(
     fallback: Target | None = None,
     experiments: dict[str, tuple[Variant, ...]] | None = None,
     now: float | None = None,
+    coarse: Target | None = None,
 ) -> RoutingTable:
     """The routing table a deployment of ``targets`` writes: the next generation, the targets' routes."""
     if not targets:
@@ -143,6 +173,7 @@ def next_table(
         fallback=fallback.route if fallback else None,
         experiments=experiments or {},
         updated_at=time.time() if now is None else now,
+        coarse=coarse.route if coarse else None,
     )
 
 
@@ -172,11 +203,14 @@ class ReplicatedDeployer(ModelDeployer):
         *,
         fallback: Target | None = None,
         experiments: dict[str, tuple[Variant, ...]] | None = None,
+        coarse: Target | None = None,
     ) -> DeployReport:
         self.reports = {}
         for name, deployer in self.deployers.items():
             try:
-                self.reports[name] = deployer.deploy(model, targets, fallback=fallback, experiments=experiments)
+                self.reports[name] = deployer.deploy(
+                    model, targets, fallback=fallback, experiments=experiments, coarse=coarse
+                )
             except Exception as exc:
                 done = ", ".join(self.reports) or "none"
                 raise ReplicaDeployError(

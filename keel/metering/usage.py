@@ -39,7 +39,7 @@ USAGE_SCHEMA = {
     "client_errors": pl.Int64, "server_errors": pl.Int64, "gateway_s": pl.Float64, "compute_s": pl.Float64,
     "device": pl.Utf8,
 }  # fmt: skip
-STAND_INS = ("fallback", "runtime_unavailable")
+STAND_INS = ("fallback", "runtime_unavailable", "coarse_fallback")
 
 
 def outcome(record: dict[str, Any]) -> str:

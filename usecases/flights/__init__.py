@@ -12,6 +12,7 @@ from pathlib import Path
 from keel.drills import Drills, SchemaBreak, UnitChange
 from keel.usecase import (
     CausalQuestion,
+    Coarse,
     Experiments,
     ModelSpec,
     Monitoring,
@@ -74,7 +75,11 @@ usecase = UseCase(
     features=FLIGHT_FEATURES,
     # the first model: trained on January–February, early-stopped and gated on March (docs/live.md)
     model=ModelSpec(
-        name="flight-delay", asset="delay_model", train_months=("2013-01", "2013-02"), valid_month="2013-03"
+        name="flight-delay",
+        asset="delay_model",
+        train_months=("2013-01", "2013-02"),
+        valid_month="2013-03",
+        coarse=Coarse(),  # answers when no version can: 7 leaves, at most 40 trees (gated against the delay rate)
     ),
     sources=(
         # flights of local day D land at D+1 12:00 UTC, once every flight of D has arrived (its outcome is known)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import date, timedelta
 from pathlib import Path
 
-from keel.usecase import Loop, ModelSpec, Monitoring, Replay, Serving, Source, UseCase
+from keel.usecase import Coarse, Loop, ModelSpec, Monitoring, Replay, Serving, Source, UseCase
 from usecases.hotels import replay
 from usecases.hotels.data import read_bookings
 from usecases.hotels.features import MAX_NIGHTS, RATE_FEATURES
@@ -50,6 +50,7 @@ usecase = UseCase(
         train_months=("2016-07", "2016-08", "2016-09"),
         valid_month="2016-10",
         params={"objective": "regression", "min_data_in_leaf": 20},
+        coarse=Coarse(),  # a quote is L1 revenue: when no version can answer, a small model does (gated vs the mean)
     ),
     sources=(
         # the bookings of arrival day D land 15 days later: every quoted stay (at most 14 nights) is over by then
