@@ -60,21 +60,15 @@ class DrillError(KeelError):
 # -- the faults, as pure functions ------------------------------------------------------------------------------
 
 
-_LEAF = re.compile(r"^leaf_value=(.*)$", re.MULTILINE)
-
-
 def invert_model(text: str) -> str:
     """A LightGBM binary model whose scores are 1 − p: every leaf value negated (the raw score flips sign, the
     sigmoid of it is the complement). Everything else — features, trees, thresholds — is the same."""
+    from keel.loop.recalibrate import affine_model_text
 
-    def negate(m: re.Match) -> str:
-        return "leaf_value=" + " ".join(repr(-float(v)) for v in m.group(1).split())
-
-    out, n = _LEAF.subn(negate, text)
-    if n == 0:
-        raise DrillError("not a LightGBM text model (no leaf_value lines)")
-    # tree_sizes gives each tree's length in bytes; the negated values changed them, so LightGBM parses tree by tree
-    return re.sub(r"^tree_sizes=.*\n", "", out, flags=re.MULTILINE)
+    try:
+        return affine_model_text(text, -1.0, 0.0)
+    except ValueError as exc:
+        raise DrillError(str(exc)) from None
 
 
 def remove_newest_commit(db_path) -> int:

@@ -1,0 +1,95 @@
+"""Which of several candidates, if any, replaces the champion (issue 32: better candidates).
+
+A drift decision trains more than one candidate (a rolling window, the expanding window of all labelled history, one
+with recency weights, a recalibrated champion). Each is compared with the champion on the same labelled rows by the
+shadow verdict's paired, cluster-robust test (keel/loop/shadow.py). Comparing k candidates and keeping the best is k
+chances to be fooled, so the family is corrected with Holm's step-down method: sort the one-sided p-values, accept
+the i-th smallest as "surely better" only while p_(i) ≤ α / (k − i + 1). Among the candidates that remain surely
+better, the one with the lowest mean loss difference is chosen; none: the champion stays.
+
+Pure: ``choose_candidate`` returns the table (one row per candidate, for the gate's metadata in the UI) and the
+choice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from keel.loop.shadow import DEFAULT_SHADOW, ShadowPolicy, ShadowVerdict, shadow_verdict
+
+
+@dataclass(frozen=True)
+class CandidateRow:
+    name: str
+    verdict: ShadowVerdict
+    holm_alpha: float | None  # the level its p-value was held to (None: not tested, or the step-down stopped before)
+    surely_better: bool
+    chosen: bool = False
+
+    def as_row(self) -> dict:
+        v = self.verdict
+        return {
+            "candidate": self.name, "labelled": v.labelled, "days": v.clusters, "delta": v.delta, "se": v.se,
+            "p_value": v.p_value, "holm_alpha": self.holm_alpha, "surely_better": self.surely_better,
+            "chosen": self.chosen, "reason": v.reason,
+        }  # fmt: skip
+
+
+@dataclass(frozen=True)
+class CandidateChoice:
+    chosen: str | None
+    reason: str
+    rows: tuple[CandidateRow, ...]
+
+
+def holm(p_values: dict[str, float | None], alpha: float) -> dict[str, tuple[float | None, bool]]:
+    """name → (the level its p-value was held to, rejected) under Holm's step-down at family level ``alpha``; a
+    None p-value (not testable) is never rejected and stops nothing."""
+    tested = sorted(((p, name) for name, p in p_values.items() if p is not None), key=lambda x: (x[0], x[1]))
+    k = len(tested)
+    out: dict[str, tuple[float | None, bool]] = {name: (None, False) for name in p_values}
+    for i, (p, name) in enumerate(tested):
+        level = alpha / (k - i)
+        if p > level:
+            out[name] = (level, False)
+            break  # every larger p-value is accepted as well
+        out[name] = (level, True)
+    return out
+
+
+def choose_candidate(
+    labels: np.ndarray,
+    champion_scores: np.ndarray,
+    candidates: dict[str, np.ndarray],
+    clusters: np.ndarray,
+    policy: ShadowPolicy = DEFAULT_SHADOW,
+    task: str = "binary",
+) -> CandidateChoice:
+    """The candidate to put into the canary (or None), with one table row per candidate."""
+    if not candidates:
+        return CandidateChoice(None, "no candidate was trained", ())
+    verdicts = {
+        name: shadow_verdict(labels, champion_scores, scores, clusters, policy, task)
+        for name, scores in candidates.items()
+    }
+    tested = holm({name: v.p_value for name, v in verdicts.items()}, policy.alpha)
+    rows = [CandidateRow(name, v, *tested[name]) for name, v in verdicts.items()]
+    better = [r for r in rows if r.surely_better]
+    if not better:
+        best = min(rows, key=lambda r: (r.verdict.delta is None, r.verdict.delta or 0.0))
+        return CandidateChoice(
+            None,
+            f"none of {len(rows)} candidates is surely better than the champion after Holm's correction "
+            f"(closest: {best.name}: {best.verdict.reason})",
+            tuple(rows),
+        )
+    winner = min(better, key=lambda r: r.verdict.delta)
+    rows = [replace(r, chosen=r is winner) for r in rows]
+    return CandidateChoice(
+        winner.name,
+        f"{winner.name}: {winner.verdict.reason}; {len(better)} of {len(rows)} candidates surely better "
+        f"(Holm, family α {policy.alpha})",
+        tuple(rows),
+    )
