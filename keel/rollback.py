@@ -10,7 +10,7 @@ named fake in unit tests).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from keel.deploy.plan import coarse_target
 from keel.deploy.routing import DeployReport, ModelDeployer, Route, Target
@@ -67,9 +67,7 @@ def rollback(
             registry.load(live_sha),
             {"registry_version": live_version},
         )
-    coarse = coarse_target(registry, model, sha)
-    if coarse is not None:
-        coarse = replace(coarse, route=replace(coarse.route, release_id=target.release_id))
+    coarse = coarse_target(registry, model, sha, target.release_id)
     report = deployer.deploy(model, [champion], fallback=fallback, coarse=coarse)
     registry.promote(model, sha, f"rollback from {live.release_id}: {reason}")
     restored = ledger.revert(target.seq, reason, live_from)  # the model's use case's now in a live replay

@@ -85,15 +85,15 @@ class DeploymentPlan:
         return [{"name": t.route.name, "version": t.route.version, "weight": t.route.weight} for t in self.targets]
 
 
-def coarse_target(registry: ModelRegistry, model: str, sha256: str) -> Target | None:
+def coarse_target(registry: ModelRegistry, model: str, sha256: str, release_id: str | None = None) -> Target | None:
     """The coarse model linked from the registry record of ``model``'s version ``sha256`` (``coarse_sha256``, set
-    when it passed its gate), as a deployment target; None when it has none."""
+    when it passed its gate), as a deployment target of release ``release_id``; None when it has none."""
     coarse_sha = registry.get(model, sha256).metadata.get("coarse_sha256")
     if not coarse_sha:
         return None
     name = coarse_name(model)
     version = registry.version(name, coarse_sha)
-    return Target(Route("coarse", version, coarse_sha, 0.0, None), registry.load(coarse_sha),
+    return Target(Route("coarse", version, coarse_sha, 0.0, release_id), registry.load(coarse_sha),
                   {"registry_version": version, "coarse_of": sha256})  # fmt: skip
 
 

@@ -16,7 +16,7 @@ import polars as pl
 
 from keel.features.spec import FeatureSet
 from keel.registry import coarse_name
-from keel.training.model import TrainingConfig, _xy, log_loss, month_of, predict, train_model
+from keel.training.model import TrainingConfig, _xy, log_loss, predict, train_model, training_rows
 from keel.usecase_parts import Coarse
 
 
@@ -62,11 +62,7 @@ def train_coarse(features: pl.DataFrame, config: TrainingConfig, fs: FeatureSet,
     training window's label mean on ``config``'s validation rows."""
     params = config.params | {"num_leaves": spec.num_leaves, "min_data_in_leaf": max(20, spec.num_leaves * 5)}
     model = train_model(features, replace(config, num_boost_round=spec.rounds, params=params), fs)
-    day = fs.entity.partition_day
-    train = features.filter(day.dt.strftime("%Y-%m").is_in(list(config.train_months)))
-    valid = month_of(features, config.valid_month, fs)
-    if config.valid_days is not None:
-        valid = valid.filter(day.dt.day().is_between(*config.valid_days))
+    train, valid = training_rows(features, config, fs)
     _, y_train = _xy(train, fs)
     constant = float(y_train.mean())
     scores, labels = predict(model.text, valid, fs)

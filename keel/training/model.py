@@ -74,6 +74,20 @@ def month_of(frame: pl.DataFrame, month: str, fs: FeatureSet) -> pl.DataFrame:
     return frame.filter(fs.entity.partition_day.dt.strftime("%Y-%m") == month)
 
 
+def training_rows(
+    features: pl.DataFrame, config: TrainingConfig, fs: FeatureSet
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(training rows, validation rows) of ``features`` for ``config``: by the partition's months and days (a
+    booking's arrival, not its quote; ``Entity.partition_date``)."""
+    day = fs.entity.partition_day
+    train = features.filter(day.dt.strftime("%Y-%m").is_in(list(config.train_months)))
+    valid = month_of(features, config.valid_month, fs)
+    if config.valid_days is not None:
+        first, last = config.valid_days
+        valid = valid.filter(day.dt.day().is_between(first, last))
+    return train, valid
+
+
 def train_model(features: pl.DataFrame, config: TrainingConfig, fs: FeatureSet) -> TrainedModel:
     """Train on ``config.train_months`` of ``features`` (a table of ``fs``), early-stopping on
     ``config.valid_month`` (its ``valid_days`` when set). The objective must fit the label's task."""
@@ -83,12 +97,7 @@ def train_model(features: pl.DataFrame, config: TrainingConfig, fs: FeatureSet) 
             f"LightGBM objective {objective!r} does not fit a {fs.label.task} label ({fs.label.column}); "
             f"use one of {', '.join(OBJECTIVES[fs.label.task])}"
         )
-    day = fs.entity.partition_day  # months and days of the partition (a booking's arrival), not of the quote
-    train = features.filter(day.dt.strftime("%Y-%m").is_in(list(config.train_months)))
-    valid = month_of(features, config.valid_month, fs)
-    if config.valid_days is not None:
-        first, last = config.valid_days
-        valid = valid.filter(day.dt.day().is_between(first, last))
+    train, valid = training_rows(features, config, fs)
     if train.height == 0 or valid.height == 0:
         raise ValueError(
             f"no rows for training months {config.train_months} or validation month {config.valid_month}"
