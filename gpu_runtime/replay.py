@@ -11,6 +11,9 @@ entities in order, cycled), at ``--rps`` while the clock runs, none while it is 
 end. Its running totals (sent, ok, failed by status and
 error, by simulated month, versions seen) are rewritten every few seconds to
 ``$KEEL_HOME/serving/live_traffic/<use case>.json``, so the platform's summary can say how the year was served.
+On a **stepped** clock (the reproducible replay, keel/clock.py) the rate is not wall time's: in each step's traffic
+phase it sends ``--per-day`` of the step's day's entities, spread evenly over the day (``day_sample``), waits for
+every answer, and writes the summary with ``step`` — the driver moves the clock on when it has.
 
 Open loop: request i is sent at start + i / rps whether or not earlier ones were answered (a slow server shows up
 as latency, not as a politely lower rate), bounded by ``--max-in-flight`` and ``--seconds``. The entities are the
@@ -171,6 +174,13 @@ def entities_by_day(uc) -> dict[str, list[dict]]:
     return out
 
 
+def day_sample(entities: list[dict], n: int) -> list[dict]:
+    """``n`` of a day's entities spread evenly over it (all, cycled, when it has fewer): the same on every run."""
+    if not entities or n <= 0:
+        return []
+    return [entities[(j * len(entities)) // n] if n <= len(entities) else entities[j % len(entities)] for j in range(n)]
+
+
 def answered_by(payload: dict) -> str | None:
     """Which model answered: its version, or ``coarse vN`` for the coarse model's answer."""
     if payload.get("variant") == "coarse":
@@ -192,6 +202,7 @@ class LiveTotals:
         self.by_degraded: dict[str, int] = {}  # flag → answers that carried it (coarse_fallback, frozen:…, …)
         self.started = time.time()
         self.sending_s = 0.0  # wall seconds the clock was running (the rate is over these)
+        self.step: int | None = None
 
     def add(self, month: str, status: int, version, error: str | None, degraded) -> None:
         self.ok += status == 200
@@ -212,6 +223,7 @@ class LiveTotals:
         return {
             "sim_now": sim_now,
             "finished": finished,
+            "step": self.step,  # a stepped clock's newest step whose traffic is all answered (None: not stepped)
             "sent": self.sent,
             "answered": answered,
             "ok": self.ok,
@@ -226,13 +238,17 @@ class LiveTotals:
         }
 
 
-async def live(url: str, uc, home, rps: float, max_in_flight: int, tenants: tuple[str, ...] = ("replay",)) -> dict:
-    """Send the simulated day's entities at ``rps`` while the clock runs; return the totals when it ends."""
+async def live(
+    url: str, uc, home, rps: float, max_in_flight: int, tenants: tuple[str, ...] = ("replay",), per_day: int = 0
+) -> dict:
+    """Send the simulated day's entities at ``rps`` while the clock runs; return the totals when it ends. On a
+    stepped clock: ``per_day`` requests of each step's day in its traffic phase, as fast as ``max_in_flight`` allows
+    (module docstring)."""
     from datetime import UTC, datetime
 
     import aiohttp
 
-    from keel.clock import SimClock
+    from keel.clock import TRAFFIC, SimClock
     from keel.storage import write_json_atomic
 
     clock = SimClock(home.clock, uc.name)
@@ -272,6 +288,25 @@ async def live(url: str, uc, home, rps: float, max_in_flight: int, tenants: tupl
             elapsed, prev = t0 - prev, t0
             state = clock.state()
             wall = datetime.now(UTC)
+            if state is not None and state.stepped and state.running:
+                if state.phase == TRAFFIC and (totals.step is None or state.step > totals.step):
+                    now = state.now(wall)
+                    sim_now = now.isoformat(timespec="seconds")
+                    for entity in day_sample(days.get(f"{now:%Y-%m-%d}", []), per_day):
+                        await sem.acquire()
+                        totals.sent += 1
+                        task = asyncio.create_task(one(entity, f"{now:%Y-%m}", tenants[totals.sent % len(tenants)]))
+                        tasks.add(task)
+                        task.add_done_callback(tasks.discard)
+                    if tasks:
+                        await asyncio.gather(*tasks)  # every answer of the step is in before it counts as sent
+                    totals.step = state.step
+                    write_json_atomic(totals.as_dict(sim_now, False), summary_path)
+                elif state.finished(wall) and totals.step is not None and totals.step >= state.step:
+                    break
+                else:
+                    await asyncio.sleep(0.05)
+                continue
             if state is None or not state.running or state.finished(wall):
                 if state is not None and state.finished(wall):
                     break
@@ -318,6 +353,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-in-flight", type=int, default=256)
     parser.add_argument("--out", type=Path)
     parser.add_argument("--live", action="store_true", help="follow the live replay's clock (see above)")
+    parser.add_argument("--per-day", type=int, default=175, help="--live on a stepped clock: requests per "
+                        "simulated day (default 175: 40 req/s at the default speed)")  # fmt: skip
     parser.add_argument(
         "--tenants", default="replay", help="comma-separated tenant ids, taking turns request by request"
     )
@@ -333,8 +370,9 @@ def main(argv: list[str] | None = None) -> int:
         from keel.home import KeelHome
 
         home = KeelHome.from_env()
-        print(f"replay: live traffic at {args.rps:g} req/s while the simulated clock runs", flush=True)
-        summary = asyncio.run(live(args.url, uc, home, args.rps, args.max_in_flight, tenants))
+        print(f"replay: live traffic at {args.rps:g} req/s while the simulated clock runs (a stepped clock: "
+              f"{args.per_day} requests per simulated day)", flush=True)  # fmt: skip
+        summary = asyncio.run(live(args.url, uc, home, args.rps, args.max_in_flight, tenants, args.per_day))
         print(json.dumps(summary), flush=True)
         return 0 if summary["failed"] == 0 else 1
     month = args.month or (uc.months[(len(uc.months) - 1) // 2] if uc.months else None)

@@ -14,6 +14,13 @@ keeps one time of its own, and a **span** per use case maps it to that use case'
 so that every use case's days turn at the same instant) and where that use case's span ends. ``SimClock(path,
 usecase)`` reads the clock in that use case's time; pausing, resuming or changing speed moves every span together.
 A use case with no span (and every use case of a single-use-case replay) is on the clock's own time.
+
+**Stepped** (the reproducible replay, docs/live.md): the clock does not follow the wall clock at all. It stands at a
+step's instant until the driver (scripts/materialize.py) moves it to the next one, and it only does so when the
+work due at that instant is done. Each step has two phases: ``settle`` — the deliveries due are in, the sensors
+evaluate and the runs they ask for finish (keel/steps.py says when that is) — then ``traffic`` — the replayed
+traffic of the step is sent against what settling left serving, while the sensors wait. What a machine's load
+changes is how long a step takes in wall time, never what happens in it.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from keel.storage import write_json_atomic
 
 # April–December 2013 (275 days) in 20 minutes.
 DEFAULT_SPEED = 275 * 86400 / (20 * 60)
+SETTLE, TRAFFIC = "settle", "traffic"  # a stepped clock's phases (module docstring)
 
 
 class ClockError(KeelError):
@@ -57,6 +65,11 @@ class ClockState:
     running: bool
     sim_end: datetime | None = None  # the clock stops here
     spans: dict[str, Span] = field(default_factory=dict)  # use case → its time span (module docstring)
+    stepped: bool = False  # moved by the driver step by step, not by the wall clock (module docstring)
+    step: int = 0  # the step the clock stands at (stepped only)
+    phase: str = SETTLE  # SETTLE or TRAFFIC (stepped only)
+    phase_wall: datetime | None = None  # when the current phase began (wall)
+    batch_days: int = 1  # stepped: new days of a month that wait to be built together (keel/loop/arrivals.py)
 
     def of(self, usecase: str | None) -> ClockState:
         """This state in ``usecase``'s time (itself when the use case has no span)."""
@@ -65,10 +78,15 @@ class ClockState:
             return self
         ends = [e for e in (span.end, self.sim_end + span.offset if self.sim_end else None) if e is not None]
         end = min(ends) if ends else None  # its own end, or the clock's when that comes first
-        return ClockState(self.sim_anchor + span.offset, self.wall_anchor, self.speed, self.running, end)
+        return replace(self, sim_anchor=self.sim_anchor + span.offset, sim_end=end, spans={})
+
+    @property
+    def sensors_wait(self) -> bool:
+        """A stepped clock in its traffic phase: the sensors act only while it settles."""
+        return self.stepped and self.phase != SETTLE
 
     def now(self, wall: datetime) -> datetime:
-        if not self.running:
+        if not self.running or self.stepped:
             return self.sim_anchor
         sim = self.sim_anchor + (wall - self.wall_anchor) * self.speed
         return min(sim, self.sim_end) if self.sim_end else sim
@@ -86,11 +104,32 @@ class ClockState:
         }
         if self.spans:
             out["spans"] = {name: span.to_json() for name, span in sorted(self.spans.items())}
+        if self.stepped:
+            out["stepped"] = {
+                "step": self.step,
+                "phase": self.phase,
+                "phase_wall": self.phase_wall.isoformat() if self.phase_wall else None,
+                "batch_days": self.batch_days,
+            }
         return out
 
     @classmethod
     def from_json(cls, data: dict) -> ClockState:
         try:
+            stepped = data.get("stepped")
+            steps = (
+                {
+                    "stepped": True,
+                    "step": int(stepped["step"]),
+                    "phase": str(stepped["phase"]),
+                    "phase_wall": _utc(stepped["phase_wall"]) if stepped.get("phase_wall") else None,
+                    "batch_days": int(stepped.get("batch_days", 1)),
+                }
+                if stepped
+                else {}
+            )
+            if steps and steps["phase"] not in (SETTLE, TRAFFIC):
+                raise ValueError(f"phase {steps['phase']!r} is neither {SETTLE!r} nor {TRAFFIC!r}")
             return cls(
                 sim_anchor=_utc(data["sim_anchor"]),
                 wall_anchor=_utc(data["wall_anchor"]),
@@ -98,6 +137,7 @@ class ClockState:
                 running=bool(data["running"]),
                 sim_end=_utc(data["sim_end"]) if data.get("sim_end") else None,
                 spans={name: Span.from_json(v) for name, v in (data.get("spans") or {}).items()},
+                **steps,
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ClockError(f"clock state is not valid: {exc}") from None
@@ -150,16 +190,23 @@ class SimClock:
         speed: float = DEFAULT_SPEED,
         sim_end: datetime | None = None,
         spans: dict[str, Span] | None = None,
+        stepped: bool = False,
+        batch_days: int = 1,
         wall=None,
     ) -> ClockState:
+        """Set the clock at ``sim_start``, running (a stepped clock: settling its step 0)."""
+        if batch_days < 1:
+            raise ClockError(f"batch_days must be ≥ 1, got {batch_days}")
         if not speed > 0:
             raise ClockError(f"speed must be > 0 simulated seconds per wall second, got {speed}")
         if sim_start.tzinfo is None:
             raise ClockError("sim_start needs a time zone (UTC)")
         if sim_end is not None and sim_end <= sim_start:
             raise ClockError(f"the end {sim_end.isoformat()} is not after the start {sim_start.isoformat()}")
+        wall = _wall(wall)
         return self._write(
-            ClockState(sim_start.astimezone(UTC), _wall(wall), speed, True, sim_end, dict(spans or {}))
+            ClockState(sim_start.astimezone(UTC), wall, speed, True, sim_end, dict(spans or {}), stepped, 0, SETTLE,
+                       wall if stepped else None, batch_days)  # fmt: skip
         )
 
     def add_span(self, usecase: str, offset: timedelta, end: datetime | None = None) -> ClockState:
@@ -197,6 +244,29 @@ class SimClock:
         if sim < mine.now(wall):
             raise ClockError(f"the clock never goes back: {sim.isoformat()} is before {mine.now(wall).isoformat()}")
         return self._write(replace(state, sim_anchor=state.sim_anchor + (sim - mine.sim_anchor), wall_anchor=wall))
+
+    def step_to(self, sim: datetime, wall: datetime | None = None) -> ClockState:
+        """A stepped clock's next step: stand at ``sim`` (this reader's time; forward only), settling."""
+        state = self._require()
+        if not state.stepped:
+            raise ClockError("step_to moves a stepped clock; this one follows the wall clock")
+        wall = _wall(wall)
+        mine = state.of(self.usecase)
+        if sim <= mine.sim_anchor:
+            raise ClockError(f"a step goes forward: {sim.isoformat()} is not after {mine.sim_anchor.isoformat()}")
+        if state.sim_end is not None and sim - mine.sim_anchor + state.sim_anchor > state.sim_end:
+            sim = state.sim_end - state.sim_anchor + mine.sim_anchor  # the last step stops at the end
+        return self._write(replace(state, sim_anchor=state.sim_anchor + (sim - mine.sim_anchor), wall_anchor=wall,
+                                   step=state.step + 1, phase=SETTLE, phase_wall=wall))  # fmt: skip
+
+    def set_phase(self, phase: str, wall: datetime | None = None) -> ClockState:
+        """A stepped clock's step moves from settling to its traffic (or back, after a restart)."""
+        if phase not in (SETTLE, TRAFFIC):
+            raise ClockError(f"phase must be {SETTLE!r} or {TRAFFIC!r}, got {phase!r}")
+        state = self._require()
+        if not state.stepped:
+            raise ClockError("only a stepped clock has phases")
+        return self._write(replace(state, phase=phase, phase_wall=_wall(wall)))
 
     def _require(self) -> ClockState:
         state = self._read()

@@ -65,6 +65,11 @@ class KeelHome:
         return self.root / "clock.json"
 
     @property
+    def clock_ticks(self) -> Path:
+        """A stepped replay's newest tick of each deciding sensor (keel.steps.record_tick)."""
+        return self.root / "clock_ticks"
+
+    @property
     def incidents(self) -> Location:
         """The incident log (keel.incidents.IncidentLog): ``incidents.sqlite``, or the Postgres schema of
         ``$KEEL_CONTROL_PLANE``."""

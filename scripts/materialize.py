@@ -10,6 +10,7 @@ script exits non-zero at the end.
 
 Usage: python scripts/materialize.py --port 3000 [--usecases flights,hotels] [--partitions 2013-01,2013-02]
        python scripts/materialize.py --port 3000 --live [--speed S] [--rps R]
+       python scripts/materialize.py --port 3000 --live --stepped [--per-day N]
 
 ``--usecases``: the installed use cases to build, one after the other (default: ``$KEEL_USECASES``, else every
 installed one). ``--partitions`` limits each to those months of its period.
@@ -22,6 +23,10 @@ while replayed traffic (``gpu_runtime.replay --live``) goes through the gateway.
 launch, every release and canary decision, a status line twice a minute. When the clock reaches its end and the
 sensors' runs are done, the stages for the whole year run (the causal analyses) and a summary is printed. Run it
 again after a stop: the clock resumes where it stopped; what was built is not built again.
+
+``--stepped`` plays it on a stepped clock instead (scripts/live_steps.py): a simulated day at a time, each once the
+work due at it is done and its traffic (``--per-day`` requests of the day per use case) is answered — the same
+decisions on any machine. A stepped step that was stopped in its traffic sends that traffic again on resume.
 """
 
 from __future__ import annotations
@@ -159,7 +164,9 @@ def run_live(args, ucs: list[UseCase], client: DagsterGraphQLClient) -> int:
     import json
     import signal
     import subprocess
-    from datetime import UTC, datetime
+    from datetime import UTC, datetime, timedelta
+
+    from live_steps import BATCH_DAYS, StepError, run_steps
 
     from keel.clock import DEFAULT_SPEED, SimClock, shared_spans
     from keel.data.landing import LandingZone
@@ -190,7 +197,7 @@ def run_live(args, ucs: list[UseCase], client: DagsterGraphQLClient) -> int:
             {n: z.history_landed() for n, z in zones.items()}, {n: z.landed_by(z.last_day) for n, z in zones.items()}
         )
         clock.start(start, speed=args.speed or DEFAULT_SPEED, sim_end=datetime.fromisoformat(args.end) if args.end
-                    else end, spans=spans)  # fmt: skip
+                    else end, spans=spans, stepped=args.stepped, batch_days=BATCH_DAYS if args.stepped else 1)  # fmt: skip
         clock.pause()  # the sensors wait while the histories are built
         for name in zones:
             print(f"keel: live replay of {name}: its clock set to {clock.state().of(name).sim_anchor:%Y-%m-%d %H:%M} "
@@ -200,6 +207,11 @@ def run_live(args, ucs: list[UseCase], client: DagsterGraphQLClient) -> int:
         if missing:
             print(f"keel: {home.root}'s live replay was started without {', '.join(missing)}: a use case cannot join "
                   "a replay under way (a KEEL_HOME of its own, or KEEL_USECASES as before)", file=sys.stderr)  # fmt: skip
+            return 2
+        if clock.state().stepped != args.stepped:
+            kind = "stepped (KEEL_LIVE_CLOCK=stepped)" if clock.state().stepped else "on the wall clock"
+            print(f"keel: {home.root}'s live replay was started {kind}: it goes on that way (the same "
+                  "KEEL_LIVE_CLOCK, or a KEEL_HOME of its own)", file=sys.stderr)  # fmt: skip
             return 2
         if args.speed:
             clock.set_speed(args.speed)
@@ -220,8 +232,12 @@ def run_live(args, ucs: list[UseCase], client: DagsterGraphQLClient) -> int:
         mine = state.of(uc.name)
         print(f"keel: live {uc.name} from {mine.now(datetime.now(UTC)):%Y-%m-%d %H:%M} to {mine.sim_end:%Y-%m-%d %H:%M}",
               flush=True)  # fmt: skip
-    print(f"keel: the clock runs at ×{state.speed:,.0f} (a simulated day every {86400 / state.speed:.1f} s); traffic "
-          f"{args.rps:g} req/s per use case", flush=True)  # fmt: skip
+    if state.stepped:
+        print(f"keel: the clock is stepped: a simulated day at a time, each once its work is done (docs/live.md); "
+              f"traffic {args.per_day} requests per simulated day per use case", flush=True)  # fmt: skip
+    else:
+        print(f"keel: the clock runs at ×{state.speed:,.0f} (a simulated day every {86400 / state.speed:.1f} s); "
+              f"traffic {args.rps:g} req/s per use case", flush=True)  # fmt: skip
     log = open(home.serving.root / "live_traffic.log", "a")  # noqa: SIM115 - the children hold it
     traffic = [
         subprocess.Popen(
@@ -236,6 +252,7 @@ def run_live(args, ucs: list[UseCase], client: DagsterGraphQLClient) -> int:
                 str(args.rps),
                 "--usecase",
                 uc.name,
+                *(["--per-day", str(args.per_day), "--max-in-flight", "8"] if state.stepped else []),
             ],
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -254,7 +271,20 @@ def run_live(args, ucs: list[UseCase], client: DagsterGraphQLClient) -> int:
     signal.signal(signal.SIGTERM, stop)
     follow = Follower(instance, home, ucs)
     last_status, quiet_since = 0.0, None
-    while True:
+    if state.stepped:
+
+        def deliver_at(at: datetime) -> None:
+            spans = clock.state().spans
+            for name, zone in zones.items():
+                zone.deliver(at + (spans[name].offset if name in spans else timedelta(0)))
+
+        try:
+            run_steps(clock, deliver_at, instance, home, ucs, traffic, follow, lambda line: print(line, flush=True))
+        except StepError as exc:
+            clock.pause()
+            print(f"keel: {exc}; the replay is paused", file=sys.stderr)
+            return 1
+    while not state.stepped:
         wall = datetime.now(UTC)
         state = clock.state()
         for name, delivered in deliver(wall).items():
@@ -435,6 +465,10 @@ def main() -> int:
     parser.add_argument("--speed", type=float, help="simulated seconds per wall second (default: Apr–Dec in 20 min)")
     parser.add_argument("--end", help="where the live clock stops (default: when the period's last day has landed)")
     parser.add_argument("--rps", type=float, default=40.0, help="live traffic, requests per second (default 40)")
+    parser.add_argument("--stepped", action="store_true", help="--live on a stepped clock: reproducible, a simulated "
+                        "day at a time once its work is done (docs/live.md)")  # fmt: skip
+    parser.add_argument("--per-day", type=int, default=175, help="--stepped: live requests per simulated day per "
+                        "use case (default 175: 40 req/s at the default speed)")  # fmt: skip
     parser.add_argument("--gateway", default="http://127.0.0.1:8080", help="the gateway the live traffic goes to")
     args = parser.parse_args()
     names = [n.strip() for n in args.usecases.split(",") if n.strip()]

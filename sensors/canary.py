@@ -24,6 +24,7 @@ from resources.policy import PolicyStoreResource
 from resources.registry import ModelRegistryResource
 from sensors.alerting import send_alerts
 from sensors.problems import automation_problems
+from sensors.stepping import interval_s, stepped_tick
 
 
 def build_canary_sensor(uc: UseCase) -> dg.SensorDefinition:
@@ -34,7 +35,7 @@ def build_canary_sensor(uc: UseCase) -> dg.SensorDefinition:
 
     @dg.sensor(
         name=name,
-        minimum_interval_seconds=10,
+        minimum_interval_seconds=interval_s(),
         default_status=dg.DefaultSensorStatus.RUNNING,
         target=dg.AssetSelection.assets(deployment),
         description=f"Drives the canary rollouts of {uc.model.name} one decision per tick: advance, hold, promote, "
@@ -46,10 +47,10 @@ def build_canary_sensor(uc: UseCase) -> dg.SensorDefinition:
         registry: ModelRegistryResource,
         keel_home: KeelHomeResource,
     ):
-        return canary_tick(
+        return stepped_tick(context, name, uc.name, keel_home, lambda: canary_tick(
             context, uc.model.name, deployment, evaluation, name, policies, registry, keel_home, usecase=uc.name,
             label_delay_s=uc.loop.label_delay.total_seconds(), loss=LOSS_NAMES[uc.task].replace("_", "-"),
-        )  # fmt: skip
+        ))  # fmt: skip
 
     return _sensor
 

@@ -44,6 +44,7 @@ from resources.policy import PolicyStoreResource
 from resources.registry import ModelRegistryResource
 from sensors.alerting import send_alerts
 from sensors.problems import automation_problems
+from sensors.stepping import interval_s, stepped_tick
 
 DRIFT_POLICY = DriftPolicy()
 IN_PROGRESS = [
@@ -112,7 +113,7 @@ def build_drift_sensor(uc: UseCase, jobs: UseCaseJobs) -> dg.SensorDefinition:
 
     @dg.sensor(
         name=t.sensor_name,
-        minimum_interval_seconds=10,
+        minimum_interval_seconds=interval_s(),
         default_status=dg.DefaultSensorStatus.RUNNING,
         jobs=[jobs.challenger],
         description=f"{uc.title}: freezes a drifted feature when evidence says serving it frozen is better (each "
@@ -126,7 +127,8 @@ def build_drift_sensor(uc: UseCase, jobs: UseCaseJobs) -> dg.SensorDefinition:
         policies: PolicyStoreResource,
         keel_home: KeelHomeResource,
     ):
-        return drift_tick(context, t, online_store, registry, policies, keel_home)
+        return stepped_tick(context, t.sensor_name, uc.name, keel_home,
+                            lambda: drift_tick(context, t, online_store, registry, policies, keel_home))  # fmt: skip
 
     return _sensor
 

@@ -32,6 +32,7 @@ from keel.usecase import UseCase
 from resources.home import KeelHomeResource
 from sensors.alerting import send_alerts
 from sensors.drift import IN_PROGRESS
+from sensors.stepping import interval_s, stepped_tick
 
 DELIVERY_TAG = "keel/delivery"  # which delivery a monthly run built: the landing run key (scripts/materialize.py too)
 
@@ -54,16 +55,16 @@ def build_landing_sensor(uc: UseCase, jobs: UseCaseJobs) -> dg.SensorDefinition:
 
     @dg.sensor(
         name=f"{uc.name}_landing_sensor",
-        minimum_interval_seconds=10,
+        minimum_interval_seconds=interval_s(),
         default_status=dg.DefaultSensorStatus.RUNNING,
         jobs=[jobs.monthly, jobs.drift],
         description=f"Live replay of {uc.title}: new days of {tables} in the landing zone rebuild their month "
         "(validation, features, online store); a complete month gets its drift report. Skips outside a live replay.",
     )
     def _sensor(context: dg.SensorEvaluationContext, keel_home: KeelHomeResource):
-        return landing_tick(
+        return stepped_tick(context, f"{uc.name}_landing_sensor", uc.name, keel_home, lambda: landing_tick(
             context, keel_home, uc, jobs, features=w.key(uc.feature_table), reference=w.key("drift_reference")
-        )
+        ))  # fmt: skip
 
     return _sensor
 
@@ -97,7 +98,8 @@ def landing_tick(context, keel_home, uc: UseCase, jobs: UseCaseJobs, features: d
     building = context.instance.get_runs(
         filters=dg.RunsFilter(job_name=jobs.monthly.name, statuses=IN_PROGRESS), limit=1
     )
-    for refresh in [] if building else arrivals(landed, seen):
+    batch = state.batch_days if state.stepped else 1
+    for refresh in [] if building else arrivals(landed, seen, batch):
         if _built_from(context.instance, features, refresh.month) == refresh.run_key:
             seen[refresh.month] = refresh.landed  # built already (the set-up's history runs): not twice
             continue

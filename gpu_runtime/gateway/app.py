@@ -207,6 +207,7 @@ class Gateway(
         self._clock = SimClock(config.clock_path, self.usecase.name) if config.clock_path else None
         self._clock_state: ClockState | None = None
         self._clock_checked = 0.0
+        self._clock_stat: tuple[int, int] | None = None  # the stepped clock file's (inode, mtime) last seen
         self._init_meter()
         self._init_coarse()
         self.coarse_error: str | None = None  # why the routed coarse model is not usable (coarse.py)
@@ -219,15 +220,34 @@ class Gateway(
         if self._clock is None:
             return time.time()
         mono = time.monotonic()
-        if mono - self._clock_checked >= POLICY_POLL_S:
+        if mono - self._clock_checked >= POLICY_POLL_S or self._stepped_clock_moved():
             self._clock_checked = mono
+            before = self._clock_state
             try:
                 self._clock_state = self._clock.state()
             except ClockError:  # a corrupt clock file: keep the last good state, count it
                 self.metrics.inc("keel_gateway_clock_errors_total", {})
+            after = self._clock_state
+            if after is not None and after.stepped and (before is None or (before.step, before.phase) !=
+                                                         (after.step, after.phase)):  # fmt: skip
+                # A stepped clock's new phase: what settling deployed and committed is in force from its first
+                # request on, not a poll later (keel/clock.py: the same answers on every machine).
+                self.reload_routing(force=True)
+                self.reload_policies(force=True)
         if self._clock_state is None:
             return time.time()
         return self._clock_state.now(datetime.now(UTC)).timestamp()
+
+    def _stepped_clock_moved(self) -> bool:
+        """On a stepped clock, has its file been replaced since the last look (a stat per request, stepped only)?"""
+        if self._clock_state is None or not self._clock_state.stepped:
+            return False
+        try:
+            st = self._clock.path.stat()
+        except FileNotFoundError:
+            return False
+        seen, self._clock_stat = self._clock_stat, (st.st_ino, st.st_mtime_ns)
+        return seen != self._clock_stat
 
     # -- plumbing -------------------------------------------------------------------------------------------------
 

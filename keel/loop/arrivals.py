@@ -40,13 +40,21 @@ def days_in(month: str) -> int:
     return monthrange(year, m)[1]
 
 
-def arrivals(landed: dict[str, Landed], seen: dict[str, Landed]) -> list[MonthRefresh]:
+def arrivals(landed: dict[str, Landed], seen: dict[str, Landed], batch_days: int = 1) -> list[MonthRefresh]:
     """Months (in calendar order) with days that landed since ``seen``; months without a day of the outcomes table
-    yet are skipped (a month's features need its entities)."""
+    yet are skipped (a month's features need its entities). ``batch_days`` > 1 (a stepped replay, keel/clock.py):
+    a month is rebuilt only once that many new days of its outcomes table wait, or when it is complete — the same
+    deliveries go together on every machine, where a replay on the wall clock coalesces them by load."""
+    if batch_days < 1:
+        raise ValueError(f"batch_days must be ≥ 1, got {batch_days}")
     out = []
     for month in sorted(landed):
-        now = landed[month]
-        if now.outcome_days == 0 or seen.get(month) == now:
+        now, before = landed[month], seen.get(month)
+        if now.outcome_days == 0 or before == now:
             continue
-        out.append(MonthRefresh(month, now, complete=now.outcome_days >= days_in(month)))
+        complete = now.outcome_days >= days_in(month)
+        new_days = now.outcome_days - (before.outcome_days if before else 0)
+        if batch_days > 1 and not complete and new_days < batch_days:
+            continue  # waits for its batch
+        out.append(MonthRefresh(month, now, complete=complete))
     return out

@@ -190,6 +190,26 @@ def test_new_days_in_the_landing_zone_rebuild_their_month_once(landed, seen, exp
 
 
 @pytest.mark.parametrize(
+    "landed, seen, expected",
+    [
+        # a stepped replay builds a week of new days together: six wait, the seventh goes
+        ({"2013-04": Landed((6, 7))}, {}, []),
+        ({"2013-04": Landed((7, 8))}, {}, ["landing:2013-04:7-8"]),
+        ({"2013-04": Landed((13, 14))}, {"2013-04": Landed((7, 8))}, []),
+        ({"2013-04": Landed((14, 15))}, {"2013-04": Landed((7, 8))}, ["landing:2013-04:14-15"]),
+        # the month's last days go at once: it is complete (its drift report waits for them)
+        ({"2013-04": Landed((30, 30))}, {"2013-04": Landed((28, 29))}, ["landing:2013-04:30-30"]),
+        # new weather only is no new day of the outcomes table
+        ({"2013-04": Landed((7, 9))}, {"2013-04": Landed((7, 8))}, []),
+    ],
+)  # fmt: skip
+def test_a_stepped_replay_builds_new_days_a_week_at_a_time(landed, seen, expected):
+    assert [r.run_key for r in arrivals(landed, seen, batch_days=7)] == expected
+    with pytest.raises(ValueError, match="batch_days"):
+        arrivals(landed, seen, batch_days=0)
+
+
+@pytest.mark.parametrize(
     "metadata, expected",
     [
         (None, Q1),  # no champion yet: the initial window

@@ -1,0 +1,112 @@
+"""The reproducible live replay's driver: a stepped clock (keel/clock.py) moved one simulated day at a time, each step
+only when the work due at it is done (keel/steps.py) and its traffic is answered. scripts/materialize.py --live
+--stepped runs it; docs/live.md explains what the clock waits for.
+
+Per step: the deliveries due at the step's instant land; the clock stands at that instant, settling — the deciding
+sensors tick, the runs they ask for finish, until every one of them has looked again after the last run and found
+nothing to do; then the traffic phase — each use case's replayer sends its requests of the step's day and says so
+in its summary (``step``); then the next step. How long a step takes depends on the machine; what happens in it
+does not.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import UTC, datetime, timedelta
+
+import dagster as dg
+
+from keel.clock import TRAFFIC, SimClock
+from keel.steps import deciding_sensors, read_ticks, settled
+
+STEP = timedelta(days=1)
+BATCH_DAYS = 7  # a month's new days are built together once a week (and when the month is complete)
+POLL_S = 0.25
+STATUS_EVERY_S = 30.0
+IN_PROGRESS = [
+    dg.DagsterRunStatus.QUEUED,
+    dg.DagsterRunStatus.NOT_STARTED,
+    dg.DagsterRunStatus.STARTING,
+    dg.DagsterRunStatus.STARTED,
+]
+
+
+class StepError(RuntimeError):
+    """A stepped replay cannot go on (a traffic generator died)."""
+
+
+def last_run_end(instance: dg.DagsterInstance, since: datetime) -> float | None:
+    """Wall epoch seconds when the newest run that finished after ``since`` ended (None: none did)."""
+    records = instance.get_run_records(filters=dg.RunsFilter(updated_after=since), limit=200)
+    ends = [r.end_time for r in records if r.end_time is not None]
+    return max(ends) if ends else None
+
+
+def wait_settled(clock: SimClock, instance, sensors: list[str], ticks_dir, follow, say) -> float:
+    """Block until the clock's current step has settled; the wall seconds it took."""
+    t0 = last_say = time.monotonic()
+    while True:
+        state = clock.state()
+        busy = instance.get_runs_count(filters=dg.RunsFilter(statuses=IN_PROGRESS))
+        since = state.phase_wall or datetime.now(UTC)
+        done, why = settled(state, read_ticks(ticks_dir, sensors), sensors, last_run_end(instance, since), busy)
+        follow.print_new()
+        if done:
+            return time.monotonic() - t0
+        if time.monotonic() - last_say > STATUS_EVERY_S:
+            last_say = time.monotonic()
+            say(f"  … step {state.step} ({state.sim_anchor:%Y-%m-%d}) settling for {time.monotonic() - t0:.0f} s: "
+                f"{why}")  # fmt: skip
+        time.sleep(POLL_S)
+
+
+def wait_traffic(clock: SimClock, step: int, summaries: dict, traffic: list, say) -> float:
+    """Block until every replayer has answered step ``step``'s requests; the wall seconds it took."""
+    t0 = last_say = time.monotonic()
+    while True:
+        for proc in traffic:
+            if proc.poll() is not None:
+                raise StepError(f"a traffic generator exited ({proc.returncode}): see live_traffic.log")
+        behind = [name for name, path in summaries.items() if _step_of(path) is None or _step_of(path) < step]
+        if not behind:
+            return time.monotonic() - t0
+        if time.monotonic() - last_say > STATUS_EVERY_S:
+            last_say = time.monotonic()
+            say(f"  … step {step}: waiting for the traffic of {', '.join(behind)}")
+        time.sleep(POLL_S / 2)
+
+
+def _step_of(path) -> int | None:
+    try:
+        return json.loads(path.read_text()).get("step")
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def run_steps(clock: SimClock, deliver, instance, home, ucs, traffic, follow, say) -> None:
+    """Step the clock from where it stands to its end (module docstring). ``deliver(at)``: land what is due at
+    ``at`` (the clock's own time) in every use case's zone; returns what landed, for the progress lines."""
+    sensors = deciding_sensors([uc.name for uc in ucs])
+    summaries = {uc.name: home.serving.live_traffic(uc.name) for uc in ucs}
+    clock.set_phase(clock.state().phase)  # resumed: the phase starts again now (its ticks must be newer)
+    settle_s = traffic_s = 0.0
+    started = time.monotonic()
+    while True:
+        state = clock.state()
+        if state.phase != TRAFFIC:
+            settle_s += wait_settled(clock, instance, sensors, home.clock_ticks, follow, say)
+            state = clock.set_phase(TRAFFIC)
+        traffic_s += wait_traffic(clock, state.step, summaries, traffic, say)
+        if state.step % 10 == 0:
+            days = max(state.step, 1)
+            say(f"  … step {state.step} {state.sim_anchor:%Y-%m-%d %H:%M}: {time.monotonic() - started:.0f} s so "
+                f"far, per day {settle_s / days:.1f} s settling + {traffic_s / days:.1f} s traffic; "
+                + "; ".join(f"{uc.name} {follow.traffic_line(uc)}" for uc in ucs))  # fmt: skip
+        if state.sim_end is not None and state.sim_anchor >= state.sim_end:
+            return
+        at = state.sim_anchor + STEP
+        if state.sim_end is not None:
+            at = min(at, state.sim_end)
+        deliver(at)  # before the step begins: its first ticks already see what is due at it
+        clock.step_to(at)
