@@ -38,6 +38,8 @@ from typing import Any
 
 from scipy.stats import binom
 
+from keel.loop.shadow import ShadowPolicy, ShadowVerdict
+
 RUNNING, PROMOTED, ROLLED_BACK, PAUSED = "running", "promoted", "rolled_back", "paused"
 FINISHED = (PROMOTED, ROLLED_BACK)
 
@@ -58,13 +60,22 @@ class CanaryPlan:
     loss: str = (
         "log-loss"  # the per-request loss the quality check compares (its task's: squared-error for regression)
     )
+    # A first step at 0 % with a shadow policy is the **shadow** step: the challenger scores every request beside
+    # the champion, unserved, and advances only when it is surely better on the same requests' realized labels
+    # (keel/loop/shadow.py); surely worse, or not better within ``shadow_max_s``, rolls it back.
+    shadow: ShadowPolicy | None = None
+    shadow_max_s: float = 21 * 86400.0
 
     @classmethod
     def from_policy(cls, body: dict[str, Any], p99_target_ms: float | None = None) -> CanaryPlan:
-        keys = {f for f in cls.__dataclass_fields__} - {"p99_target_ms", "steps"}
+        keys = {f for f in cls.__dataclass_fields__} - {"p99_target_ms", "steps", "shadow"}
         kwargs = {k: body[k] for k in keys if k in body}
         steps = tuple(float(s) for s in body.get("steps", cls.steps))
-        return cls(steps=steps, p99_target_ms=p99_target_ms, **kwargs)
+        shadow = ShadowPolicy(**body["shadow"]) if body.get("shadow") is not None else None
+        return cls(steps=steps, p99_target_ms=p99_target_ms, shadow=shadow, **kwargs)
+
+    def in_shadow(self, state: CanaryState) -> bool:
+        return self.shadow is not None and state.status == RUNNING and self.steps[state.step] == 0
 
 
 @dataclass(frozen=True)
@@ -169,14 +180,39 @@ def _finite(x: float | None) -> bool:
     return x is not None and isinstance(x, int | float) and math.isfinite(x)
 
 
+def decide_shadow(plan: CanaryPlan, state: CanaryState, verdict: ShadowVerdict | None, now: float) -> Decision:
+    """The shadow step: advance on a challenger surely better on the same requests (quality judged), roll back one
+    surely worse or not better within ``shadow_max_s``, else hold."""
+    evidence: dict[str, Any] = {"step": state.step, "percent": 0.0, "shadow": verdict.as_metadata() if verdict else None}
+    if verdict is None:
+        reason = "no paired shadow scores yet (exposure log or labels unavailable)"
+    elif verdict.better:
+        nxt = replace(state, step=state.step + 1, step_started_at=now, quality_judged=True)
+        return Decision("advance", nxt, plan.steps[nxt.step], (f"better in shadow: {verdict.reason}",), evidence)
+    elif verdict.se is not None and verdict.upper is not None and 2 * verdict.delta - verdict.upper > 0:
+        return Decision("rollback", replace(state, status=ROLLED_BACK), 0.0,
+                        (f"surely worse in shadow: {verdict.reason}",), evidence)  # fmt: skip
+    else:
+        reason = verdict.reason
+    if now - state.step_started_at > plan.shadow_max_s:
+        return Decision("rollback", replace(state, status=ROLLED_BACK), 0.0, (
+            f"not better in shadow within {plan.shadow_max_s / 86400:g} days: {reason}",), evidence)  # fmt: skip
+    return Decision("hold", state, 0.0, (f"in shadow: {reason}",), evidence)
+
+
 def decide(
-    plan: CanaryPlan, state: CanaryState, challenger: ArmStats | None, champion: ArmStats | None, now: float
-) -> Decision:
+    plan: CanaryPlan, state: CanaryState, challenger: ArmStats | None, champion: ArmStats | None, now: float,
+    shadow: ShadowVerdict | None = None,
+) -> Decision:  # fmt: skip
+    """The decision for one tick. In the shadow step (``plan.in_shadow``) ``shadow`` — the paired verdict on the
+    requests both scored — decides (``decide_shadow``); every other step is judged on its arms' exposures."""
     pct = state.percent(plan)
     if state.status in FINISHED:
         return Decision("none", state, pct, (f"rollout already {state.status}",))
     if state.status == PAUSED:
         return Decision("none", state, pct, ("rollout paused: an operator resumes or rolls back",))
+    if plan.in_shadow(state):
+        return decide_shadow(plan, state, shadow, now)
 
     evidence: dict[str, Any] = {"step": state.step, "percent": pct}
     judged_now = False

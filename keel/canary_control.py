@@ -14,18 +14,22 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 
 from keel.canary import FINISHED, PROMOTED, ArmStats, CanaryPlan, CanaryState, decide
 from keel.exposures import arm_stats, read_exposure_scan, realized_labels
+from keel.loop.shadow import ShadowVerdict, shadow_verdict
 from keel.policies.gateway import GatewayPolicy, effective_policy
 from keel.usecase import UseCaseError, by_model
 
 AUTHOR = "canary-controller"
 
 
-def split_for(body: dict, percent: float, salt: str) -> dict:
+def split_for(body: dict, percent: float, salt: str, shadow: bool = False) -> dict:
+    """The traffic split of a step: the challenger at ``percent``; in a shadow step, scored in shadow too."""
     share = round(percent / 100.0, 12)
+    shadow = {"shadow": body["challenger_version"]} if shadow else {}
     return {
         "model": body["model"],
         "salt": salt,
@@ -33,7 +37,33 @@ def split_for(body: dict, percent: float, salt: str) -> dict:
             {"name": "champion", "version": body["champion_version"], "weight": round(1.0 - share, 12)},
             {"name": "challenger", "version": body["challenger_version"], "weight": share},
         ],
+        **shadow,
     }
+
+
+def shadow_evidence(
+    body: dict, plan: CanaryPlan, state: CanaryState, exposures_dir, storage_dir: Path | None = None
+) -> ShadowVerdict | None:
+    """The paired verdict on the requests the champion answered and the challenger scored in shadow since the shadow
+    step began, on their realized labels, clustered by (simulated) day; None when the evidence cannot be read."""
+    try:
+        frame, _ = read_exposure_scan(exposures_dir, since=state.step_started_at)
+        uc = by_model(body["model"])
+        if "shadow_score" not in frame.columns:
+            return shadow_verdict(np.array([]), np.array([]), np.array([]), np.array([]), plan.shadow, uc.task)
+        both = frame.filter(
+            (pl.col("ts") >= state.step_started_at) & (pl.col("model") == body["model"])
+            & (pl.col("model_version") == body["champion_version"])
+            & (pl.col("shadow_version") == body["challenger_version"])
+            & pl.col("score").is_not_null() & pl.col("shadow_score").is_not_null()
+        )  # fmt: skip
+        labels = realized_labels(uc.features, both["entity_key"], storage_dir and Path(storage_dir) / uc.name)
+    except Exception:  # noqa: BLE001 - a provider failure is "no data": the controller holds
+        return None
+    both = both.filter(pl.col("entity_key").is_in(list(labels)))
+    y = both["entity_key"].replace_strict(dict(labels), return_dtype=pl.Float64).to_numpy()
+    days = (both["ts"].to_numpy() // 86400).astype(np.int64)
+    return shadow_verdict(y, both["score"].to_numpy(), both["shadow_score"].to_numpy(), days, plan.shadow, uc.task)
 
 
 def canary_salt(name: str, body: dict, state: CanaryState) -> str:
@@ -126,8 +156,11 @@ def _tick_one(policies, registry, current, name, body, exposures_dir, now, stora
         if state.status in FINISHED:
             return None
         plan = CanaryPlan.from_policy(body, p99_target_ms=sla_p99_target(current, body["model"]))
-        challenger, champion = evidence_for(body, state, exposures_dir, storage_dir, problems, plan.p99_target_ms)
-        d = decide(plan, state, challenger, champion, now)
+        if plan.in_shadow(state):
+            d = decide(plan, state, None, None, now, shadow_evidence(body, plan, state, exposures_dir, storage_dir))
+        else:
+            challenger, champion = evidence_for(body, state, exposures_dir, storage_dir, problems, plan.p99_target_ms)
+            d = decide(plan, state, challenger, champion, now)
         if d.action in ("hold", "none"):
             return None
         action, percent, reasons, evidence, state = d.action, d.percent, d.reasons, d.evidence, d.state
@@ -139,7 +172,8 @@ def _tick_one(policies, registry, current, name, body, exposures_dir, now, stora
             name: ("canary", body | {"state": state.__dict__}),
             f"{name}.split": (
                 "ab_test",
-                split_for(body, percent if state.status != PROMOTED else 100.0, canary_salt(name, body, state)),
+                split_for(body, percent if state.status != PROMOTED else 100.0, canary_salt(name, body, state),
+                          shadow=plan.in_shadow(state)),  # fmt: skip
             ),
         },
         author=AUTHOR,

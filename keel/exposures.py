@@ -60,14 +60,15 @@ def exposure_frame(rows: Iterable[Mapping[str, Any]]) -> pl.DataFrame:
         "request_id": pl.String,
         "tenant_id": pl.String,
         "variant": pl.String,
+        "shadow_version": pl.Int64,  # a version that scored the request in shadow (gpu_runtime/gateway/shadow.py)
+        "shadow_score": pl.Float64,
     }
     data = {k: [] for k in schema}
     for r in rows:
-        score = r.get("score")
         for k in schema:
             v = r.get(k)
-            if k == "score":
-                v = score if isinstance(score, int | float) else None
+            if k in ("score", "shadow_score"):  # one row's score; a batch's list has no single score
+                v = v if isinstance(v, int | float) and not isinstance(v, bool) else None
             elif schema[k] == pl.String and v is not None and not isinstance(v, str):
                 v = str(v)
             data[k].append(v)

@@ -65,6 +65,7 @@ from gpu_runtime.gateway.metrics import Metrics
 from gpu_runtime.gateway.predict import Predicts
 from gpu_runtime.gateway.scoring import ScoresOnTriton
 from gpu_runtime.gateway.several import ServesSeveral
+from gpu_runtime.gateway.shadow import ScoresInShadow
 from gpu_runtime.pools import PoolRegistry
 from keel.clock import ClockError, ClockState, SimClock
 from keel.deploy.routing import RoutingTable
@@ -135,6 +136,7 @@ class Gateway(
     Predicts,
     BuildsInputs,
     ScoresOnTriton,
+    ScoresInShadow,
     AnswersCoarse,
     ReportsHealth,
     MetersUsage,

@@ -140,9 +140,12 @@ class Predicts:
             degraded += flags
             record.update(variant=variant, routed_version=route.version)  # who was asked, before any fallback
             self.retry_budget.on_request()
+            shadow = self._start_shadow(table, route.version, np.asarray(values, dtype=np.float32), timeout)
             try:
                 scores, route, more, explained = await self._score(table, route, x, timeout, top_k is not None)
             except RequestError as err:
+                if shadow is not None:
+                    shadow[1].cancel()  # no answer of the served model: nothing to compare the shadow with
                 if (
                     err.code == "backend_error"
                     and self.runtime is not None
@@ -164,6 +167,7 @@ class Predicts:
             self.admission.release(tier_name)
             self.metrics.add_gauge("keel_gateway_lane_in_flight", {"risk_level": str(risk)}, -1)
             self.metrics.add_gauge("keel_gateway_tier_in_flight", {"tier": tier_name}, -1)
+        await self._finish_shadow(shadow, route.version, record)
         return self._answer(table, route, variant, scores, degraded, explained, values, top_k, request_id, record,
                             budget_headers)  # fmt: skip
 

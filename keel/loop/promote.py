@@ -5,9 +5,12 @@ either the canary policy to commit (its name, body and the commit's reason) or w
 ``origin`` — the drift report, the training run, the gate's numbers — so every promotion or rollback it leads to
 can be traced back (``keel ledger why``).
 
-The loop's canary runs on the shared clock: its intervals are simulated seconds. Its plan is the design articles'
-1 → 10 → 30 → 50 → 100 %, each step held at least ``interval_s`` with ``min_samples`` challenger requests and no
-breach of error rate, latency or realized log-loss.
+The loop's canary runs on the shared clock: its intervals are simulated seconds. It begins in **shadow** (0 %: the
+challenger scores every request beside the champion, unserved) and goes on only when the paired verdict on the same
+requests' realized labels (keel/loop/shadow.py) says it is surely better — the quality question, answered on
+thousands of paired rows instead of a few hundred disjoint ones. Then two steps sized in requests, 25 % → 100 %,
+each held until the challenger has answered ``min_samples`` requests with no breach of errors or latency (and no
+sure loss of quality): on the replay's 175 requests a day the rollout after the shadow takes two to three days.
 """
 
 from __future__ import annotations
@@ -17,9 +20,11 @@ from typing import Any
 
 LOOP_AUTHOR = "loop"
 LOOP_CANARY: dict[str, Any] = {
-    "steps": [1, 10, 30, 50, 100],
-    "interval_s": 6 * 3600.0,  # simulated: a quarter of a day per step at least
-    "min_samples": 20,  # challenger requests per step (20 at 1 % of the live traffic's 40 req/s: ~50 s of wall time)
+    "steps": [0, 25, 100],  # 0: the shadow step
+    "shadow": {"margin": 0.0, "alpha": 0.05, "min_labelled": 200, "min_clusters": 5},
+    "shadow_max_s": 21 * 86400.0,  # simulated: not surely better in three weeks of shadow → rolled back
+    "interval_s": 3600.0,  # simulated: the steps are sized in requests (min_samples), not in time
+    "min_samples": 30,  # challenger requests per step (25 % of the replay's 175 a day: 44)
     "min_labelled": 200,
     "max_log_loss_increase": 0.02,
     "progress_deadline_s": 45 * 86400.0,  # simulated: a rollout that has not finished in 45 days is rolled back

@@ -202,6 +202,7 @@ class Split:
 
     weights: dict[int, float]
     salt: str
+    shadow: int | None = None  # a version the gateway scores beside the served one on every request, never serves
 
 
 def split_salt(policy_name: str, body: dict[str, Any]) -> str:
@@ -253,7 +254,11 @@ def effective_policy(
                 f"deployed (deployed: {sorted(routed_versions)})"
             )
             continue
-        split = Split(wanted, split_salt(p.name, p.body))
+        shadow = p.body.get("shadow")
+        if shadow is not None and int(shadow) not in routed_versions:
+            notes.append(f"split '{p.name}': shadow version {shadow} of {model} is not deployed: not scored")
+            shadow = None
+        split = Split(wanted, split_salt(p.name, p.body), int(shadow) if shadow is not None else None)
         break
     raw["version"] = f"store-{store_version}"
     return GatewayPolicy.from_dict(raw, source="policy store"), split, notes

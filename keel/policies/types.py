@@ -32,7 +32,7 @@ class AbTest(PolicyType):
 
     @classmethod
     def validate(cls, name: str, body: dict[str, Any], versions_of: VersionsOf | None = None) -> None:
-        known_keys(name, body, {"model", "variants", "salt", "experiment"})
+        known_keys(name, body, {"model", "variants", "salt", "experiment", "shadow"})
         exp = body.get("experiment")
         if exp is not None:
             if not isinstance(exp, dict) or not isinstance(exp.get("id"), str):
@@ -55,6 +55,8 @@ class AbTest(PolicyType):
             seen.add(v["name"])
             number(name, "variant_weight", v, "weight", lo=0, hi=1)
             registry_version(name, model, v.get("version"), versions_of, f"variants[{i}]")
+        if body.get("shadow") is not None:  # a version scored on every request beside the served one, never served
+            registry_version(name, model, body["shadow"], versions_of, "shadow")
         total = math.fsum(v["weight"] for v in variants)
         if abs(total - 1.0) > WEIGHT_TOLERANCE:
             raise PolicyValidationError(name, "weights_sum_to_1", f"variant weights sum to {total!r}, not 1 (±1e-9)")
@@ -87,6 +89,8 @@ class Canary(PolicyType):
                 "on_breach",
                 "state",
                 "origin",
+                "shadow",
+                "shadow_max_s",
             },
         )
         model = body.get("model")
@@ -99,14 +103,27 @@ class Canary(PolicyType):
                 name, "distinct_versions", "champion and challenger must be different versions"
             )
         steps = body.get("steps", [1, 10, 30, 50, 100])
+        shadow = body.get("shadow")
+        first = 0 if shadow is not None else 1e-12  # a shadow canary starts at 0 % (its shadow step)
         if (
             not isinstance(steps, list)
             or not steps
-            or not all(isinstance(s, int | float) and not isinstance(s, bool) and 0 < s <= 100 for s in steps)
+            or not all(isinstance(s, int | float) and not isinstance(s, bool) and 0 <= s <= 100 for s in steps)
+            or not all(s >= first for s in steps)
         ):
             raise PolicyValidationError(
-                name, "steps_percentages", f"steps are percentages in (0, 100], got {steps!r}"
-            )
+                name, "steps_percentages",
+                f"steps are percentages in (0, 100] (a first 0: the shadow step, with 'shadow'), got {steps!r}",
+            )  # fmt: skip
+        if shadow is not None:
+            allowed = {"margin", "alpha", "min_labelled", "min_clusters"}
+            if not isinstance(shadow, dict) or set(shadow) - allowed:
+                raise PolicyValidationError(
+                    name, "shadow_shape", f"'shadow' holds {', '.join(sorted(allowed))}, got {shadow!r}"
+                )
+            if steps[0] != 0:
+                raise PolicyValidationError(name, "shadow_step", f"a shadow canary's first step is 0, got {steps!r}")
+            number(name, "shadow_max", body, "shadow_max_s", lo=0, lo_open=True, required=False)
         if any(b <= a for a, b in zip(steps, steps[1:], strict=False)):
             raise PolicyValidationError(name, "steps_increasing", f"steps must increase, got {steps!r}")
         if steps[-1] != 100:

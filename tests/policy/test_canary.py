@@ -231,3 +231,23 @@ def test_slower_than_the_objective_is_judged_as_a_rate_not_by_a_few_requests_p99
     assert slow.action == "rollback" and "14/40 answers slower than the SLA target 50" in slow.reasons[0]
     alone = decide(plan, state(step=4), replace(one_slow, slow=14), replace(CHAMP, requests=0, errors=0), T0)
     assert alone.action == "rollback" and "objective" in alone.reasons[0]  # no champion left: the objective alone
+
+
+def test_the_shadow_step_decides_on_the_paired_verdict_alone():
+    from keel.canary import CanaryPlan, CanaryState, decide
+    from keel.loop.shadow import ShadowPolicy, ShadowVerdict
+
+    plan = CanaryPlan(steps=(0, 25, 100), shadow=ShadowPolicy(), shadow_max_s=100.0, min_samples=30)
+    state = CanaryState(started_at=0.0, step_started_at=0.0)
+    better = ShadowVerdict(True, "better", 900, 6, "log_loss", -0.01, 0.002, -0.006, 0.001)
+    unsure = ShadowVerdict(False, "not surely", 900, 6, "log_loss", -0.001, 0.002, 0.003, 0.3)
+    worse = ShadowVerdict(False, "worse", 900, 6, "log_loss", 0.02, 0.002, 0.024, 1.0)
+    assert decide(plan, state, None, None, 10.0, None).action == "hold"  # no evidence: never served on a guess
+    d = decide(plan, state, None, None, 10.0, better)
+    assert (d.action, d.percent, d.state.quality_judged) == ("advance", 25.0, True)  # quality judged in shadow
+    assert decide(plan, state, None, None, 10.0, worse).action == "rollback"  # surely worse: no wait
+    assert decide(plan, state, None, None, 50.0, unsure).action == "hold"
+    late = decide(plan, state, None, None, 101.0, unsure)
+    assert late.action == "rollback" and "not better in shadow" in late.reasons[0]
+    served = CanaryState(started_at=0.0, step_started_at=10.0, step=1, quality_judged=True)
+    assert not plan.in_shadow(served)  # after the shadow step the arms' exposures decide, as for any canary
