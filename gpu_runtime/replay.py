@@ -178,7 +178,9 @@ def day_sample(entities: list[dict], n: int) -> list[dict]:
     """``n`` of a day's entities spread evenly over it (all, cycled, when it has fewer): the same on every run."""
     if not entities or n <= 0:
         return []
-    return [entities[(j * len(entities)) // n] if n <= len(entities) else entities[j % len(entities)] for j in range(n)]
+    return [
+        entities[(j * len(entities)) // n] if n <= len(entities) else entities[j % len(entities)] for j in range(n)
+    ]
 
 
 def answered_by(payload: dict) -> str | None:

@@ -183,7 +183,11 @@ def _finite(x: float | None) -> bool:
 def decide_shadow(plan: CanaryPlan, state: CanaryState, verdict: ShadowVerdict | None, now: float) -> Decision:
     """The shadow step: advance on a challenger surely better on the same requests (quality judged), roll back one
     surely worse or not better within ``shadow_max_s``, else hold."""
-    evidence: dict[str, Any] = {"step": state.step, "percent": 0.0, "shadow": verdict.as_metadata() if verdict else None}
+    evidence: dict[str, Any] = {
+        "step": state.step,
+        "percent": 0.0,
+        "shadow": verdict.as_metadata() if verdict else None,
+    }
     if verdict is None:
         reason = "no paired shadow scores yet (exposure log or labels unavailable)"
     elif verdict.better:

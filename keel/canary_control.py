@@ -172,8 +172,12 @@ def _tick_one(policies, registry, current, name, body, exposures_dir, now, stora
             name: ("canary", body | {"state": state.__dict__}),
             f"{name}.split": (
                 "ab_test",
-                split_for(body, percent if state.status != PROMOTED else 100.0, canary_salt(name, body, state),
-                          shadow=plan.in_shadow(state)),  # fmt: skip
+                split_for(
+                    body,
+                    percent if state.status != PROMOTED else 100.0,
+                    canary_salt(name, body, state),
+                    shadow=plan.in_shadow(state),
+                ),  # fmt: skip
             ),
         },
         author=AUTHOR,

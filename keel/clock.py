@@ -205,8 +205,19 @@ class SimClock:
             raise ClockError(f"the end {sim_end.isoformat()} is not after the start {sim_start.isoformat()}")
         wall = _wall(wall)
         return self._write(
-            ClockState(sim_start.astimezone(UTC), wall, speed, True, sim_end, dict(spans or {}), stepped, 0, SETTLE,
-                       wall if stepped else None, batch_days)  # fmt: skip
+            ClockState(
+                sim_start.astimezone(UTC),
+                wall,
+                speed,
+                True,
+                sim_end,
+                dict(spans or {}),
+                stepped,
+                0,
+                SETTLE,
+                wall if stepped else None,
+                batch_days,
+            )  # fmt: skip
         )
 
     def add_span(self, usecase: str, offset: timedelta, end: datetime | None = None) -> ClockState:

@@ -432,13 +432,19 @@ class Follower:
         if months:
             metrics = uc.metrics
             lines.append(f"  loop_report, mean over {months[0]}…{months[-1]} ({', '.join(metrics)}):")
-            for name in ("served", "static", "naive"):
+            for name in ("served", "static", "naive", "expanding"):
                 means = []
                 for metric in metrics:
                     values = [latest[m][f"{name}_{metric}"].value for m in months if f"{name}_{metric}" in latest[m]]
                     values = [v for v in values if v is not None]
                     means.append(f"{metric} {sum(values) / len(values):.4f}" if values else f"{metric} –")
-                lines.append(f"    {name:<7} " + "  ".join(means))
+                lines.append(f"    {name:<9} " + "  ".join(means))
+            delays = [(m, latest[m]["promotion_delay_days"].value) for m in sorted(latest)
+                      if latest[m].get("promotion_delay_days") is not None
+                      and latest[m]["promotion_delay_days"].value is not None]  # fmt: skip
+            if delays:
+                shown = ", ".join(f"{m} {d:.1f}" for m, d in delays)
+                lines.append(f"  promotions, days from the end of the drift month that caused them: {shown}")
         return "\n".join(lines)
 
 

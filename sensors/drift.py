@@ -159,7 +159,7 @@ def drift_tick(context, t: DriftTargets, online_store, registry, policies, keel_
                 )
                 continue
             if ask:
-                asks.append((window, record.storage_id, ask))
+                asks.append((window, record.storage_id, ask, label_drifted(record, t.uc.features.label.column)))
         for feature, why in freezes_to_clear(cursor.active(), now, champion_months).items():
             if feature in store.frozen():
                 store.unfreeze(feature, why)
@@ -224,6 +224,13 @@ def report_features(value: dg.MetadataValue) -> dict[str, dict]:
     if isinstance(value, dg.TableMetadataValue):
         return {r.data["feature"]: dict(r.data) for r in value.records}
     return json.loads(json.dumps(value.value))
+
+
+def label_drifted(record, label: str) -> bool:
+    """Did the drift report find the label itself drifted (its base rate or level moved)? Then a recalibration of
+    the champion is a candidate too (keel.loop.candidates)."""
+    features = report_features(record.asset_materialization.metadata["features"])
+    return bool((features.get(label) or {}).get("drifted"))
 
 
 def act_on_report(context, store, record, window: str, cursor: DriftCursor, freezable: tuple[str, ...]) -> str:
@@ -302,7 +309,7 @@ def passed_without_canary(instance: dg.DagsterInstance, policy_state: dict, t: D
 def challenger_request(
     context, t: DriftTargets, ask, home, champion_months, policies, now: datetime
 ) -> dg.RunRequest | None:
-    window, event, why = ask
+    window, event, why, label_drift = ask
     state = loop_state(context.instance, t, home, champion_months, policies)
     plan = plan_retrain(window, state, RetrainPolicy(gate_from_day=t.uc.loop.gate_from_day))
     if isinstance(plan, NoRetrain):
@@ -311,16 +318,19 @@ def challenger_request(
     context.log.info(
         f"drift in {window} ({why}): challenger on {', '.join(plan.train_months)}, gate {plan.gate_month}"
     )
-    return challenger_run_request(t, plan, event, why, now)
+    return challenger_run_request(t, plan, event, why, now, label_drift)
 
 
-def challenger_run_request(t: DriftTargets, plan: RetrainPlan, event: int, why: str, now: datetime) -> dg.RunRequest:
+def challenger_run_request(
+    t: DriftTargets, plan: RetrainPlan, event: int, why: str, now: datetime, label_drift: bool = False
+) -> dg.RunRequest:
     config = {
         "train_months": list(plan.train_months),
         "gate_month": plan.gate_month,
         "gate_from_day": plan.gate_from_day,
         "drift_window": plan.drifted_window,
         "drift_event": event,
+        "label_drift": label_drift,
     }
     return dg.RunRequest(
         run_key=f"challenger:{plan.key}",
@@ -332,6 +342,7 @@ def challenger_run_request(t: DriftTargets, plan: RetrainPlan, event: int, why: 
             "keel/drift_event": str(event),
             "keel/plan": plan.key,
             "keel/reason": why[:200],
+            "keel/label_drift": str(label_drift).lower(),
             "keel/sim_now": now.isoformat(timespec="seconds"),
             **PRIORITY_JUDGE,
         },

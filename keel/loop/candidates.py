@@ -19,6 +19,44 @@ import numpy as np
 
 from keel.loop.shadow import DEFAULT_SHADOW, ShadowPolicy, ShadowVerdict, shadow_verdict
 
+RECENCY_HALF_LIFE_DAYS = 60.0  # the recency-weighted candidate: a row two months older counts half
+
+
+@dataclass(frozen=True)
+class CandidateSpec:
+    """One candidate a drift decision trains: a window of months (with recency weights when ``half_life_days``),
+    or — ``recalibrate`` — the champion's own trees with their output refitted to the newest labelled days."""
+
+    name: str
+    train_months: tuple[str, ...] = ()
+    half_life_days: float | None = None
+    recalibrate: bool = False
+
+    def describe(self) -> str:
+        if self.recalibrate:
+            return "the champion, recalibrated on the newest labelled days"
+        window = f"{self.train_months[0]}…{self.train_months[-1]}" if len(self.train_months) > 1 else \
+            self.train_months[0]  # fmt: skip
+        weights = f", recency weights (half-life {self.half_life_days:g} days)" if self.half_life_days else ""
+        return f"fitted on {window}{weights}"
+
+
+def candidate_specs(rolling: tuple[str, ...], period: tuple[str, ...], label_drift: bool) -> list[CandidateSpec]:
+    """The candidates of one drift decision: ``rolling`` (the plan's window of recent months), ``expanding`` (every
+    month of the use case's ``period`` from its first through the rolling window's last: all labelled history),
+    ``recency`` (the expanding window, newer rows weighing more) and, when the drift report found the label drifted,
+    ``recalibrated`` (the champion with its output refitted: cheap, and right when only the base rate moved)."""
+    if not rolling:
+        raise ValueError("the rolling window is empty: a candidate needs months to be fitted on")
+    expanding = tuple(m for m in period if m <= rolling[-1]) or rolling
+    specs = [CandidateSpec("rolling", rolling)]
+    if expanding != rolling:
+        specs.append(CandidateSpec("expanding", expanding))
+    specs.append(CandidateSpec("recency", expanding, RECENCY_HALF_LIFE_DAYS))
+    if label_drift:
+        specs.append(CandidateSpec("recalibrated", recalibrate=True))
+    return specs
+
 
 @dataclass(frozen=True)
 class CandidateRow:

@@ -105,6 +105,7 @@ def start_canary(
         "challenger_version": gate.challenger_version,
         **LOOP_CANARY,
         "progress_deadline_s": LOOP_CANARY["progress_deadline_s"] + label_delay_s,
+        "shadow_max_s": LOOP_CANARY["shadow_max_s"] + label_delay_s,  # the shadow is judged on realized labels too
         "loss": loss,  # the model's per-request loss, as the canary's quality check names it
         "origin": origin,
     }

@@ -6,7 +6,10 @@ month's labelled features, so anyone can recompute it.
   rows before the first release are left out, for all three;
 - **static**: the first model (January–March), never replaced;
 - **naive**: a model retrained every month without a gate, on the four months before (fitted on the first three,
-  early-stopped on the fourth: the challenger's recipe) — retraining blindly.
+  early-stopped on the fourth: the challenger's recipe) — retraining blindly;
+- **expanding** (a reference, not a baseline the loop must beat): refitted at the month's start on all labelled
+  history (the period's first month through the month before last, early-stopped on the last), serving from the
+  month's first day — what the best simple policy would have done with no delay.
 
 All three are measured on the same rows, in the same serving periods (runs of days one model served), by the
 metrics of the label's task (keel/metrics.py): for a binary label AUC within each period, weighted by its rows, and
@@ -63,6 +66,7 @@ class MonthReport:
     static: Score
     naive: Score
     served_by: dict[str, int] = field(default_factory=dict)  # model sha → rows it served this month
+    expanding: Score | None = None  # the reference row (module docstring); None: not computed
 
 
 def champion_at(releases: list[Release], when: datetime) -> Release | None:
@@ -113,21 +117,58 @@ def month_report(
     static_text: str,
     naive_text: str | None,
     fs: FeatureSet,
+    expanding_text: str | None = None,
 ) -> MonthReport:
-    """The three models on the same rows — those a release served — in the same serving periods, by the metrics
-    of the task of ``fs``'s label."""
+    """The models on the same rows — those a release served — in the same serving periods, by the metrics of the
+    task of ``fs``'s label."""
     task = fs.label.task
     parts = segments(frame, releases, fs)
-    served, static, naive, counts = [], [], [], {}
+    served, static, naive, expanding, counts = [], [], [], [], {}
     for sha, part in parts:
         served.append(predict(load(sha), part, fs))
         static.append(predict(static_text, part, fs))
         if naive_text:
             naive.append(predict(naive_text, part, fs))
+        if expanding_text:
+            expanding.append(predict(expanding_text, part, fs))
         counts[sha] = counts.get(sha, 0) + int(served[-1][1].size)
     rows = sum(int(y.size) for _, y in served)
     naive_score = segment_score(naive, task) if naive_text else Score.empty(task)
-    return MonthReport(month, rows, segment_score(served, task), segment_score(static, task), naive_score, counts)
+    reference = segment_score(expanding, task) if expanding_text else Score.empty(task)
+    return MonthReport(month, rows, segment_score(served, task), segment_score(static, task), naive_score, counts,
+                       reference)  # fmt: skip
+
+
+def expanding_window(month: str, months: tuple[str, ...]) -> tuple[tuple[str, ...], str] | None:
+    """The expanding reference's window for ``month``: every month of ``months`` before it, fitted on all but the
+    last, early-stopped on the last; None when fewer than two come before it."""
+    earlier = [m for m in months if m < month]
+    if len(earlier) < 2:
+        return None
+    return tuple(earlier[:-1]), earlier[-1]
+
+
+def month_end(month: str) -> datetime:
+    """The first instant after ``month`` (UTC)."""
+    year, m = (int(x) for x in month.split("-"))
+    return datetime(year + (m == 12), m % 12 + 1, 1, tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class Promotion:
+    """A release that put a loop-trained model live, and the drift that caused it."""
+
+    live_from: datetime
+    release_id: str
+    version: int
+    drift_window: str | None  # the month whose drift report asked for the model (None: not the loop's)
+
+    @property
+    def delay_days(self) -> float | None:
+        """Days from the end of the drift's month to this release (None when no drift caused it)."""
+        if not self.drift_window:
+            return None
+        return (self.live_from - month_end(self.drift_window)).total_seconds() / 86400
 
 
 def naive_window(

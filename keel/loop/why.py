@@ -48,19 +48,36 @@ def explain(
             Link("drift report", "", f"drift_report[{trigger['drift_window']}], event {trigger.get('drift_event')}")
         )
     window = list(model_metadata.get("train_months") or [])
-    if model_metadata.get("run_id"):
-        fitted = ", ".join(window) or "?"
+    recal = model_metadata.get("recalibration")
+    if model_metadata.get("run_id") and recal:  # the champion's trees, recalibrated (keel/loop/recalibrate.py)
         chain.append(
             Link(
                 "training run",
                 "",
-                f"run {model_metadata['run_id']}: v{model_version} fitted on {fitted}, early-stopped on "
-                f"{model_metadata.get('valid_month')}",
+                f"run {model_metadata['run_id']}: v{model_version} is v{recal.get('of_version')} recalibrated on "
+                f"{recal.get('fitted_on')} ({recal.get('describe')})",
+            )
+        )
+    elif model_metadata.get("run_id"):
+        fitted = ", ".join(window) or "?"
+        weights = (
+            f" with recency weights (half-life {hl:g} days)" if (hl := model_metadata.get("half_life_days")) else ""
+        )
+        name = f" — candidate {model_metadata['candidate']}" if model_metadata.get("candidate") else ""
+        chain.append(
+            Link(
+                "training run",
+                "",
+                f"run {model_metadata['run_id']}: v{model_version} fitted on {fitted}{weights}, early-stopped on "
+                f"{model_metadata.get('valid_month')}{name}",
             )
         )
     gate = model_metadata.get("challenger_gate")
     if gate:
-        verdict = "passed" if gate.get("passed") else "failed"
+        if "chosen" in gate:  # one of several candidates (keel/loop/candidates.py)
+            verdict = "chosen among the candidates" if gate["chosen"] else "not chosen"
+        else:
+            verdict = "passed" if gate.get("passed") else "failed"
         chain.append(
             Link(
                 "gate",

@@ -51,6 +51,9 @@ class TrainingConfig:
     num_boost_round: int = 200
     early_stopping_rounds: int = 20
     params: dict[str, Any] = field(default_factory=lambda: dict(DEFAULT_PARAMS))
+    # Recency weights: a training row counts 0.5 ** (its age in days before the newest training day / half-life);
+    # None: every row counts the same.
+    half_life_days: float | None = None
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,16 @@ def _xy(frame: pl.DataFrame, fs: FeatureSet) -> tuple[np.ndarray, np.ndarray]:
     labelled = frame.filter(pl.col(label).is_not_null()).sort(fs.entity.id_column)
     x = labelled.select([pl.col(f).cast(pl.Float64) for f in fs.names]).to_numpy()
     return x, labelled[label].to_numpy().astype(np.float64)
+
+
+def recency_weights(frame: pl.DataFrame, fs: FeatureSet, half_life_days: float) -> np.ndarray:
+    """Each labelled row's weight (in ``_xy``'s order): 0.5 ** (days before the newest row's day / half-life)."""
+    if not half_life_days > 0:
+        raise ValueError(f"half_life_days must be > 0, got {half_life_days}")
+    labelled = frame.filter(pl.col(fs.label.column).is_not_null()).sort(fs.entity.id_column)
+    day = labelled.select(fs.entity.partition_day.alias("d"))["d"]
+    age = (day.max() - day).dt.total_days().to_numpy().astype(np.float64)
+    return np.power(0.5, age / half_life_days)
 
 
 def month_of(frame: pl.DataFrame, month: str, fs: FeatureSet) -> pl.DataFrame:
@@ -105,7 +118,9 @@ def train_model(features: pl.DataFrame, config: TrainingConfig, fs: FeatureSet) 
     xt, yt = _xy(train, fs)
     xv, yv = _xy(valid, fs)
     names = fs.names
-    dtrain = lgb.Dataset(xt, yt, feature_name=list(names), params={"verbose": -1}, free_raw_data=False)
+    weight = recency_weights(train, fs, config.half_life_days) if config.half_life_days is not None else None
+    dtrain = lgb.Dataset(xt, yt, weight=weight, feature_name=list(names), params={"verbose": -1},
+                         free_raw_data=False)  # fmt: skip
     dvalid = lgb.Dataset(xv, yv, reference=dtrain)
     booster = lgb.train(
         config.params,

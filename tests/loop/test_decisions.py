@@ -295,6 +295,22 @@ def test_why_links_drift_training_gate_canary_and_release():
     assert [link.step for link in explain("rel-1", "2013-04-01T12:00:00+00:00", 1, {}, [])] == ["ledger"]
 
 
+def test_why_names_a_recalibration_and_the_candidate_choice():
+    meta = {
+        "trigger": {"drift_window": "2013-12", "drift_event": 77}, "run_id": "run-12", "candidate": "recalibrated",
+        "train_months": ["2013-08", "2013-09", "2013-10"], "valid_month": "2013-11",
+        "recalibration": {"of_version": 6, "fitted_on": "2013-12 days 1–21", "describe": "platt on 4,000 rows: raw × "
+                          "0.9500 +0.4000; loss 0.6100 → 0.5800"},
+        "challenger_gate": {"candidate": "recalibrated", "chosen": True, "surely_better": True, "gate_month": "2013-12",
+                            "champion_version": 6, "reason": "log-loss better by 0.0200", "run_id": "run-13"},
+    }  # fmt: skip
+    chain = explain("rel-x", "2014-01-03T12:00:00+00:00", 9, meta, [])
+    assert "v9 is v6 recalibrated on 2013-12 days 1–21 (platt on 4,000 rows" in chain[1].detail
+    assert chain[2].detail.startswith("chosen among the candidates on 2013-12 against v6")
+    weighted = meta | {"candidate": "recency", "half_life_days": 60.0, "recalibration": None}
+    assert "with recency weights (half-life 60 days)" in explain("r", "t", 8, weighted, [])[1].detail
+
+
 @pytest.mark.parametrize(
     "month, expected",
     [
@@ -332,3 +348,15 @@ def test_a_canary_waits_as_long_as_its_labels_take_to_come_in():
     from usecases.hotels import usecase as hotels
 
     assert hotels.loop.label_delay.days == 60
+
+
+def test_the_expanding_reference_takes_every_month_before_and_a_promotion_its_delay():
+    from keel.loop.report import Promotion, expanding_window
+
+    months = tuple(f"2013-{m:02d}" for m in range(1, 13))
+    assert expanding_window("2013-02", months) is None  # one month before: nothing to early-stop on
+    assert expanding_window("2013-03", months) == (("2013-01",), "2013-02")
+    assert expanding_window("2013-12", months) == (months[:10], "2013-11")  # January…October, stopped on November
+    december = Promotion(datetime(2014, 1, 3, 12, tzinfo=UTC), "rel-9", 9, "2013-12")
+    assert december.delay_days == 2.5  # the year's end to January 3rd noon
+    assert Promotion(datetime(2013, 5, 1, tzinfo=UTC), "rel-1", 1, None).delay_days is None  # not the loop's

@@ -381,8 +381,15 @@ def shadowed_traffic(log, start, rows, champion_score, shadow_score, days: int =
         ("worse", "rollback", 0.0, "surely worse in shadow"),  # never served a single request
     ],
 )
-def test_a_shadow_canary_is_judged_paired_before_it_serves(world, tmp_path, validated, shadow_quality, action,
-                                                           percent, reason):  # noqa: F811  # fmt: skip
+def test_a_shadow_canary_is_judged_paired_before_it_serves(
+    world,
+    tmp_path,
+    validated,  # noqa: F811 - the shared session fixture
+    shadow_quality,
+    action,
+    percent,
+    reason,
+):
     store, registry, log, exposures, shas = world
     storage, flights = january_outcomes(tmp_path, validated)
     store.apply({"rollout": ("canary", SHADOW_CANARY)}, author="ops", reason="shadow first")

@@ -26,8 +26,15 @@ def runtime(runtime_home, serving_models):
 
 
 def commit_split(rt, shadow: int) -> int:
-    split = {"model": MODEL, "salt": "shadow-test", "shadow": shadow, "variants": [
-        {"name": "champion", "version": 1, "weight": 1.0}, {"name": "challenger", "version": 2, "weight": 0.0}]}
+    split = {
+        "model": MODEL,
+        "salt": "shadow-test",
+        "shadow": shadow,
+        "variants": [
+            {"name": "champion", "version": 1, "weight": 1.0},
+            {"name": "challenger", "version": 2, "weight": 0.0},
+        ],
+    }
     with PolicyStore(rt.home / "policies.sqlite") as store:
         version = store.apply({f"{MODEL}.loop-v2.split": ("ab_test", split)}, author="loop", reason="shadow").version
     deadline = time.monotonic() + 60

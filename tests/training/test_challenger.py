@@ -1,16 +1,18 @@
 """The loop's challenger, materialized as the drift sensor's run does it: trained on the plan's months of stored
-features, registered with what asked for it, and gated against the champion on the gate month — the verdict the
-asset records is the one the gate gives on the same models and flights."""
+features — several candidates, each registered with what asked for it — and gated against the champion on the gate
+month's later days: the choice the asset records is ``choose_candidate``'s on the same models and flights."""
 
 from __future__ import annotations
 
 import dagster as dg
+import lightgbm as lgb
 import polars as pl
 import pytest
 
-from assets.loop import CHALLENGER_GATE
+from assets.challengers import CHALLENGER_GATE
 from keel.home import KeelHome
-from keel.loop.gate import challenger_gate
+from keel.loop.candidates import choose_candidate
+from keel.loop.shadow import ShadowPolicy
 from keel.registry import ModelRegistry
 from keel.storage import write_parquet_atomic
 from keel.training.model import TrainingConfig, month_of, predict, train_model
@@ -53,41 +55,67 @@ def run(home, config: dict, instance=None):
     )
 
 
-def test_the_challenger_is_trained_on_the_plan_and_gated_on_the_month_after(home):
+def test_the_candidates_are_trained_on_their_windows_and_the_gate_chooses_among_them(home):
     config = {"train_months": ["2013-02", "2013-03", "2013-04"], "gate_month": "2013-05", "gate_from_day": 22,
-              "drift_window": "2013-05", "drift_event": 7}  # fmt: skip
+              "drift_window": "2013-05", "drift_event": 7, "label_drift": True}  # fmt: skip
     result = run(home, config)
     assert result.success
     mats = {e.asset_key.path[-1]: e.materialization.metadata for e in result.get_asset_materialization_events()}
     model, evaluation = mats["challenger_model"], mats["challenger_evaluation"]
-    assert (model["fitted_on"].value, model["early_stopped_on"].value) == (
-        "2013-02, 2013-03, 2013-04",
-        "2013-05 days 1–21",
+    assert model["early_stopped_on"].value == "2013-05 days 1–21" and model["label_drift"].value is True
+    trained = {r.data["candidate"]: r.data["version"] for r in model["candidates"].value.records}
+    assert trained == {"rolling": 2, "expanding": 3, "recency": 4, "recalibrated": 5}
+    gate_flights = pl.read_parquet(home.asset_file("flights/flight_features", "2013-05")).filter(
+        pl.col("sched_date").dt.day() >= 22
     )
     with ModelRegistry(home.registry) as reg:
-        sha = model["sha256"].value
-        meta = reg.get("flight-delay", sha).metadata
-        assert reg.alias("flight-delay", "challenger") == sha and reg.version("flight-delay", sha) == 2
-        assert meta["train_months"] == ["2013-02", "2013-03", "2013-04"] and meta["valid_month"] == "2013-05"
-        assert meta["valid_days"] == [1, 21] and meta["gate_from_day"] == 22
-        assert meta["trigger"] == {"drift_window": "2013-05", "drift_event": 7} and meta["run_id"] == result.run_id
-        # the recorded verdict is the gate's on the same models and the gate month's flights it did not see
-        gate_flights = pl.read_parquet(home.asset_file("flights/flight_features", "2013-05")).filter(
-            pl.col("sched_date").dt.day() >= 22
-        )
-        champion_scores, labels = predict(
-            reg.load(reg.alias("flight-delay", "champion")), gate_flights, FLIGHT_FEATURES
-        )
-        challenger_scores, _ = predict(reg.load(sha), gate_flights, FLIGHT_FEATURES)
-    verdict = challenger_gate(labels, champion_scores, challenger_scores)
-    assert evaluation["passed"].value == verdict.passed and evaluation["reason"].value == verdict.reason
-    assert evaluation["rows"].value == verdict.rows == gate_flights[
-        "label_late15"
-    ].is_not_null().sum()  # fmt: skip
-    assert (evaluation["challenger_version"].value, evaluation["champion_version"].value) == (2, 1)
-    assert meta["challenger_gate"]["passed"] == verdict.passed and meta["challenger_gate"]["gate_month"] == "2013-05"
+        meta = {
+            c: reg.get("flight-delay", reg.sha_of_version("flight-delay", v)).metadata for c, v in trained.items()
+        }
+        assert meta["rolling"]["train_months"] == ["2013-02", "2013-03", "2013-04"]
+        assert meta["expanding"]["train_months"] == ["2013-01", "2013-02", "2013-03", "2013-04"]  # all history
+        assert meta["recency"]["half_life_days"] == 60.0 and meta["recency"]["train_months"][0] == "2013-01"
+        for c in ("rolling", "expanding", "recency"):
+            assert meta[c]["valid_month"] == "2013-05" and meta[c]["valid_days"] == [1, 21]
+            assert meta[c]["trigger"] == {"drift_window": "2013-05", "drift_event": 7}
+            assert meta[c]["run_id"] == result.run_id and meta[c]["candidate"] == c
+        # the recalibrated candidate is the champion's trees, its raw score moved by the fitted map
+        recal = meta["recalibrated"]["recalibration"]
+        assert recal["of_version"] == 1 and recal["method"] == "platt" and recal["fitted_on"] == "2013-05 days 1–21"
+        champion_text = reg.load(reg.alias("flight-delay", "champion"))
+        x = gate_flights.select([pl.col(n).cast(pl.Float64) for n in FLIGHT_FEATURES.names]).to_numpy()[:50]
+        raw = lgb.Booster(model_str=champion_text).predict(x, raw_score=True)
+        moved = lgb.Booster(model_str=reg.load(reg.sha_of_version("flight-delay", 5))).predict(x, raw_score=True)
+        assert moved == pytest.approx(recal["a"] * raw + recal["b"], abs=1e-6)
+        # the recorded choice is choose_candidate's on the same models and the gate days' flights none of them saw
+        champion_scores, labels = predict(champion_text, gate_flights, FLIGHT_FEATURES)
+        scores = {c: predict(reg.load(reg.sha_of_version("flight-delay", v)), gate_flights, FLIGHT_FEATURES)[0]
+                  for c, v in trained.items()}  # fmt: skip
+        days = gate_flights.filter(pl.col("label_late15").is_not_null()).sort("flight_id")["sched_date"].to_numpy()
+        choice = choose_candidate(labels, champion_scores, scores, days,
+                                  ShadowPolicy(margin=0.001, min_labelled=1000, min_clusters=5))  # fmt: skip
+        table = {r.data["candidate"]: r.data for r in evaluation["candidates"].value.records}
+        assert set(table) == set(trained) and evaluation["passed"].value == (choice.chosen is not None)
+        assert evaluation["reason"].value == choice.reason
+        for row in choice.rows:
+            assert table[row.name]["delta"] == pytest.approx(row.verdict.delta, abs=1e-6)
+            assert table[row.name]["days"] == len(set(days)) and table[row.name]["chosen"] == row.chosen
+        shown = evaluation["candidate"].value
+        assert reg.alias("flight-delay", "challenger") == reg.sha_of_version("flight-delay", trained[shown])
+        assert evaluation["challenger_version"].value == trained[shown] and evaluation["champion_version"].value == 1
+        assert meta[shown]["run_id"] == result.run_id
     [check] = result.get_asset_check_evaluations()
-    assert check.check_name == CHALLENGER_GATE and check.passed == verdict.passed
+    assert check.check_name == CHALLENGER_GATE and check.passed == (choice.chosen is not None)
+
+
+def test_without_label_drift_no_recalibration_is_trained(home):
+    config = {"train_months": ["2013-01", "2013-02", "2013-03"], "gate_month": "2013-04", "gate_from_day": 22}
+    result = run(home, config)
+    assert result.success
+    [model] = [e.materialization.metadata for e in result.get_asset_materialization_events()
+               if e.asset_key.path[-1] == "challenger_model"]  # fmt: skip
+    # the rolling window is all the history there is: no separate expanding candidate
+    assert [r.data["candidate"] for r in model["candidates"].value.records] == ["rolling", "recency"]
 
 
 @pytest.mark.parametrize(

@@ -43,8 +43,8 @@ def home(tmp_path, feature_months):
         feature_months, TrainingConfig(train_months=("2013-02", "2013-03"), valid_month="2013-04"), FLIGHT_FEATURES
     )
     with ModelRegistry(home.registry) as reg:
-        for m in (static, later):
-            reg.register("flight-delay", m.text, {})
+        reg.register("flight-delay", static.text, {})
+        reg.register("flight-delay", later.text, {"trigger": {"drift_window": "2013-04", "drift_event": 3}})
     with Ledger(home.ledger) as ledger:
         ledger.append("rel-static", manifest(static.sha256), datetime(2013, 3, 1, 12, tzinfo=UTC))
         ledger.append("rel-later", manifest(later.sha256), datetime(2013, 5, 15, 3, tzinfo=UTC))
@@ -101,7 +101,11 @@ def test_the_report_is_what_the_ledger_and_the_labels_say(home):
         s, y = np.concatenate([s for s, _ in scored]), np.concatenate([y for _, y in scored])
         return weighted, log_loss_of(s, y)
 
-    for name, models in (("served", texts), ("static", [static_text] * 2), ("naive", [naive_text] * 2)):
+    # the expanding reference for May: all labelled history before it (January–March), early-stopped on April —
+    # in May the same window as the naive one (they part from June on: the naive one keeps only four months)
+    expanding_text = naive_text
+    for name, models in (("served", texts), ("static", [static_text] * 2), ("naive", [naive_text] * 2),
+                         ("expanding", [expanding_text] * 2)):  # fmt: skip
         auc, loss = measured(models)
         assert meta[f"{name}_auc"] == pytest.approx(auc, abs=1e-4), name
         assert meta[f"{name}_log_loss"] == pytest.approx(loss, abs=1e-4), name
@@ -109,7 +113,12 @@ def test_the_report_is_what_the_ledger_and_the_labels_say(home):
     first_half = may.filter(pl.col("sched_date").dt.day() < 15).height
     assert meta["served_by"] == f"v1: {first_half:,} flights, v2: {may.height - first_half:,} flights"
     assert meta["labelled_flights"] == may.height
-    assert [r.data["model"] for r in out.metadata["scores"].value.records] == ["served", "static", "naive"]
+    assert [r.data["model"] for r in out.metadata["scores"].value.records] == ["served", "static", "naive",
+                                                                               "expanding"]  # fmt: skip
+    # the release that went live in May, and its delay from the end of the drift month that caused it
+    [promotion] = [r.data for r in out.metadata["promotions"].value.records]
+    assert (promotion["release"], promotion["version"], promotion["drift_window"]) == ("rel-later", 2, "2013-04")
+    assert promotion["delay_days"] == meta["promotion_delay_days"] == pytest.approx(14.125)  # May 15 03:00
 
 
 def test_a_month_before_any_release_is_a_clear_failure(tmp_path, feature_months):

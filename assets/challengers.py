@@ -1,0 +1,335 @@
+"""What a drift decision trains and how the best of it is chosen: ``challenger_model`` (several candidates) and
+``challenger_evaluation`` (the gate that picks among them and the champion).
+
+    drift_report ─► challenger_model (rolling, expanding, recency-weighted; recalibrated on label drift)
+                 ─► challenger_evaluation (check: challenger_gate) ─► canary: shadow first (policy store)
+
+The candidates (keel.loop.candidates.candidate_specs) are each registered in the registry with their window; the gate
+scores all of them and the champion on the newest labelled days none of them trained on, compares each with the
+champion paired and clustered by day (keel.loop.shadow), corrects for their number (Holm) and picks the best that is
+surely better (keel.loop.candidates.choose_candidate) — or none: the champion stays. Its table, one row per
+candidate, is in the UI. The chosen one becomes the registry's ``challenger``; the canary sensor starts its canary.
+"""
+
+import dagster as dg
+import lightgbm as lgb
+import numpy as np
+import polars as pl
+
+from assets.drift import build_drift_assets
+from assets.features import build_feature_assets, feature_code_version
+from assets.models import run_id_of, training_config
+from assets.usecase import wiring
+from keel.home import KeelHome, asset_file
+from keel.loop.candidates import CandidateSpec, candidate_specs, choose_candidate
+from keel.loop.gate import DEFAULT_GATE
+from keel.loop.recalibrate import affine_model_text, fit_recalibration
+from keel.loop.shadow import ShadowPolicy
+from keel.metrics import LOSS_NAMES
+from keel.training.coarse import coarse_metadata, fit_coarse
+from keel.training.model import TrainingConfig, _xy, month_of, predict, train_model
+from keel.usecase import UseCase
+from resources.home import KeelHomeResource
+from resources.registry import ModelRegistryResource
+
+CHALLENGER_GATE = "challenger_gate"
+
+
+class ChallengerConfig(dg.Config):
+    """What the drift sensor's plan says (keel.loop.retrain.RetrainPlan): the months the rolling candidate is fitted
+    on, the newest labelled month — early-stopped on its days before ``gate_from_day``, judged on the days from it —,
+    the drift that asked for it, and whether that drift report found the label itself drifted (then the champion,
+    recalibrated, is a candidate too)."""
+
+    train_months: list[str]
+    gate_month: str
+    gate_from_day: int = 22
+    drift_window: str = ""
+    drift_event: int = 0
+    label_drift: bool = False
+
+
+def gate_rows(uc: UseCase, frame: pl.DataFrame, config: ChallengerConfig) -> pl.DataFrame:
+    """The rows that judge the candidates: the gate month's days from ``gate_from_day`` on."""
+    fs = uc.features
+    return month_of(frame, config.gate_month, fs).filter(fs.entity.partition_day.dt.day() >= config.gate_from_day)
+
+
+def newest_rows(uc: UseCase, frame: pl.DataFrame, config: ChallengerConfig) -> pl.DataFrame:
+    """The newest labelled days before the gate's: the gate month's days before ``gate_from_day`` (early stopping's,
+    and a recalibration's)."""
+    fs = uc.features
+    return month_of(frame, config.gate_month, fs).filter(fs.entity.partition_day.dt.day() < config.gate_from_day)
+
+
+def read_months(uc: UseCase, home: KeelHome, months: list[str]) -> pl.DataFrame:
+    """The stored partitions of the use case's feature table for ``months``; a missing one is an error naming it."""
+    table = build_feature_assets(uc)[0].key
+    paths = [asset_file(home.storage, list(table.path), m) for m in months]
+    missing = [m for m, p in zip(months, paths, strict=True) if not p.exists()]
+    if missing:
+        raise dg.Failure(
+            f"{table.to_user_string()} has no stored partition for {', '.join(missing)}: materialize it first"
+        )
+    return pl.concat([pl.read_parquet(p) for p in paths], how="diagonal_relaxed")
+
+
+def labelled_days(frame: pl.DataFrame, uc: UseCase) -> np.ndarray:
+    """Each labelled row's day (as ``predict`` orders its rows): the clusters of the paired comparison."""
+    fs = uc.features
+    labelled = frame.filter(pl.col(fs.label.column).is_not_null()).sort(fs.entity.id_column)
+    return labelled.select(fs.entity.partition_day.dt.strftime("%Y-%m-%d").alias("d"))["d"].to_numpy()
+
+
+def recalibrated(uc: UseCase, champion_text: str, newest: pl.DataFrame) -> tuple[str, dict]:
+    """The champion's trees with their output refitted on ``newest`` (keel.loop.recalibrate): text and its record."""
+    x, y = _xy(newest, uc.features)
+    if y.size == 0:
+        raise dg.Failure("no labelled rows on the newest days: nothing to recalibrate on")
+    raw = lgb.Booster(model_str=champion_text).predict(x, raw_score=True)
+    methods = ("platt",) if uc.task == "binary" else ("bias",)
+    fit = fit_recalibration(uc.task, raw, y, methods[0])
+    return affine_model_text(champion_text, fit.a, fit.b), {
+        "method": fit.method, "a": fit.a, "b": fit.b, "rows": fit.rows, "loss_before": fit.loss_before,
+        "loss_after": fit.loss_after, "describe": fit.describe(),
+    }  # fmt: skip
+
+
+def build_challenger_assets(uc: UseCase) -> list[dg.AssetsDefinition]:
+    w = wiring(uc)
+    fs, name, task = uc.features, uc.model.name, uc.task
+    loss = LOSS_NAMES[task].replace("_", "-")
+    entity = fs.entity.name
+    # The gate: the same margin and row count as before, now paired per day (clusters) and across candidates.
+    policy = ShadowPolicy(margin=DEFAULT_GATE.margin, alpha=DEFAULT_GATE.alpha, min_labelled=uc.loop.gate_min_rows,
+                          min_clusters=5)  # fmt: skip
+    drift_report = build_drift_assets(uc)[1].key
+    challenger_key, evaluation_key = w.key("challenger_model"), w.key("challenger_evaluation")
+    first = training_config(uc)
+
+    @dg.asset(
+        key=challenger_key,
+        group_name=w.group("loop"),
+        kinds={"lightgbm"},
+        deps=[drift_report],
+        tags={"keel/backfill": "skip"},
+        description=f"The candidates to replace the served {name} model, trained when drift asks (the drift sensor's "
+        "plan): the rolling window (the three labelled months before the newest), the expanding window (all "
+        "labelled history), the expanding window with recency weights and — when the label itself drifted — the "
+        "champion recalibrated on the newest labelled days; each early-stopped on the newest month's first three "
+        "weeks and registered with its window and the drift report that asked for it.",
+    )
+    def challenger_model(
+        context: dg.AssetExecutionContext,
+        config: ChallengerConfig,
+        registry: ModelRegistryResource,
+        keel_home: KeelHomeResource,
+    ) -> dg.Output[pl.DataFrame]:
+        if not config.train_months:
+            raise dg.Failure("train_months is empty: a challenger needs months to be fitted on")
+        if config.gate_month in config.train_months:
+            raise dg.Failure(f"gate month {config.gate_month} is in the training window: the gate would not be fair")
+        if not 2 <= config.gate_from_day <= 28:
+            raise dg.Failure(
+                f"gate_from_day {config.gate_from_day}: must be 2…28 (early-stop before it, judge from it)"
+            )
+        specs = candidate_specs(tuple(config.train_months), uc.months, config.label_drift)
+        months = sorted({m for s in specs for m in s.train_months} | {config.gate_month})
+        features = read_months(uc, keel_home.layout(), months)
+        run_id = run_id_of(context)
+        rows, coarse = [], None
+        with registry.open() as reg:
+            for spec in specs:
+                text, record = _fit(uc, spec, config, features, reg, first.params)
+                record |= {"candidate": spec.name, "candidate_of": spec.describe(), "run_id": run_id,
+                           "trigger": {"drift_window": config.drift_window, "drift_event": config.drift_event},
+                           "gate_month": config.gate_month, "gate_from_day": config.gate_from_day,
+                           "feature_code_version": feature_code_version(uc)}  # fmt: skip
+                sha = reg.register(name, text, record).sha256
+                if coarse is None:  # one coarse model for the decision (the rolling window's), linked to each
+                    coarse = fit_coarse(reg, name, uc.model.coarse, features, _training(spec, config, first.params),
+                                        fs, sha, {"train_months": list(config.train_months), "run_id": run_id})  # fmt: skip
+                elif coarse[1] is not None:
+                    reg.annotate(name, sha, {"coarse_sha256": coarse[0].sha256})
+                version = reg.version(name, sha)
+                rows.append({"candidate": spec.name, "sha256": sha, "version": version, "of": spec.describe(),
+                             "best_iteration": record.get("best_iteration")})  # fmt: skip
+                context.log.info(f"candidate {spec.name}: v{version}, {spec.describe()}")
+        return dg.Output(
+            pl.DataFrame(
+                {"model": [name] * len(rows)} | {k: [r[k] for r in rows] for k in ("candidate", "sha256", "version")}
+            ),  # fmt: skip
+            metadata={
+                "candidates": dg.MetadataValue.table(
+                    records=[dg.TableRecord({k: r[k] for k in ("candidate", "version", "of")}) for r in rows],
+                    schema=dg.TableSchema(
+                        columns=[
+                            dg.TableColumn("candidate", "string"),
+                            dg.TableColumn("version", "int"),
+                            dg.TableColumn("of", "string"),
+                        ]
+                    ),
+                ),  # fmt: skip
+                "version": rows[0]["version"],
+                "fitted_on": ", ".join(config.train_months),
+                "early_stopped_on": f"{config.gate_month} days 1–{config.gate_from_day - 1}",
+                "gate_month": config.gate_month,
+                "drift_window": config.drift_window or dg.MetadataValue.null(),
+                "label_drift": config.label_drift,
+                "train_rows": features.height,
+                **coarse_metadata(coarse),
+            },
+        )
+
+    @dg.asset(
+        key=evaluation_key,
+        group_name=w.group("loop"),
+        kinds={"lightgbm"},
+        ins={"model": dg.AssetIn(challenger_key)},
+        tags={"keel/backfill": "skip"},
+        check_specs=[
+            dg.AssetCheckSpec(
+                CHALLENGER_GATE,
+                asset=evaluation_key,
+                description=f"Some candidate beats the champion on the gate days' labelled {entity}s: mean "
+                f"per-{entity} {loss} lower by more than {policy.margin}, paired, with a one-sided "
+                f"{1 - policy.alpha:.0%} bound clustered by day and Holm's correction for the number of candidates. "
+                "Only the chosen candidate goes to the canary (shadow first).",
+            )
+        ],
+        description="Every candidate against the champion on the newest labelled days none trained on (the gate "
+        "month from gate_from_day on): the paired per-day-clustered difference of their losses, Holm-corrected "
+        "across candidates (keel.loop.candidates.choose_candidate); the best surely-better one is chosen. The "
+        "`candidates` table shows each one's scores; the canary sensor starts a canary for the chosen one.",
+    )
+    def challenger_evaluation(
+        context: dg.AssetExecutionContext,
+        config: ChallengerConfig,
+        registry: ModelRegistryResource,
+        keel_home: KeelHomeResource,
+        model: pl.DataFrame,
+    ):
+        frame = gate_rows(uc, read_months(uc, keel_home.layout(), [config.gate_month]), config)
+        days = labelled_days(frame, uc)
+        candidates = {r["candidate"]: r for r in model.iter_rows(named=True)}
+        with registry.open() as reg:
+            champion = reg.alias(name, "champion")
+            if champion is None:
+                raise dg.Failure("no champion to compare with: train and promote the first model first")
+            champion_version = reg.version(name, champion)
+            champion_scores, labels = predict(reg.load(champion), frame, fs)
+            scores = {c: predict(reg.load(r["sha256"]), frame, fs)[0] for c, r in candidates.items()
+                      if r["sha256"] != champion}  # fmt: skip
+        choice = choose_candidate(labels, champion_scores, scores, days, policy, task)
+        rows = {r.name: r for r in choice.rows}
+        shown = choice.chosen or (min(rows, key=lambda n: rows[n].verdict.delta or 0.0) if rows else None)
+        if shown is None:
+            raise dg.Failure(f"every candidate is the champion (v{champion_version}) already: nothing to compare")
+        chosen = candidates[shown]
+        with registry.open() as reg:
+            for c, row in rows.items():
+                reg.annotate(name, candidates[c]["sha256"], {CHALLENGER_GATE: row.as_row() | {
+                    "gate_month": config.gate_month, "champion_version": champion_version,
+                    "run_id": run_id_of(context)}})  # fmt: skip
+            reg.set_alias(name, "challenger", chosen["sha256"], f"{shown}: chosen on drift in {config.drift_window}")
+        passed = choice.chosen is not None
+        context.log.info(f"candidates vs champion v{champion_version} on {config.gate_month}: {choice.reason}")
+        best = rows[shown].verdict
+        yield dg.Output(
+            pl.DataFrame(
+                {
+                    "challenger_version": [chosen["version"]],
+                    "champion_version": [champion_version],
+                    "gate_month": [config.gate_month],
+                    "passed": [passed],
+                    "candidate": [shown],
+                }
+            ),  # fmt: skip
+            metadata={
+                "passed": passed,
+                "reason": choice.reason,
+                "candidate": shown,
+                "challenger_version": int(chosen["version"]),
+                "champion_version": champion_version,
+                "challenger_sha256": chosen["sha256"],
+                "gate_month": config.gate_month,
+                "gate_days": f"{config.gate_from_day}–end",
+                "drift_window": config.drift_window or dg.MetadataValue.null(),
+                "drift_event": config.drift_event,
+                "rows": best.labelled,
+                "loss": best.loss,
+                "delta": dg.MetadataValue.float(round(best.delta, 5))
+                if best.delta is not None
+                else dg.MetadataValue.null(),  # fmt: skip
+                "candidates": dg.MetadataValue.table(
+                    records=[
+                        dg.TableRecord(_table_row(r.as_row(), candidates[r.name]["version"])) for r in choice.rows
+                    ],
+                    schema=CANDIDATES_SCHEMA,
+                ),  # fmt: skip
+            },
+        )
+        yield dg.AssetCheckResult(
+            asset_key=evaluation_key,
+            check_name=CHALLENGER_GATE,
+            passed=passed,
+            # A candidate that is not better is the loop working, not a fault: the champion stays.
+            severity=dg.AssetCheckSeverity.WARN,
+            metadata={
+                "reason": choice.reason,
+                "challenger_version": int(chosen["version"]),
+                "champion_version": champion_version,
+            },  # fmt: skip
+        )
+
+    return [challenger_model, challenger_evaluation]
+
+
+def _training(spec: CandidateSpec, config: ChallengerConfig, params: dict) -> TrainingConfig:
+    return TrainingConfig(
+        train_months=spec.train_months or tuple(config.train_months),
+        valid_month=config.gate_month,
+        valid_days=(1, config.gate_from_day - 1),
+        params=params,
+        half_life_days=spec.half_life_days,
+    )
+
+
+def _fit(uc: UseCase, spec: CandidateSpec, config: ChallengerConfig, features, reg, params) -> tuple[str, dict]:
+    """A candidate's model text and its registry record."""
+    if spec.recalibrate:
+        champion = reg.alias(uc.model.name, "champion")
+        newest = newest_rows(uc, features, config)
+        text, fit = recalibrated(uc, reg.load(champion), newest)
+        base = reg.get(uc.model.name, champion).metadata
+        return text, {"train_months": list(base.get("train_months") or []), "valid_month": base.get("valid_month"),
+                      "recalibration": fit | {"of_version": reg.version(uc.model.name, champion),
+                                              "fitted_on": f"{config.gate_month} days 1–{config.gate_from_day - 1}"}}  # fmt: skip
+    training = _training(spec, config, params)
+    model = train_model(features, training, uc.features)
+    return model.text, {"train_months": list(training.train_months), "valid_month": training.valid_month,
+                        "valid_days": list(training.valid_days), "params": training.params,
+                        "half_life_days": spec.half_life_days, "best_iteration": model.best_iteration}  # fmt: skip
+
+
+CANDIDATES_SCHEMA = dg.TableSchema(
+    columns=[
+        dg.TableColumn("candidate", "string"),
+        dg.TableColumn("version", "int"),
+        dg.TableColumn("labelled", "int", description="gate rows scored by both"),
+        dg.TableColumn("days", "int", description="days among them (the clusters)"),
+        dg.TableColumn("delta", "float", description="mean per-row loss, candidate − champion (< 0: better)"),
+        dg.TableColumn("se", "float", description="its standard error, clustered by day"),
+        dg.TableColumn("p_value", "float", description="one-sided: not better by the margin"),
+        dg.TableColumn("holm_alpha", "float", description="the level Holm's step-down held it to"),
+        dg.TableColumn("surely_better", "bool"),
+        dg.TableColumn("chosen", "bool"),
+    ]
+)
+
+
+def _table_row(row: dict, version: int) -> dict:
+    out = {k: row[k] for k in ("candidate", "labelled", "days", "surely_better", "chosen")} | {"version": version}
+    for k in ("delta", "se", "p_value", "holm_alpha"):
+        out[k] = None if row[k] is None else round(float(row[k]), 6)
+    return out
