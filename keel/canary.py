@@ -38,7 +38,7 @@ from typing import Any
 
 from scipy.stats import binom
 
-from keel.loop.shadow import ShadowPolicy, ShadowVerdict
+from keel.loop.shadow import ShadowPolicy, ShadowVerdict, worse_pvalue
 
 RUNNING, PROMOTED, ROLLED_BACK, PAUSED = "running", "promoted", "rolled_back", "paused"
 FINISHED = (PROMOTED, ROLLED_BACK)
@@ -65,6 +65,9 @@ class CanaryPlan:
     # (keel/loop/shadow.py); surely worse, or not better within ``shadow_max_s``, rolls it back.
     shadow: ShadowPolicy | None = None
     shadow_max_s: float = 21 * 86400.0
+    # Paired quality: the challenger scores the champion's requests in shadow during every step, and the quality
+    # guard compares their losses on the same requests (clustered by hour) instead of the arms' disjoint samples.
+    paired: bool = False
 
     @classmethod
     def from_policy(cls, body: dict[str, Any], p99_target_ms: float | None = None) -> CanaryPlan:
@@ -204,12 +207,32 @@ def decide_shadow(plan: CanaryPlan, state: CanaryState, verdict: ShadowVerdict |
     return Decision("hold", state, 0.0, (f"in shadow: {reason}",), evidence)
 
 
+def paired_quality(plan: CanaryPlan, paired: ShadowVerdict | None, evidence: dict, breaches: list[str]) -> bool:
+    """The quality guard on the step's paired rows (the champion's answers the challenger scored in shadow): a breach
+    when the challenger is surely worse by more than ``max_log_loss_increase``; judged (True) when it surely is
+    not, on at least ``min_labelled`` labelled pairs. Too few pairs: not judged, and no reason to hold."""
+    if paired is None or paired.labelled < plan.min_labelled:
+        return False
+    p = worse_pvalue(paired, plan.max_log_loss_increase)
+    evidence |= {"paired": paired.as_metadata(), "log_loss_increase": paired.delta, "log_loss_pvalue": p}
+    if not math.isfinite(p):  # one hour of pairs, say: no variance to judge with yet
+        return False
+    if p < plan.alpha:
+        breaches.append(
+            f"{plan.loss} worse by {paired.delta:.4f} on {paired.labelled} paired realized labels over "
+            f"{paired.clusters} hours: above +{plan.max_log_loss_increase} with p = {p:.3g} < α = {plan.alpha}"
+        )
+        return False
+    return True
+
+
 def decide(
     plan: CanaryPlan, state: CanaryState, challenger: ArmStats | None, champion: ArmStats | None, now: float,
-    shadow: ShadowVerdict | None = None,
+    shadow: ShadowVerdict | None = None, paired: ShadowVerdict | None = None,
 ) -> Decision:  # fmt: skip
     """The decision for one tick. In the shadow step (``plan.in_shadow``) ``shadow`` — the paired verdict on the
-    requests both scored — decides (``decide_shadow``); every other step is judged on its arms' exposures."""
+    requests both scored — decides (``decide_shadow``); every other step is judged on its arms' exposures, and its
+    quality — for a ``paired`` plan — on ``paired``, the champion's answers the challenger scored in shadow."""
     pct = state.percent(plan)
     if state.status in FINISHED:
         return Decision("none", state, pct, (f"rollout already {state.status}",))
@@ -291,8 +314,11 @@ def decide(
                         )  # fmt: skip
                 elif challenger.requests:
                     inconclusive.append("challenger p99 is missing or NaN")
-            # quality on realized labels
-            if challenger.labelled >= plan.min_labelled and champion.labelled >= plan.min_labelled:
+            # quality on realized labels: paired on the same requests when the challenger scored them in shadow,
+            # else the arms' disjoint samples
+            if plan.paired:
+                judged_now = paired_quality(plan, paired, evidence, breaches)
+            elif challenger.labelled >= plan.min_labelled and champion.labelled >= plan.min_labelled:
                 p_loss = (
                     log_loss_pvalue(challenger, champion, plan.max_log_loss_increase)
                     if _finite(challenger.log_loss) and _finite(champion.log_loss)

@@ -17,9 +17,9 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from keel.canary import FINISHED, PROMOTED, ArmStats, CanaryPlan, CanaryState, decide
+from keel.canary import FINISHED, PROMOTED, RUNNING, ArmStats, CanaryPlan, CanaryState, decide
 from keel.exposures import arm_stats, read_exposure_scan, realized_labels
-from keel.loop.shadow import ShadowVerdict, shadow_verdict
+from keel.loop.shadow import ShadowPolicy, ShadowVerdict, shadow_verdict
 from keel.policies.gateway import GatewayPolicy, effective_policy
 from keel.usecase import UseCaseError, by_model
 
@@ -42,10 +42,12 @@ def split_for(body: dict, percent: float, salt: str, shadow: bool = False) -> di
 
 
 def shadow_evidence(
-    body: dict, plan: CanaryPlan, state: CanaryState, exposures_dir, storage_dir: Path | None = None
-) -> ShadowVerdict | None:
-    """The paired verdict on the requests the champion answered and the challenger scored in shadow since the shadow
-    step began, on their realized labels, clustered by (simulated) day; None when the evidence cannot be read."""
+    body: dict, plan: CanaryPlan, state: CanaryState, exposures_dir, storage_dir: Path | None = None,
+    cluster_s: float = 86400.0,
+) -> ShadowVerdict | None:  # fmt: skip
+    """The paired verdict on the requests the champion answered and the challenger scored in shadow since the step
+    began, on their realized labels, clustered by ``cluster_s`` of (simulated) time — a day for the shadow step's
+    verdict, an hour for a canary step's quality guard; None when the evidence cannot be read."""
     try:
         frame, _ = read_exposure_scan(exposures_dir, since=state.step_started_at)
         uc = by_model(body["model"])
@@ -62,8 +64,9 @@ def shadow_evidence(
         return None
     both = both.filter(pl.col("entity_key").is_in(list(labels)))
     y = both["entity_key"].replace_strict(dict(labels), return_dtype=pl.Float64).to_numpy()
-    days = (both["ts"].to_numpy() // 86400).astype(np.int64)
-    return shadow_verdict(y, both["score"].to_numpy(), both["shadow_score"].to_numpy(), days, plan.shadow, uc.task)
+    clusters = (both["ts"].to_numpy() // cluster_s).astype(np.int64)
+    policy = plan.shadow or ShadowPolicy(min_labelled=plan.min_labelled, min_clusters=2)
+    return shadow_verdict(y, both["score"].to_numpy(), both["shadow_score"].to_numpy(), clusters, policy, uc.task)
 
 
 def canary_salt(name: str, body: dict, state: CanaryState) -> str:
@@ -160,7 +163,8 @@ def _tick_one(policies, registry, current, name, body, exposures_dir, now, stora
             d = decide(plan, state, None, None, now, shadow_evidence(body, plan, state, exposures_dir, storage_dir))
         else:
             challenger, champion = evidence_for(body, state, exposures_dir, storage_dir, problems, plan.p99_target_ms)
-            d = decide(plan, state, challenger, champion, now)
+            paired = shadow_evidence(body, plan, state, exposures_dir, storage_dir, 3600.0) if plan.paired else None
+            d = decide(plan, state, challenger, champion, now, paired=paired)
         if d.action in ("hold", "none"):
             return None
         action, percent, reasons, evidence, state = d.action, d.percent, d.reasons, d.evidence, d.state
@@ -176,7 +180,7 @@ def _tick_one(policies, registry, current, name, body, exposures_dir, now, stora
                     body,
                     percent if state.status != PROMOTED else 100.0,
                     canary_salt(name, body, state),
-                    shadow=plan.in_shadow(state),
+                    shadow=plan.in_shadow(state) or (plan.paired and state.status == RUNNING),
                 ),  # fmt: skip
             ),
         },

@@ -40,6 +40,7 @@ DRILL_AUTHOR = "chaos-drill"
 # a step must last past the first labels or it would advance on latency and errors alone.
 DRILL_CANARY: dict[str, Any] = {
     "steps": [10, 50, 100],
+    "paired": True,  # quality judged on the same requests (the challenger scores the champion's in shadow)
     "interval_s": 2 * 86400.0,
     "min_samples": 20,
     "min_labelled": 30,

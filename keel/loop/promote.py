@@ -23,6 +23,7 @@ LOOP_CANARY: dict[str, Any] = {
     "steps": [0, 25, 100],  # 0: the shadow step
     "shadow": {"margin": 0.0, "alpha": 0.05, "min_labelled": 200, "min_clusters": 5},
     "shadow_max_s": 21 * 86400.0,  # simulated: not surely better in three weeks of shadow → rolled back
+    "paired": True,  # the steps' quality guard too: on the champion's answers the challenger scores in shadow
     "interval_s": 3600.0,  # simulated: the steps are sized in requests (min_samples), not in time
     "min_samples": 30,  # challenger requests per step (25 % of the replay's 175 a day: 44)
     "min_labelled": 200,

@@ -109,3 +109,14 @@ def shadow_verdict(
     else:
         reason = f"{words} not better: worse by {delta:.4f} over {g} days"
     return ShadowVerdict(better, reason, n, g, loss, delta, se, upper, p_value)
+
+
+def worse_pvalue(verdict: ShadowVerdict, margin: float) -> float:
+    """One-sided p-value of H0: the challenger's loss exceeds the champion's by at most ``margin`` — small when it is
+    surely worse by more (a canary's quality guard on the paired rows). NaN when the verdict has no variance to
+    judge with (too few rows or days)."""
+    if verdict.delta is None or verdict.se is None or not np.isfinite(verdict.se):
+        return float("nan")
+    if verdict.se == 0.0:
+        return 0.0 if verdict.delta > margin else 1.0
+    return float(student_t.sf((verdict.delta - margin) / verdict.se, verdict.clusters - 1))

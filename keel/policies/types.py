@@ -91,6 +91,7 @@ class Canary(PolicyType):
                 "origin",
                 "shadow",
                 "shadow_max_s",
+                "paired",
             },
         )
         model = body.get("model")
@@ -115,6 +116,8 @@ class Canary(PolicyType):
                 name, "steps_percentages",
                 f"steps are percentages in (0, 100] (a first 0: the shadow step, with 'shadow'), got {steps!r}",
             )  # fmt: skip
+        if not isinstance(body.get("paired", False), bool):
+            raise PolicyValidationError(name, "paired_bool", f"'paired' is true or false, got {body.get('paired')!r}")
         if shadow is not None:
             allowed = {"margin", "alpha", "min_labelled", "min_clusters"}
             if not isinstance(shadow, dict) or set(shadow) - allowed:

@@ -251,3 +251,23 @@ def test_the_shadow_step_decides_on_the_paired_verdict_alone():
     assert late.action == "rollback" and "not better in shadow" in late.reasons[0]
     served = CanaryState(started_at=0.0, step_started_at=10.0, step=1, quality_judged=True)
     assert not plan.in_shadow(served)  # after the shadow step the arms' exposures decide, as for any canary
+
+
+def test_a_paired_plan_judges_quality_on_the_same_requests():
+    from keel.canary import ArmStats, CanaryPlan, CanaryState, decide
+    from keel.loop.shadow import ShadowVerdict
+
+    plan = CanaryPlan(steps=(10, 100), interval_s=10, min_samples=20, min_labelled=30, paired=True)
+    state = CanaryState(started_at=0.0, step_started_at=0.0)
+    arms = ArmStats(requests=40, errors=0), ArmStats(requests=400, errors=0)
+    twin = ShadowVerdict(False, "same", 300, 6, "log_loss", 0.0, 0.0, 0.0, 1.0)  # identical on every request
+    worse = ShadowVerdict(False, "worse", 300, 6, "log_loss", 0.9, 0.05, 0.99, 1.0)
+    noisy = ShadowVerdict(False, "worse?", 300, 6, "log_loss", 0.05, 0.04, 0.13, 1.0)
+    d = decide(plan, state, *arms, 20.0, paired=twin)
+    assert (d.action, d.state.quality_judged) == ("advance", True)  # judged on pairs: may take all the traffic
+    d = decide(plan, state, *arms, 20.0, paired=worse)
+    assert d.action == "rollback" and d.evidence["log_loss_increase"] == 0.9 and d.evidence["log_loss_pvalue"] < 0.05
+    d = decide(plan, state, *arms, 20.0, paired=noisy)
+    assert d.action == "advance" and d.evidence["log_loss_pvalue"] > 0.05  # not surely worse by more than 0.02
+    few = ShadowVerdict(False, "few", 12, 2, "log_loss", 0.9, 0.05, 0.99, 1.0)
+    assert decide(plan, state, *arms, 20.0, paired=few).action == "hold"  # 12 pairs: neither breach nor judged
