@@ -294,6 +294,11 @@ async def live(
                 if state.phase == TRAFFIC and (totals.step is None or state.step > totals.step):
                     now = state.now(wall)
                     sim_now = now.isoformat(timespec="seconds")
+                    # Fresh connections each step: between steps they idle longer than a server keeps them alive,
+                    # and a request on a connection the server has just closed fails on the client's side.
+                    await client.close()
+                    client = aiohttp.ClientSession(base_url=url, connector=aiohttp.TCPConnector(limit=max_in_flight),
+                                                   timeout=timeout)  # fmt: skip
                     for entity in day_sample(days.get(f"{now:%Y-%m-%d}", []), per_day):
                         await sem.acquire()
                         totals.sent += 1
@@ -340,6 +345,7 @@ async def live(
             task.add_done_callback(tasks.discard)
         if tasks:
             await asyncio.gather(*tasks)
+        await client.close()  # a stepped replay's newest session (the first one the block closes itself)
     summary = totals.as_dict(sim_now, True)
     write_json_atomic(summary, summary_path)
     return summary

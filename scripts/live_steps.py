@@ -32,6 +32,29 @@ IN_PROGRESS = [
 ]
 
 
+# What the stepped replay commits to the policy store before its first step: answers wait for the model instead of
+# timing out (a timeout, a breaker opened by timeouts and the fallback that answers instead depend on how busy the
+# machine is), and the canaries' latency guard does not judge the machine's speed (the SLA targets are far above
+# any answer). Latency is the one thing a replay on a shared machine cannot reproduce; everything else it does.
+REPLAY_SLA = {
+    "tiers": {tier: {"p99_ms": 60_000.0, "availability": 0.99, "timeout_ms": 60_000.0} for tier in ("L1", "L2", "L3")}
+}
+REPLAY_SLA_NAME = "replay.sla"
+
+
+def commit_replay_sla(home, say) -> None:
+    """Commit REPLAY_SLA once (a resumed replay finds it there)."""
+    from keel.policies import PolicyStore
+
+    with PolicyStore(home.policies) as store:
+        if REPLAY_SLA_NAME in store.state():
+            return
+        store.apply({REPLAY_SLA_NAME: ("sla_tier", REPLAY_SLA)}, author="scripts/up",
+                    reason="the reproducible replay: answers wait for the model, latency is not judged")  # fmt: skip
+    say(f"keel: stepped replay: committed {REPLAY_SLA_NAME} (timeouts and SLA targets of 60 s: the machine's speed "
+        "decides nothing)")  # fmt: skip
+
+
 class StepError(RuntimeError):
     """A stepped replay cannot go on (a traffic generator died)."""
 

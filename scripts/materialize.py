@@ -166,7 +166,7 @@ def run_live(args, ucs: list[UseCase], client: DagsterGraphQLClient) -> int:
     import subprocess
     from datetime import UTC, datetime, timedelta
 
-    from live_steps import BATCH_DAYS, StepError, run_steps
+    from live_steps import BATCH_DAYS, StepError, commit_replay_sla, run_steps
 
     from keel.clock import DEFAULT_SPEED, SimClock, shared_spans
     from keel.data.landing import LandingZone
@@ -221,6 +221,8 @@ def run_live(args, ucs: list[UseCase], client: DagsterGraphQLClient) -> int:
         return {n: z.deliver(state.of(n).now(wall)) for n, z in zones.items()}
 
     deliver(datetime.now(UTC))
+    if clock.state().stepped:
+        commit_replay_sla(home, lambda line: print(line, flush=True))
     failures = 0
     for uc in ucs:
         failures += build_history(client, instance, home, uc, zones[uc.name])
