@@ -96,9 +96,8 @@ def build_loop_assets(uc: UseCase) -> list[dg.AssetsDefinition]:
                     reg.version(name, sha),
                     (reg.get(name, sha).metadata.get("trigger") or {}).get("drift_window"),
                 )  # fmt: skip
-                for e in entries
+                for e, sha in model_changes(entries)
                 if e.live_from.strftime("%Y-%m") == month
-                and (sha := e.manifest.get("model", {}).get("parts", {}).get("sha256"))  # fmt: skip
             ]
         actions = _loop_actions(context.instance, month, challenger_key, name)
         rows = [("served", report.served), ("static", report.static), ("naive", report.naive),
@@ -160,6 +159,18 @@ def build_loop_assets(uc: UseCase) -> list[dg.AssetsDefinition]:
         )
 
     return [*build_challenger_assets(uc), loop_report]
+
+
+def model_changes(entries) -> list[tuple]:
+    """(ledger entry, model sha) of each release that put another model live than the one before it — a promotion;
+    not the releases that redeployed the same model (a canary step, a policy change)."""
+    out, before = [], None
+    for e in entries:
+        sha = e.manifest.get("model", {}).get("parts", {}).get("sha256")
+        if sha and sha != before:
+            out.append((e, sha))
+        before = sha or before
+    return out
 
 
 def _refit(uc: UseCase, home, window: tuple[tuple[str, ...], str] | None, params: dict, none: str):

@@ -48,6 +48,8 @@ def home(tmp_path, feature_months):
     with Ledger(home.ledger) as ledger:
         ledger.append("rel-static", manifest(static.sha256), datetime(2013, 3, 1, 12, tzinfo=UTC))
         ledger.append("rel-later", manifest(later.sha256), datetime(2013, 5, 15, 3, tzinfo=UTC))
+        # the same model redeployed (a policy change): no promotion of its own
+        ledger.append("rel-again", manifest(later.sha256), datetime(2013, 5, 20, 3, tzinfo=UTC))
     return home
 
 
