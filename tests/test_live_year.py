@@ -285,15 +285,23 @@ def test_a_promotion_is_live_and_its_chain_prints(live):
         assert f"drift_report[{body['origin']['drift_window']}]" in text
 
 
-def test_no_request_failed_and_the_challenger_served_traffic(live, year_platform):
+def test_no_request_failed_and_the_challenger_met_the_traffic(live, year_platform):
     """From where the year took over — after the drills, whose faults (a killed runtime) are theirs to account
-    for (tests/test_live_drills.py) — no replayed request failed."""
+    for (tests/test_live_drills.py) — no replayed request failed; the loop's challenger scored live requests: in
+    shadow (its scores in the exposure log beside the champion's answers), and served some when it left the shadow."""
+    from keel.exposure_log import read_exposures
+
     home, name, _ = live
     summary = json.loads((home / "serving" / "live_traffic" / "flights.json").read_text())
     before = year_platform.traffic_before_year
     assert summary["failed"] - before["failed"] == 0, (summary, before)
     assert summary["ok"] - before["ok"] > 5000 and summary["achieved_rps"] >= 20, summary
-    assert str(loop_canaries(home)[name]["challenger_version"]) in summary["versions"], summary["versions"]
+    body = loop_canaries(home)[name]
+    challenger = body["challenger_version"]
+    shadowed = [r for r in read_exposures(home / "serving" / "exposures") if r.get("shadow_version") == challenger]
+    assert shadowed and all(r["model_version"] != challenger for r in shadowed)  # scored, never served in shadow
+    if body["state"]["status"] == "promoted" or body["state"]["step"] > 0:  # it left the shadow: it answered
+        assert str(challenger) in summary["versions"], summary["versions"]
 
 
 def test_no_freeze_outlives_a_model_that_learned_its_drift(live):
