@@ -19,17 +19,12 @@ import dagster as dg
 
 from keel.clock import TRAFFIC, SimClock
 from keel.steps import deciding_sensors, read_ticks, settled
+from sensors.drift import IN_PROGRESS
 
 STEP = timedelta(days=1)
 BATCH_DAYS = 7  # a month's new days are built together once a week (and when the month is complete)
 POLL_S = 0.25
 STATUS_EVERY_S = 30.0
-IN_PROGRESS = [
-    dg.DagsterRunStatus.QUEUED,
-    dg.DagsterRunStatus.NOT_STARTED,
-    dg.DagsterRunStatus.STARTING,
-    dg.DagsterRunStatus.STARTED,
-]
 
 
 # What the stepped replay commits to the policy store before its first step: answers wait for the model instead of

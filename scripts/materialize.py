@@ -51,6 +51,7 @@ from dagster_graphql import DagsterGraphQLClient  # noqa: E402
 from assets.jobs import AFTER, HISTORY  # noqa: E402
 from assets.usecase import wiring  # noqa: E402
 from keel.usecase import UseCase, UseCaseError, get, installed  # noqa: E402
+from sensors.drift import IN_PROGRESS  # noqa: E402
 
 LOCATION = "keel"  # workspace.yaml's location_name
 TAGS = {"keel/source": "scripts/up"}
@@ -146,12 +147,6 @@ def run_stage(client, instance, uc: UseCase, stage, months: list[str | None], ex
 # -- the live year ------------------------------------------------------------------------------------------------
 
 STATUS_EVERY_S = 30
-IN_PROGRESS = [
-    dg.DagsterRunStatus.QUEUED,
-    dg.DagsterRunStatus.NOT_STARTED,
-    dg.DagsterRunStatus.STARTING,
-    dg.DagsterRunStatus.STARTED,
-]
 
 
 def build_order(uc: UseCase):
