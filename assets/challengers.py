@@ -1,7 +1,7 @@
 """What a drift decision trains and how the best of it is chosen: ``challenger_model`` (several candidates) and
 ``challenger_evaluation`` (the gate that picks among them and the champion).
 
-    drift_report ─► challenger_model (rolling, expanding, recency-weighted; recalibrated on label drift)
+    drift_report ─► challenger_model (rolling, expanding, recency-weighted, committee; recalibrated on label drift)
                  ─► challenger_evaluation (check: challenger_gate) ─► canary: shadow first (policy store)
 
 The candidates (keel.loop.candidates.candidate_specs) are each registered in the registry with their window; the gate
@@ -10,6 +10,8 @@ champion paired and clustered by day (keel.loop.shadow), corrects for their numb
 surely better (keel.loop.candidates.choose_candidate) — or none: the champion stays. Its table, one row per
 candidate, is in the UI. The chosen one becomes the registry's ``challenger``; the canary sensor starts its canary.
 """
+
+import hashlib
 
 import dagster as dg
 import lightgbm as lgb
@@ -22,6 +24,7 @@ from assets.models import run_id_of, training_config
 from assets.usecase import wiring
 from keel.home import KeelHome, asset_file
 from keel.loop.candidates import CandidateSpec, candidate_specs, choose_candidate
+from keel.loop.committee import committee_model_text
 from keel.loop.gate import DEFAULT_GATE
 from keel.loop.recalibrate import affine_model_text, fit_recalibration
 from keel.loop.shadow import ShadowPolicy
@@ -115,7 +118,8 @@ def build_challenger_assets(uc: UseCase) -> list[dg.AssetsDefinition]:
         tags={"keel/backfill": "skip"},
         description=f"The candidates to replace the served {name} model, trained when drift asks (the drift sensor's "
         "plan): the rolling window (the three labelled months before the newest), the expanding window (all "
-        "labelled history), the expanding window with recency weights and — when the label itself drifted — the "
+        "labelled history), the expanding window with recency weights, a committee (the mean of the first model "
+        "and the expanding refits of this decision and the one before) and — when the label itself drifted — the "
         "champion recalibrated on the newest labelled days; each early-stopped on the newest month's first three "
         "weeks and registered with its window and the drift report that asked for it.",
     )
@@ -137,11 +141,13 @@ def build_challenger_assets(uc: UseCase) -> list[dg.AssetsDefinition]:
         months = sorted({m for s in specs for m in s.train_months} | {config.gate_month})
         features = read_months(uc, keel_home.layout(), months)
         run_id = run_id_of(context)
-        rows, coarse = [], None
+        rows, coarse, fitted = [], None, {}
         with registry.open() as reg:
             for spec in specs:
-                text, record = _fit(uc, spec, config, features, reg, first.params)
+                text, record = _fit(uc, spec, config, features, reg, first.params, fitted)
+                fitted[spec] = text
                 record |= {"candidate": spec.name, "candidate_of": spec.describe(), "run_id": run_id,
+                           "window": "expanding" if spec.expanding else None,
                            "trigger": {"drift_window": config.drift_window, "drift_event": config.drift_event},
                            "gate_month": config.gate_month, "gate_from_day": config.gate_from_day,
                            "feature_code_version": feature_code_version(uc)}  # fmt: skip
@@ -295,8 +301,36 @@ def _training(spec: CandidateSpec, config: ChallengerConfig, params: dict) -> Tr
     )
 
 
-def _fit(uc: UseCase, spec: CandidateSpec, config: ChallengerConfig, features, reg, params) -> tuple[str, dict]:
-    """A candidate's model text and its registry record."""
+def committee_members(reg, name: str, gate_month: str) -> list[tuple[str, str]]:
+    """(role, sha256) of a committee's members that a drift decision judged on ``gate_month`` finds registered: the
+    use case's own trained model (the newest version no drift decision made) and the expanding refit of the decision
+    before this one (the newest version marked ``window: expanding`` judged on an earlier month), when there is one."""
+    anchor = previous = None
+    for version in sorted(reg.versions(name), reverse=True):
+        sha = reg.sha_of_version(name, version)
+        meta = reg.get(name, sha).metadata
+        if anchor is None and "candidate" not in meta:
+            anchor = sha
+        if previous is None and meta.get("window") == "expanding" and meta.get("gate_month", "") < gate_month:
+            previous = sha
+    if anchor is None:
+        raise dg.Failure(f"{name} has no model of its own training in the registry: the committee has no anchor")
+    return [("first model", anchor)] + ([("previous expanding refit", previous)] if previous else [])
+
+
+def _fit(uc: UseCase, spec: CandidateSpec, config: ChallengerConfig, features, reg, params,
+         fitted: dict[CandidateSpec, str]) -> tuple[str, dict]:  # fmt: skip
+    """A candidate's model text and its registry record (``fitted``: the texts of the decision's earlier specs)."""
+    if spec.committee:
+        refit = next((t for s, t in fitted.items() if s.expanding), None)
+        if refit is None:
+            raise dg.Failure("the committee needs this decision's expanding refit: fit it first")
+        members = committee_members(reg, uc.model.name, config.gate_month)
+        members.append(("this decision's expanding refit", hashlib.sha256(refit.encode()).hexdigest()))
+        text = committee_model_text([reg.load(sha) for _, sha in members])
+        return text, {"train_months": list(spec.train_months), "valid_month": config.gate_month,
+                      "committee": [{"role": role, "version": reg.version(uc.model.name, sha), "sha256": sha}
+                                    for role, sha in members]}  # fmt: skip
     if spec.recalibrate:
         champion = reg.alias(uc.model.name, "champion")
         newest = newest_rows(uc, features, config)

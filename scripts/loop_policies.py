@@ -6,6 +6,8 @@ month's real flights — the reference issue 32's bar is set against. docs/live.
 - ``expanding``: all labelled history (January … month−2), early-stopped on month−1 (loop_report's reference row);
 - ``candidate:<recipe>``: the loop's candidates at the month's start — rolling (three months), expanding, recency
   (expanding, half-life 60 days) — early-stopped on month−1's days 1–21, as ``challenger_model`` fits them;
+- ``candidate:committee``: the mean raw score of the static model, the previous month's ``candidate:expanding`` and
+  this month's (keel/loop/committee.py), as the loop's committee candidate averages them;
 - ``<model>+platt``: that model recalibrated (Platt, keel/loop/recalibrate.py) on month−1's labelled flights.
 
 Usage: .venv/bin/python scripts/loop_policies.py   (about 5 minutes on 2 cores; reads the package's 2013 data)
@@ -25,6 +27,7 @@ import polars as pl  # noqa: E402
 from keel.contracts.engine import CompiledContract  # noqa: E402
 from keel.contracts.spec import load_contract  # noqa: E402
 from keel.loop.candidates import RECENCY_HALF_LIFE_DAYS  # noqa: E402
+from keel.loop.committee import committee_model_text  # noqa: E402
 from keel.loop.recalibrate import affine_model_text, fit_recalibration  # noqa: E402
 from keel.metrics import summary  # noqa: E402
 from keel.training.model import TrainingConfig, month_of, predict, train_model  # noqa: E402
@@ -66,6 +69,7 @@ def main() -> int:
 
     static = fit(MONTHS[:2], MONTHS[2])
     rows: dict[str, dict[str, tuple[float, float]]] = {}
+    previous = None  # the previous month's expanding candidate: the committee's second member
     for k in range(5, 13):
         month, before, history = MONTHS[k - 1], MONTHS[k - 2], MONTHS[: k - 2]
         models = {
@@ -75,6 +79,9 @@ def main() -> int:
             "candidate:expanding": fit(history, before, (1, 21)),
             "candidate:recency": fit(history, before, (1, 21), RECENCY_HALF_LIFE_DAYS),
         }
+        refits = [static] + ([previous] if previous else []) + [models["candidate:expanding"]]
+        models["candidate:committee"] = committee_model_text(refits)
+        previous = models["candidate:expanding"]
         newest = month_of(feats, before, FS)
         models |= {f"{n}+platt": platt(models[n], newest) for n in ("static", "expanding")}
         test = month_of(feats, month, FS)

@@ -1,7 +1,7 @@
 """Which of several candidates, if any, replaces the champion (issue 32: better candidates).
 
 A drift decision trains more than one candidate (a rolling window, the expanding window of all labelled history, one
-with recency weights, a recalibrated champion). Each is compared with the champion on the same labelled rows by the
+with recency weights, a committee of the first model and the newest expanding refits, a recalibrated champion). Each is compared with the champion on the same labelled rows by the
 shadow verdict's paired, cluster-robust test (keel/loop/shadow.py). Comparing k candidates and keeping the best is k
 chances to be fooled, so the family is corrected with Holm's step-down method: sort the one-sided p-values, accept
 the i-th smallest as "surely better" only while p_(i) ≤ α / (k − i + 1). Among the candidates that remain surely
@@ -24,17 +24,23 @@ RECENCY_HALF_LIFE_DAYS = 60.0  # the recency-weighted candidate: a row two month
 
 @dataclass(frozen=True)
 class CandidateSpec:
-    """One candidate a drift decision trains: a window of months (with recency weights when ``half_life_days``),
-    or — ``recalibrate`` — the champion's own trees with their output refitted to the newest labelled days."""
+    """One candidate a drift decision trains: a window of months (with recency weights when ``half_life_days``;
+    ``expanding`` when it is all labelled history), or — ``recalibrate`` — the champion's own trees with their output
+    refitted to the newest labelled days, or — ``committee`` — the mean raw score of the use case's own trained model
+    and the expanding refits of this decision and the one before (keel/loop/committee.py)."""
 
     name: str
     train_months: tuple[str, ...] = ()
     half_life_days: float | None = None
     recalibrate: bool = False
+    expanding: bool = False
+    committee: bool = False
 
     def describe(self) -> str:
         if self.recalibrate:
             return "the champion, recalibrated on the newest labelled days"
+        if self.committee:
+            return "the mean of the first model and the expanding refits of this decision and the one before"
         window = f"{self.train_months[0]}…{self.train_months[-1]}" if len(self.train_months) > 1 else \
             self.train_months[0]  # fmt: skip
         weights = f", recency weights (half-life {self.half_life_days:g} days)" if self.half_life_days else ""
@@ -44,15 +50,19 @@ class CandidateSpec:
 def candidate_specs(rolling: tuple[str, ...], period: tuple[str, ...], label_drift: bool) -> list[CandidateSpec]:
     """The candidates of one drift decision: ``rolling`` (the plan's window of recent months), ``expanding`` (every
     month of the use case's ``period`` from its first through the rolling window's last: all labelled history),
-    ``recency`` (the expanding window, newer rows weighing more) and, when the drift report found the label drifted,
-    ``recalibrated`` (the champion with its output refitted: cheap, and right when only the base rate moved)."""
+    ``recency`` (the expanding window, newer rows weighing more), ``committee`` (the first model and the expanding
+    refits averaged: fitted after the others, from them) and, when the drift report found the label drifted,
+    ``recalibrated`` (the champion with its output refitted: cheap, and right when only the base rate moved). The
+    candidate fitted on the expanding window is marked ``expanding`` (the rolling one when the two windows are the
+    same): the committee's member, now and at the next decision."""
     if not rolling:
         raise ValueError("the rolling window is empty: a candidate needs months to be fitted on")
     expanding = tuple(m for m in period if m <= rolling[-1]) or rolling
-    specs = [CandidateSpec("rolling", rolling)]
+    specs = [CandidateSpec("rolling", rolling, expanding=expanding == rolling)]
     if expanding != rolling:
-        specs.append(CandidateSpec("expanding", expanding))
+        specs.append(CandidateSpec("expanding", expanding, expanding=True))
     specs.append(CandidateSpec("recency", expanding, RECENCY_HALF_LIFE_DAYS))
+    specs.append(CandidateSpec("committee", expanding, committee=True))
     if label_drift:
         specs.append(CandidateSpec("recalibrated", recalibrate=True))
     return specs

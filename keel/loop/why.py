@@ -58,6 +58,16 @@ def explain(
                 f"{recal.get('fitted_on')} ({recal.get('describe')})",
             )
         )
+    elif model_metadata.get("run_id") and (members := model_metadata.get("committee")):  # keel/loop/committee.py
+        chain.append(
+            Link(
+                "training run",
+                "",
+                f"run {model_metadata['run_id']}: v{model_version} is the mean of "
+                + ", ".join(f"v{m.get('version')} ({m.get('role')})" for m in members)
+                + " — candidate committee",
+            )
+        )
     elif model_metadata.get("run_id"):
         fitted = ", ".join(window) or "?"
         weights = (

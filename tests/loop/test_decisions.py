@@ -309,6 +309,11 @@ def test_why_names_a_recalibration_and_the_candidate_choice():
     assert chain[2].detail.startswith("chosen among the candidates on 2013-12 against v6")
     weighted = meta | {"candidate": "recency", "half_life_days": 60.0, "recalibration": None}
     assert "with recency weights (half-life 60 days)" in explain("r", "t", 8, weighted, [])[1].detail
+    committee = meta | {"candidate": "committee", "recalibration": None, "committee": [
+        {"role": "first model", "version": 1}, {"role": "previous expanding refit", "version": 4},
+        {"role": "this decision's expanding refit", "version": 7}]}  # fmt: skip
+    assert ("v9 is the mean of v1 (first model), v4 (previous expanding refit), v7 (this decision's expanding refit)"
+            in explain("r", "t", 9, committee, [])[1].detail)
 
 
 @pytest.mark.parametrize(

@@ -64,7 +64,7 @@ def test_the_candidates_are_trained_on_their_windows_and_the_gate_chooses_among_
     model, evaluation = mats["challenger_model"], mats["challenger_evaluation"]
     assert model["early_stopped_on"].value == "2013-05 days 1–21" and model["label_drift"].value is True
     trained = {r.data["candidate"]: r.data["version"] for r in model["candidates"].value.records}
-    assert trained == {"rolling": 2, "expanding": 3, "recency": 4, "recalibrated": 5}
+    assert trained == {"rolling": 2, "expanding": 3, "recency": 4, "committee": 5, "recalibrated": 6}
     gate_flights = pl.read_parquet(home.asset_file("flights/flight_features", "2013-05")).filter(
         pl.col("sched_date").dt.day() >= 22
     )
@@ -85,8 +85,15 @@ def test_the_candidates_are_trained_on_their_windows_and_the_gate_chooses_among_
         champion_text = reg.load(reg.alias("flight-delay", "champion"))
         x = gate_flights.select([pl.col(n).cast(pl.Float64) for n in FLIGHT_FEATURES.names]).to_numpy()[:50]
         raw = lgb.Booster(model_str=champion_text).predict(x, raw_score=True)
-        moved = lgb.Booster(model_str=reg.load(reg.sha_of_version("flight-delay", 5))).predict(x, raw_score=True)
+        moved = lgb.Booster(model_str=reg.load(reg.sha_of_version("flight-delay", 6))).predict(x, raw_score=True)
         assert moved == pytest.approx(recal["a"] * raw + recal["b"], abs=1e-6)
+        # the committee: the first model (v1) and this decision's expanding refit (v3), their raw scores averaged
+        assert [(m["role"], m["version"]) for m in meta["committee"]["committee"]] == [
+            ("first model", 1), ("this decision's expanding refit", 3)]  # fmt: skip
+        mean = lgb.Booster(model_str=reg.load(reg.sha_of_version("flight-delay", 5))).predict(x, raw_score=True)
+        expanding = lgb.Booster(model_str=reg.load(reg.sha_of_version("flight-delay", 3))).predict(x, raw_score=True)
+        assert mean == pytest.approx((raw + expanding) / 2, abs=1e-9)
+        assert meta["expanding"]["window"] == "expanding" and meta["rolling"]["window"] is None
         # the recorded choice is choose_candidate's on the same models and the gate days' flights none of them saw
         champion_scores, labels = predict(champion_text, gate_flights, FLIGHT_FEATURES)
         scores = {c: predict(reg.load(reg.sha_of_version("flight-delay", v)), gate_flights, FLIGHT_FEATURES)[0]
@@ -108,14 +115,25 @@ def test_the_candidates_are_trained_on_their_windows_and_the_gate_chooses_among_
     assert check.check_name == CHALLENGER_GATE and check.passed == (choice.chosen is not None)
 
 
-def test_without_label_drift_no_recalibration_is_trained(home):
+def test_without_label_drift_no_recalibration_is_trained_and_the_next_committee_keeps_this_refit(home):
     config = {"train_months": ["2013-01", "2013-02", "2013-03"], "gate_month": "2013-04", "gate_from_day": 22}
     result = run(home, config)
     assert result.success
     [model] = [e.materialization.metadata for e in result.get_asset_materialization_events()
                if e.asset_key.path[-1] == "challenger_model"]  # fmt: skip
-    # the rolling window is all the history there is: no separate expanding candidate
-    assert [r.data["candidate"] for r in model["candidates"].value.records] == ["rolling", "recency"]
+    # the rolling window is all the history there is: no separate expanding candidate, the rolling one is the refit
+    assert [(r.data["candidate"], r.data["version"]) for r in model["candidates"].value.records] == [
+        ("rolling", 2), ("recency", 3), ("committee", 4)]  # fmt: skip
+    # the next decision's committee: the first model, this decision's refit (v2) and the next one's expanding refit
+    result = run(home, {"train_months": ["2013-02", "2013-03", "2013-04"], "gate_month": "2013-05"})
+    assert result.success
+    with ModelRegistry(home.registry) as reg:
+        versions = {reg.get("flight-delay", reg.sha_of_version("flight-delay", v)).metadata["candidate"]: v
+                    for v in reg.versions("flight-delay")[4:]}  # fmt: skip
+        committee = reg.get("flight-delay", reg.sha_of_version("flight-delay", versions["committee"])).metadata
+        assert [(m["role"], m["version"]) for m in committee["committee"]] == [
+            ("first model", 1), ("previous expanding refit", 2),
+            ("this decision's expanding refit", versions["expanding"])]  # fmt: skip
 
 
 @pytest.mark.parametrize(
