@@ -303,13 +303,15 @@ def _training(spec: CandidateSpec, config: ChallengerConfig, params: dict) -> Tr
 
 def committee_members(reg, name: str, gate_month: str) -> list[tuple[str, str]]:
     """(role, sha256) of a committee's members that a drift decision judged on ``gate_month`` finds registered: the
-    use case's own trained model (the newest version no drift decision made) and the expanding refit of the decision
-    before this one (the newest version marked ``window: expanding`` judged on an earlier month), when there is one."""
+    use case's own trained model (the newest version its training asset registered: the record has the asset's
+    ``training_code_version`` — a candidate that reproduced it byte for byte shares its record, so "no candidate key"
+    would not do) and the expanding refit of the decision before this one (the newest version marked
+    ``window: expanding`` judged on an earlier month), when there is one."""
     anchor = previous = None
     for version in sorted(reg.versions(name), reverse=True):
         sha = reg.sha_of_version(name, version)
         meta = reg.get(name, sha).metadata
-        if anchor is None and "candidate" not in meta:
+        if anchor is None and "training_code_version" in meta:
             anchor = sha
         if previous is None and meta.get("window") == "expanding" and meta.get("gate_month", "") < gate_month:
             previous = sha

@@ -8,9 +8,11 @@ month's real flights — the reference issue 32's bar is set against. docs/live.
   (expanding, half-life 60 days) — early-stopped on month−1's days 1–21, as ``challenger_model`` fits them;
 - ``candidate:committee``: the mean raw score of the static model, the previous month's ``candidate:expanding`` and
   this month's (keel/loop/committee.py), as the loop's committee candidate averages them;
-- ``<model>+platt``: that model recalibrated (Platt, keel/loop/recalibrate.py) on month−1's labelled flights.
+- ``<model>+platt``: that model recalibrated (Platt, keel/loop/recalibrate.py) on month−1's labelled flights;
+- ``committee from day N``: the committee serving from the month's day N on, the month before's committee (the static
+  model in May) before it — the loop's delay (gate, shadow, canary) priced in. Its AUC is over the whole month.
 
-Usage: .venv/bin/python scripts/loop_policies.py   (about 5 minutes on 2 cores; reads the package's 2013 data)
+Usage: .venv/bin/python scripts/loop_policies.py   (about 6 minutes on 2 cores; reads the package's 2013 data)
 """
 
 from __future__ import annotations
@@ -70,6 +72,8 @@ def main() -> int:
     static = fit(MONTHS[:2], MONTHS[2])
     rows: dict[str, dict[str, tuple[float, float]]] = {}
     previous = None  # the previous month's expanding candidate: the committee's second member
+    committee_before = static  # the committee that served the month before (the static model before the first)
+    delays = (10, 16, 21)
     for k in range(5, 13):
         month, before, history = MONTHS[k - 1], MONTHS[k - 2], MONTHS[: k - 2]
         models = {
@@ -89,13 +93,20 @@ def main() -> int:
         for name, text in models.items():
             m = summary("binary", *predict(text, test, FS))
             rows[month][name] = (m["auc"], m["log_loss"])
+        day = test.filter(pl.col(FS.label.column).is_not_null()).sort(FS.entity.id_column)
+        day = day.select(FS.entity.partition_day.dt.day().alias("d"))["d"].to_numpy()
+        (new, y), (old, _) = predict(models["candidate:committee"], test, FS), predict(committee_before, test, FS)
+        for first in delays:
+            m = summary("binary", np.where(day < first, old, new), y)
+            rows[month][f"committee from day {first}"] = (m["auc"], m["log_loss"])
+        committee_before = models["candidate:committee"]
         print(month, "  ".join(f"{n} {a:.4f}/{ll:.4f}" for n, (a, ll) in rows[month].items()), flush=True)
     print(f"\n{'mean May–December':<22} {'AUC':>7} {'log-loss':>9}")
     for name in rows[MONTHS[4]]:
         auc = np.mean([rows[m][name][0] for m in rows])
         loss = np.mean([rows[m][name][1] for m in rows])
         print(f"{name:<22} {auc:7.4f} {loss:9.4f}")
-    best = [min(r.values(), key=lambda v: v[1]) for r in rows.values()]  # each month's lowest log-loss, in hindsight
+    best = [min((v for n, v in r.items() if "from day" not in n), key=lambda v: v[1]) for r in rows.values()]  # each month's lowest log-loss, in hindsight
     print(f"{'hindsight best':<22} {np.mean([b[0] for b in best]):7.4f} {np.mean([b[1] for b in best]):9.4f}")
     return 0
 

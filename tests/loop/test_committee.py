@@ -26,13 +26,19 @@ def fit(rows: slice, objective: str = "binary", seed: int = 0, names=("a", "b", 
 @pytest.mark.parametrize("objective", ["binary", "regression"])
 @pytest.mark.parametrize("weights", [None, [0.2, 0.3, 0.5]])
 def test_the_committee_scores_and_explains_as_the_weighted_mean_of_its_members(objective, weights):
-    texts = [fit(slice(0, 800), objective), fit(slice(600, 1_400), objective, 1), fit(slice(1_000, 2_000), objective, 2)]
+    texts = [
+        fit(slice(0, 800), objective),
+        fit(slice(600, 1_400), objective, 1),
+        fit(slice(1_000, 2_000), objective, 2),
+    ]
     w = weights or [1 / 3] * 3
     boosters = [lgb.Booster(model_str=t) for t in texts]
     committee = lgb.Booster(model_str=committee_model_text(texts, weights))
     assert committee.num_trees() == sum(b.num_trees() for b in boosters)
     raw = committee.predict(X, raw_score=True)
-    assert raw == pytest.approx(sum(wi * b.predict(X, raw_score=True) for wi, b in zip(w, boosters)), abs=1e-9)
+    assert raw == pytest.approx(
+        sum(wi * b.predict(X, raw_score=True) for wi, b in zip(w, boosters, strict=False)), abs=1e-9
+    )
     contrib = committee.predict(X[:200], pred_contrib=True)
     assert contrib.sum(axis=1) == pytest.approx(raw[:200], abs=1e-9)  # contributions still add up to the raw score
     if objective == "binary":  # the probability is the sigmoid of the mean raw score, not the mean probability

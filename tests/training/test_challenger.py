@@ -35,7 +35,8 @@ def home(tmp_path, feature_months):
         feature_months, TrainingConfig(train_months=("2013-01",), valid_month="2013-02"), FLIGHT_FEATURES
     )
     with ModelRegistry(home.registry) as reg:
-        reg.register("flight-delay", first.text, {"train_months": ["2013-01"], "valid_month": "2013-02"})
+        reg.register("flight-delay", first.text, {"train_months": ["2013-01"], "valid_month": "2013-02",
+                                                  "training_code_version": "test: as the model asset records"})
         reg.set_alias("flight-delay", "champion", first.sha256, "test: the first model")
     return home
 
