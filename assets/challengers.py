@@ -6,9 +6,9 @@
 
 The candidates (keel.loop.candidates.candidate_specs) are each registered in the registry with their window; the gate
 scores all of them and the champion on the newest labelled days none of them trained on, compares each with the
-champion paired and clustered by day (keel.loop.shadow), corrects for their number (Holm) and picks the best that is
-surely better (keel.loop.candidates.choose_candidate) — or none: the champion stays. Its table, one row per
-candidate, is in the UI. The chosen one becomes the registry's ``challenger``; the canary sensor starts its canary.
+champion paired and clustered by day (keel.loop.shadow), corrects for their number (Holm) and picks among those
+surely better — the committee first, else the lowest difference (keel.loop.candidates.choose_candidate) — or none:
+the champion stays. Its table, one row per candidate, is in the UI. The chosen one becomes the registry's ``challenger``; the canary sensor starts its canary.
 """
 
 import hashlib
@@ -205,7 +205,8 @@ def build_challenger_assets(uc: UseCase) -> list[dg.AssetsDefinition]:
         ],
         description="Every candidate against the champion on the newest labelled days none trained on (the gate "
         "month from gate_from_day on): the paired per-day-clustered difference of their losses, Holm-corrected "
-        "across candidates (keel.loop.candidates.choose_candidate); the best surely-better one is chosen. The "
+        "across candidates (keel.loop.candidates.choose_candidate); the committee is chosen when it is surely better, "
+        "else the surely-better one with the lowest difference. The "
         "`candidates` table shows each one's scores; the canary sensor starts a canary for the chosen one.",
     )
     def challenger_evaluation(

@@ -138,6 +138,20 @@ def test_the_choice_takes_the_best_surely_better_candidate_and_corrects_for_thei
     assert {t["candidate"] for t in table} == set(candidates) and all("p_value" in t for t in table)
 
 
+def test_a_surely_better_committee_is_preferred_over_a_lower_difference_but_not_over_holm():
+    y, p, days = binary_world(30, 150, seed=7)
+    champion = np.clip(p + 0.12, 0, 0.99)
+    candidates = {"expanding": p, "committee": np.clip(p + 0.06, 0, 0.99)}  # both better, expanding the most
+    choice = choose_candidate(y, champion, candidates, days)
+    assert choice.chosen == "committee" and "preferred when surely better" in choice.reason, choice.reason
+    rows = {r.name: r for r in choice.rows}
+    assert rows["expanding"].verdict.delta < rows["committee"].verdict.delta  # not the lowest difference
+    assert choose_candidate(y, champion, candidates, days, prefer=()).chosen == "expanding"
+    # a committee that is not surely better is not preferred: the surely-better one with the lowest difference is
+    worse = {"expanding": p, "committee": np.clip(p + 0.2, 0, 0.99)}
+    assert choose_candidate(y, champion, worse, days).chosen == "expanding"
+
+
 def test_a_candidate_that_passes_alone_can_fail_among_many():
     """One candidate whose one-sided p-value is between α/k and α: alone it is surely better; among k = 4
     candidates (the others no better) Holm holds it to α/4 and the champion stays."""
