@@ -12,8 +12,9 @@ Why a preference and not simply the lowest difference: the gate judges on the ne
 candidate fits those best says little about the month it will serve. Measured on 2013 (docs/live.md, "The bar,
 measured offline"): the recency-weighted candidate wins the gate in July and October — it is the most like the days
 just gone — and serves the next months worse than the committee (May–December 0.6919 AUC / 0.5092 log-loss against
-0.7009 / 0.4991); the loop that takes the lowest difference serves 0.6950 / 0.5002, the one that prefers a surely
-better committee 0.6978 / 0.4973. The preference changes nothing about *whether* a candidate is surely better —
+0.7009 / 0.4991); with every chosen candidate serving from day 11 of its month (scripts/loop_chain.py, the gate on
+days 22–end), the loop that takes the lowest difference serves 0.6940 / 0.4984, the one that prefers a surely-better
+committee 0.6957 / 0.4967. The preference changes nothing about *whether* a candidate is surely better —
 that stays Holm's — only which of several surely-better ones is tried.
 
 Pure: ``choose_candidate`` returns the table (one row per candidate, for the gate's metadata in the UI) and the
