@@ -1,16 +1,18 @@
-"""The Triton model repository: each registered LightGBM model version becomes a Python-backend Triton model.
+"""The Triton model repository: each registered LightGBM model version becomes a Triton model served by keel's native
+backend (gpu_runtime/backend/: LightGBM's C library, no Python) — or, as an explicit option, by Triton's Python
+backend (``ServingConfig.backend = "python"``, gpu_runtime/triton_model.py).
 
 One Triton model per registry version, named ``<model>-v<version>``, whose only Triton version is the registry
 version — so registry version N of ``my-model`` is Triton model ``my-model-vN``, version N::
 
     <root>/<model>-v<N>/config.pbtxt         the model's config, for people reading the repository
-    <root>/<model>-v<N>/<N>/model.py         gpu_runtime/triton_model.py
     <root>/<model>-v<N>/<N>/model.txt        the LightGBM text model, byte for byte as registered
     <root>/<model>-v<N>/<N>/meta.json        sha256, registry version, release id
+    <root>/<model>-v<N>/<N>/model.py         gpu_runtime/triton_model.py (read only by the Python backend)
 
 Why one Triton model per version: Triton reloads *every* version of a model whenever the model is loaded again, so
-versions sharing one Triton model would restart each other's Python stubs on every deploy. Apart, loading a new
-version touches nothing that serves, and retiring one is a plain unload.
+versions sharing one Triton model would reload each other on every deploy. Apart, loading a new version touches
+nothing that serves, and retiring one is a plain unload.
 
 A version directory is written completely under a temporary name and renamed into place, so Triton never sees a
 half-written version.
@@ -30,6 +32,8 @@ from typing import Any
 from keel.names import validate_name
 
 MODEL_PY = Path(__file__).resolve().parent / "triton_model.py"
+NATIVE_BACKEND = "keel_lightgbm"  # gpu_runtime/backend/keel_lightgbm.cc
+BACKENDS = (NATIVE_BACKEND, "python")
 
 
 @dataclass(frozen=True)
@@ -43,6 +47,11 @@ class ServingConfig:
     instance_count: int = 1
     instance_kind: str = "KIND_CPU"  # KIND_GPU on a GPU machine
     parameters: dict[str, str] = field(default_factory=dict)  # e.g. keel_fault_file (fault injection)
+    backend: str = NATIVE_BACKEND  # or "python": Triton's Python backend (needs the runtime environment's numpy<2)
+
+    def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, got {self.backend!r}")
 
 
 def triton_name(model: str, version: int) -> str:
@@ -62,7 +71,7 @@ def model_config(model: str, version: int, serving: ServingConfig) -> dict[str, 
         batching["preferred_batch_size"] = list(serving.preferred_batch_sizes)
     return {
         "name": name,
-        "backend": "python",
+        "backend": serving.backend,
         "max_batch_size": serving.max_batch_size,
         "input": [{"name": "features", "data_type": "TYPE_FP32", "dims": [serving.n_features]}],
         "output": [
@@ -82,7 +91,7 @@ def _pbtxt(config: dict[str, Any]) -> str:
     """A readable config.pbtxt of the same configuration (Triton reads the JSON passed at load time)."""
     lines = [
         f'name: "{config["name"]}"',
-        'backend: "python"',
+        f'backend: "{config["backend"]}"',
         f"max_batch_size: {config['max_batch_size']}",
     ]
     for kind in ("input", "output"):
@@ -105,7 +114,9 @@ class ModelRepository:
 
     def publish(self, name: str, version: int, model_text: str, meta: dict[str, Any]) -> Path:
         """Write one model version. Idempotent: an intact copy of the same model is left as it is; a version
-        directory whose file no longer hashes to its sha256 (corrupt, tampered, half-copied by hand) is replaced."""
+        directory whose file no longer hashes to its sha256 (corrupt, tampered, half-copied by hand) is replaced.
+        ``model.py`` (the Python backend's entry point) is written too: a config naming the native backend ignores
+        it, and the same version directory can be loaded by either."""
         target = self.version_dir(name, version)
         if self._intact(target, meta.get("sha256")):
             return target

@@ -90,11 +90,39 @@ def runtime_info(python: Path | None = None) -> RuntimeInfo:
     )
 
 
+NATIVE_BACKEND_LIB = REPO_ROOT / "gpu_runtime" / "backend" / "build" / "keel_lightgbm" / "libtriton_keel_lightgbm.so"
+
+
+def native_backend_lib() -> Path:
+    """keel's native backend library, as scripts/setup builds it (gpu_runtime/backend/Makefile)."""
+    if not NATIVE_BACKEND_LIB.exists():
+        raise TritonError(
+            f"the native backend is not built ({NATIVE_BACKEND_LIB.relative_to(REPO_ROOT)} is missing): run "
+            "scripts/setup, or make -C gpu_runtime/backend LIGHTGBM_LIB=<lightgbm's lib directory>"
+        )
+    return NATIVE_BACKEND_LIB
+
+
+def install_native_backend(dist: Path) -> None:
+    """Put the built backend into the server's backend directory (``backends/keel_lightgbm/``), replacing an older
+    build atomically — a server that has it loaded keeps its mapped copy."""
+    lib = native_backend_lib()
+    dest = dist / "backends" / "keel_lightgbm" / lib.name
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    if dest.exists() and dest.read_bytes() == lib.read_bytes():
+        return
+    tmp = dest.with_name(f".{lib.name}.{os.getpid()}")
+    shutil.copy2(lib, tmp)
+    os.replace(tmp, dest)
+
+
 def prepare_dist(work_dir: Path, info: RuntimeInfo) -> Path:
-    """Copy the wheel's tritonserver directory (once) with the Python stub for the runtime's Python version."""
+    """Copy the wheel's tritonserver directory (once) with the Python stub for the runtime's Python version, and
+    keel's native backend (every time: a rebuilt backend replaces the copy)."""
     dest = work_dir / f"tritonserver-py{info.version}"
     stub_dst = dest / "backends" / "python" / "triton_python_backend_stub"
     if stub_dst.exists():
+        install_native_backend(dest)
         return dest
     src = Path(info.pytriton) / "tritonserver"
     tmp = work_dir / f".tritonserver-{os.getpid()}"
@@ -107,6 +135,7 @@ def prepare_dist(work_dir: Path, info: RuntimeInfo) -> Path:
         os.rename(tmp, dest)
     except OSError:  # another process prepared it first
         shutil.rmtree(tmp, ignore_errors=True)
+    install_native_backend(dest)
     return dest
 
 
