@@ -79,27 +79,42 @@ def wait_settled(clock: SimClock, instance, sensors: list[str], ticks_dir, follo
         time.sleep(POLL_S)
 
 
+def traffic_behind(step: int, summaries: dict) -> list[str]:
+    """The use cases whose replayer has not yet answered step ``step`` — a replayer whose span is over (its summary
+    says ``finished``) is never behind: it exits 0 at its span's end while the others go on."""
+    out = []
+    for name, path in summaries.items():
+        summary = _summary(path)
+        if not summary.get("finished") and (summary.get("step") is None or summary["step"] < step):
+            out.append(name)
+    return out
+
+
 def wait_traffic(clock: SimClock, step: int, summaries: dict, traffic: list, say) -> float:
-    """Block until every replayer has answered step ``step``'s requests; the wall seconds it took."""
+    """Block until every replayer has answered step ``step``'s requests; the wall seconds it took. A replayer that
+    failed (non-zero exit), or one that exited while its use case is still behind, stops the replay."""
     t0 = last_say = time.monotonic()
     while True:
         for proc in traffic:
-            if proc.poll() is not None:
+            if proc.poll() not in (None, 0):
                 raise StepError(f"a traffic generator exited ({proc.returncode}): see live_traffic.log")
-        behind = [name for name, path in summaries.items() if _step_of(path) is None or _step_of(path) < step]
+        behind = traffic_behind(step, summaries)
         if not behind:
             return time.monotonic() - t0
+        if all(proc.poll() is not None for proc in traffic):
+            raise StepError(f"every traffic generator exited, but {', '.join(behind)} did not finish step {step}: "
+                            "see live_traffic.log")  # fmt: skip
         if time.monotonic() - last_say > STATUS_EVERY_S:
             last_say = time.monotonic()
             say(f"  … step {step}: waiting for the traffic of {', '.join(behind)}")
         time.sleep(POLL_S / 2)
 
 
-def _step_of(path) -> int | None:
+def _summary(path) -> dict:
     try:
-        return json.loads(path.read_text()).get("step")
+        return json.loads(path.read_text())
     except (FileNotFoundError, ValueError):
-        return None
+        return {}
 
 
 def run_steps(clock: SimClock, deliver, instance, home, ucs, traffic, follow, say) -> None:

@@ -136,3 +136,34 @@ def test_the_sensor_interval_follows_the_environment(monkeypatch):
     monkeypatch.setenv("KEEL_SENSOR_INTERVAL_S", "soon")
     with pytest.raises(ValueError, match="KEEL_SENSOR_INTERVAL_S"):
         interval_s()
+
+
+def test_a_replayer_whose_span_is_over_is_never_behind_and_a_failed_one_stops_the_replay(tmp_path, monkeypatch):
+    """scripts/live_steps.py's traffic wait: flights' replayer ends with its span (exit 0, ``finished``) while hotels'
+    goes on; a replayer that fails, or every replayer gone while a use case is behind, stops the replay."""
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    monkeypatch.syspath_prepend(str(REPO / "scripts"))
+    import live_steps
+
+    flights, hotels = tmp_path / "flights.json", tmp_path / "hotels.json"
+    flights.write_text(json.dumps({"step": 275, "finished": True}))
+    hotels.write_text(json.dumps({"step": 276}))
+    summaries = {"flights": flights, "hotels": hotels}
+    assert live_steps.traffic_behind(276, summaries) == []
+    assert live_steps.traffic_behind(277, summaries) == ["hotels"]
+    finished = subprocess.Popen([sys.executable, "-c", "pass"])
+    failed = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        finished.wait(timeout=60), failed.wait(timeout=60)
+        assert live_steps.wait_traffic(None, 276, summaries, [finished, alive], print) >= 0
+        with pytest.raises(live_steps.StepError, match=r"exited \(3\)"):
+            live_steps.wait_traffic(None, 277, summaries, [alive, failed], print)
+    finally:
+        alive.kill()
+    with pytest.raises(live_steps.StepError, match="hotels did not finish step 277"):
+        live_steps.wait_traffic(None, 277, summaries, [finished], print)
