@@ -4,8 +4,12 @@ Same model (LightGBM trained here on real January 2013 features), same feature r
 run: the real model runtime (``python -m gpu_runtime.serve``: Triton from nvidia-pytriton + the gateway) in a
 throwaway KEEL_HOME, on 127.0.0.1. Closed loop, one request at a time, the ways interleaved in rounds; p50/p99.
 
-- in-process: ``Booster.predict`` on the float32 matrix (num_threads=1);
-- Triton direct: tritonclient gRPC ``infer`` on Triton model ``flight-delay-v1``;
+- in-process: ``Booster.predict`` on the float32 matrix (num_threads=1) — the floor;
+- Triton direct: tritonclient gRPC ``infer`` on Triton model ``flight-delay-v1``, served by keel's native backend
+  (gpu_runtime/backend/, LightGBM's C API);
+- Triton direct (Python backend): the same model loaded a second time as ``flight-delay-v2`` on Triton's Python
+  backend (gpu_runtime/triton_model.py, the explicit option) — what the native backend replaced (as version 9:
+  the cold-start deploys below use 1–3);
 - gateway (features): ``POST /v1/predict`` with the feature values in the body (an object for batch 1, the
   columnar form for batch 256) — gateway overhead = this minus Triton direct (HTTP, parsing, range checks,
   routing, breaker, memory pool, the exposure log, metrics);
@@ -36,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from datetime import date
 from pathlib import Path
 
@@ -45,7 +50,7 @@ import lightgbm as lgb  # noqa: E402
 import numpy as np  # noqa: E402
 import polars as pl  # noqa: E402
 
-from gpu_runtime.repository import triton_name  # noqa: E402
+from gpu_runtime.repository import model_config, triton_name  # noqa: E402
 from gpu_runtime.triton import TritonControl, free_port  # noqa: E402
 from keel.deploy.routing import Route, Target  # noqa: E402
 from keel.features.sqlite_store import SQLiteOnlineStore  # noqa: E402
@@ -253,6 +258,11 @@ def main() -> int:
 
         deployer = resource.deployer(MODEL, len(FEATURE_NAMES), control=control)
         deployer.deploy(MODEL, [target(1)])
+        # the same model on Triton's Python backend, beside it (Triton model version 9: 1–3 are the deploys')
+        python_name = triton_name(MODEL, 9)
+        python_serving = replace(deployer.serving, backend="python")
+        deployer.repository.publish(MODEL, 9, texts[0], {"sha256": shas[0], "version": 9})
+        control.load(python_name, model_config(MODEL, 9, python_serving))
         booster = lgb.Booster(model_str=texts[0])
         conn = http.client.HTTPConnection("127.0.0.1", port)
 
@@ -287,6 +297,7 @@ def main() -> int:
             ways = {
                 "in-process lightgbm": lambda i, xs=xs: booster.predict(xs[i].astype(np.float64), num_threads=1),
                 "Triton direct (tritonclient)": lambda i, xs=xs: control.infer(tname, 1, xs[i]),
+                "Triton direct (Python backend)": lambda i, xs=xs: control.infer(python_name, 9, xs[i]),
                 "gateway → Triton (features)": lambda i, b=f_bodies: gateway(b[i]),
                 "gateway → Triton (flights)": lambda i, b=fl_bodies: gateway(b[i]),
                 "gateway → Triton (features, explain)": lambda i, b=e_bodies: gateway(b[i]),
@@ -296,6 +307,7 @@ def main() -> int:
             # agreement first: Triton and the gateway give the in-process scores
             ref = booster.predict(xs[0].astype(np.float64))
             np.testing.assert_allclose(control.infer(tname, 1, xs[0]), ref, rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(control.infer(python_name, 9, xs[0]), ref, rtol=1e-5, atol=1e-6)
             got = gateway(f_bodies[0])
             scores = [p["score"] for p in got["predictions"]] if batch > 1 else [got["score"]]
             np.testing.assert_allclose(scores, ref, rtol=1e-5, atol=1e-6)
@@ -346,6 +358,12 @@ def main() -> int:
     print(f"\n{'way':<38} {'batch':>5} {'p50 ms':>8} {'p99 ms':>8}")
     for (name, batch), lat in results.items():
         print(f"{name:<38} {batch:>5} {statistics.median(lat):>8.3f} {pct(lat, 0.99):>8.3f}")
+    for batch in (1, 256):
+        n, py = results[("Triton direct (tritonclient)", batch)], results[("Triton direct (Python backend)", batch)]
+        print(
+            f"native backend / Python backend, batch {batch}: p50 {statistics.median(n) / statistics.median(py):.2f}×, "
+            f"p99 {pct(n, 0.99) / pct(py, 0.99):.2f}× (goals at batch 1: p50 ≤ 0.5×, p99 ≤ 0.33×)"
+        )
     for batch in (1, 256):
         g, d = results[("gateway → Triton (features)", batch)], results[("Triton direct (tritonclient)", batch)]
         print(
