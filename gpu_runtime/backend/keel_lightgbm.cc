@@ -23,12 +23,11 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "digest.h"
+#include "files.h"
 #include "lightgbm_api.h"
 #include "triton_api.h"
 
@@ -54,43 +53,6 @@ void log(TRITONSERVER_LogLevel level, const std::string& msg) {
     TRITONSERVER_Error* err__ = (X);      \
     if (err__ != nullptr) return err__;   \
   } while (false)
-
-bool read_file(const std::string& path, std::string* out) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return false;
-  std::ostringstream buf;
-  buf << in.rdbuf();
-  *out = buf.str();
-  return true;
-}
-
-// The string value of the first "key" at or after `from` in a JSON text — meta.json as keel writes it, the model
-// config as Triton serializes it. A flat scan, enough for the two string fields read here; "" when absent.
-std::string json_string(const std::string& text, const std::string& key, size_t from = 0) {
-  size_t at = text.find("\"" + key + "\"", from);
-  if (at == std::string::npos) return "";
-  at = text.find(':', at + key.size() + 2);
-  if (at == std::string::npos) return "";
-  at = text.find('"', at);
-  if (at == std::string::npos) return "";
-  std::string out;
-  for (size_t i = at + 1; i < text.size(); ++i) {
-    const char c = text[i];
-    if (c == '"') return out;
-    if (c != '\\' || i + 1 >= text.size()) {
-      out.push_back(c);
-      continue;
-    }
-    const char e = text[++i];
-    if (e == 'n') out.push_back('\n');
-    else if (e == 't') out.push_back('\t');
-    else if (e == 'u' && i + 4 < text.size()) {  // \u00XX: keel's paths are ASCII
-      out.push_back(static_cast<char>(std::strtol(text.substr(i + 1, 4).c_str(), nullptr, 16)));
-      i += 4;
-    } else out.push_back(e);  // \" \\ \/
-  }
-  return "";
-}
 
 struct ModelState {
   std::string name;
@@ -121,7 +83,7 @@ TRITONSERVER_Error* load_booster(const ModelState& m, BoosterHandle* out) {
 // The share of requests an injected fault fails now: 0 (none: no file), 1 (all), or the file's number.
 double fault_share(const std::string& path) {
   std::string text;
-  if (path.empty() || !read_file(path, &text)) return 0.0;
+  if (path.empty() || !keel::read_file(path, &text)) return 0.0;
   char* end = nullptr;
   const double share = std::strtod(text.c_str(), &end);
   const bool number = end != text.c_str() && text.find_first_not_of(" \t\r\n", end - text.c_str()) == std::string::npos;
@@ -231,11 +193,11 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInitialize(TRITONBACKEND_Model* model) {
   const std::string dir = std::string(location) + "/" + std::to_string(m->version);
   const std::string what = "model " + m->name + " version " + std::to_string(m->version);
   std::string meta;
-  if (!read_file(dir + "/model.txt", &m->text) || !read_file(dir + "/meta.json", &meta)) {
+  if (!keel::read_file(dir + "/model.txt", &m->text) || !keel::read_file(dir + "/meta.json", &meta)) {
     delete m;
     return fail(TRITONSERVER_ERROR_NOT_FOUND, what + ": model.txt or meta.json missing in " + dir);
   }
-  const std::string registered = json_string(meta, "sha256");
+  const std::string registered = keel::json_string(meta, "sha256");
   const std::string actual = keel::sha256_hex(m->text);
   if (actual != registered) {
     delete m;
@@ -252,7 +214,7 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInitialize(TRITONBACKEND_Model* model) {
     if (err == nullptr) {
       const std::string text(json, size);
       const size_t at = text.find("\"keel_fault_file\"");
-      if (at != std::string::npos) m->fault_file = json_string(text, "string_value", at);
+      if (at != std::string::npos) m->fault_file = keel::json_string(text, "string_value", at);
     }
     TRITONSERVER_MessageDelete(config);
   }
