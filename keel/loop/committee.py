@@ -17,7 +17,14 @@ from __future__ import annotations
 import math
 import re
 
-_TREE = re.compile(r"^Tree=(\d+)$")
+TREE = re.compile(r"^Tree=(\d+)$")  # a tree's first line in a LightGBM text model
+
+
+def scaled_leaves(line: str, factor: float, shift: float = 0.0) -> str:
+    """A ``leaf_value=`` line with every value × ``factor`` + ``shift`` (what an affine map of a tree's output is)."""
+    return "leaf_value=" + " ".join(repr(float(v) * factor + shift) for v in line[len("leaf_value=") :].split())
+
+
 # Header lines that must agree between members: a committee of models that read other features (or predict another
 # thing) would be nonsense, not an average.
 _MUST_AGREE = ("num_class=", "num_tree_per_iteration=", "max_feature_idx=", "objective=", "feature_names=")
@@ -32,7 +39,7 @@ def _split(text: str) -> tuple[list[str], list[list[str]], list[str]]:
         raise ValueError("not a LightGBM text model (no 'end of trees' line)") from None
     header, trees = [], []
     for line in lines[:end]:
-        if _TREE.match(line):
+        if TREE.match(line):
             trees.append([line])
         elif trees:
             trees[-1].append(line)
@@ -73,10 +80,10 @@ def committee_model_text(texts: list[str], weights: list[float] | None = None) -
     for (_, trees, _), w in zip(parts, weights, strict=True):
         for tree in trees:
             for line in tree:
-                if _TREE.match(line):
+                if TREE.match(line):
                     line = f"Tree={n}"
                     n += 1
                 elif line.startswith("leaf_value="):
-                    line = "leaf_value=" + " ".join(repr(float(v) * w) for v in line[len("leaf_value=") :].split())
+                    line = scaled_leaves(line, w)
                 out.append(line)
     return "\n".join(out + tail)

@@ -16,15 +16,14 @@ canaried like any challenger. Pure: arrays and text in, numbers and text out.
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 
 import numpy as np
 
+from keel.loop.committee import TREE, scaled_leaves
 from keel.metrics import per_row_loss
 
 METHODS = {"binary": ("intercept", "platt"), "regression": ("bias",)}
-_TREE = re.compile(r"^Tree=(\d+)$")
 
 
 @dataclass(frozen=True)
@@ -97,12 +96,12 @@ def affine_model_text(text: str, a: float, b: float) -> str:
         raise ValueError(f"the affine map must be finite, got a={a}, b={b}")
     out, tree, leaves = [], None, 0
     for line in text.split("\n"):
-        m = _TREE.match(line)
+        m = TREE.match(line)
         if m:
             tree = int(m.group(1))
         if line.startswith("leaf_value="):
             shift = b if tree == 0 else 0.0
-            line = "leaf_value=" + " ".join(repr(float(v) * a + shift) for v in line[len("leaf_value=") :].split())
+            line = scaled_leaves(line, a, shift)
             leaves += 1
         if line.startswith("tree_sizes="):
             continue  # each tree's length in bytes: the new values changed them, so LightGBM parses tree by tree
