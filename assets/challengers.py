@@ -137,7 +137,7 @@ def build_challenger_assets(uc: UseCase) -> list[dg.AssetsDefinition]:
             raise dg.Failure(
                 f"gate_from_day {config.gate_from_day}: must be 2…28 (early-stop before it, judge from it)"
             )
-        specs = candidate_specs(tuple(config.train_months), uc.months, config.label_drift)
+        specs = candidate_specs(tuple(config.train_months), uc.months, config.label_drift, uc.loop.candidates)
         months = sorted({m for s in specs for m in s.train_months} | {config.gate_month})
         features = read_months(uc, keel_home.layout(), months)
         run_id = run_id_of(context)
@@ -152,7 +152,7 @@ def build_challenger_assets(uc: UseCase) -> list[dg.AssetsDefinition]:
                            "gate_month": config.gate_month, "gate_from_day": config.gate_from_day,
                            "feature_code_version": feature_code_version(uc)}  # fmt: skip
                 sha = reg.register(name, text, record).sha256
-                if coarse is None:  # one coarse model for the decision (the rolling window's), linked to each
+                if coarse is None:  # one coarse model for the decision (the first candidate's), linked to each
                     coarse = fit_coarse(reg, name, uc.model.coarse, features, _training(spec, config, first.params),
                                         fs, sha, {"train_months": list(config.train_months), "run_id": run_id})  # fmt: skip
                 elif coarse[1] is not None:

@@ -58,7 +58,8 @@ def build_loop_assets(uc: UseCase) -> list[dg.AssetsDefinition]:
         f"served (the model of the release live each day, from the ledger), of the static first model "
         f"({', '.join(first.train_months)}), of a naive "
         "baseline retrained every month without a gate and of the expanding-window reference (all labelled history, "
-        "refitted at the month's start with no delay: what the best simple policy would have done); the releases "
+        "refitted at the month's start with no delay: what the best simple policy would have done) — both refitted at the "
+        "start of the month each row was scored as of (a booking's quote, not its stay); the releases "
         "that went live in the month with their delay from the end of the drift month that caused them; and the "
         "loop's actions with their simulated and wall times. The Plots tab shows the series across months. Built "
         "with each month's drift report.",
@@ -81,13 +82,13 @@ def build_loop_assets(uc: UseCase) -> list[dg.AssetsDefinition]:
         if not releases:
             raise dg.Failure("the ledger has no release: nothing has served yet (deploy the first model)")
         home = keel_home.layout()
-        naive_text, naive_note = _refit(uc, home, naive_window(month, months=uc.months), first.params,
-                                        "the year does not go back three months")  # fmt: skip
-        expanding_text, expanding_note = _refit(uc, home, expanding_window(month, uc.months), first.params,
-                                                "fewer than two months before it")  # fmt: skip
+        naive = Refits(uc, home, lambda m: naive_window(m, months=uc.months), first.params,
+                       "the year does not go back two months: the static model")  # fmt: skip
+        expanding = Refits(uc, home, lambda m: expanding_window(m, uc.months), first.params,
+                           "fewer than two months before it: the static model")  # fmt: skip
         with registry.open() as reg:
             static_text = reg.load(releases[0].model_sha)
-            report = month_report(month, features, releases, reg.load, static_text, naive_text, fs, expanding_text)
+            report = month_report(month, features, releases, reg.load, static_text, naive, fs, expanding)
             versions = {sha: reg.version(name, sha) for sha in report.served_by}
             promotions = [
                 Promotion(
@@ -99,6 +100,7 @@ def build_loop_assets(uc: UseCase) -> list[dg.AssetsDefinition]:
                 for e, sha in model_changes(entries)
                 if e.live_from.strftime("%Y-%m") == month
             ]
+        naive_note, expanding_note = naive.note(), expanding.note()
         actions = _loop_actions(context.instance, month, challenger_key, name)
         rows = [("served", report.served), ("static", report.static), ("naive", report.naive),
                 ("expanding", report.expanding)]  # fmt: skip
@@ -171,6 +173,26 @@ def model_changes(entries) -> list[tuple]:
             out.append((e, sha))
         before = sha or before
     return out
+
+
+class Refits:
+    """A baseline refitted at the start of each month rows are scored as of (keel.loop.report.month_report calls it
+    with that month): the window ``window_of(month)`` gives, fitted once per window and kept for the report."""
+
+    def __init__(self, uc: UseCase, home, window_of, params: dict, none: str):
+        self.uc, self.home, self.window_of, self.params, self.none = uc, home, window_of, params, none
+        self.fitted: dict[str, tuple[str | None, str]] = {}  # scoring month → (text, how it was fitted)
+
+    def __call__(self, month: str) -> str | None:
+        if month not in self.fitted:
+            self.fitted[month] = _refit(self.uc, self.home, self.window_of(month), self.params, self.none)
+        return self.fitted[month][0]
+
+    def note(self) -> str:
+        """How each scoring month's baseline was fitted (one month: just how)."""
+        if len(self.fitted) == 1:
+            return next(iter(self.fitted.values()))[1]
+        return "; ".join(f"scored in {m}: {how}" for m, (_, how) in sorted(self.fitted.items()))
 
 
 def _refit(uc: UseCase, home, window: tuple[tuple[str, ...], str] | None, params: dict, none: str):

@@ -102,11 +102,16 @@ class Loop:
     - ``gate_min_rows``: fewer labelled rows than this in the gate's days fail the gate closed;
     - ``label_delay``: how long after a request its label may still be on its way — the loop's canary gives realized
       labels this much time beyond its progress deadline (flights: none, its labels land the next day; a rate
-      quote's price only once its stay is over and landed, weeks on)."""
+      quote's price only once its stay is over and landed, weeks on);
+    - ``candidates``: the recipes a drift decision trains (keel/loop/candidates.py ``RECIPES``): all of them by
+      default; a use case leaves out those that cannot serve it — hotels, whose quotes are for stays up to a year
+      ahead, leaves out the windows of recent months only (a rolling window of three winter months prices next
+      summer from winter)."""
 
     gate_from_day: int = 22
     gate_min_rows: int = 1000
     label_delay: timedelta = timedelta(0)
+    candidates: tuple[str, ...] = ("rolling", "expanding", "recency", "committee", "recalibrated")
 
     def __post_init__(self) -> None:
         if not 2 <= self.gate_from_day <= 28:
@@ -115,6 +120,13 @@ class Loop:
             raise UseCaseError(f"loop: gate_min_rows below 30 judges on noise, got {self.gate_min_rows}")
         if self.label_delay < timedelta(0):
             raise UseCaseError(f"loop: label_delay must not be negative, got {self.label_delay}")
+        from keel.loop.candidates import RECIPES
+
+        unknown = sorted(set(self.candidates) - set(RECIPES))
+        if unknown or not self.candidates:
+            raise UseCaseError(f"loop: candidates {unknown or '()'} — each must be one of {', '.join(RECIPES)}")
+        if "committee" in self.candidates and "expanding" not in self.candidates:
+            raise UseCaseError("loop: the committee averages the expanding refits — list 'expanding' with it")
 
 
 @dataclass(frozen=True)

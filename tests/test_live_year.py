@@ -189,7 +189,7 @@ def test_challengers_come_from_drift_on_the_three_months_before_their_gate_month
             gate = config["gate_month"]
             year, month = (int(x) for x in gate.split("-"))
             assert config["train_months"] == [f"{year}-{m:02d}" for m in range(month - 3, month)]
-            assert config["gate_from_day"] == 22
+            assert config["gate_from_day"] == 11  # flights' Loop: early-stopped on days 1–10, judged on 11–end
             assert (
                 run.tags["dagster/run_key"]
                 == f"challenger:{config['train_months'][0]}..{config['train_months'][-1]}|{gate}"

@@ -31,6 +31,7 @@ from keel.loop.shadow import DEFAULT_SHADOW, ShadowPolicy, ShadowVerdict, shadow
 
 RECENCY_HALF_LIFE_DAYS = 60.0  # the recency-weighted candidate: a row two months older counts half
 PREFER = ("committee",)  # among surely-better candidates, these first (in this order); then the lowest difference
+RECIPES = ("rolling", "expanding", "recency", "committee", "recalibrated")  # what a use case's Loop may list
 
 
 @dataclass(frozen=True)
@@ -58,23 +59,30 @@ class CandidateSpec:
         return f"fitted on {window}{weights}"
 
 
-def candidate_specs(rolling: tuple[str, ...], period: tuple[str, ...], label_drift: bool) -> list[CandidateSpec]:
+def candidate_specs(
+    rolling: tuple[str, ...], period: tuple[str, ...], label_drift: bool, recipes: tuple[str, ...] = RECIPES
+) -> list[CandidateSpec]:
     """The candidates of one drift decision: ``rolling`` (the plan's window of recent months), ``expanding`` (every
     month of the use case's ``period`` from its first through the rolling window's last: all labelled history),
     ``recency`` (the expanding window, newer rows weighing more), ``committee`` (the first model and the expanding
     refits averaged: fitted after the others, from them) and, when the drift report found the label drifted,
     ``recalibrated`` (the champion with its output refitted: cheap, and right when only the base rate moved). The
     candidate fitted on the expanding window is marked ``expanding`` (the rolling one when the two windows are the
-    same): the committee's member, now and at the next decision."""
+    same): the committee's member, now and at the next decision. Only the ``recipes`` the use case lists (its
+    ``Loop.candidates``) are trained."""
     if not rolling:
         raise ValueError("the rolling window is empty: a candidate needs months to be fitted on")
     expanding = tuple(m for m in period if m <= rolling[-1]) or rolling
-    specs = [CandidateSpec("rolling", rolling, expanding=expanding == rolling)]
-    if expanding != rolling:
+    specs = []
+    if "rolling" in recipes:
+        specs.append(CandidateSpec("rolling", rolling, expanding=expanding == rolling))
+    if "expanding" in recipes and (expanding != rolling or "rolling" not in recipes):
         specs.append(CandidateSpec("expanding", expanding, expanding=True))
-    specs.append(CandidateSpec("recency", expanding, RECENCY_HALF_LIFE_DAYS))
-    specs.append(CandidateSpec("committee", expanding, committee=True))
-    if label_drift:
+    if "recency" in recipes:
+        specs.append(CandidateSpec("recency", expanding, RECENCY_HALF_LIFE_DAYS))
+    if "committee" in recipes:
+        specs.append(CandidateSpec("committee", expanding, committee=True))
+    if label_drift and "recalibrated" in recipes:
         specs.append(CandidateSpec("recalibrated", recalibrate=True))
     return specs
 

@@ -11,6 +11,12 @@ month's labelled features, so anyone can recompute it.
   history (the period's first month through the month before last, early-stopped on the last), serving from the
   month's first day — what the best simple policy would have done with no delay.
 
+The baselines are refitted at the start of the month a row was *scored as of* (the entity's date: a flight's day, a
+booking's quote), not of the month it belongs to: a hotel booking of August 2017 quoted in January is scored by the
+naive model of January, fitted on what was labelled then — a model refitted in August would have learned from prices
+that did not exist when the quote was made. A month with no baseline model (too early to refit) is scored by the
+static model, what a team without a refit would serve. For flights the two months are the same.
+
 All three are measured on the same rows, in the same serving periods (runs of days one model served), by the
 metrics of the label's task (keel/metrics.py): for a binary label AUC within each period, weighted by its rows, and
 log-loss over all of them; for a regression RMSE and MAE over all of them. Pure: models come in as text through
@@ -109,32 +115,45 @@ def segment_score(parts: list[tuple[np.ndarray, np.ndarray]], task: str = "binar
     return Score(metrics)
 
 
+Baseline = Callable[[str], str | None]  # a month scored as of (YYYY-MM) → the baseline model refitted at its start
+
+
+def by_scoring_month(
+    part: pl.DataFrame, fs: FeatureSet, model_of: Baseline, fallback: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """(scores, labels) of ``part``'s rows, each scored by the model of the month it is scored as of (the entity's
+    date), ``fallback`` where that month has none."""
+    months = part[fs.entity.date].dt.strftime("%Y-%m")
+    scored = [predict(model_of(m) or fallback, part.filter(months == m), fs) for m in months.unique().sort()]
+    return np.concatenate([s for s, _ in scored]), np.concatenate([y for _, y in scored])
+
+
 def month_report(
     month: str,
     frame: pl.DataFrame,
     releases: list[Release],
     load: Callable[[str], str],
     static_text: str,
-    naive_text: str | None,
+    naive: Baseline | None,
     fs: FeatureSet,
-    expanding_text: str | None = None,
+    expanding: Baseline | None = None,
 ) -> MonthReport:
     """The models on the same rows — those a release served — in the same serving periods, by the metrics of the
-    task of ``fs``'s label."""
+    task of ``fs``'s label; the baselines refitted at the start of each row's scoring month (module docstring)."""
     task = fs.label.task
     parts = segments(frame, releases, fs)
-    served, static, naive, expanding, counts = [], [], [], [], {}
+    served, static, naive_parts, reference_parts, counts = [], [], [], [], {}
     for sha, part in parts:
         served.append(predict(load(sha), part, fs))
         static.append(predict(static_text, part, fs))
-        if naive_text:
-            naive.append(predict(naive_text, part, fs))
-        if expanding_text:
-            expanding.append(predict(expanding_text, part, fs))
+        if naive:
+            naive_parts.append(by_scoring_month(part, fs, naive, static_text))
+        if expanding:
+            reference_parts.append(by_scoring_month(part, fs, expanding, static_text))
         counts[sha] = counts.get(sha, 0) + int(served[-1][1].size)
     rows = sum(int(y.size) for _, y in served)
-    naive_score = segment_score(naive, task) if naive_text else Score.empty(task)
-    reference = segment_score(expanding, task) if expanding_text else Score.empty(task)
+    naive_score = segment_score(naive_parts, task) if naive else Score.empty(task)
+    reference = segment_score(reference_parts, task) if expanding else Score.empty(task)
     return MonthReport(month, rows, segment_score(served, task), segment_score(static, task), naive_score, counts,
                        reference)  # fmt: skip
 

@@ -182,7 +182,7 @@ def test_live_drift_asks_for_one_challenger_on_the_recent_months(home, instance)
     assert (config["train_months"], config["gate_month"], config["gate_from_day"], config["drift_window"]) == (
         ["2013-03", "2013-04", "2013-05"],
         "2013-06",
-        22,
+        11,  # the use case's Loop says where the gate month splits (flights: days 1–10 early-stop, 11–end judge)
         "2013-06",
     )
     assert request.tags["keel/trigger"] == "drift" and request.tags["keel/sim_now"].startswith("2013-07-02")

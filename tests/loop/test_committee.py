@@ -79,3 +79,35 @@ def test_a_drift_decision_trains_the_committee_after_the_refit_it_averages(rolli
     committee = next(s for s in specs if s.committee)
     assert committee.train_months == period[: period.index(rolling[-1]) + 1]  # it averages the expanding refit
     assert "first model" in committee.describe()
+
+
+@pytest.mark.parametrize(
+    "rolling, label_drift, expected",
+    [
+        # hotels' recipes: no window of recent months only — the expanding refit, the committee, a recalibration
+        (("2016-08", "2016-09", "2016-10"), True, [("expanding", True), ("committee", False), ("recalibrated", False)]),
+        (("2016-08", "2016-09", "2016-10"), False, [("expanding", True), ("committee", False)]),
+        # when the rolling window is all the history there is, the expanding candidate is fitted on it
+        (("2016-07", "2016-08"), False, [("expanding", True), ("committee", False)]),
+    ],
+)  # fmt: skip
+def test_a_use_case_trains_only_the_recipes_it_lists(rolling, label_drift, expected):
+    period = ("2016-07", "2016-08", "2016-09", "2016-10", "2016-11")
+    specs = candidate_specs(rolling, period, label_drift, ("expanding", "committee", "recalibrated"))
+    assert [(s.name, s.expanding) for s in specs] == expected
+    assert next(s for s in specs if s.expanding).train_months == period[: period.index(rolling[-1]) + 1]
+
+
+@pytest.mark.parametrize(
+    "candidates, message",
+    [
+        (("rolling", "bagging"), r"\['bagging'\]"),
+        ((), "must be one of"),
+        (("rolling", "committee"), "list 'expanding' with it"),
+    ],
+)
+def test_a_loop_listing_an_unknown_or_incomplete_recipe_is_refused_by_name(candidates, message):
+    from keel.usecase import Loop, UseCaseError
+
+    with pytest.raises(UseCaseError, match=message):
+        Loop(candidates=candidates)

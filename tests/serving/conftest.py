@@ -145,9 +145,19 @@ class Runtime:
         return httpx.post(f"{self.url}/v1/predict", json=body, headers=headers or {}, timeout=10)
 
     def wait_ready(self, timeout: float = 30) -> None:
+        """Until the gateway is ready on the routing table the last deploy wrote (not an older one it still holds:
+        a deploy of a further version leaves /readyz at 200 on the previous table until the gateway's next poll)."""
+        from keel.deploy.routing import RoutingTable
+
+        written = RoutingTable.read(self.deployer().routing_path)
         deadline = time.monotonic() + timeout
-        while httpx.get(f"{self.url}/readyz", timeout=5).status_code != 200:
-            assert time.monotonic() < deadline, httpx.get(f"{self.url}/readyz").text
+        while True:
+            r = httpx.get(f"{self.url}/readyz", timeout=5)
+            body = r.json()
+            body = body.get("models", {}).get(MODEL, body)  # a process serving several models: this one's
+            if r.status_code == 200 and (written is None or body.get("generation", -1) >= written.generation):
+                return
+            assert time.monotonic() < deadline, r.text
             time.sleep(0.1)
 
 

@@ -131,3 +131,32 @@ def test_a_month_before_any_release_is_a_clear_failure(tmp_path, feature_months)
         )
         with pytest.raises(dg.Failure, match="nothing has served yet"):
             loop_report(context, features=month_of(feature_months, "2013-05", FLIGHT_FEATURES))
+
+
+def test_each_row_is_scored_by_the_baseline_of_the_month_it_was_scored_as_of(feature_months):
+    """A hotel booking of August quoted in January is scored by January's naive model, not August's: rows of one
+    report scored as of two months get each month's baseline; a month without one gets the static model."""
+    from keel.loop.report import Release, month_report
+
+    april_may = labelled(
+        feature_months.filter(pl.col("sched_date").dt.strftime("%Y-%m").is_in(["2013-04", "2013-05"]))
+    )
+    static = train_model(feature_months, TrainingConfig(train_months=("2013-01",), valid_month="2013-02"),
+                         FLIGHT_FEATURES).text  # fmt: skip
+    april = train_model(feature_months, TrainingConfig(train_months=("2013-02",), valid_month="2013-03"),
+                        FLIGHT_FEATURES).text  # fmt: skip
+    releases = [Release(datetime(2013, 3, 1, tzinfo=UTC), "rel-static", "s")]
+    asked = []
+
+    def naive(month: str) -> str | None:
+        asked.append(month)
+        return {"2013-04": april}.get(month)  # May: no refit — the static model scores it
+
+    report = month_report("2013-05", april_may, releases, lambda _: static, static, naive, FLIGHT_FEATURES)
+    assert sorted(asked) == ["2013-04", "2013-05"]
+    in_april = april_may.filter(pl.col("sched_date").dt.month() == 4)
+    in_may = april_may.filter(pl.col("sched_date").dt.month() == 5)
+    s = np.concatenate([scores(april, in_april), scores(static, in_may)])
+    y = np.concatenate([in_april["label_late15"].to_numpy(), in_may["label_late15"].to_numpy()])
+    assert report.naive.log_loss == pytest.approx(log_loss_of(s, y), abs=1e-6)
+    assert report.naive.log_loss != pytest.approx(report.static.log_loss, abs=1e-4)  # April's model did score April
