@@ -1,5 +1,5 @@
-"""What a request is scored on: the [batch, n_features] matrix from the entities (the use case's request contract on
-the record path, the online store's features, frozen ones flagged) or from feature values sent directly, range-checked;
+"""What a request is scored on: the [batch, n_features] matrix from the entities (the use case's request contract — on
+the record path for one entity, columnar for a batch —, the online store's features, frozen ones flagged) or from feature values sent directly, range-checked;
 held in the model's memory pool while the request is in flight.
 
 A mixin of ``Gateway`` (gpu_runtime/gateway/app.py), which owns ``contract``, ``store``, ``policy``, ``pools`` and
@@ -15,6 +15,7 @@ import numpy as np
 
 from gpu_runtime.gateway.limits import RequestError
 from gpu_runtime.pools import PoolBudgetExceeded
+from keel.contracts.columnar import validate_records
 from keel.features.spec import Entity
 
 MAX_BATCH = 1024
@@ -73,7 +74,10 @@ class BuildsInputs:
                 raise RequestError(
                     422, "invalid_input", f"each {self.features.entity.name} must be a JSON object", index=i
                 )
-            verdict = self.contract.validate_record(row)
+        # one entity: the record path; a batch: the contract's columnar form over all of it (the same verdicts)
+        verdicts = [self.contract.validate_record(given[0])] if len(given) == 1 else \
+            validate_records(self.contract, given)  # fmt: skip
+        for i, verdict in enumerate(verdicts):
             r = verdict.record
             impossible = _impossible_date(r, entity)
             if verdict.sink != "valid" or impossible:
