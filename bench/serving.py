@@ -1,15 +1,16 @@
 """Serving speed: the gateway → Triton vs tritonclient → Triton directly vs in-process ``lightgbm.predict``.
 
 Same model (LightGBM trained here on real January 2013 features), same feature rows (real February flights), one
-run: the real model runtime (``python -m gpu_runtime.serve``: Triton from nvidia-pytriton + the gateway) in a
+run: the real model runtime (``python -m gpu_runtime.serve``: the Triton build from nvidia-pytriton + the gateway) in a
 throwaway KEEL_HOME, on 127.0.0.1. Closed loop, one request at a time, the ways interleaved in rounds; p50/p99.
 
 - in-process: ``Booster.predict`` on the float32 matrix (num_threads=1) — the floor;
 - Triton direct: tritonclient gRPC ``infer`` on Triton model ``flight-delay-v1``, served by keel's native backend
   (gpu_runtime/backend/, LightGBM's C API);
 - Triton direct (Python backend): the same model loaded a second time as ``flight-delay-v2`` on Triton's Python
-  backend (gpu_runtime/triton_model.py, the explicit option) — what the native backend replaced (as version 9:
-  the cold-start deploys below use 1–3);
+  backend (gpu_runtime/triton_model.py, the explicit option; its interpreter is .venv-pybackend, which
+  scripts/python-backend-env makes on first use) — what the native backend replaced (as version 9: the cold-start
+  deploys below use 1–3);
 - gateway (features): ``POST /v1/predict`` with the feature values in the body (an object for batch 1, the
   columnar form for batch 256) — gateway overhead = this minus Triton direct (HTTP, parsing, range checks,
   routing, breaker, memory pool, the exposure log, metrics);
@@ -234,6 +235,9 @@ def main() -> int:
     rows = feb.to_dicts()
     env = os.environ | {"KEEL_HOME": str(home), "KEEL_USECASES": "flights"}  # flights' model alone
     env.pop("KEEL_TRITON_ADMIN_KEY", None)
+    # the Python backend's interpreter (numpy < 2), for the comparison only: keel serves without it
+    made = subprocess.run([str(REPO / "scripts" / "python-backend-env")], capture_output=True, text=True, check=True)
+    env["KEEL_RUNTIME_PYTHON"] = made.stdout.strip().splitlines()[-1]
     port = free_port()
     serve = subprocess.Popen(
         [sys.executable, "-m", "gpu_runtime.serve", "--gateway-port", str(port)],

@@ -1,12 +1,11 @@
 """The Triton Inference Server process: start, stop, health, explicit load/unload, readiness.
 
-The binary is the ``tritonserver`` shipped inside PyPI's nvidia-pytriton, installed in the runtime environment
-(.venv-runtime, numpy<2). ``prepare_dist`` copies its server directory into keel's work dir with the Python
-backend stub for the runtime's Python version (what pytriton itself does), and the process gets:
-
-- ``LD_LIBRARY_PATH``: the runtime interpreter's lib directory first (the stub must load *that* libpython, not
-  the system one), then the wheel's bundled libraries;
-- ``PYTHONPATH``: the runtime environment's site-packages (numpy<2, lightgbm), ``PATH``: its bin directory.
+The binary is the ``tritonserver`` build inside PyPI's nvidia-pytriton, extracted from the pinned wheel into
+``.keel-triton`` (gpu_runtime/triton_dist.py) — no environment of its own: every model is served by keel's native
+backend (gpu_runtime/backend/). ``prepare_dist`` copies the server directory into keel's work dir with that backend,
+and the process gets ``LD_LIBRARY_PATH`` = the build's bundled libraries. Only with the Python backend option
+(``$KEEL_RUNTIME_PYTHON``, an interpreter with numpy < 2) does it also get that interpreter's stub, libpython (first
+on the path), site-packages and bin directory.
 
 Every endpoint binds 127.0.0.1. The model-repository API (load/unload/index) is restricted: requests need the
 header ``keel-admin-key: <KEEL_TRITON_ADMIN_KEY>``, a secret taken from the environment (generated when unset), so
@@ -36,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from gpu_runtime.process import die_with_parent, hide_admin_key
+from gpu_runtime.triton_dist import PythonBackendEnv, TritonDist, TritonDistError, python_backend_env, triton_dist
 from keel.errors import KeelError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -44,50 +44,27 @@ ADMIN_KEY_ENV = "KEEL_TRITON_ADMIN_KEY"
 
 
 class TritonError(KeelError):
-    """Triton did not start, a model did not load, or the runtime environment is missing."""
-
-
-def runtime_python() -> Path:
-    """The runtime environment's interpreter: $KEEL_RUNTIME_PYTHON, else .venv-runtime in the repository."""
-    path = Path(os.environ.get("KEEL_RUNTIME_PYTHON") or REPO_ROOT / ".venv-runtime" / "bin" / "python")
-    if not path.exists():
-        raise TritonError(f"no runtime environment at {path}: run scripts/setup (it creates .venv-runtime)")
-    return path
+    """Triton did not start, a model did not load, or its binary is missing."""
 
 
 @dataclass(frozen=True)
 class RuntimeInfo:
-    python: Path
-    version: str  # "3.11"
-    libdir: str
-    site_packages: str
-    bindir: str
-    pytriton: str
-    triton_version: str
+    """What a server runs: the extracted Triton build and, only when the Python backend option is configured
+    (``$KEEL_RUNTIME_PYTHON``), the interpreter that backend runs models in."""
+
+    dist: TritonDist
+    python: PythonBackendEnv | None
+
+    @property
+    def triton_version(self) -> str:
+        return self.dist.version
 
 
-def runtime_info(python: Path | None = None) -> RuntimeInfo:
-    python = python or runtime_python()
-    code = (
-        "import json, sys, sysconfig, pathlib, importlib.metadata as md, pytriton;"
-        "print(json.dumps({'version': f'{sys.version_info[0]}.{sys.version_info[1]}',"
-        "'libdir': sysconfig.get_config_var('LIBDIR'), 'site_packages': sysconfig.get_paths()['purelib'],"
-        "'bindir': str(pathlib.Path(sys.executable).parent), 'pytriton': str(pathlib.Path(pytriton.__file__).parent),"
-        "'pytriton_version': md.version('nvidia-pytriton')}))"
-    )
-    out = subprocess.run([str(python), "-c", code], capture_output=True, text=True)
-    if out.returncode != 0:
-        raise TritonError(f"{python}: cannot find nvidia-pytriton in the runtime environment: {out.stderr.strip()}")
-    info = json.loads(out.stdout)
-    return RuntimeInfo(
-        python=python,
-        version=info["version"],
-        libdir=info["libdir"],
-        site_packages=info["site_packages"],
-        bindir=info["bindir"],
-        pytriton=info["pytriton"],
-        triton_version=f"pytriton {info['pytriton_version']}",
-    )
+def runtime_info() -> RuntimeInfo:
+    try:
+        return RuntimeInfo(triton_dist(), python_backend_env())
+    except TritonDistError as exc:
+        raise TritonError(str(exc)) from None
 
 
 NATIVE_BACKEND_LIB = REPO_ROOT / "gpu_runtime" / "backend" / "build" / "keel_lightgbm" / "libtriton_keel_lightgbm.so"
@@ -117,20 +94,23 @@ def install_native_backend(dist: Path) -> None:
 
 
 def prepare_dist(work_dir: Path, info: RuntimeInfo) -> Path:
-    """Copy the wheel's tritonserver directory (once) with the Python stub for the runtime's Python version, and
-    keel's native backend (every time: a rebuilt backend replaces the copy)."""
-    dest = work_dir / f"tritonserver-py{info.version}"
-    stub_dst = dest / "backends" / "python" / "triton_python_backend_stub"
-    if stub_dst.exists():
+    """Copy the extracted tritonserver folder (once) — with the Python backend's stub for its interpreter's version
+    when that option is configured — and keel's native backend (every time: a rebuilt backend replaces the copy)."""
+    py = info.python
+    dest = work_dir / (f"tritonserver-py{py.version}" if py else "tritonserver")
+    marker = dest / "backends" / "python" / "triton_python_backend_stub" if py else dest / "bin" / "tritonserver"
+    if marker.exists():
         install_native_backend(dest)
         return dest
-    src = Path(info.pytriton) / "tritonserver"
+    src = info.dist.server
     tmp = work_dir / f".tritonserver-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     shutil.copytree(src, tmp, ignore=shutil.ignore_patterns("python_backend_stubs"))
-    shutil.copy2(
-        src / "python_backend_stubs" / info.version / "triton_python_backend_stub", tmp / "backends" / "python"
-    )
+    if py:
+        stub = src / "python_backend_stubs" / py.version / "triton_python_backend_stub"
+        if not stub.exists():
+            raise TritonError(f"the Triton build has no Python backend stub for Python {py.version}")
+        shutil.copy2(stub, tmp / "backends" / "python")
     try:
         os.rename(tmp, dest)
     except OSError:  # another process prepared it first
@@ -204,13 +184,19 @@ class TritonServer:
         ]
 
     def env(self, info: RuntimeInfo) -> dict[str, str]:
-        libs = str(Path(info.site_packages) / "nvidia_pytriton.libs")
+        """The build's bundled libraries on the library path; with the Python backend option, its interpreter's
+        libpython first (the stub must load *that* one) and its site-packages (numpy < 2, lightgbm)."""
         env = dict(os.environ)
-        env["LD_LIBRARY_PATH"] = ":".join(p for p in (info.libdir, libs, env.get("LD_LIBRARY_PATH")) if p)
-        env["PYTHONPATH"] = info.site_packages
-        env["PATH"] = f"{info.bindir}:{env.get('PATH', '')}"
-        env["PYTHONNOUSERSITE"] = "1"
+        py = info.python
+        paths = (py.libdir if py else None, str(info.dist.libs), env.get("LD_LIBRARY_PATH"))
+        env["LD_LIBRARY_PATH"] = ":".join(p for p in paths if p)
         env.pop("PYTHONHOME", None)
+        if py:
+            env["PYTHONPATH"] = py.site_packages
+            env["PATH"] = f"{py.bindir}:{env.get('PATH', '')}"
+            env["PYTHONNOUSERSITE"] = "1"
+        else:
+            env.pop("PYTHONPATH", None)
         return env
 
     def start(self, timeout: float = 60.0) -> TritonServer:
@@ -302,7 +288,12 @@ class TritonControl:
         try:
             self._client.load_model(name, headers=self._headers, config=json.dumps(config))
         except InferenceServerException as exc:
-            raise TritonError(f"Triton could not load {name} versions {_versions(config)}: {exc.message()}") from None
+            hint = (" (a Python-backend model: the server needs KEEL_RUNTIME_PYTHON, an interpreter with numpy < 2 — "
+                    "scripts/python-backend-env; keel's default is the native backend)")  # fmt: skip
+            hint = hint if config.get("backend") == "python" else ""
+            raise TritonError(
+                f"Triton could not load {name} versions {_versions(config)}: {exc.message()}{hint}"
+            ) from None
 
     def unload(self, name: str) -> None:
         self._client.unload_model(name, headers=self._headers)

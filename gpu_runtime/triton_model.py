@@ -1,8 +1,9 @@
 """The Triton Python-backend model that serves one registered LightGBM model version.
 
 Copied into ``<repository>/<model>/<version>/model.py`` by gpu_runtime.repository; it runs inside Triton's Python
-stub, in the runtime environment (.venv-runtime: numpy<2, lightgbm — see ARCHITECTURE.md), and imports nothing from
-keel. ``initialize`` reads ``model.txt`` and ``meta.json`` next to it and refuses to load when the text does not
+stub — only with the explicit option ``ServingConfig(backend="python")``; keel's native backend serves by default —
+in the interpreter ``$KEEL_RUNTIME_PYTHON`` names (numpy<2, lightgbm: scripts/python-backend-env), and imports
+nothing from keel. ``initialize`` reads ``model.txt`` and ``meta.json`` next to it and refuses to load when the text does not
 hash to the registered sha256: a corrupt or tampered file is a failed load, and Triton keeps serving whatever was
 loaded before.
 

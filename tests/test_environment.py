@@ -1,8 +1,8 @@
-"""What pip actually resolved: one matched Dagster release set, numpy 2 here and numpy<2 in the model runtime."""
+"""What pip actually resolved: one matched Dagster release set and numpy 2 — in the one environment that also runs the
+model runtime (the Triton binary extracted from its pinned wheel, no numpy<2 environment beside it)."""
 
 from __future__ import annotations
 
-import subprocess
 import tomllib
 from importlib.metadata import requires, version
 
@@ -52,14 +52,19 @@ def test_analytics_environment_has_numpy_2():
     assert int(numpy.__version__.split(".")[0]) == 2
 
 
-def test_model_runtime_environment_has_numpy_below_2():
-    python = REPO / ".venv-runtime" / "bin" / "python"
-    if not python.exists():
-        pytest.fail(".venv-runtime is missing: scripts/setup creates it (the README's commands run it)")
-    out = subprocess.run(
-        [str(python), "-c", "import numpy, lightgbm; print(numpy.__version__)"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    assert int(out.stdout.strip().split(".")[0]) < 2
+def test_the_model_runtime_is_the_pinned_triton_build_and_needs_no_environment_of_its_own():
+    """scripts/setup extracted the pinned wheel's tritonserver (its stamp is the pin's hash) and a server started
+    from this environment, with no KEEL_RUNTIME_PYTHON, gets no Python of its own: only the build's libraries."""
+    from gpu_runtime.triton import TritonServer, runtime_info
+    from gpu_runtime.triton_dist import pin_stamp, triton_home
+
+    home = triton_home()
+    assert (home / ".keel-stamp").read_text().strip() == pin_stamp(), "scripts/setup extracts the pinned build"
+    binary = home / "pytriton" / "tritonserver" / "bin" / "tritonserver"
+    assert binary.stat().st_mode & 0o111 and not binary.stat().st_mode & 0o002  # executable, not world-writable
+    with pytest.MonkeyPatch.context() as mp:
+        mp.delenv("KEEL_RUNTIME_PYTHON", raising=False)
+        info = runtime_info()
+        env = TritonServer(home / "unused-repo", home / "unused-work").env(info)
+    assert info.python is None and info.triton_version == "nvidia-pytriton 0.7.0"
+    assert env["LD_LIBRARY_PATH"].split(":")[0] == str(home / "nvidia_pytriton.libs") and "PYTHONPATH" not in env

@@ -99,9 +99,9 @@ def test_the_profile_names_the_dockerfiles_of_its_images(profile):
     for text in (platform, runtime):
         assert "-c constraints.txt" in text and "USER 10001" in text
     assert '"dagster", "api", "grpc", "--python-file", "definitions.py"' in platform
-    assert (
-        "gpu_runtime/constraints-runtime.txt" in runtime and "KEEL_RUNTIME_PYTHON=/opt/keel/.venv-runtime" in runtime
-    )
+    # one environment: the pinned Triton build extracted, the native backend built, no numpy<2 interpreter
+    assert "-m gpu_runtime.triton_dist" in runtime and "make -s -C gpu_runtime/backend" in runtime
+    assert "KEEL_TRITON_HOME=/opt/keel/.keel-triton" in runtime and "KEEL_RUNTIME_PYTHON" not in runtime
     [c] = runtime_manifests(profile)[0]["spec"]["template"]["spec"]["containers"]
     assert json.dumps(c["command"]).replace(" ", "") in runtime.replace(" ", "")  # the image's CMD is the pod's
     cpu_only = runtime_manifests(profile.__class__(gpus_per_runtime=0))[0]["spec"]["template"]["spec"]

@@ -45,7 +45,7 @@ class ProfileError(KeelError):
 class K8sProfile:
     namespace: str = "keel"
     image: str = "ghcr.io/keel-platform/keel:0.1.0"  # Dagster code, .venv
-    runtime_image: str = "ghcr.io/keel-platform/keel-runtime:0.1.0"  # Triton (nvidia-pytriton) + .venv-runtime
+    runtime_image: str = "ghcr.io/keel-platform/keel-runtime:0.1.0"  # Triton + native backend + gateway
     image_pull_policy: str = "IfNotPresent"
     service_account: str = "keel"
     secrets: str = "keel-secrets"  # KEEL_TRITON_ADMIN_KEY and other secrets, as environment variables

@@ -1,4 +1,4 @@
-"""The model runtime under test: a real Triton (from nvidia-pytriton, in .venv-runtime) and the real gateway process,
+"""The model runtime under test: a real Triton (the build from nvidia-pytriton, .keel-triton) and the real gateway process,
 serving LightGBM models trained here on real January 2013 features, with a real online store snapshot."""
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ Python backend under an injected partial fault, and reports Triton's statistics 
 from __future__ import annotations
 
 import hashlib
+import subprocess
 import time
 import zlib
 
@@ -16,6 +17,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from gpu_runtime.repository import NATIVE_BACKEND, ModelRepository, ServingConfig, model_config, triton_name
+from gpu_runtime.triton import REPO_ROOT as REPO
 from gpu_runtime.triton import TritonError, TritonServer
 from usecases.flights.features import FEATURE_NAMES
 
@@ -127,16 +129,43 @@ def test_triton_counts_its_requests_for_metering(server, serving_models, rows):
     assert int(stats["inference_stats"]["compute_infer"]["ns"]) > 0
 
 
-def test_the_python_backend_is_an_explicit_option_that_answers_the_same(server, serving_models, rows):
+@pytest.fixture(scope="module")
+def python_server(tmp_path_factory):
+    """A Triton with the Python backend option configured: KEEL_RUNTIME_PYTHON names the numpy<2 interpreter
+    scripts/python-backend-env makes (.venv-pybackend; created on first use, ~1 min)."""
+    made = subprocess.run([str(REPO / "scripts" / "python-backend-env")], capture_output=True, text=True)
+    assert made.returncode == 0, made.stderr
+    work = tmp_path_factory.mktemp("pybackend")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("KEEL_RUNTIME_PYTHON", made.stdout.strip().splitlines()[-1])
+        server = TritonServer(work / "repository", work / "triton").start()
+    try:
+        yield server, ModelRepository(work / "repository"), work
+    finally:
+        server.stop()
+
+
+@pytest.mark.slow
+def test_the_python_backend_is_an_explicit_option_that_answers_the_same(python_server, serving_models, rows):
     texts, _ = serving_models
-    triton, repository, _ = server
+    triton, repository, _ = python_server
     text = texts[2]
     repository.publish(NAME, 6, text, {"sha256": hashlib.sha256(text.encode()).hexdigest(), "version": 6})
     config = model_config(NAME, 6, ServingConfig(n_features=len(FEATURE_NAMES), backend="python"))
     assert config["backend"] == "python"
     triton.client().load(triton_name(NAME, 6), config)
-    client = publish_and_load(server, 7, text)  # the same model on the native backend
+    client = publish_and_load(python_server, 7, text)  # the same model on the native backend, in the same server
     python, native = (infer(client, v, rows[:256]).as_numpy("score") for v in (6, 7))
     assert np.abs(python - native).max() <= 1e-6
     with pytest.raises(ValueError, match="backend must be one of"):
         ServingConfig(n_features=3, backend="onnx")
+
+
+def test_without_the_option_a_python_backend_model_does_not_load_and_the_error_says_so(server, serving_models):
+    """The default runtime has no Python interpreter for Triton: a python-backend model is refused, by name."""
+    texts, _ = serving_models
+    triton, repository, _ = server
+    repository.publish(NAME, 8, texts[0], {"sha256": hashlib.sha256(texts[0].encode()).hexdigest(), "version": 8})
+    config = model_config(NAME, 8, ServingConfig(n_features=len(FEATURE_NAMES), backend="python"))
+    with pytest.raises(TritonError, match=f"(?s){triton_name(NAME, 8)}.*needs KEEL_RUNTIME_PYTHON"):
+        triton.client().load(triton_name(NAME, 8), config)
