@@ -4,7 +4,8 @@ Same model (LightGBM trained here on real January 2013 features), same feature r
 run: the real model runtime (``python -m gpu_runtime.serve``: the Triton build from nvidia-pytriton + the gateway) in a
 throwaway KEEL_HOME, on 127.0.0.1. Closed loop, one request at a time, the ways interleaved in rounds; p50/p99.
 
-- in-process: ``Booster.predict`` on the float32 matrix (num_threads=1) — the floor;
+- in-process: ``Booster.predict`` on the float32 matrix (num_threads=1) — the floor; and with ``pred_contrib``
+  (TreeSHAP), the floor of an explained answer;
 - Triton direct: tritonclient gRPC ``infer`` on Triton model ``flight-delay-v1``, served by keel's native backend
   (gpu_runtime/backend/, LightGBM's C API);
 - Triton direct (Python backend): the same model loaded a second time as ``flight-delay-v2`` on Triton's Python
@@ -220,10 +221,27 @@ def gateway_code(home: Path, triton_grpc: str, bodies: list[bytes]) -> list[floa
         return asyncio.run(run())
 
 
+def profile_gateway(home: Path, triton_grpc: str, *body_sets: list[bytes]) -> int:
+    """Where the gateway's time goes at batch 256 (``--profile``): cProfile over ``gateway_code`` per body set."""
+    import cProfile
+    import pstats
+
+    for bodies in body_sets:
+        profiler = cProfile.Profile()
+        profiler.enable()
+        gateway_code(home, triton_grpc, bodies)
+        profiler.disable()
+        pstats.Stats(profiler).sort_stats("cumulative").print_stats(30)
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--requests", type=int, default=2000, help="batch-1 requests per way (batch 256: a tenth)")
     parser.add_argument("--seconds", type=float, default=30.0, help="replay duration at 200 requests/s")
+    parser.add_argument("--profile", action="store_true",
+                        help="instead of the measurements: cProfile the gateway's own code on 100 requests of 256 "
+                        "flights (and 100 explained feature batches of 256), print the top 30 functions")  # fmt: skip
     args = parser.parse_args()
     home = Path(tempfile.mkdtemp(prefix="keel-bench-serving-"))
     texts, feb = setup(home)
@@ -289,6 +307,10 @@ def main() -> int:
         def flights_body(r: list[dict]) -> bytes:
             return json.dumps({"flights": [flight_of(row) for row in r], "unit_id": "bench"}).encode()
 
+        if args.profile:
+            starts = [(i * 256) % (len(rows) - 256) for i in range(100)]
+            return profile_gateway(home, ep["triton_grpc"], [flights_body(rows[s : s + 256]) for s in starts],
+                                   [features_body(x_all[s : s + 256], explain=True) for s in starts])  # fmt: skip
         tname = triton_name(MODEL, 1)
         results: dict[tuple[str, int], list[float]] = {}
         for batch, n in ((1, args.requests), (256, max(50, args.requests // 10))):
@@ -300,6 +322,9 @@ def main() -> int:
             fl_bodies = [flights_body(rows[s : s + batch]) for s in starts]
             ways = {
                 "in-process lightgbm": lambda i, xs=xs: booster.predict(xs[i].astype(np.float64), num_threads=1),
+                "in-process lightgbm (TreeSHAP)": lambda i, xs=xs: booster.predict(
+                    xs[i].astype(np.float64), num_threads=1, pred_contrib=True
+                ),
                 "Triton direct (tritonclient)": lambda i, xs=xs: control.infer(tname, 1, xs[i]),
                 "Triton direct (Python backend)": lambda i, xs=xs: control.infer(python_name, 9, xs[i]),
                 "gateway → Triton (features)": lambda i, b=f_bodies: gateway(b[i]),
@@ -384,6 +409,17 @@ def main() -> int:
             f"{statistics.median(e) - statistics.median(g):+.3f} ms, p99 {pct(e, 0.99) - pct(g, 0.99):+.3f} ms"
             + (" (target: ≤ 1 ms at p50)" if batch == 1 else "")
         )
+    p50 = {key: statistics.median(lat) for key, lat in results.items()}
+    tree_shap = p50[("in-process lightgbm (TreeSHAP)", 256)] / p50[("in-process lightgbm", 256)]
+    print(
+        f"explain / plain at batch 256, gateway: {p50[('gateway → Triton (features, explain)', 256)] / p50[('gateway → Triton (features)', 256)]:.1f}× "
+        f"(goal ≤ 2×); in process, TreeSHAP / predict: {tree_shap:.1f}× — the floor of any explained answer"
+    )
+    flights_1 = results[("gateway → Triton (flights)", 1)]
+    print(
+        f"goals, gateway with flights: batch 1 p50 {statistics.median(flights_1):.3f} ms (≤ 1.5), p99 "
+        f"{pct(flights_1, 0.99):.3f} ms (≤ 3); batch 256 p50 {p50[('gateway → Triton (flights)', 256)]:.3f} ms (≤ 6)"
+    )
     print(
         f"cold start (load → first response), 5 deploys: median {statistics.median(cold) * 1000:.0f} ms, "
         f"max {max(cold) * 1000:.0f} ms"
