@@ -106,7 +106,7 @@ class Loop:
     - ``candidates``: the recipes a drift decision trains (keel/loop/candidates.py ``RECIPES``): all of them by
       default; a use case leaves out those that cannot serve it — hotels, whose quotes are for stays up to a year
       ahead, leaves out the windows of recent months only (a rolling window of three winter months prices next
-      summer from winter)."""
+      summer from winter) and the recalibration (one month's bias applied to quotes of every season)."""
 
     gate_from_day: int = 22
     gate_min_rows: int = 1000

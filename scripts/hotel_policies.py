@@ -9,7 +9,9 @@ quoted from the first release on (2016-11-15). docs/live.md quotes its output.
 - ``rolling``: the loop's rolling candidate, three months before the newest labelled, early-stopped on its days 1–14;
 - ``expanding``: all labelled history (July 2016 … quote month − 2), early-stopped on month − 1's days 1–14;
 - ``committee``: the mean raw score of the static model and this and the previous quote month's ``expanding``
-  (keel/loop/committee.py), as the loop's committee averages them.
+  (keel/loop/committee.py), as the loop's committee averages them;
+- ``recalibrated``: the static model with a bias fitted on month − 1's arrivals of days 1–14 (keel/loop/recalibrate.py,
+  the loop's recalibrated candidate of the champion).
 
 Usage: .venv/bin/python scripts/hotel_policies.py   (about a minute; reads the package's bookings)
 """
@@ -28,9 +30,10 @@ import polars as pl  # noqa: E402
 
 from keel.features.offline import offline_features  # noqa: E402
 from keel.loop.committee import committee_model_text  # noqa: E402
+from keel.loop.recalibrate import affine_model_text, fit_recalibration  # noqa: E402
 from keel.loop.report import naive_window  # noqa: E402
 from keel.metrics import summary  # noqa: E402
-from keel.training.model import TrainingConfig, predict, train_model  # noqa: E402
+from keel.training.model import TrainingConfig, month_of, predict, train_model  # noqa: E402
 from keel.usecase import get  # noqa: E402
 from usecases.hotels.replay import valid_bookings  # noqa: E402
 
@@ -58,7 +61,9 @@ def main() -> int:
 
     static = fit(uc.model.train_months, uc.model.valid_month)
     quote_months = sorted({m for m in months if m >= FIRST_RELEASE.strftime("%Y-%m")} | set(ARRIVALS))
-    policies: dict[str, dict[str, str]] = {p: {} for p in ("naive", "rolling", "expanding", "committee")}
+    policies: dict[str, dict[str, str]] = {
+        p: {} for p in ("naive", "rolling", "expanding", "committee", "recalibrated")
+    }
     for q in quote_months:
         newest = month_before(q)  # the newest labelled arrival month at q's start
         history = tuple(m for m in months if m < newest)
@@ -69,6 +74,10 @@ def main() -> int:
         before = policies["expanding"].get(month_before(q))
         members = [static, policies["expanding"][q]] + ([before] if before else [])
         policies["committee"][q] = committee_model_text(members, [1 / len(members)] * len(members))
+        newest_days = month_of(feats, newest, fs).filter(fs.entity.partition_day.dt.day() < 15)
+        raw, y = predict(static, newest_days, fs)  # a regression's raw score is its value
+        bias = fit_recalibration("regression", raw, y, "bias")
+        policies["recalibrated"][q] = affine_model_text(static, bias.a, bias.b)
         print(f"  refitted at {q}", flush=True)
 
     quoted = pl.col(fs.entity.date)
