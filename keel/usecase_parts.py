@@ -103,7 +103,7 @@ class Loop:
     - ``label_delay``: how long after a request its label may still be on its way — the loop's canary gives realized
       labels this much time beyond its progress deadline (flights: none, its labels land the next day; a rate
       quote's price only once its stay is over and landed, weeks on);
-    - ``candidates``: the recipes a drift decision trains (keel/loop/candidates.py ``RECIPES``): all of them by
+    - ``candidates``: the recipes a drift decision trains (keel/loop/recipes.py ``RECIPES``): all of them by
       default; a use case leaves out those that cannot serve it — hotels, whose quotes are for stays up to a year
       ahead, leaves out the windows of recent months only (a rolling window of three winter months prices next
       summer from winter) and the recalibration (one month's bias applied to quotes of every season)."""
@@ -120,7 +120,7 @@ class Loop:
             raise UseCaseError(f"loop: gate_min_rows below 30 judges on noise, got {self.gate_min_rows}")
         if self.label_delay < timedelta(0):
             raise UseCaseError(f"loop: label_delay must not be negative, got {self.label_delay}")
-        from keel.loop.candidates import RECIPES
+        from keel.loop.recipes import RECIPES
 
         unknown = sorted(set(self.candidates) - set(RECIPES))
         if unknown or not self.candidates:
