@@ -1,5 +1,6 @@
 """What a request is scored on: the [batch, n_features] matrix from the entities (the use case's request contract — on
-the record path for one entity, columnar for a batch —, the online store's features, frozen ones flagged) or from feature values sent directly, range-checked;
+the record path for one entity, columnar for a batch —, the online store's features, frozen ones flagged) or from
+feature values sent directly, range-checked;
 held in the model's memory pool while the request is in flight.
 
 A mixin of ``Gateway`` (gpu_runtime/gateway/app.py), which owns ``contract``, ``store``, ``policy``, ``pools`` and
