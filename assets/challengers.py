@@ -153,7 +153,7 @@ def build_challenger_assets(uc: UseCase) -> list[dg.AssetsDefinition]:
                            "feature_code_version": feature_code_version(uc)}  # fmt: skip
                 sha = reg.register(name, text, record).sha256
                 if coarse is None:  # one coarse model for the decision (the first candidate's), linked to each
-                    coarse = fit_coarse(reg, name, uc.model.coarse, features, _training(spec, config, first.params),
+                    coarse = fit_coarse(reg, name, uc.model.coarse, features, _training(spec, config, first.params, uc),
                                         fs, sha, {"train_months": list(config.train_months), "run_id": run_id})  # fmt: skip
                 elif coarse[1] is not None:
                     reg.annotate(name, sha, {"coarse_sha256": coarse[0].sha256})
@@ -292,33 +292,34 @@ def build_challenger_assets(uc: UseCase) -> list[dg.AssetsDefinition]:
     return [challenger_model, challenger_evaluation]
 
 
-def _training(spec: CandidateSpec, config: ChallengerConfig, params: dict) -> TrainingConfig:
+def _training(spec: CandidateSpec, config: ChallengerConfig, params: dict, uc: UseCase) -> TrainingConfig:
     return TrainingConfig(
         train_months=spec.train_months or tuple(config.train_months),
         valid_month=config.gate_month,
         valid_days=(1, config.gate_from_day - 1),
         params=params,
         half_life_days=spec.half_life_days,
+        early_stopping_rounds=uc.loop.early_stopping_rounds,
     )
 
 
-def committee_members(reg, name: str, gate_month: str) -> list[tuple[str, str]]:
+def committee_members(reg, name: str, gate_month: str, previous: bool = True) -> list[tuple[str, str]]:
     """(role, sha256) of a committee's members that a drift decision judged on ``gate_month`` finds registered: the
     use case's own trained model (the newest version its training asset registered: the record has the asset's
     ``training_code_version`` — a candidate that reproduced it byte for byte shares its record, so "no candidate key"
     would not do) and the expanding refit of the decision before this one (the newest version marked
-    ``window: expanding`` judged on an earlier month), when there is one."""
-    anchor = previous = None
+    ``window: expanding`` judged on an earlier month), when there is one and ``previous`` asks for it."""
+    anchor = before = None
     for version in sorted(reg.versions(name), reverse=True):
         sha = reg.sha_of_version(name, version)
         meta = reg.get(name, sha).metadata
         if anchor is None and "training_code_version" in meta:
             anchor = sha
-        if previous is None and meta.get("window") == "expanding" and meta.get("gate_month", "") < gate_month:
-            previous = sha
+        if before is None and meta.get("window") == "expanding" and meta.get("gate_month", "") < gate_month:
+            before = sha
     if anchor is None:
         raise dg.Failure(f"{name} has no model of its own training in the registry: the committee has no anchor")
-    return [("first model", anchor)] + ([("previous expanding refit", previous)] if previous else [])
+    return [("first model", anchor)] + ([("previous expanding refit", before)] if before and previous else [])
 
 
 def _fit(uc: UseCase, spec: CandidateSpec, config: ChallengerConfig, features, reg, params,
@@ -328,7 +329,7 @@ def _fit(uc: UseCase, spec: CandidateSpec, config: ChallengerConfig, features, r
         refit = next((t for s, t in fitted.items() if s.expanding), None)
         if refit is None:
             raise dg.Failure("the committee needs this decision's expanding refit: fit it first")
-        members = committee_members(reg, uc.model.name, config.gate_month)
+        members = committee_members(reg, uc.model.name, config.gate_month, uc.loop.committee_previous)
         members.append(("this decision's expanding refit", hashlib.sha256(refit.encode()).hexdigest()))
         text = committee_model_text([reg.load(sha) for _, sha in members])
         return text, {"train_months": list(spec.train_months), "valid_month": config.gate_month,
@@ -342,10 +343,11 @@ def _fit(uc: UseCase, spec: CandidateSpec, config: ChallengerConfig, features, r
         return text, {"train_months": list(base.get("train_months") or []), "valid_month": base.get("valid_month"),
                       "recalibration": fit | {"of_version": reg.version(uc.model.name, champion),
                                               "fitted_on": f"{config.gate_month} days 1–{config.gate_from_day - 1}"}}  # fmt: skip
-    training = _training(spec, config, params)
+    training = _training(spec, config, params, uc)
     model = train_model(features, training, uc.features)
     return model.text, {"train_months": list(training.train_months), "valid_month": training.valid_month,
                         "valid_days": list(training.valid_days), "params": training.params,
+                        "early_stopping_rounds": training.early_stopping_rounds,
                         "half_life_days": spec.half_life_days, "best_iteration": model.best_iteration}  # fmt: skip
 
 

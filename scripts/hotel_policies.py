@@ -6,10 +6,13 @@ quoted from the first release on (2016-11-15). docs/live.md quotes its output.
 - ``static``: fitted on arrivals of July–September 2016, early-stopped on October (the first model);
 - ``naive``: refitted at the quote month's start on the four arrival months before it (three fitted, the last
   early-stopped on), no gate — loop_report's naive baseline;
-- ``rolling``: the loop's rolling candidate, three months before the newest labelled, early-stopped on its days 1–14;
-- ``expanding``: all labelled history (July 2016 … quote month − 2), early-stopped on month − 1's days 1–14;
-- ``committee``: the mean raw score of the static model and this and the previous quote month's ``expanding``
-  (keel/loop/committee.py), as the loop's committee averages them;
+- ``rolling``: the loop's rolling candidate, three months before the newest labelled, early-stopped on its days 1–14
+  as the loop does (the best of 200 trees: hotels' ``Loop.early_stopping_rounds``);
+- ``expanding``: all labelled history (July 2016 … quote month − 2), early-stopped the same way on month − 1's days
+  1–14;
+- ``committee``: the mean raw score of the static model and this quote month's ``expanding`` (and the previous
+  month's, when the use case's ``Loop.committee_previous``; keel/loop/committee.py), as the loop's committee averages
+  them;
 - ``recalibrated``: the static model with a bias fitted on month − 1's arrivals of days 1–14 (keel/loop/recalibrate.py,
   the loop's recalibrated candidate of the champion).
 
@@ -55,11 +58,13 @@ def main() -> int:
     feats = offline_features(fs, valid, {}, valid)
     print(f"{feats.height:,} bookings with features", flush=True)
 
-    def fit(train: tuple[str, ...], valid_month: str, days: tuple[int, int] | None = None) -> str:
-        config = TrainingConfig(train_months=train, valid_month=valid_month, valid_days=days, params=params)
+    def fit(train: tuple[str, ...], valid_month: str, days: tuple[int, int] | None = None, patience: int = 20) -> str:
+        config = TrainingConfig(train_months=train, valid_month=valid_month, valid_days=days, params=params,
+                                early_stopping_rounds=patience)  # fmt: skip
         return train_model(feats, config, fs).text
 
-    static = fit(uc.model.train_months, uc.model.valid_month)
+    static = fit(uc.model.train_months, uc.model.valid_month)  # the first model and naive: 20 rounds of patience
+    patience = uc.loop.early_stopping_rounds
     quote_months = sorted({m for m in months if m >= FIRST_RELEASE.strftime("%Y-%m")} | set(ARRIVALS))
     policies: dict[str, dict[str, str]] = {
         p: {} for p in ("naive", "rolling", "expanding", "committee", "recalibrated")
@@ -69,9 +74,9 @@ def main() -> int:
         history = tuple(m for m in months if m < newest)
         window = naive_window(q, months=months)
         policies["naive"][q] = fit(*window) if window else static
-        policies["rolling"][q] = fit(history[-3:], newest, (1, 14))
-        policies["expanding"][q] = fit(history, newest, (1, 14))
-        before = policies["expanding"].get(month_before(q))
+        policies["rolling"][q] = fit(history[-3:], newest, (1, 14), patience)
+        policies["expanding"][q] = fit(history, newest, (1, 14), patience)
+        before = policies["expanding"].get(month_before(q)) if uc.loop.committee_previous else None
         members = [static, policies["expanding"][q]] + ([before] if before else [])
         policies["committee"][q] = committee_model_text(members, [1 / len(members)] * len(members))
         newest_days = month_of(feats, newest, fs).filter(fs.entity.partition_day.dt.day() < 15)

@@ -52,7 +52,7 @@ class CandidateSpec:
         if self.recalibrate:
             return "the champion, recalibrated on the newest labelled days"
         if self.committee:
-            return "the mean of the first model and the expanding refits of this decision and the one before"
+            return "the mean of the first model and the newest expanding refits (its record names the members)"
         window = f"{self.train_months[0]}…{self.train_months[-1]}" if len(self.train_months) > 1 else \
             self.train_months[0]  # fmt: skip
         weights = f", recency weights (half-life {self.half_life_days:g} days)" if self.half_life_days else ""

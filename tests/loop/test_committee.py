@@ -111,3 +111,11 @@ def test_a_loop_listing_an_unknown_or_incomplete_recipe_is_refused_by_name(candi
 
     with pytest.raises(UseCaseError, match=message):
         Loop(candidates=candidates)
+
+
+@pytest.mark.parametrize("rounds", [0, 201])
+def test_a_loop_whose_early_stopping_cannot_happen_is_refused(rounds):
+    from keel.usecase import Loop, UseCaseError
+
+    with pytest.raises(UseCaseError, match=f"early_stopping_rounds must be 1…200.*got {rounds}"):
+        Loop(early_stopping_rounds=rounds)

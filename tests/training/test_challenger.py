@@ -4,20 +4,24 @@ month's later days: the choice the asset records is ``choose_candidate``'s on th
 
 from __future__ import annotations
 
+import dataclasses
+
 import dagster as dg
 import lightgbm as lgb
 import polars as pl
 import pytest
 
-from assets.challengers import CHALLENGER_GATE
+from assets.challengers import CHALLENGER_GATE, ChallengerConfig, _training, committee_members
+from assets.models import training_config
 from keel.home import KeelHome
-from keel.loop.candidates import choose_candidate
+from keel.loop.candidates import CandidateSpec, choose_candidate
 from keel.loop.shadow import ShadowPolicy
 from keel.registry import ModelRegistry
 from keel.storage import write_parquet_atomic
 from keel.training.model import TrainingConfig, month_of, predict, train_model
 from resources import keel_resources
 from tests.flights import challenger_evaluation, challenger_model
+from usecases.flights import usecase as flights
 from usecases.flights.features import FLIGHT_FEATURES
 
 MONTHS = ("2013-01", "2013-02", "2013-03", "2013-04", "2013-05")
@@ -35,8 +39,15 @@ def home(tmp_path, feature_months):
         feature_months, TrainingConfig(train_months=("2013-01",), valid_month="2013-02"), FLIGHT_FEATURES
     )
     with ModelRegistry(home.registry) as reg:
-        reg.register("flight-delay", first.text, {"train_months": ["2013-01"], "valid_month": "2013-02",
-                                                  "training_code_version": "test: as the model asset records"})
+        reg.register(
+            "flight-delay",
+            first.text,
+            {
+                "train_months": ["2013-01"],
+                "valid_month": "2013-02",
+                "training_code_version": "test: as the model asset records",
+            },
+        )
         reg.set_alias("flight-delay", "champion", first.sha256, "test: the first model")
     return home
 
@@ -135,6 +146,24 @@ def test_without_label_drift_no_recalibration_is_trained_and_the_next_committee_
         assert [(m["role"], m["version"]) for m in committee["committee"]] == [
             ("first model", 1), ("previous expanding refit", 2),
             ("this decision's expanding refit", versions["expanding"])]  # fmt: skip
+        # a use case whose committee leaves the previous refit out (hotels: Loop.committee_previous=False)
+        assert committee_members(reg, "flight-delay", "2013-06", previous=False) == [
+            ("first model", reg.sha_of_version("flight-delay", 1))]  # fmt: skip
+
+
+def test_a_candidate_early_stops_with_the_patience_its_use_case_declares(feature_months):
+    """Twenty rounds without improvement end the fit at the first local minimum of the validation loss; a use case
+    with a small, noisy gate month (hotels) looks at every round and keeps the best — never fewer trees."""
+    spec = CandidateSpec("expanding", ("2013-01", "2013-02", "2013-03"), expanding=True)
+    config = ChallengerConfig(train_months=["2013-01", "2013-02", "2013-03"], gate_month="2013-04")
+    patient = dataclasses.replace(flights, loop=dataclasses.replace(flights.loop, early_stopping_rounds=200))
+    fits = {}
+    for uc in (flights, patient):
+        training = _training(spec, config, training_config(uc).params, uc)
+        assert training.early_stopping_rounds == uc.loop.early_stopping_rounds
+        assert training.valid_month == "2013-04" and training.valid_days == (1, 21)
+        fits[uc.loop.early_stopping_rounds] = train_model(feature_months, training, FLIGHT_FEATURES).best_iteration
+    assert fits[200] >= fits[20] and 1 <= fits[200] <= 200
 
 
 @pytest.mark.parametrize(
