@@ -42,7 +42,10 @@ class ServingConfig:
 
     n_features: int
     max_batch_size: int = 256
-    max_queue_delay_us: int = 200  # dynamic batching: how long a request may wait for others
+    # dynamic batching: how long a request may wait for others. 0 (Triton's own default): none — a batch forms from
+    # the requests that queued while an instance was busy, so batches grow under load and an idle model answers at
+    # once (200 µs cost every batch-1 request 0.2 ms; BENCHMARKS.md, issue 33)
+    max_queue_delay_us: int = 0
     preferred_batch_sizes: tuple[int, ...] = ()
     instance_count: int = 1
     instance_kind: str = "KIND_CPU"  # KIND_GPU on a GPU machine

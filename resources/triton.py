@@ -28,7 +28,7 @@ class TritonResource(dg.ConfigurableResource):
     # else KIND_CPU (here and in CI)
     instance_kind: str | None = None
     max_batch_size: int = 256
-    max_queue_delay_us: int = 200
+    max_queue_delay_us: int = 0  # dynamic batching without a wait (gpu_runtime/repository.py ServingConfig)
     drain_s: float = 1.0
     # Fault injection for drills and tests (named as such): a path with {version}; while that file exists the
     # version fails requests (all, or the share written in the file). gpu_runtime/triton_model.py documents it.

@@ -46,31 +46,6 @@ def location(backend, tmp_path):
         yield loc
 
 
-def cupy_backend_or_none():
-    """The cupy array backend when cupy sees a CUDA device, else None (GPU-marked tests skip then). Only a missing
-    cupy or a machine with no CUDA device is None: any other start-up error (a broken driver, a cupy built for
-    another CUDA) is raised, so that a broken GPU path fails on a GPU machine instead of reading as skipped."""
-    from keel.kernels import ArrayBackend
-
-    try:
-        import cupy
-    except ImportError:
-        return None
-    try:
-        count = cupy.cuda.runtime.getDeviceCount()
-    except cupy.cuda.runtime.CUDARuntimeError as exc:
-        if no_cuda_device(exc):
-            return None
-        raise
-    return ArrayBackend("cupy", cupy) if count > 0 else None
-
-
-def no_cuda_device(exc: Exception) -> bool:
-    """Whether a CUDA runtime error says there is no device (or no driver), as on every machine without a GPU."""
-    text = str(exc)
-    return any(code in text for code in ("cudaErrorNoDevice", "cudaErrorInsufficientDriver"))
-
-
 def evaluate_sensor(name: str, home, monkeypatch):
     """One tick of the deployment's sensor ``name`` as the daemon runs it (``evaluate_tick``), with every resource on
     ``home`` — the sensors read KEEL_HOME through ``dg.EnvVar``, so it is set for the tick."""

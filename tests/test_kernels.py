@@ -7,7 +7,7 @@ import pytest
 from scipy import stats
 
 from keel.kernels import backend, bin_counts, finite_sorted, numpy_backend, wasserstein_ks
-from tests.conftest import cupy_backend_or_none
+from tests.gpu import cupy_backend_or_none
 
 BACKENDS = [pytest.param(numpy_backend(), id="numpy")]
 _gpu = cupy_backend_or_none()
@@ -48,7 +48,7 @@ def test_backend_can_be_forced_to_numpy(monkeypatch):
 def test_only_a_missing_device_reads_as_no_gpu():
     """tests/conftest.py skips the GPU tests for a missing cupy or a machine without a CUDA device — and for nothing
     else: a broken driver or a mismatched cupy build must fail the GPU tests on a GPU machine."""
-    from tests.conftest import no_cuda_device
+    from tests.gpu import no_cuda_device
 
     assert no_cuda_device(RuntimeError("cudaErrorNoDevice: no CUDA-capable device is detected"))
     assert no_cuda_device(RuntimeError("cudaErrorInsufficientDriver: CUDA driver version is insufficient"))

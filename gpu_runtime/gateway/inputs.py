@@ -16,26 +16,41 @@ import numpy as np
 
 from gpu_runtime.gateway.limits import RequestError
 from gpu_runtime.pools import PoolBudgetExceeded
-from keel.contracts.columnar import validate_records
+from keel.contracts.columnar import CheckedRecords, check_records
 from keel.features.spec import Entity
 
 MAX_BATCH = 1024
 
 
-def _impossible_date(r: dict[str, Any], entity: Entity) -> tuple[str, str] | None:
-    """(field, why) when the entity's date parts name no calendar day (``None``: they do, the entity's date is not
-    built from parts, or they are not all integers — the contract says)."""
-    if entity.date_parts is None:
-        return None
-    y, m, d = (r.get(p) for p in entity.date_parts)
+def _calendar(entity: Entity, y: Any, m: Any, d: Any) -> tuple[date | None, tuple[str, str] | None]:
+    """(the day, None), or (None, (field, why)) when integer date parts name no calendar day (each part in range,
+    the date impossible: 2013-02-31); parts that are not all integers are the contract's to judge: (None, None)."""
     if not all(isinstance(v, int) and not isinstance(v, bool) for v in (y, m, d)):
-        return None
+        return None, None
     try:
-        date(y, m, d)
+        return date(y, m, d), None
     except ValueError as exc:
         day = entity.date_parts[2]
-        return day, f"{entity.name}.{day} {d} of {y}-{m:02d}: {exc}"
-    return None
+        return None, (day, f"{entity.name}.{day} {d} of {y}-{m:02d}: {exc}")
+
+
+def _dates(entity: Entity, checked: CheckedRecords) -> tuple[list[Any], dict[int, tuple[str, str]]]:
+    """Each record's entity date (a valid record's from its typed values, another's from what was sent), and
+    {index: (field, why)} for those whose date parts name no calendar day. A date not built from parts is the
+    record's own."""
+    if entity.date_parts is None:
+        return checked.columns[entity.date], {}
+    parts = [checked.columns[p] for p in entity.date_parts]
+    dates: list[Any] = []
+    impossible: dict[int, tuple[str, str]] = {}
+    for i, ymd in enumerate(zip(*parts, strict=True)):
+        if i in checked.verdicts and checked.verdicts[i].sink != "valid":
+            ymd = tuple(checked.verdicts[i].record.get(p) for p in entity.date_parts)  # as sent
+        day, why = _calendar(entity, *ymd)
+        dates.append(day)
+        if why is not None:
+            impossible[i] = why
+    return dates, impossible
 
 
 class BuildsInputs:
@@ -66,38 +81,38 @@ class BuildsInputs:
         into the exposure record so that outcomes can be joined later (canary quality, experiments)."""
         if entities is None:
             return self._direct_features(req["features"]), []
-        given, entities = entities, []
+        given = entities
         degraded: list[str] = []
-        invalid = []
         entity = self.features.entity
         for i, row in enumerate(given):
             if not isinstance(row, dict):
                 raise RequestError(
                     422, "invalid_input", f"each {self.features.entity.name} must be a JSON object", index=i
                 )
-        # one entity: the record path; a batch: the contract's columnar form over all of it (the same verdicts)
-        verdicts = [self.contract.validate_record(given[0])] if len(given) == 1 else \
-            validate_records(self.contract, given)  # fmt: skip
-        for i, verdict in enumerate(verdicts):
-            r = verdict.record
-            impossible = _impossible_date(r, entity)
-            if verdict.sink != "valid" or impossible:
-                violation = {"index": i, "rules": list(verdict.failed_rules)}
-                if impossible:  # each field in range, the date impossible (2013-02-31): say which field
-                    violation |= {"field": impossible[0], "message": impossible[1]}
-                    violation["rules"].append("calendar_date")
-                invalid.append(violation)
-                entities.append(None)
+        # one entity: the record path; a batch: the contract's columnar form over all of it (the same verdicts), its
+        # values kept in columns on to the online store's look-up
+        contract = self.contract
+        checked = CheckedRecords.of(contract.spec.column_names, [contract.validate_record(given[0])]) \
+            if len(given) == 1 else check_records(contract, given)  # fmt: skip
+        dates, impossible = _dates(entity, checked)
+        invalid, good = [], []
+        for i in range(checked.n):
+            verdict = checked.verdicts.get(i)
+            if i not in impossible and (verdict is None or verdict.sink == "valid"):
+                good.append(i)
                 continue
-            entities.append(r | {entity.date: entity.date_of(r)})
-        if record is not None and len(entities) == 1 and entities[0] is not None and entity.key is not None:
-            record["entity_key"] = entity.key.of(entities[0])
+            violation = {"index": i, "rules": list(verdict.failed_rules if verdict else ())}
+            if i in impossible:  # each field in range, the date impossible (2013-02-31): say which field
+                violation |= {"field": impossible[i][0], "message": impossible[i][1]}
+                violation["rules"].append("calendar_date")
+            invalid.append(violation)
+        if record is not None and good == [0] and entity.key is not None:
+            record["entity_key"] = entity.key.of(checked.verdict(0).record | {entity.date: dates[0]})
         if invalid and self.policy.invalid_input == "reject":
             raise RequestError(
                 422, "invalid_input", f"the request breaks contract {self.contract.spec.name}", violations=invalid
             )
         x = np.tile(self.defaults, (len(given), 1))
-        good = [i for i, e in enumerate(entities) if e is not None]
         if invalid:
             degraded.append("invalid_input_defaults")
         if good:
@@ -105,9 +120,13 @@ class BuildsInputs:
             if store is None:
                 degraded.append("no_online_store")
             else:
-                from keel.features.online import get_online_features
+                from keel.features.online import get_online_columns
 
-                batch = get_online_features(store, [entities[i] for i in good])
+                columns = {c: checked.columns[c] for c in entity.request_columns if c in checked.columns}
+                columns[entity.date] = dates
+                if len(good) < checked.n:
+                    columns = {c: [v[i] for i in good] for c, v in columns.items()}
+                batch = get_online_columns(store, columns, len(good))
                 m = batch.matrix.T  # entities × features
                 missing = np.isnan(m)
                 if missing.any():

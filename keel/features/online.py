@@ -168,11 +168,11 @@ def _hour_key(v: Any) -> str:
     return f"{dt.year:04d}-{dt.month:02d}-{dt.day:02d}T{dt.hour:02d}:00:00+00:00"
 
 
-def _keys(rows: list[Mapping[str, Any]], keys: tuple[Key, ...]) -> list[str]:
+def _keys(columns: Mapping[str, Sequence[Any]], keys: tuple[Key, ...]) -> list[str]:
     """Each row's store key for a view: its key columns' text (a ``utc_hour`` key as its UTC hour), joined by ``|``.
     One list comprehension per key column: this runs for every request."""
     parts = [
-        [_hour_key(r[k.column]) for r in rows] if k.kind == "utc_hour" else [str(r[k.column]) for r in rows]
+        [_hour_key(v) for v in columns[k.column]] if k.kind == "utc_hour" else [str(v) for v in columns[k.column]]
         for k in keys
     ]
     return parts[0] if len(parts) == 1 else ["|".join(p) for p in zip(*parts, strict=True)]
@@ -184,52 +184,69 @@ def get_online_features(store: OnlineStore, entity_rows: Iterable[Mapping[str, A
     value in the store, served as null)."""
     fs = store.features
     rows = list(entity_rows)
+    if rows:
+        absent = [c for c in fs.entity.request_columns if c not in rows[0]]
+        if absent:
+            raise ValueError(f"entity rows need {', '.join(fs.entity.request_columns)}; missing {', '.join(absent)}")
+    return get_online_columns(store, {c: [r[c] for r in rows] for c in fs.entity.request_columns}, len(rows))
+
+
+def get_online_columns(store: OnlineStore, columns: Mapping[str, Sequence[Any]], n: int) -> FeatureBatch:
+    """``get_online_features`` for entities given as columns: ``columns[c][i]`` is entity i's request column c
+    (every one of ``entity.request_columns``, ``n`` values each) — what a batch's columnar contract check yields,
+    without a dict per entity."""
+    fs = store.features
     n_features = len(fs.names)
-    if not rows:
+    if n == 0:
         return FeatureBatch(fs, np.empty((n_features, 0)), np.empty((n_features, 0), dtype=bool), ())
-    absent = [c for c in fs.entity.request_columns if c not in rows[0]]
+    absent = [c for c in fs.entity.request_columns if c not in columns]
     if absent:
         raise ValueError(f"entity rows need {', '.join(fs.entity.request_columns)}; missing {', '.join(absent)}")
-    keys = {view: _keys(rows, view_keys) for view, view_keys in fs.view_keys.items()}
+    keys = {view: _keys(columns, view_keys) for view, view_keys in fs.view_keys.items()}
     found = store.lookup_many(keys)
-    n = len(rows)
-    columns: dict[str, np.ndarray] = {}
+    arrays: dict[str, np.ndarray] = {}
 
     def col(name: str) -> np.ndarray:
-        if name not in columns:
+        if name not in arrays:
             if name == fs.entity.date:
-                columns[name] = np.array([_as_date(r[name]) for r in rows], dtype="datetime64[D]")
+                arrays[name] = np.array([_as_date(v) for v in columns[name]], dtype="datetime64[D]")
             else:
-                columns[name] = np.array([r[name] for r in rows], dtype=np.float64)
-        return columns[name]
+                arrays[name] = np.array(columns[name], dtype=np.float64)
+        return arrays[name]
 
     values: dict[str, np.ndarray] = {}
     for r in fs.request:
         values |= r.compute(col, NumpyOps)
     for v in fs.lookups:
         fields = fs.view_fields[v.name]
-        width = len(fields)
-        hits = np.array([found[v.name].get(k) or (None,) * width for k in keys[v.name]], dtype=np.float64)
-        hits = hits.reshape(n, width)
+        hits = _hits(found[v.name], keys[v.name], len(fields))
         looked_up = {name: hits[:, i] for i, name in enumerate(fields)}
         if v.compute is None:
             values |= looked_up
         else:
             values |= v.compute(lambda name, lu=looked_up: lu[name] if name in lu else col(name), NumpyOps)
-    no_counts = (None, None)
     for h in fs.histories:
-        hits = np.array([found[h.feature].get(k) or no_counts for k in keys[h.feature]], dtype=np.float64)
-        hits = hits.reshape(n, 2)
+        hits = _hits(found[h.feature], keys[h.feature], 2)
         values[h.feature] = h.smoothed(hits[:, 1], hits[:, 0], NumpyOps)  # view fields: (n_cum, sum_cum)
     frozen = store.frozen()
-    columns = [values[name] for name in fs.names]
-    if any(np.ndim(c) == 0 for c in columns):  # a constant feature: one value for every row
-        columns = [c if np.ndim(c) else np.full(n, c, dtype=np.float64) for c in columns]
-    matrix = np.vstack(columns)  # features × rows
+    features = [values[name] for name in fs.names]
+    if any(np.ndim(c) == 0 for c in features):  # a constant feature: one value for every row
+        features = [c if np.ndim(c) else np.full(n, c, dtype=np.float64) for c in features]
+    matrix = np.vstack(features)  # features × rows
     for name, value in frozen.items():
         if name in fs.by_name:
             matrix[fs.names.index(name)] = value  # served with its freeze value
     return FeatureBatch(fs, matrix, np.isnan(matrix), tuple(f for f in frozen if f in fs.by_name))
+
+
+def _hits(found: Mapping[str, tuple], keys: list[str], width: int) -> np.ndarray:
+    """[len(keys), width] float64: each key's looked-up values (a store keeps ``width`` or more per key), NaN where
+    the key was not found or a value is null."""
+    out = np.full((len(keys), width), np.nan)
+    index = [i for i, k in enumerate(keys) if k in found]
+    if index:
+        out[index] = np.array([found[keys[i]][:width] for i in index], dtype=np.float64)
+    return out
 
 
 class FeatureBatch(Sequence):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from keel.contracts.columnar import _frame, validate_records
+from keel.contracts.columnar import _frame, check_records, validate_records
 from keel.contracts.engine import CompiledContract
 from keel.contracts.spec import load_contract
 from keel.usecase import get
@@ -76,3 +76,24 @@ def test_missing_and_unexpected_fields_fall_back_to_the_record_path_with_the_sam
     verdicts = same(contract, batch)
     assert verdicts[3].sink == "rejected" and "schema_columns" in verdicts[3].failed_rules
     assert verdicts[5].sink == "valid" and "gate" not in verdicts[5].record
+
+
+@pytest.mark.parametrize("fallback", [False, True], ids=["columnar", "record path"])
+def test_a_checked_batch_keeps_valid_records_in_columns_and_an_object_only_for_the_others(flights, fallback):
+    """What the gateway reads: the broken records by index, every other record's typed values in the columns —
+    equal to what its verdict carries, on the columnar path and on the fallback alike."""
+    contract, rows = flights
+    batch = [dict(r) for r in rows[:30]]
+    batch[4] |= {"origin": "BOS"}
+    batch[11] |= {"hour": 24}
+    if fallback:
+        batch[20]["gate"] = "B12"  # an unexpected field: no columns can be formed
+    checked = check_records(contract, batch)
+    assert sorted(checked.verdicts) == [4, 11] and checked.n == 30
+    assert all(checked.verdicts[i].sink != "valid" for i in (4, 11))
+    want = [contract.validate_record(dict(r)) for r in batch]
+    assert [checked.verdict(i) for i in range(30)] == want
+    for c, values in checked.columns.items():
+        assert [values[i] for i in range(30) if i not in (4, 11)] == [
+            want[i].record[c] for i in range(30) if i not in (4, 11)
+        ]

@@ -12,7 +12,7 @@ import pytest
 from gpu_runtime.pools import HEADROOM, ModelMemoryPool, PoolBudgetExceeded, PoolRegistry
 from keel.drift import build_reference, compare
 from keel.kernels import numpy_backend
-from tests.conftest import cupy_backend_or_none
+from tests.gpu import cupy_backend_or_none
 
 GPU = cupy_backend_or_none()
 BACKENDS = [pytest.param(numpy_backend(), id="cpu")] + [
