@@ -151,6 +151,9 @@ def build_views(
     return views
 
 
+_EPOCH_ORDINAL = date(1970, 1, 1).toordinal()
+
+
 def _as_date(v: Any) -> date:
     if isinstance(v, datetime):
         return v.date()
@@ -208,8 +211,9 @@ def get_online_columns(store: OnlineStore, columns: Mapping[str, Sequence[Any]],
 
     def col(name: str) -> np.ndarray:
         if name not in arrays:
-            if name == fs.entity.date:
-                arrays[name] = np.array([_as_date(v) for v in columns[name]], dtype="datetime64[D]")
+            if name == fs.entity.date:  # days since 1970-01-01: numpy converts date objects one by one, slowly
+                days = np.array([_as_date(v).toordinal() for v in columns[name]], dtype=np.int64)
+                arrays[name] = (days - _EPOCH_ORDINAL).astype("datetime64[D]")
             else:
                 arrays[name] = np.array(columns[name], dtype=np.float64)
         return arrays[name]
@@ -242,6 +246,9 @@ def get_online_columns(store: OnlineStore, columns: Mapping[str, Sequence[Any]],
 def _hits(found: Mapping[str, tuple], keys: list[str], width: int) -> np.ndarray:
     """[len(keys), width] float64: each key's looked-up values (a store keeps ``width`` or more per key), NaN where
     the key was not found or a value is null."""
+    got = list(map(found.get, keys))
+    if None not in got:  # every key found (the common case): one conversion
+        return np.array(got, dtype=np.float64).reshape(len(keys), width)
     out = np.full((len(keys), width), np.nan)
     index = [i for i, k in enumerate(keys) if k in found]
     if index:
