@@ -248,11 +248,11 @@ def _hits(found: Mapping[str, tuple], keys: list[str], width: int) -> np.ndarray
     the key was not found or a value is null."""
     got = list(map(found.get, keys))
     if None not in got:  # every key found (the common case): one conversion
-        return np.array(got, dtype=np.float64).reshape(len(keys), width)
+        return np.array(got, dtype=np.float64)[:, :width]
     out = np.full((len(keys), width), np.nan)
-    index = [i for i, k in enumerate(keys) if k in found]
+    index = [i for i, v in enumerate(got) if v is not None]
     if index:
-        out[index] = np.array([found[keys[i]][:width] for i in index], dtype=np.float64)
+        out[index] = np.array([got[i][:width] for i in index], dtype=np.float64)
     return out
 
 
