@@ -4,8 +4,8 @@ timestamp is the live year's simulated time.
 Same process, same run, interleaved in rounds; nanoseconds per call, medians over rounds:
 
 - ``time.time()``: what the gateway stamped before (and still does without a clock file);
-- ``Gateway.now()`` with no clock configured (the backfill and every test's gateway);
-- ``Gateway.now()`` following a live clock file (the live year: the state is re-read at most every 0.5 s);
+- ``ServedModel.now()`` with no clock configured (the backfill and every test's gateway);
+- ``ServedModel.now()`` following a live clock file (the live year: the state is re-read at most every 0.5 s);
 - ``SimClock.now()``: reading and parsing the clock file on every call — what the gateway avoids by caching.
 
     .venv/bin/python bench/clock.py [--calls 200000] [--rounds 7]
@@ -27,16 +27,16 @@ from keel.clock import SimClock  # noqa: E402
 
 
 class _Stamp:
-    """The gateway's ``now`` on its own (gpu_runtime.gateway.app.Gateway.now), without building a whole gateway:
+    """The gateway's ``now`` on its own (gpu_runtime.gateway.model.ServedModel.now), without building a whole gateway:
     the method is bound to an object with the attributes it reads."""
 
     def __init__(self, clock: SimClock | None):
-        from gpu_runtime.gateway.app import Gateway
         from gpu_runtime.gateway.metrics import Metrics
+        from gpu_runtime.gateway.model import ServedModel
 
         self._clock, self._clock_state, self._clock_checked = clock, None, 0.0
         self.metrics = Metrics()
-        self.now = Gateway.now.__get__(self)
+        self.now = ServedModel.now.__get__(self)
 
 
 def per_call_ns(fn, calls: int) -> float:
@@ -56,8 +56,8 @@ def main() -> int:
         clock.start(datetime(2013, 4, 1, 12, tzinfo=UTC))
         ways = {
             "time.time()": time.time,
-            "Gateway.now(), no clock": _Stamp(None).now,
-            "Gateway.now(), live clock": _Stamp(clock).now,
+            "ServedModel.now(), no clock": _Stamp(None).now,
+            "ServedModel.now(), live clock": _Stamp(clock).now,
             "SimClock.now() (file per call)": clock.now,
         }
         calls = {name: args.calls if "file" not in name else max(args.calls // 50, 1000) for name in ways}

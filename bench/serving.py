@@ -167,7 +167,7 @@ def http_floor(bodies: list[bytes]) -> list[float]:
 
 
 def gateway_code(home: Path, triton_grpc: str, bodies: list[bytes]) -> list[float]:
-    """The gateway's own time per request: ``Gateway.predict`` in this process minus its Triton call (ms)."""
+    """The gateway's own time per request: ``Gateway.predict`` in this process minus its Triton calls (ms)."""
     import asyncio
 
     from gpu_runtime.gateway.app import Gateway, GatewayConfig
@@ -186,7 +186,8 @@ def gateway_code(home: Path, triton_grpc: str, bodies: list[bytes]) -> list[floa
         GatewayPolicy(default_rate_limit=RateLimit(1e9, 1e9)),  # the loop is faster than the default limit
     )
     infer_s: list[float] = []
-    timed = gw._infer
+    scorer = gw.model().scorer
+    timed = scorer.infer
 
     async def infer(*a, **k):
         t0 = time.perf_counter()
@@ -195,12 +196,11 @@ def gateway_code(home: Path, triton_grpc: str, bodies: list[bytes]) -> list[floa
         finally:
             infer_s.append(time.perf_counter() - t0)
 
-    gw._infer = infer  # type: ignore[method-assign]
+    scorer.infer = infer  # type: ignore[method-assign]
 
     async def run() -> list[float]:
-        gw.reload_routing()
-        gw.reload_policies()
-        gw._watcher = asyncio.current_task()  # as under uvicorn's lifespan: the watcher follows routing, not requests
+        gw.model().follow()
+        gw.watching = True  # as under uvicorn's lifespan: the watcher follows routing, not requests
         out = []
         for body in bodies:
             infer_s.clear()
@@ -209,7 +209,7 @@ def gateway_code(home: Path, triton_grpc: str, bodies: list[bytes]) -> list[floa
             total = time.perf_counter() - t0
             assert status == 200, payload
             out.append((total - sum(infer_s)) * 1000)
-        gw._watcher = None
+        gw.watching = False
         await gw.close()
         return out
 

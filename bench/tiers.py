@@ -11,8 +11,11 @@ one run:
 3. **overload, no tier admission** (limits too high to bind — the peer: what one shared runtime does without tiers),
    the same offered load.
 
-Each phase reports per tier: offered, admitted (200) and shed (503 ``shed``) shares, other errors, p50/p99 of the
-answered requests. The goal (issue 31): L1 p99 under overload within 1.5× its unloaded p99, L1 shed share 0.
+Each phase reports per tier: offered, admitted (200) and shed (503 ``shed``) shares, other errors (client timeouts
+after ``CLIENT_TIMEOUT_S`` among them), p50/p99 of the answered requests. The open-loop load generator runs in a
+process of its own (``--drive``: this file, reading the streams from a JSON file and printing its counts as JSON), so
+the bench's own work does not share a core's event loop with the gateway's clients. The goal (issue 45): L1 p99
+under the L2 flood within 3× its unloaded p99, L1 shed share 0.
 
     .venv/bin/python bench/tiers.py [--seconds 20] [--l1-rps 40] [--l2-rps 1500]
 """
@@ -53,6 +56,8 @@ ADMISSION = {  # a shared runtime's tiers on this 2-core machine: L2 may hold 8 
     "admit_in_flight": {"L1": 24, "L2": 8, "L3": 2},
     "admit_wait_ms": {"L1": 1000, "L2": 10, "L3": 0},
 }
+GOAL_RATIO = 3.0
+CLIENT_TIMEOUT_S = 5.0
 NO_ADMISSION = {"admit_in_flight": {"L1": 100_000, "L2": 100_000, "L3": 100_000}, "admit_wait_ms": {}}
 BASE_POLICY = {  # the risk lanes and the tenants' rate limits out of the way: tiers are what is measured
     "lanes": {1: 4096, 2: 4096, 3: 4096},
@@ -104,7 +109,7 @@ async def drive(url: str, streams: list[tuple[str, str, list[bytes], float]], se
 
     out = {t: {"sent": 0, "ok": 0, "shed": 0, "other": 0, "codes": {}, "lat": []} for t, *_ in streams}
     connector = aiohttp.TCPConnector(limit=2048)
-    timeout = aiohttp.ClientTimeout(total=30.0)
+    timeout = aiohttp.ClientTimeout(total=CLIENT_TIMEOUT_S)
     async with aiohttp.ClientSession(base_url=url, connector=connector, timeout=timeout) as client:
 
         async def one(tier: str, route: str, body: bytes) -> None:
@@ -140,6 +145,30 @@ async def drive(url: str, streams: list[tuple[str, str, list[bytes], float]], se
         all_tasks = await asyncio.gather(*(stream(*s) for s in streams))
         await asyncio.gather(*(t for ts in all_tasks for t in ts))
     return out
+
+
+def drive_in_own_process(home: Path, url: str, streams: list[tuple[str, str, list[bytes], float]],
+                         seconds: float) -> dict:  # fmt: skip
+    """``drive`` in a child process (``bench/tiers.py --drive SPEC``): streams in, counts out, as JSON files."""
+    spec = home / "drive.json"
+    spec.write_text(json.dumps({"url": url, "seconds": seconds, "streams": [
+        [tier, route, [b.decode() for b in bodies], rate] for tier, route, bodies, rate in streams
+    ]}))  # fmt: skip
+    out = subprocess.run([sys.executable, __file__, "--drive", str(spec)], check=True, capture_output=True, text=True)
+    return json.loads(out.stdout)
+
+
+def drive_main(spec_path: str) -> int:
+    spec = json.loads(Path(spec_path).read_text())
+    streams = [(t, r, [b.encode() for b in bodies], rate) for t, r, bodies, rate in spec["streams"]]
+    try:
+        import uvloop
+
+        result = uvloop.run(drive(spec["url"], streams, spec["seconds"]))
+    except ImportError:
+        result = asyncio.run(drive(spec["url"], streams, spec["seconds"]))
+    print(json.dumps(result))
+    return 0
 
 
 def closed_loop(url: str, route: str, bodies: list[bytes], n: int) -> list[float]:
@@ -198,7 +227,10 @@ def main() -> int:
     parser.add_argument("--l1-rps", type=float, default=40.0, help="hotels' quotes per second (L1)")
     parser.add_argument("--l2-rps", type=float, default=1500.0, help="flights requests offered per second (L2)")
     parser.add_argument("--unloaded", type=int, default=1000, help="closed-loop L1 requests with the runtime idle")
+    parser.add_argument("--drive", help=argparse.SUPPRESS)  # the load generator's own process (drive_main)
     args = parser.parse_args()
+    if args.drive:
+        return drive_main(args.drive)
     bench_serving = load_bench_serving()
     home = Path(tempfile.mkdtemp(prefix="keel-bench-tiers-"))
     print(f"bench/tiers: setting up in {home} (training both models on their real data) …", flush=True)
@@ -252,7 +284,7 @@ def main() -> int:
                 flush=True,
             )
             streams = [("L1", l1_route, l1_bodies, args.l1_rps), ("L2", l2_route, l2_bodies, args.l2_rps)]
-            results[phase] = asyncio.run(drive(url, streams, args.seconds))
+            results[phase] = drive_in_own_process(home, url, streams, args.seconds)
     finally:
         serve.terminate()
         try:
@@ -275,11 +307,11 @@ def main() -> int:
         p99 = pct(l1["lat"], 0.99)
         ratio = p99 / base_p99 if p99 is not None else float("nan")
         shed = l1["shed"] / max(l1["sent"], 1)
-        ok = ratio <= 1.5 and shed == 0 and l1["other"] == 0
+        ok = ratio <= GOAL_RATIO and shed == 0 and l1["other"] == 0
         print(
             f"{phase}: L1 p99 {p99 if p99 is None else f'{p99:.1f}'} ms = {ratio:.2f}× unloaded, L1 shed {shed:.1%}, "
             f"L1 other errors {l1['other']}; L2 answered {result['L2']['ok'] / max(result['L2']['sent'], 1):.1%} — "
-            f"goal (≤ 1.5×, 0 shed): {'met' if ok else 'NOT met'}"
+            f"goal (≤ {GOAL_RATIO:g}×, 0 shed): {'met' if ok else 'NOT met'}"
         )
     print(
         f"(median L1 answered latency under admission: {statistics.median(results['tier admission']['L1']['lat']):.1f} ms)"

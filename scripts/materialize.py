@@ -317,8 +317,32 @@ def run_live(args, ucs: list[UseCase], client: DagsterGraphQLClient) -> int:
     failed_requests = 0
     for uc in ucs:
         print(follow.summary(uc), flush=True)
-        failed_requests += json.loads(home.serving.live_traffic(uc.name).read_text())["failed"]
+        traffic = json.loads(home.serving.live_traffic(uc.name).read_text())
+        failed_requests += traffic["failed"]
+        if traffic["failed"]:
+            print(f"keel: {uc.name}: {why_requests_failed(traffic)}", flush=True)
+    if failures or failed_requests:
+        print(f"keel: the live year did not end cleanly: {failures} failed run(s), {failed_requests:,} failed "
+              "request(s) (above); the UI stays up to look at it", flush=True)  # fmt: skip
     return 1 if failures or failed_requests else 0
+
+
+def why_requests_failed(traffic: dict) -> str:
+    """One line on a live span's failed requests: how many of how many, by error code and status, and the share the
+    coarse fallback answered (the gateway's or the machine's trouble reads differently from a model's)."""
+    answered = traffic.get("answered") or 0
+    errors = sorted((traffic.get("by_error") or {}).items(), key=lambda kv: -kv[1])
+    statuses = sorted((k, v) for k, v in (traffic.get("by_status") or {}).items() if k != "200")
+    coarse = (traffic.get("by_degraded") or {}).get("coarse_fallback", 0)
+    parts = [f"{traffic['failed']:,} of {answered:,} requests failed"]
+    if errors:
+        parts.append("by error: " + ", ".join(f"{code} {n:,}" for code, n in errors[:6]))
+    if statuses:
+        parts.append("by status: " + ", ".join(f"{'client timeout/transport' if k == '0' else k} {n:,}"
+                                              for k, n in statuses))  # fmt: skip
+    if coarse:
+        parts.append(f"{coarse:,} answers came from the coarse fallback")
+    return "; ".join(parts)
 
 
 def build_history(client, instance, home, uc: UseCase, zone) -> int:

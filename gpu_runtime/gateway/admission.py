@@ -8,6 +8,10 @@ highest tier that may take it (first come, first served within a tier); a newcom
 own tier, because a waiter exists only while its tier's limit is reached. A request that gets no place in time is
 shed: the gateway answers 503 ``shed`` naming its tier — a structured answer, never a bare 5xx.
 
+The waiting room is bounded too: a request may wait only while fewer than its tier's limit are already waiting in
+its tier (more could not be served within a deadline anyway); otherwise it is shed at once. ``would_shed``
+asks the same question without taking a place, so the gateway can refuse a request before reading its body.
+
 One event loop owns it (the gateway's): no locks, only futures.
 """
 
@@ -45,13 +49,16 @@ class TierAdmission:
         self._waiters: list[_Waiter] = []
         self._seq = itertools.count()
 
-    async def acquire(self, tier: str, rank: int, limit: int | None, wait_s: float) -> None:
+    async def acquire(
+        self, tier: str, rank: int, limit: int | None, wait_s: float, max_waiting: int | None = None
+    ) -> None:
         """Take a place for a request of ``tier`` (``rank``: 0 for the highest tier), waiting up to ``wait_s``;
-        raises ``Shed`` when none came. ``limit`` None: the tier is not limited here (a place at once)."""
+        raises ``Shed`` when none came. ``limit`` None: the tier is not limited here (a place at once).
+        ``max_waiting``: requests of the tier that may wait at once (default: ``limit``)."""
         if limit is None or self.in_flight < limit:
             self._start(tier)
             return
-        if wait_s <= 0:
+        if wait_s <= 0 or self.waiting_in(tier) >= (limit if max_waiting is None else max_waiting):
             self.shed[tier] += 1
             raise Shed(tier, limit, 0.0)
         waiter = _Waiter(rank, next(self._seq), tier, limit, asyncio.get_running_loop().create_future())
@@ -83,6 +90,15 @@ class TierAdmission:
             self._start(best.tier)
             best.future.set_result(None)
             return
+
+    def would_shed(self, tier: str, limit: int | None, wait_s: float, max_waiting: int | None = None) -> bool:
+        """Would a request of ``tier`` be shed at once now (no place, and no room or no time to wait)?"""
+        if limit is None or self.in_flight < limit:
+            return False
+        return wait_s <= 0 or self.waiting_in(tier) >= (limit if max_waiting is None else max_waiting)
+
+    def waiting_in(self, tier: str) -> int:
+        return sum(1 for w in self._waiters if w.tier == tier)
 
     def waiting(self) -> Counter[str]:
         return Counter(w.tier for w in self._waiters)

@@ -6,36 +6,78 @@ the listening connection is up the poll slows to ``SAFETY_POLL_S``, and when it 
 ``POLICY_POLL_S`` again and tries to listen anew every ``LISTEN_RETRY_S`` (gauge ``keel_gateway_policy_listening``,
 counter ``keel_gateway_policy_listen_drops_total``).
 
-A mixin of ``Gateway`` (gpu_runtime/gateway/app.py), which owns the state it reads and sets: ``config``,
-``routing``, ``policy``/``base_policy``/``split``/``policy_version``, the breakers, buckets and retry budget that a
-new policy re-parameterizes, and ``metrics``.
+``Follower`` does it for one served model (model.py): it holds the routing table and the policy in force and tells
+its owner of a new one (``on_routing``, ``on_policy``), which re-parameterizes breakers, buckets and budgets.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 from keel.deploy.routing import RoutingTable
-from keel.policies.gateway import PolicyError, effective_policy
+from keel.policies import PolicyReader
+from keel.policies.gateway import GatewayPolicy, PolicyError, Split, effective_policy
+from keel.sqldb import PgLocation
 
 POLICY_POLL_S = 0.5  # a committed policy is in force within this (plus one request) — under the 1 s promise
 SAFETY_POLL_S = 5.0  # the poll while notifications arrive (they carry the pickup; the poll catches a lost one)
 LISTEN_RETRY_S = 2.0  # how often a gateway whose listening connection dropped tries again
 
 
-class FollowsRoutingAndPolicies:
+class Follower:
+    def __init__(
+        self, routing_path: Path, policy_store: Path | PgLocation | None, base_policy: GatewayPolicy, metrics: Any,
+        on_routing: Callable[[RoutingTable], None] = lambda table: None,
+        on_policy: Callable[[GatewayPolicy, dict[str, Any]], None] = lambda policy, state: None,
+    ):  # fmt: skip
+        self.routing_path = routing_path
+        self.metrics = metrics
+        self.on_routing, self.on_policy = on_routing, on_policy
+        self.base_policy = base_policy  # the file's (or built-in) settings; the store overrides them
+        self.policy = base_policy
+        self.policy_version = 0  # the store version in force (0: none)
+        self.split: Split | None = None  # the store's ab_test split in force: weights by model version, salt
+        self.policy_applied_at: float | None = None
+        self.policy_error: str | None = None  # why the newest store version was refused
+        self.policy_regressed_to: int | None = None  # the store's version when it went below the applied one
+        self.policy_notes: list[str] = []  # what of the policy in force is not applied (a split to undeployed ones)
+        self.routing: RoutingTable | None = None
+        self._routing_mtime = 0
+        self._routing_checked = 0.0
+        self._policy_seen = 0  # the newest store version looked at, good or not
+        self._policy_checked = 0.0
+        self._policy_reader = PolicyReader(policy_store) if policy_store else None
+        self._policy_wake = asyncio.Event()  # set when the store announces a commit
+        self._listen_retry_at = 0.0
+
+    @property
+    def reader(self) -> PolicyReader | None:
+        return self._policy_reader
+
+    def close(self) -> None:
+        if self._policy_reader is not None:
+            self._policy_reader.close()
+
+    def fresh_table(self) -> RoutingTable | None:
+        """The routing table as the file has it now (after a failure: a swap may have retired a version)."""
+        self.reload_routing(force=True)
+        return self.routing
+
     def reload_routing(self, force: bool = False) -> None:
         now = time.monotonic()
         if not force and now - self._routing_checked < self.policy.routing_poll_s:
             return
         self._routing_checked = now
         try:
-            mtime = self.config.routing_path.stat().st_mtime_ns
+            mtime = self.routing_path.stat().st_mtime_ns
         except FileNotFoundError:
             return
         if force or mtime != self._routing_mtime:
-            table = RoutingTable.read(self.config.routing_path)
+            table = RoutingTable.read(self.routing_path)
             if table is not None and (self.routing is None or table.generation >= self.routing.generation):
                 if (
                     self.routing is None
@@ -48,7 +90,7 @@ class FollowsRoutingAndPolicies:
                     )  # a split may apply (or not) to what is served now
                 self.routing = table
                 self.metrics.set_gauge("keel_gateway_routing_generation", {}, table.generation)
-                self.coarse_model(table)  # read now, not when the first request needs it
+                self.on_routing(table)  # e.g. its coarse model read now, not when the first request needs it
             self._routing_mtime = mtime
 
     def reload_policies(self, force: bool = False) -> None:
@@ -94,12 +136,7 @@ class FollowsRoutingAndPolicies:
         self.policy, self.split, self.policy_version = policy, split, latest
         self.policy_applied_at = time.time()  # when this version came into force here (/healthz)
         self.policy_error, self.policy_notes = None, notes
-        self._apply_metering_policies(state)  # prices and budgets (metering.py)
-        for b in self.breakers.values():
-            b.policy = policy.breaker
-        self.buckets.clear()  # new limits apply from the next request
-        self.other_buckets.clear()
-        self.retry_budget.policy = policy.retry
+        self.on_policy(policy, state)  # breakers, buckets, retries, prices and budgets
         self.metrics.set_gauge("keel_gateway_policy_version", {}, latest)
 
     # -- notifications (a policy store on Postgres) --

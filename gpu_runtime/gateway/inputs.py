@@ -1,23 +1,23 @@
 """What a request is scored on: the [batch, n_features] matrix from the entities (the use case's request contract — on
 the record path for one entity, columnar for a batch —, the online store's features, frozen ones flagged) or from
-feature values sent directly, range-checked;
-held in the model's memory pool while the request is in flight.
-
-A mixin of ``Gateway`` (gpu_runtime/gateway/app.py), which owns ``contract``, ``store``, ``policy``, ``pools`` and
-the defaults and ranges (``defaults``, ``lo``, ``hi``).
+feature values sent directly, range-checked. The validate and features stages of the request path (stages.py):
+``InputBuilder`` holds what one served model needs for them.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import date
 from typing import Any
 
 import numpy as np
 
 from gpu_runtime.gateway.limits import RequestError
-from gpu_runtime.pools import PoolBudgetExceeded
 from keel.contracts.columnar import CheckedRecords, check_records
+from keel.contracts.engine import CompiledContract
 from keel.features.spec import Entity
+from keel.usecase import UseCase
 
 MAX_BATCH = 1024
 
@@ -53,8 +53,37 @@ def _dates(entity: Entity, checked: CheckedRecords) -> tuple[list[Any], dict[int
     return dates, impossible
 
 
-class BuildsInputs:
-    def _entities_of(self, req: dict[str, Any], generic: bool) -> list[Any] | None:
+@dataclass(frozen=True)
+class Validated:
+    """A request's entities after the request contract: their columns, dates, which are good, and the violations
+    (index, rules) of the others. ``direct``: feature values sent with the request, already range-checked."""
+
+    direct: np.ndarray | None = None
+    checked: CheckedRecords | None = None
+    dates: list[Any] = field(default_factory=list)
+    good: list[int] = field(default_factory=list)
+    invalid: list[dict[str, Any]] = field(default_factory=list)
+    entity_key: str | None = None
+
+    @property
+    def rows(self) -> int:
+        return len(self.direct) if self.direct is not None else self.checked.n
+
+
+class InputBuilder:
+    """The validate and features stages of one served model: its use case's request contract, features, ranges and
+    defaults, and its online store (``store()``: opened on first use)."""
+
+    def __init__(self, usecase: UseCase, contract: CompiledContract, store: Callable[[], Any]):
+        self.usecase = usecase
+        self.features = usecase.features
+        self.contract = contract
+        self.store = store
+        self.defaults = self.features.defaults.astype(np.float32)
+        self.lo = np.array([f.lo for f in self.features.features])
+        self.hi = np.array([f.hi for f in self.features.features])
+
+    def entities_of(self, req: dict[str, Any], generic: bool) -> list[Any] | None:
         """The entities a request scores: ``entities`` on the generic route, the use case's alias fields on
         ``/v1/predict``; None when the request gives ``features`` directly."""
         if "features" in req:
@@ -74,26 +103,19 @@ class BuildsInputs:
             raise RequestError(422, "invalid_input", what.format(n=MAX_BATCH))
         return entities
 
-    def _features(
-        self, req: dict[str, Any], entities: list[Any] | None, record: dict[str, Any] | None = None
-    ) -> tuple[np.ndarray, list[str]]:
-        """The [batch, n_features] float32 matrix for the request, and degraded flags. For one entity, its key goes
-        into the exposure record so that outcomes can be joined later (canary quality, experiments)."""
+    def validate(self, req: dict[str, Any], entities: list[Any] | None, invalid_input: str) -> Validated:
+        """The request contract over the entities (one entity: the record path; a batch: the contract's columnar
+        form, the same verdicts) — 422 ``invalid_input`` naming each bad entity's rules, unless the policy's
+        ``invalid_input`` is ``default`` (they are then scored on the reference defaults, flagged)."""
         if entities is None:
-            return self._direct_features(req["features"]), []
-        given = entities
-        degraded: list[str] = []
+            return Validated(direct=self.direct_features(req["features"]))
         entity = self.features.entity
-        for i, row in enumerate(given):
+        for i, row in enumerate(entities):
             if not isinstance(row, dict):
-                raise RequestError(
-                    422, "invalid_input", f"each {self.features.entity.name} must be a JSON object", index=i
-                )
-        # one entity: the record path; a batch: the contract's columnar form over all of it (the same verdicts), its
-        # values kept in columns on to the online store's look-up
+                raise RequestError(422, "invalid_input", f"each {entity.name} must be a JSON object", index=i)
         contract = self.contract
-        checked = CheckedRecords.of(contract.spec.column_names, [contract.validate_record(given[0])]) \
-            if len(given) == 1 else check_records(contract, given)  # fmt: skip
+        checked = CheckedRecords.of(contract.spec.column_names, [contract.validate_record(entities[0])]) \
+            if len(entities) == 1 else check_records(contract, entities)  # fmt: skip
         dates, impossible = _dates(entity, checked)
         invalid, good = [], []
         for i in range(checked.n):
@@ -106,25 +128,37 @@ class BuildsInputs:
                 violation |= {"field": impossible[i][0], "message": impossible[i][1]}
                 violation["rules"].append("calendar_date")
             invalid.append(violation)
-        if record is not None and good == [0] and entity.key is not None:
-            record["entity_key"] = entity.key.of(checked.verdict(0).record | {entity.date: dates[0]})
-        if invalid and self.policy.invalid_input == "reject":
+        if invalid and invalid_input == "reject":
             raise RequestError(
-                422, "invalid_input", f"the request breaks contract {self.contract.spec.name}", violations=invalid
+                422, "invalid_input", f"the request breaks contract {contract.spec.name}", violations=invalid
             )
-        x = np.tile(self.defaults, (len(given), 1))
-        if invalid:
+        key = None
+        if good == [0] and entity.key is not None:  # one entity: its key, so outcomes can be joined later
+            key = entity.key.of(checked.verdict(0).record | {entity.date: dates[0]})
+        return Validated(checked=checked, dates=dates, good=good, invalid=invalid, entity_key=key)
+
+    def matrix(self, checked: Validated) -> tuple[np.ndarray, list[str]]:
+        """The [batch, n_features] float32 matrix (the online store's features of the good entities, the
+        reference defaults for the others), and degraded flags."""
+        if checked.direct is not None:
+            return checked.direct, []
+        degraded: list[str] = []
+        entity = self.features.entity
+        x = np.tile(self.defaults, (checked.rows, 1))
+        if checked.invalid:
             degraded.append("invalid_input_defaults")
+        good = checked.good
         if good:
-            store = self.store
+            store = self.store()
             if store is None:
                 degraded.append("no_online_store")
             else:
                 from keel.features.online import get_online_columns
 
-                columns = {c: checked.columns[c] for c in entity.request_columns if c in checked.columns}
-                columns[entity.date] = dates
-                if len(good) < checked.n:
+                cols = checked.checked.columns
+                columns = {c: cols[c] for c in entity.request_columns if c in cols}
+                columns[entity.date] = checked.dates
+                if len(good) < checked.rows:
                     columns = {c: [v[i] for i in good] for c, v in columns.items()}
                 batch = get_online_columns(store, columns, len(good))
                 m = batch.matrix.T  # entities × features
@@ -136,19 +170,10 @@ class BuildsInputs:
                 degraded += [f"frozen:{name}" for name in batch.degraded]
         return x.astype(np.float32), degraded
 
-    def _pooled(self, model: str, x: np.ndarray) -> np.ndarray:
-        """The request matrix, held in the model's memory pool while the request is in flight."""
-        if model not in self.pools:
-            return x
-        try:
-            return self.pools[model].asarray(x, dtype=np.float32)
-        except PoolBudgetExceeded as exc:
-            raise RequestError(503, "memory_budget_exceeded", str(exc), model=model) from None
-
-    def _direct_features(self, given: Any) -> np.ndarray:
-        names = self.features.names
+    def direct_features(self, given: Any) -> np.ndarray:
         """Feature values sent with the request: one object {name: value}, a list of them, or the columnar form
         {"columns": [names], "rows": [[values], …]} (the cheapest to send and to parse for big batches)."""
+        names = self.features.names
         if isinstance(given, dict) and "rows" in given:
             columns, rows = given.get("columns"), given.get("rows")
             if not isinstance(rows, list) or not isinstance(columns, list):
@@ -171,7 +196,7 @@ class BuildsInputs:
                     raise ValueError("ragged rows")
                 x = x[:, order]
         except (KeyError, TypeError, ValueError, IndexError):
-            raise self._explain_features(names, rows, order) from None
+            raise explain_bad_features(names, rows, order) from None
         bad = (x < self.lo) | (x > self.hi) | ~np.isfinite(x)
         if bad.any():
             i, j = np.argwhere(bad)[0]
@@ -184,23 +209,23 @@ class BuildsInputs:
             )
         return x.astype(np.float32)
 
-    @staticmethod
-    def _explain_features(names: tuple[str, ...], rows: list[Any], order: list[int] | None) -> RequestError:
-        """The slow path, only for a bad request: which row, and what is wrong with it."""
-        for i, row in enumerate(rows):
-            if order is None:
-                if not isinstance(row, dict):
-                    return RequestError(422, "invalid_input", "each features entry must be a JSON object", index=i)
-                absent = [n for n in names if n not in row]
-                if absent:
-                    return RequestError(
-                        422, "missing_input", f"features missing: {', '.join(absent)}", index=i, missing=absent
-                    )
-                values = [row[n] for n in names]
-            else:
-                if not isinstance(row, list) or len(row) <= max(order):
-                    return RequestError(422, "invalid_input", "each row must list a value per column", index=i)
-                values = [row[j] for j in order]
-            if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
-                return RequestError(422, "invalid_input", "feature values must be numbers", index=i)
-        return RequestError(422, "invalid_input", "features must be numbers")
+
+def explain_bad_features(names: tuple[str, ...], rows: list[Any], order: list[int] | None) -> RequestError:
+    """The slow path, only for a bad request: which row, and what is wrong with it."""
+    for i, row in enumerate(rows):
+        if order is None:
+            if not isinstance(row, dict):
+                return RequestError(422, "invalid_input", "each features entry must be a JSON object", index=i)
+            absent = [n for n in names if n not in row]
+            if absent:
+                return RequestError(
+                    422, "missing_input", f"features missing: {', '.join(absent)}", index=i, missing=absent
+                )
+            values = [row[n] for n in names]
+        else:
+            if not isinstance(row, list) or len(row) <= max(order):
+                return RequestError(422, "invalid_input", "each row must list a value per column", index=i)
+            values = [row[j] for j in order]
+        if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
+            return RequestError(422, "invalid_input", "feature values must be numbers", index=i)
+    return RequestError(422, "invalid_input", "features must be numbers")

@@ -8,13 +8,15 @@ at once and each sampled interval's compute, shared by the rows each tenant had 
 previous sample. A budget committed below what a tenant has spent therefore refuses its next request — within
 POLICY_POLL_S of the commit. Spend is known to one gateway: its own logs (several gateways: issue 19).
 
-A mixin of ``Gateway`` (gpu_runtime/gateway/app.py), which owns ``config``, ``client``, ``routing``, ``metrics``,
-``now`` and ``_policy_reader``.
+``UsageMeter`` does it for one served model (model.py): the log stage meters each answer, the gateway's watcher
+samples Triton.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from gpu_runtime.gateway.limits import OTHER_TENANT, RequestError
@@ -28,10 +30,14 @@ from keel.policies.types import Cost
 METER_INTERVAL_S = 5.0  # how often Triton's statistics are sampled (GatewayConfig.meter_interval_s)
 
 
-class MetersUsage:
-    def _init_meter(self) -> None:
-        cfg = self.config
-        self.compute_log = ExposureLog(cfg.compute_dir, prefix="compute") if cfg.compute_dir else None
+class UsageMeter:
+    def __init__(
+        self, *, compute_dir: Path | None, interval_s: float, device: str, exposure_dir: Path, metrics: Any,
+        now: Callable[[], float], client: Callable[[], Any], routing: Callable[[], Any], reader: Callable[[], Any],
+    ):  # fmt: skip
+        self.interval_s, self.device, self.exposure_dir = interval_s, device, exposure_dir
+        self.metrics, self.now, self.client, self.routing, self.reader = metrics, now, client, routing, reader
+        self.compute_log = ExposureLog(compute_dir, prefix="compute") if compute_dir else None
         self._samples: dict[tuple[str, int], ComputeSample] = {}  # the last sample of each version
         self._sample_day = ""
         self._meter_checked = 0.0
@@ -44,7 +50,7 @@ class MetersUsage:
 
     # -- following the store ----------------------------------------------------------------------------------
 
-    def _apply_metering_policies(self, state: dict[str, Any]) -> None:
+    def apply_policies(self, state: dict[str, Any]) -> None:
         """The cost and budget policies of a newly applied store version; spend is read again from the logs when
         the budget changed (a new limit must judge what was already spent)."""
         cost = policy_of_type(state, "cost")
@@ -65,11 +71,12 @@ class MetersUsage:
         period = self.budget.get("period", "day")
         self._spend_period = period_of(now, period)
         self.spend = dict.fromkeys(self.budget["tenants"], 0.0)
-        if self._policy_reader is None or not self.config.exposure_dir.exists():
+        reader = self.reader()
+        if reader is None or not self.exposure_dir.exists():
             return
         self.spend = spend_by_tenant(
-            self.config.exposure_dir.parent,
-            self._policy_reader,
+            self.exposure_dir.parent,
+            reader,
             self.spend,
             period_start_day(now, period),
             day_of(now),
@@ -77,7 +84,7 @@ class MetersUsage:
 
     # -- on the request path ----------------------------------------------------------------------------------
 
-    def _check_budget(self, tenant: str) -> dict[str, str]:
+    def check_budget(self, tenant: str) -> dict[str, str]:
         """Refuse a tenant over its hard budget (429 budget_exceeded); headers to add for a soft one."""
         if self.budget is None or tenant not in self.spend:
             return {}
@@ -101,7 +108,7 @@ class MetersUsage:
             self._spend_period = period
             self.spend = dict.fromkeys(self.spend, 0.0)
 
-    def _meter(self, record: dict[str, Any]) -> None:
+    def meter(self, record: dict[str, Any]) -> None:
         """An answered request: its rows for the compute share, its price for its tenant's spend."""
         tenant = record.get("tenant_id") or "unknown"
         priced = (self.prices or {}).get("tenants") or {}
@@ -118,15 +125,15 @@ class MetersUsage:
 
     # -- sampling Triton --------------------------------------------------------------------------------------
 
-    async def _sample_compute(self, force: bool = False) -> None:
+    async def sample_compute(self, force: bool = False) -> None:
         """Sample Triton's statistics of every version this gateway routes (and those it sampled before): one line
         per version whose compute changed, and every version once a day; the interval's compute to the spend of
         the budgeted tenants that scored rows on it."""
         mono = time.monotonic()
-        if self.compute_log is None or (not force and mono - self._meter_checked < self.config.meter_interval_s):
+        if self.compute_log is None or (not force and mono - self._meter_checked < self.interval_s):
             return
         self._meter_checked = mono
-        table = self.routing
+        table = self.routing()
         if table is None:
             return
         versions = {(table.model, v) for v in table.versions()} | set(self._samples)
@@ -134,14 +141,14 @@ class MetersUsage:
         new_day = day_of(now) != self._sample_day
         for model, version in sorted(versions):
             try:
-                stats = await self.client.get_inference_statistics(
+                stats = await self.client().get_inference_statistics(
                     triton_name(model, version), str(version), as_json=True, client_timeout=5
                 )
             except Exception:  # noqa: BLE001 - unloaded or Triton down: nothing to sample now
                 if version not in table.versions():  # retired by a deployment: not asked again
                     self._samples.pop((model, version), None)
                 continue
-            sample = sample_from_statistics(stats, model, version, now, self.config.compute_device)
+            sample = sample_from_statistics(stats, model, version, now, self.device)
             if sample is None:
                 continue
             prev = self._samples.get((model, version))
@@ -164,10 +171,10 @@ class MetersUsage:
         for tenant, n in rows.items():
             if tenant in self.spend:
                 prices = Cost.prices_for(self.prices, tenant)
-                per_s = prices["per_gpu_second"] if self.config.compute_device == "gpu" else prices["per_cpu_second"]
+                per_s = prices["per_gpu_second"] if self.device == "gpu" else prices["per_cpu_second"]
                 self.spend[tenant] += delta_s * n / total * per_s
 
-    def _export_budgets(self) -> None:
+    def export_budgets(self) -> None:
         """Per budgeted tenant (the policy names them: bounded): spend, limit and the share spent."""
         for name in ("keel_gateway_tenant_spend", "keel_gateway_tenant_budget", "keel_gateway_tenant_budget_state"):
             self.metrics.clear_gauge(name)  # a tenant the budget no longer names is not shown

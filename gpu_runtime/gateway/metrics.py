@@ -63,6 +63,27 @@ HELP = {
     "keel_gateway_tenant_budget": ("gauge", "Each budgeted tenant's limit in the budget's period."),
     "keel_gateway_tenant_budget_state": ("gauge", "Each budgeted tenant's budget state: 0 ok, 1 soft, 2 hard."),
     "keel_gateway_compute_log_failures_total": ("counter", "Compute samples that could not be written."),
+    "keel_gateway_concurrency_limit": (
+        "gauge",
+        "The process's adaptive concurrency limit (Gradient2 on observed latency); each tier may use a share.",
+    ),
+    "keel_gateway_in_flight": ("gauge", "Requests holding a place in the process's tier admission."),
+    "keel_gateway_shed_before_body_total": (
+        "counter",
+        "Requests shed on their route alone, before the body was read.",
+    ),
+    "keel_gateway_local_timeouts_total": (
+        "counter",
+        "Triton timeouts blamed on local overload (no breaker strike): loop lag, queueing or CPU pressure.",
+    ),
+    "keel_gateway_client_gone_total": ("counter", "Requests dropped because their client had gone, by stage."),
+    "keel_gateway_loop_lag_seconds": ("gauge", "The event loop's worst lag over the last second."),
+    "keel_gateway_cpu_pressure": ("gauge", "Share of the last second some runnable task waited for a CPU (PSI)."),
+    "keel_gateway_coarse_seconds": (
+        "histogram",
+        "Time to a coarse-model answer, queueing on the coarse pool included.",
+    ),
+    "keel_gateway_coarse_in_flight": ("gauge", "Requests queued or scoring on the coarse pool."),
     "keel_gpu_pool_bytes_in_use": ("gauge", "Bytes in use in each model's memory pool."),
     "keel_gpu_pool_limit_bytes": ("gauge", "Each model's memory pool limit (budget x headroom)."),
 }

@@ -10,6 +10,10 @@ server (docs/serving.md, "Limits").
 - **Connections**: at most ``max_connections`` open at once; one more is answered ``503 too_many_connections`` and
   closed at once, before anything of it is parsed. Requests on open connections are not affected.
 
+- **Arrival and departure**: each request's scope carries when its first byte was read (``state["keel_arrived"]``,
+  from which its deadline runs) and a check whether its client has gone (``state["keel_client_gone"]``: the
+  connection is closed or closing), so no stage works for a client that left (request.py).
+
 Each refusal is counted in the gateway's metrics (``keel_gateway_connection_refusals_total{reason}``: header_timeout,
 idle, too_many_connections); ``keel_gateway_connections_open`` is the number open when /metrics is read (its own
 connection included).
@@ -18,6 +22,7 @@ connection included).
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import orjson
@@ -86,6 +91,9 @@ def bounded_protocol(
 
         def on_message_begin(self) -> None:
             super().on_message_begin()
+            state = self.scope["state"]
+            state["keel_arrived"] = time.monotonic()
+            state["keel_client_gone"] = self.transport.is_closing
             self._in_headers = True
             if self._header_deadline is None:
                 self._arm()

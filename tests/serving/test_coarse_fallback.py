@@ -74,7 +74,7 @@ def test_when_the_version_fails_the_coarse_model_answers_and_the_exposure_log_sa
     for _ in range(30):
         status, payload, _ = asyncio.run(gateway.predict(body(rows.row(0, named=True)), {}))
         assert status == 200 and "coarse_fallback" in payload["degraded"]
-    assert gateway.breaker(1).state == "open" and "breaker_open" in payload["degraded"]
+    assert gateway.model().scorer.breaker(1).state == "open" and "breaker_open" in payload["degraded"]
     logged = read_exposures(tmp_path / "exposures")
     assert {(e["status"], e["variant"], e["model_version"], e["coarse_version"]) for e in logged} == {
         (200, "coarse", None, 4)
@@ -108,5 +108,5 @@ def test_a_coarse_file_that_does_not_match_the_routing_table_is_never_used(tmp_p
     gateway = Gateway(config)
     status, payload, _ = asyncio.run(gateway.predict(body(rows.row(0, named=True)), {}))
     assert status == 502 and payload["error"]["code"] == "backend_error"  # no coarse answer rather than a wrong one
-    assert "does not hash to the sha256" in gateway.coarse_error
+    assert "does not hash to the sha256" in gateway.model().coarse.error
     assert 'keel_gateway_coarse_unusable_total{coarse_version="4"}' in gateway.metrics.render()

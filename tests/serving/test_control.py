@@ -199,13 +199,13 @@ def test_per_tenant_state_is_bounded_whatever_names_callers_invent(tmp_path):
         triton_url="127.0.0.1:1", routing_path=tmp_path / "routing.json", usecase="flights", exposure_dir=tmp_path / "exp",
         max_tenant_buckets=100,
     )  # fmt: skip
-    gw = Gateway(config, policy)
+    model = Gateway(config, policy).model()
     for i in range(5000):
-        gw._bucket(f"invented-{i}").take()
-    assert len(gw.other_buckets) == 100 and list(gw.buckets) == []
-    ops = gw._bucket("ops")
+        model.bucket(f"invented-{i}").take()
+    assert len(model.other_buckets) == 100 and list(model.buckets) == []
+    ops = model.bucket("ops")
     assert [ops.take() for _ in range(6)] == [True] * 5 + [False]  # the named tenant's own limit
-    assert gw._bucket("ops") is ops and list(gw.buckets) == ["ops"]
+    assert model.bucket("ops") is ops and list(model.buckets) == ["ops"]
 
 
 def test_the_record_paths_cast_cache_is_bounded_in_bytes():
@@ -274,22 +274,23 @@ def test_a_triton_that_died_since_the_last_poll_is_runtime_unavailable_not_the_v
     alive = {"yes": False}
     status_ = RuntimeStatus(process_alive=lambda: alive["yes"])  # up by the last poll, dead now
     gateway = Gateway(config, runtime=status_)
+    scorer = gateway.model().scorer
     from usecases.flights.features import FEATURE_NAMES
 
     body = json.dumps({"features": dict.fromkeys(FEATURE_NAMES, 1.0), "unit_id": "u1"}).encode()
     status, payload, _ = asyncio.run(gateway.predict(body, {}))
     assert status == 503 and payload["error"]["code"] == "runtime_unavailable", payload
     assert "process has exited" in payload["error"]["message"]
-    assert gateway.breaker(1).state == "closed" and not gateway.breaker(1)._events  # no strike
+    assert scorer.breaker(1).state == "closed" and not scorer.breaker(1)._events  # no strike
     alive["yes"] = True  # the process is there again (but still unreachable): now it is the version's failure
     status, payload, _ = asyncio.run(gateway.predict(body, {}))
     assert status == 502 and payload["error"]["code"] == "backend_error"
-    before, channel = gateway.breaker(1), gateway._client
+    before, channel = scorer.breaker(1), scorer._client
     assert before._failed >= 1 and channel is not None
     status_.restarts += 1  # the supervisor restarted Triton: breakers and the gRPC channel start afresh
     asyncio.run(gateway.predict(body, {}))
-    assert gateway.breaker(1) is not before and gateway.breaker(1)._failed == len(gateway.breaker(1)._events)
-    assert gateway._client is not None and gateway._client is not channel
+    assert scorer.breaker(1) is not before and scorer.breaker(1)._failed == len(scorer.breaker(1)._events)
+    assert scorer._client is not None and scorer._client is not channel
 
 
 def test_a_call_cut_off_just_before_the_process_is_seen_to_exit_is_still_the_runtimes(tmp_path):
@@ -313,7 +314,7 @@ def test_a_call_cut_off_just_before_the_process_is_seen_to_exit_is_still_the_run
     body = json.dumps({"features": dict.fromkeys(FEATURE_NAMES, 1.0), "unit_id": "u1"}).encode()
     status, payload, _ = asyncio.run(gateway.predict(body, {}))
     assert status == 503 and payload["error"]["code"] == "runtime_unavailable", payload
-    assert not gateway.breaker(1)._events
+    assert not gateway.model().scorer.breaker(1)._events
 
 
 def test_an_open_breaker_reads_half_open_on_metrics_once_its_time_is_up_with_no_traffic(tmp_path):
@@ -329,13 +330,12 @@ def test_an_open_breaker_reads_half_open_on_metrics_once_its_time_is_up_with_no_
     gateway = Gateway(GatewayConfig(triton_url="127.0.0.1:1", routing_path=tmp_path / "routing.json", usecase="flights",
                                     exposure_dir=tmp_path / "exposures"))  # fmt: skip
     clock = Clock()
-    b = gateway.breakers[1] = CircuitBreaker(BreakerPolicy(min_requests=5, open_s=30, half_open_probes=3), clock)
+    b = gateway.model().scorer.breakers[1] = CircuitBreaker(BreakerPolicy(min_requests=5, open_s=30, half_open_probes=3), clock)
     for _ in range(5):
         b.record(False)
 
     def gauge() -> str:
-        gateway._export_breakers()
-        [line] = [ln for ln in gateway.metrics.render().splitlines() if ln.startswith("keel_gateway_breaker_state")]
+        [line] = [ln for ln in gateway.render_metrics().splitlines() if ln.startswith("keel_gateway_breaker_state")]
         return line.split()[-1]
 
     assert gauge() == "2"

@@ -258,14 +258,14 @@ def test_risk_level_1_never_queues_behind_lower_levels(runtime, serving_models):
     async def scenario():
         transport = httpx.ASGITransport(app=gateway)
         async with httpx.AsyncClient(transport=transport, base_url="http://gateway") as client:
-            await gateway.lanes[3].acquire()  # a level-3 request holds the only level-3 slot
+            await gateway.model().lanes[3].acquire()  # a level-3 request holds the only level-3 slot
             try:
                 low, high = await asyncio.gather(
                     client.post("/v1/predict", json=body | {"risk_level": 3}),
                     client.post("/v1/predict", json=body | {"risk_level": 1}),
                 )
             finally:
-                gateway.lanes[3].release()
+                gateway.model().lanes[3].release()
             after = await client.post("/v1/predict", json=body | {"risk_level": 3})
         await gateway.close()
         return low, high, after

@@ -120,7 +120,8 @@ def test_an_input_triton_refuses_is_a_422_with_no_breaker_strike_and_no_retry(ru
             exposure_dir=tmp_path / "exposures",
         ),
     )
-    gateway._max_batch[triton_name("flight-delay", 1)] = 100_000
+    scorer = gateway.model().scorer
+    scorer.max_batch_of[triton_name("flight-delay", 1)] = 100_000
     rows = serving_models[1].head(1024).select(FEATURE_NAMES).to_numpy().astype(np.float64)
     x = np.where(np.isnan(rows), [f.default for f in FEATURES], rows).tolist()
     body = json.dumps({"features": {"columns": list(FEATURE_NAMES), "rows": x}, "unit_id": "u1"}).encode()
@@ -134,9 +135,9 @@ def test_an_input_triton_refuses_is_a_422_with_no_breaker_strike_and_no_retry(ru
     status, payload, _ = asyncio.run(run())
     assert status == 422 and payload["error"]["code"] == "input_refused_by_model", payload
     assert "batch" in payload["error"]["message"]
-    assert not gateway.breaker(1)._events  # no strike
+    assert not scorer.breaker(1)._events  # no strike
     assert "keel_gateway_backend_errors_total" not in gateway.metrics.render()
-    assert gateway.retry_budget._retries == type(gateway.retry_budget._retries)()  # no retry
+    assert scorer.retry_budget._retries == type(scorer.retry_budget._retries)()  # no retry
 
 
 @pytest.mark.parametrize(

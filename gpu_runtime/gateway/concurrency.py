@@ -1,0 +1,86 @@
+"""The process's concurrency limit, adapted to observed latency: Netflix concurrency-limits' **Gradient2** algorithm.
+
+A fixed in-flight limit is tuned on one machine at one load; on a starved machine it admits more than can be
+answered in time, on a big one it sheds what could have been. Gradient2 compares the latency of recent requests
+(``short``: the average of the current window) with a slow average of the latency seen so far (``long``, an
+exponential average over ``LONG_WINDOW`` windows: the no-load latency while there is no queue):
+
+    gradient = clamp(tolerance · long / short, 0.5, 1)      (1: no queueing; < 1: latency grew with load)
+    new      = limit · gradient + queue_size               (queue_size: room to probe for more)
+    limit    = limit · (1 − smoothing) + new · smoothing,  clamped to [min_limit, max_limit]
+
+It does not grow while the service is app-limited (fewer than half the limit in flight), and when the long average
+is more than twice the short one (latency back to normal after a long overload) the long average decays, so the
+limit recovers. Why Gradient2 and not AIMD or Envoy's adaptive-concurrency filter: AIMD needs a drop signal (a
+timeout) before it backs off — the queue has already formed; Envoy's gradient controller measures its no-load
+latency by pinning the limit low for a sampling window every few seconds, which sheds L1 on a schedule. Gradient2
+reacts to the latency growth itself and needs no pinning.
+
+Pure and clock-injected: the gateway feeds it one sample per answered request (``update``); tests drive it by hand.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+
+LONG_WINDOW = 600  # windows in the long (no-load) average
+WINDOW_S = 0.1  # a window closes after this long …
+WINDOW_SAMPLES = 10  # … and at least this many samples
+
+
+class GradientLimit:
+    def __init__(
+        self,
+        initial: float = 32,
+        min_limit: float = 8,
+        max_limit: float = 1024,
+        tolerance: float = 1.5,
+        smoothing: float = 0.2,
+        queue_size: Callable[[float], float] = lambda limit: max(4.0, math.sqrt(limit)),
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self.limit = float(initial)
+        self.min_limit, self.max_limit = float(min_limit), float(max_limit)
+        self.tolerance, self.smoothing, self.queue_size = tolerance, smoothing, queue_size
+        self.clock = clock
+        self.long_rtt: float | None = None
+        self._windows = 0
+        self._window_start = clock()
+        self._sum = 0.0
+        self._n = 0
+        self._max_in_flight = 0
+
+    def update(self, rtt_s: float, in_flight: int) -> float:
+        """One answered request's latency (from admission to its answer) and the requests in flight when it
+        started; returns the limit (changed when a window closes)."""
+        self._sum += rtt_s
+        self._n += 1
+        self._max_in_flight = max(self._max_in_flight, in_flight)
+        now = self.clock()
+        if self._n < WINDOW_SAMPLES or now - self._window_start < WINDOW_S:
+            return self.limit
+        short = self._sum / self._n
+        in_window = self._max_in_flight
+        self._window_start, self._sum, self._n, self._max_in_flight = now, 0.0, 0, 0
+        self._close_window(short, in_window)
+        return self.limit
+
+    def _close_window(self, short: float, in_flight: int) -> None:
+        if short <= 0:
+            return
+        self._windows += 1
+        if self.long_rtt is None:
+            self.long_rtt = short
+        else:
+            weight = 2.0 / (min(self._windows, LONG_WINDOW) + 1)
+            self.long_rtt += (short - self.long_rtt) * weight
+        if self.long_rtt / short > 2:  # latency is back to normal after a long overload: let the baseline follow
+            self.long_rtt *= 0.95
+        if in_flight < self.limit / 2:  # app-limited: no evidence that more would be served well
+            return
+        gradient = max(0.5, min(1.0, self.tolerance * self.long_rtt / short))
+        new = self.limit * gradient + self.queue_size(self.limit)
+        new = self.limit * (1 - self.smoothing) + new * self.smoothing
+        self.limit = max(self.min_limit, min(self.max_limit, new))

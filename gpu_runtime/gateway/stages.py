@@ -1,0 +1,303 @@
+"""The request path as named stages: parse → admit → validate → features → route → infer (or coarse) → answer → log.
+
+``handle`` reads like that list. Each stage is a function of the served model (model.py), the request's context
+(request.py) and, where it needs what the process shares, the server (app.py); each starts with ``ctx.check``: past
+the request's deadline it does no work (a fast 503 ``deadline_exceeded`` naming the stage), for a client that has
+gone it drops the request. Every exit builds its answer in answers.py and is logged once by ``log``.
+
+- **parse**: the JSON body, the entities (or direct features), tenant, risk level, unit, experiment, explanation.
+- **admit**: the tenant's rate limit (429) and budget (429), then a place in the process for the model's tier
+  (admission.py, at most the adaptive concurrency limit's share for the tier, concurrency.py) and in the request's
+  risk lane — waiting no longer than its deadline allows; otherwise a 503 ``shed`` / ``overloaded``.
+- **validate**: the request contract (422 ``invalid_input``, or scored on defaults when the policy says so).
+- **features**: the online store's features into the request matrix.
+- **route**: the routing table, the runtime's state, the sticky split or experiment variant.
+- **infer**: Triton (scoring.py: breakers, retries; the shadow beside it), else the coarse model off the event loop
+  (coarse.py), else the policy's last resort, else a structured error.
+- **answer** / **log**: answers.py; one exposure-log line, usage metering and metrics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from contextlib import asynccontextmanager
+from typing import Any
+
+from gpu_runtime.gateway.admission import Shed
+from gpu_runtime.gateway.answers import answer, internal_error, refusal
+from gpu_runtime.gateway.control import choose_route
+from gpu_runtime.gateway.explain import requested_top_k
+from gpu_runtime.gateway.health import count_degraded
+from gpu_runtime.gateway.limits import OTHER_TENANT, RequestError, identifier, parse_json, tenant_identifier
+from gpu_runtime.gateway.request import CLIENT_GONE_STATUS, Answer, ClientGone, RequestContext
+from gpu_runtime.gateway.shadow import finish_shadow, start_shadow
+
+COARSE_RESERVE_SHARE = 0.2  # of a request's budget kept for the coarse model when Triton does not answer
+TIER_SHARES = (1.0, 0.8, 0.6)  # of the adaptive concurrency limit, by tier rank (L1, L2, L3; lower ones: the last)
+
+
+async def handle(server: Any, model: Any, ctx: RequestContext, body: bytes | RequestError) -> Answer | None:
+    """Answer one request and log it; None when the client has gone (nothing to send)."""
+    result: Answer | None = None
+    shadow = None
+    try:
+        if isinstance(body, RequestError):
+            raise body
+        parse(server, model, ctx, body)
+        async with admitted(server, model, ctx):
+            if needs_features(model):
+                validate(model, ctx)
+                features(model, ctx)
+            route(model, ctx)
+            shadow = await infer(server, model, ctx)
+        await finish_shadow(shadow, ctx, model.metrics)
+        result = answer(model.features, ctx)
+    except ClientGone as gone:
+        ctx.status, ctx.error, ctx.stage = CLIENT_GONE_STATUS, "client_gone", gone.stage
+        model.metrics.inc("keel_gateway_client_gone_total", {"stage": gone.stage})
+    except RequestError as err:
+        if shadow is not None:
+            shadow[1].cancel()
+        result = refusal(ctx, err)
+    except Exception as exc:  # noqa: BLE001 - the gateway answers 500 and logs, never drops a request silently
+        result = internal_error(ctx, exc)
+    log(server, model, ctx)
+    return result
+
+
+def parse(server: Any, model: Any, ctx: RequestContext, body: bytes) -> None:
+    ctx.check("parse")
+    if ctx.asked_model is not None and ctx.asked_model not in server.models:
+        shown = ctx.asked_model if len(ctx.asked_model) <= 64 else ctx.asked_model[:64] + "…"
+        raise RequestError(404, "unknown_model", f"no model {shown!r} is served here", models=list(server.models))
+    req = parse_json(body)
+    ctx.req = req
+    ctx.entities = model.inputs.entities_of(req, ctx.generic)
+    ctx.tenant = tenant_identifier(req["tenant_id"]) if req.get("tenant_id") is not None else "default"
+    risk = req.get("risk_level", 3)
+    if not isinstance(risk, int) or isinstance(risk, bool) or risk not in model.lanes:
+        raise RequestError(
+            422, "invalid_risk_level", f"risk_level must be one of {sorted(model.lanes)}", value=str(risk)[:40]
+        )
+    ctx.risk_level = risk
+    ctx.unit_id = identifier(req["unit_id"], "unit_id") if req.get("unit_id") is not None else ctx.request_id
+    experiment = ctx.headers.get("x-experiment-id")
+    ctx.experiment_id = identifier(experiment, "header x-experiment-id") if experiment is not None else None
+    ctx.parsed = True  # every identifier is known to be safe to log
+    ctx.top_k = requested_top_k(req, model.features.names)
+
+
+def tier_limit(server: Any, model: Any, tier: str) -> tuple[int, int | None]:
+    """(the tier's rank, its in-flight limit now): its share of the adaptive limit, at most the policy's cap."""
+    policy = model.policy
+    rank = sorted(policy.tiers).index(tier)
+    cap = policy.admit_in_flight.get(tier)
+    if cap is None:
+        return rank, None
+    share = TIER_SHARES[min(rank, len(TIER_SHARES) - 1)]
+    return rank, max(1, min(cap, int(server.limit.limit * share)))
+
+
+def admit_wait_s(model: Any, tier: str, ctx: RequestContext) -> float:
+    """How long a request of ``tier`` may wait for a place: its policy's ``admit_wait_ms`` (default: its timeout),
+    never past its deadline."""
+    wait_ms = model.policy.admit_wait_ms.get(tier)
+    wait = model.timeout_ms() / 1000 if wait_ms is None else wait_ms / 1000
+    return max(0.0, min(wait, ctx.remaining_s()))
+
+
+def would_shed(server: Any, model: Any, ctx: RequestContext) -> bool:
+    """Before the body is read: would this request's tier be shed at once (no place, no room to wait)? The route
+    names the model, so its tier is known from the path alone."""
+    tier = model.tier()
+    _, limit = tier_limit(server, model, tier)
+    return server.admission.would_shed(
+        tier, limit, admit_wait_s(model, tier, ctx), model.policy.admit_in_flight.get(tier)
+    )
+
+
+async def take_place(server: Any, model: Any, tier: str, ctx: RequestContext) -> None:
+    """A place in the process for a request of ``tier`` (admission.py), or a 503 ``shed`` naming the tier."""
+    rank, limit = tier_limit(server, model, tier)
+    try:
+        await server.admission.acquire(tier, rank, limit, admit_wait_s(model, tier, ctx),
+                                       model.policy.admit_in_flight.get(tier))  # fmt: skip
+    except Shed as shed:
+        model.metrics.inc("keel_gateway_shed_total", {"tier": tier})
+        raise RequestError(503, "shed", str(shed), tier=tier, in_flight_limit=shed.limit, stage="admit",
+                           retry_after_s=1) from None  # fmt: skip
+    model.metrics.add_gauge("keel_gateway_tier_in_flight", {"tier": tier}, 1)
+
+
+def give_place(server: Any, model: Any, tier: str) -> None:
+    server.admission.release(tier)
+    model.metrics.add_gauge("keel_gateway_tier_in_flight", {"tier": tier}, -1)
+
+
+@asynccontextmanager
+async def admitted(server: Any, model: Any, ctx: RequestContext):
+    """The admit stage: tenant limits, then a place for the tier and the risk lane, held while the request is in
+    flight; on the way out the request's latency goes to the adaptive limit (answers Triton gave only)."""
+    ctx.check("admit")
+    if not model.bucket(ctx.tenant).take():
+        named = ctx.tenant if ctx.tenant in model.policy.tenant_rate_limits else OTHER_TENANT
+        model.metrics.inc("keel_gateway_rate_limited_total", {"tenant": named})
+        raise RequestError(429, "rate_limited", f"tenant {ctx.tenant} is over its rate limit", retry_after_s=1)
+    ctx.extra_headers |= model.meter.check_budget(ctx.tenant)
+    if not server.watching:  # embedded without an ASGI lifespan: nobody else follows routing and policies
+        model.follow()
+    tier = ctx.tier = model.tier()
+    await take_place(server, model, tier, ctx)
+    lane = model.lanes[ctx.risk_level]
+    try:
+        if lane.locked():  # full: wait for a place, within the deadline
+            try:
+                await asyncio.wait_for(lane.acquire(), ctx.remaining_s())
+            except TimeoutError:
+                raise RequestError(503, "overloaded", f"risk level {ctx.risk_level} lane is full",
+                                   risk_level=ctx.risk_level, stage="admit", retry_after_s=1) from None  # fmt: skip
+        else:  # a place is free: take it without wait_for's task (most requests)
+            await lane.acquire()
+    except BaseException:
+        give_place(server, model, tier)
+        raise
+    model.metrics.add_gauge("keel_gateway_lane_in_flight", {"risk_level": str(ctx.risk_level)}, 1)
+    ctx.admitted_at = time.monotonic()
+    in_flight = server.admission.in_flight
+    try:
+        yield
+    finally:
+        lane.release()
+        give_place(server, model, tier)
+        model.metrics.add_gauge("keel_gateway_lane_in_flight", {"risk_level": str(ctx.risk_level)}, -1)
+        if ctx.scores is not None and not ctx.coarse:
+            server.limit.update(time.monotonic() - ctx.admitted_at, in_flight)
+
+
+def needs_features(model: Any) -> bool:
+    """False only while the runtime is down and no coarse model can stand in: the answer is then the policy's last
+    resort or 503 ``runtime_unavailable`` whatever the request holds, so it is not validated."""
+    runtime = model.runtime
+    return runtime is None or runtime.up or model.coarse.booster(model.routing) is not None
+
+
+def validate(model: Any, ctx: RequestContext) -> None:
+    ctx.check("validate")
+    ctx.checked = model.inputs.validate(ctx.req, ctx.entities, model.policy.invalid_input)
+    ctx.rows = ctx.checked.rows
+    ctx.entity_key = ctx.checked.entity_key
+
+
+def features(model: Any, ctx: RequestContext) -> None:
+    ctx.check("features")
+    ctx.values, degraded = model.inputs.matrix(ctx.checked)
+    ctx.degraded += degraded
+
+
+def route(model: Any, ctx: RequestContext) -> None:
+    ctx.check("route")
+    table = model.routing
+    if table is None:  # the first deployment may be newer than the watcher's last look
+        model.follower.reload_routing(force=True)
+        table = model.routing
+    if table is None:
+        raise RequestError(503, "not_deployed", "no model is deployed yet (no routing table)", retry_after_s=1)
+    ctx.table = table
+    if model.runtime is not None and not model.runtime.up:
+        return  # infer answers without Triton (runtime_unavailable)
+    chosen, variant, flags = choose_route(table, model.follower.split, ctx.unit_id, ctx.experiment_id)
+    ctx.route, ctx.variant, ctx.routed_version = chosen, variant, chosen.version  # who was asked, before any fallback
+    ctx.degraded += flags
+
+
+async def infer(server: Any, model: Any, ctx: RequestContext):
+    """Triton's scores (and the shadow call, returned for the answer to wait on), else the coarse model's."""
+    ctx.check("infer")
+    if ctx.route is None:  # the runtime is down
+        await runtime_unavailable(server, model, ctx)
+        return None
+    scorer = model.scorer
+    scorer.follow_restarts()
+    table = ctx.table
+    x = model.pooled(ctx.values)
+    has_coarse = table.coarse is not None
+    budget_s = ctx.budget_ms / 1000
+    reserve = COARSE_RESERVE_SHARE * budget_s if has_coarse else 0.0
+    scorer.retry_budget.on_request()
+    shadow = start_shadow(
+        scorer, model.follower.split, table, ctx.route.version, ctx.values, max(ctx.remaining_s(), 0.001)
+    )
+    try:
+        scores, served, more, explained = await scorer.score(
+            table, ctx.route, x, ctx.top_k is not None, ctx.deadline, model.follower.fresh_table, budget_s, reserve
+        )
+    except RequestError as err:
+        if shadow is not None:
+            shadow[1].cancel()
+        runtime = model.runtime
+        if err.code == "backend_error" and runtime is not None and (not runtime.up or runtime.died()):
+            await runtime_unavailable(server, model, ctx)  # it died under this request
+            return None
+        if err.code not in ("backend_error", "no_healthy_model"):
+            raise
+        why = "breaker_open" if err.code == "no_healthy_model" else "backend_error"
+        if not await coarse(server, model, ctx, why):
+            raise
+        return None
+    ctx.scores, ctx.route, ctx.explained = scores, served, explained
+    ctx.degraded += more
+    return shadow
+
+
+async def coarse(server: Any, model: Any, ctx: RequestContext, why: str) -> bool:
+    """The coarse model's answer, off the event loop (False: the model has no usable coarse model)."""
+    booster = model.coarse.booster(ctx.table)
+    if booster is None:
+        return False
+    scores, explained = await model.coarse.score(server.coarse_pool, booster, ctx.values, ctx.top_k is not None,
+                                                 ctx.deadline)  # fmt: skip
+    ctx.scores, ctx.explained, ctx.coarse, ctx.route = scores, explained, True, ctx.table.coarse
+    ctx.degraded += [why, "coarse_fallback"]
+    model.metrics.inc("keel_gateway_coarse_answers_total", {"model": ctx.table.model})
+    return True
+
+
+async def runtime_unavailable(server: Any, model: Any, ctx: RequestContext) -> None:
+    """Triton is down (the supervisor is restarting it): the coarse model's answer when the model has one, else the
+    policy's last-resort score — both flagged ``runtime_unavailable`` — or a structured 503."""
+    model.metrics.inc("keel_gateway_runtime_unavailable_total", {})
+    ctx.variant = ctx.routed_version = None
+    if await coarse(server, model, ctx, "runtime_unavailable"):
+        return
+    runtime = model.runtime
+    score = model.policy.last_resort_score
+    if score is None:
+        raise RequestError(
+            503, "runtime_unavailable",
+            (f"the model runtime is {runtime.state} ({runtime.last_failure}); retry shortly"
+             if not runtime.up else "the model runtime's process has exited; it is being restarted, retry shortly"),
+            retry_after_s=1,
+        )  # fmt: skip
+    ctx.last_resort = score
+    ctx.rows = ctx.rows or (len(ctx.entities) if ctx.entities else 1)
+    ctx.explained = None
+    ctx.degraded = ["runtime_unavailable"]
+
+
+def log(server: Any, model: Any, ctx: RequestContext) -> None:
+    """The log stage: the exposure-log line, usage metering and the request metrics — for every request."""
+    latency = time.perf_counter() - ctx.started
+    ctx.latency_ms = round(latency * 1000, 3)
+    if ctx.status == 200:
+        count_degraded(model.metrics, ctx.degraded)
+    record = ctx.exposure_record()
+    if not server.exposures.append(record):  # the answer stands; the lost record is counted and reported
+        model.metrics.inc("keel_gateway_exposure_write_failures_total", {})
+    model.meter.meter(record)
+    version = str(record["model_version"]) if record.get("model_version") is not None else "none"
+    status = str(ctx.status)
+    model.metrics.inc("keel_gateway_requests_total", {"model_version": version, "status": status})
+    model.metrics.observe("keel_gateway_request_duration_seconds", {"model_version": version}, latency)
+    if ctx.status >= 400:
+        model.metrics.inc("keel_gateway_errors_total", {"model_version": version, "code": str(ctx.error or status)})

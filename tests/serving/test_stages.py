@@ -1,0 +1,249 @@
+"""The request path's stages under the conditions that made the gateway collapse (issue 45), each on its own, through
+the real gateway app (its ASGI interface, as uvicorn calls it) and the real gRPC client — no Triton needed:
+
+- a request past its deadline does no work and is a fast structured 503 ``deadline_exceeded``;
+- a request whose client has gone is dropped before any work (logged, nothing sent);
+- a request its tier would shed is answered before its body is read, with Retry-After;
+- a Triton call that times out counts against the version only when the process and the machine were not
+  overloaded (``blame_timeout``'s table, and a real timeout against an endpoint that never answers);
+- the coarse fallback of two models in fallback at once: each model's booster is loaded once, scored off the event
+  loop.
+
+Triton stand-ins, both real sockets: 127.0.0.1:1 (nothing listens: every call fails at once) and ``silent_endpoint``
+(accepts connections and never answers: every call runs into its timeout)."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import socket
+import threading
+import time
+
+import lightgbm as lgb
+import numpy as np
+import pytest
+
+from gpu_runtime.gateway.app import Gateway, GatewayConfig
+from gpu_runtime.gateway.overload import LoadSignals, blame_timeout
+from keel.deploy.fake import FakeDeployer
+from keel.deploy.routing import Route, Target
+from keel.exposure_log import read_exposures
+from keel.policies.gateway import GatewayPolicy
+from keel.usecase import resolve
+
+FLIGHTS = resolve("flights")
+HOTELS = resolve("hotels")
+
+
+def small_model(n_features: int, objective: str) -> str:
+    rng = np.random.default_rng(7)
+    x = rng.normal(size=(200, n_features))
+    y = (x[:, 0] > 0).astype(float) if objective == "binary" else x[:, 0] * 10 + 100
+    params = {"objective": objective, "num_leaves": 4, "verbose": -1, "seed": 1, "num_threads": 1}
+    return lgb.train(params, lgb.Dataset(x, y), num_boost_round=5).model_to_string()
+
+
+def deploy(tmp_path, usecase, triton_url: str, coarse: bool = False) -> GatewayConfig:
+    model = usecase.model.name
+    n = len(usecase.features.names)
+    deployer = FakeDeployer(tmp_path / "routing" / f"{model}.json", n_features=n)
+    main = Target(Route("champion", 1, hashlib.sha256(b"main").hexdigest(), 1.0, "rel-1"), "main")
+    c = None
+    if coarse:
+        text = small_model(n, "binary" if usecase.features.label.task == "binary" else "regression")
+        c = Target(Route("coarse", 9, hashlib.sha256(text.encode()).hexdigest(), 0.0, "rel-1"), text)
+    deployer.deploy(model, [main], coarse=c)
+    return GatewayConfig(triton_url=triton_url, routing_path=deployer.routing_path, usecase=usecase.name,
+                         exposure_dir=tmp_path / "exposures")  # fmt: skip
+
+
+def body_of(usecase) -> bytes:
+    values = dict(zip(usecase.features.names, usecase.features.defaults.tolist(), strict=True))
+    return json.dumps({"features": values, "unit_id": "u1"}).encode()
+
+
+class Asgi:
+    """One request through the app's ASGI interface, as uvicorn makes it (scope state from server.py)."""
+
+    def __init__(self, app: Gateway):
+        self.app = app
+        self.body_reads = 0
+
+    async def post(self, path: str, body: bytes, *, arrived: float | None = None, gone: bool = False,
+                   headers: dict[str, str] | None = None) -> tuple[int, dict, dict]:  # fmt: skip
+        sent: list[dict] = []
+
+        async def receive():
+            self.body_reads += 1
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        async def send(message):
+            sent.append(message)
+
+        raw = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+        raw += [(k.encode(), v.encode()) for k, v in (headers or {}).items()]
+        scope = {
+            "type": "http", "method": "POST", "path": path, "headers": raw,
+            "state": {"keel_arrived": time.monotonic() if arrived is None else arrived,
+                      "keel_client_gone": lambda: gone},
+        }  # fmt: skip
+        await self.app(scope, receive, send)
+        if not sent:
+            return 0, {}, {}
+        start = next(m for m in sent if m["type"] == "http.response.start")
+        payload = json.loads(b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body"))
+        return start["status"], payload, {k.decode(): v.decode() for k, v in start["headers"]}
+
+
+SETTINGS = b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"  # an HTTP/2 SETTINGS frame, empty
+SETTINGS_ACK = b"\x00\x00\x00\x04\x01\x00\x00\x00\x00"
+
+
+@pytest.fixture
+def silent_endpoint():
+    """An HTTP/2 endpoint that completes the connection's handshake and never answers a call: a hung Triton, as the
+    gRPC client meets it (each call runs into its timeout: DEADLINE_EXCEEDED)."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(64)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        server.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                conn = server.accept()[0]
+                conn.sendall(SETTINGS + SETTINGS_ACK)
+                held.append(conn)
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield f"127.0.0.1:{server.getsockname()[1]}"
+    stop.set()
+    thread.join()
+    for s in held:
+        s.close()
+    server.close()
+
+
+def test_a_request_past_its_deadline_does_no_work_and_is_a_fast_structured_503(tmp_path):
+    gateway = Gateway(deploy(tmp_path, FLIGHTS, "127.0.0.1:1"))
+    asgi = Asgi(gateway)
+    timeout_s = gateway.model().timeout_ms() / 1000
+    # it waited in the listen queue and for the event loop longer than its tier's timeout before the first stage
+    status, payload, headers = asyncio.run(asgi.post("/v1/predict", body_of(FLIGHTS),
+                                                     arrived=time.monotonic() - 2 * timeout_s))  # fmt: skip
+    assert status == 503 and payload["error"]["code"] == "deadline_exceeded", payload
+    assert payload["error"]["stage"] == "parse" and headers["retry-after"] == "1"
+    assert not gateway.model().scorer.breakers  # Triton was never asked
+    [line] = read_exposures(tmp_path / "exposures")
+    assert (line["status"], line["error"], line["stage"]) == (503, "deadline_exceeded", "parse")
+
+
+def test_a_shorter_client_deadline_header_is_the_requests_deadline(tmp_path, silent_endpoint):
+    gateway = Gateway(deploy(tmp_path, FLIGHTS, silent_endpoint))
+    started = time.monotonic()
+    status, payload, _ = asyncio.run(
+        Asgi(gateway).post("/v1/predict", body_of(FLIGHTS), headers={"x-keel-deadline-ms": "50"})
+    )
+    assert status in (502, 503) and time.monotonic() - started < gateway.model().timeout_ms() / 1000, payload
+    status, payload, _ = asyncio.run(
+        Asgi(gateway).post("/v1/predict", body_of(FLIGHTS), headers={"x-keel-deadline-ms": "soon"})
+    )
+    assert status == 400 and payload["error"]["code"] == "bad_header"
+
+
+def test_a_request_whose_client_has_gone_is_dropped_before_any_work(tmp_path):
+    gateway = Gateway(deploy(tmp_path, FLIGHTS, "127.0.0.1:1"))
+    status, _, _ = asyncio.run(Asgi(gateway).post("/v1/predict", body_of(FLIGHTS), gone=True))
+    assert status == 0  # nothing was sent: nobody is there
+    assert not gateway.model().scorer.breakers
+    [line] = read_exposures(tmp_path / "exposures")
+    assert (line["status"], line["error"]) == (499, "client_gone")
+
+
+def test_a_request_its_tier_would_shed_is_answered_before_its_body_is_read(tmp_path):
+    policy = GatewayPolicy(admit_in_flight={"L1": 4, "L2": 2, "L3": 1}, admit_wait_ms={"L2": 0})
+    gateway = Gateway(deploy(tmp_path, FLIGHTS, "127.0.0.1:1"), policy)
+    assert gateway.model().tier() == "L2"
+    asgi = Asgi(gateway)
+
+    async def scenario():
+        for _ in range(2):  # L2's places are taken by requests in flight
+            await gateway.admission.acquire("L2", 1, 2, 0)
+        return await asgi.post("/v1/models/flight-delay/predict", body_of(FLIGHTS))
+
+    status, payload, headers = asyncio.run(scenario())
+    assert status == 503 and payload["error"]["code"] == "shed" and payload["error"]["tier"] == "L2"
+    assert headers["retry-after"] == "1"
+    assert asgi.body_reads == 0  # refused on the route alone
+    assert 'keel_gateway_shed_before_body_total{tier="L2"} 1' in gateway.render_metrics()
+
+
+@pytest.mark.parametrize(
+    ("signals", "waited_s", "local"),
+    [
+        (LoadSignals(), 0.0, False),  # an idle process and machine: the version was slow
+        (LoadSignals(loop_lag_s=0.005), 0.01, False),  # a little lag, a short wait: still the version
+        (LoadSignals(loop_lag_s=0.2), 0.0, True),  # the event loop could not keep up
+        (LoadSignals(), 0.2, True),  # the request had spent two thirds of its budget before the call
+        (LoadSignals(cpu_pressure=0.9), 0.0, True),  # Triton starved of CPU
+        (LoadSignals(cpu_pressure=0.3), 0.0, False),  # some pressure, not a starved machine
+    ],
+)
+def test_a_timeout_is_blamed_on_the_version_only_when_nothing_local_explains_it(signals, waited_s, local):
+    blame = blame_timeout(signals, waited_s, budget_s=0.3, timeout_s=0.3 - waited_s)
+    assert blame.local is local and blame.reason
+
+
+def test_a_timeout_on_a_starved_machine_is_no_strike_while_the_same_timeout_on_an_idle_one_is(
+    tmp_path, silent_endpoint
+):
+    body = body_of(FLIGHTS)
+    idle = Gateway(deploy(tmp_path / "idle", FLIGHTS, silent_endpoint))
+    idle.model().scorer.load = LoadSignals  # nothing busy
+    status, payload, _ = asyncio.run(idle.predict(body, {}))
+    assert status == 502 and payload["error"]["code"] == "backend_error", payload
+    assert idle.model().scorer.breaker(1)._failed >= 1  # a slow model on an idle machine: the version's strike
+
+    starved = Gateway(deploy(tmp_path / "starved", FLIGHTS, silent_endpoint))
+    starved.model().scorer.load = lambda: LoadSignals(cpu_pressure=0.95)
+    status, payload, headers = asyncio.run(starved.predict(body, {}))
+    assert status == 503 and payload["error"]["code"] == "deadline_exceeded", payload
+    assert "local overload" in payload["error"]["message"] and headers["retry-after"] == "1"
+    assert not starved.model().scorer.breaker(1)._events  # no strike, no retry
+    assert "keel_gateway_local_timeouts_total" in starved.render_metrics()
+
+
+def test_two_models_in_fallback_keep_one_booster_each_scored_off_the_event_loop(tmp_path, monkeypatch):
+    import gpu_runtime.gateway.coarse as coarse_module
+
+    threads: list[str] = []
+    real = coarse_module.coarse_scores
+
+    def recorded(*args, **kwargs):
+        threads.append(threading.current_thread().name)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(coarse_module, "coarse_scores", recorded)
+    gateway = Gateway(deploy(tmp_path / "f", FLIGHTS, "127.0.0.1:1", coarse=True),
+                      also=(deploy(tmp_path / "h", HOTELS, "127.0.0.1:1", coarse=True),))  # fmt: skip
+    asgi = Asgi(gateway)
+
+    async def alternate():
+        out = []
+        for _ in range(4):
+            for usecase in (FLIGHTS, HOTELS):
+                out.append(await asgi.post(f"/v1/models/{usecase.model.name}/predict", body_of(usecase)))
+        return out
+
+    answers = asyncio.run(alternate())
+    assert all(s == 200 and "coarse_fallback" in p["degraded"] for s, p, _ in answers), answers
+    assert [p["model"] for _, p, _ in answers] == ["flight-delay", "room-rate"] * 4
+    assert gateway.model("flight-delay").coarse.loads == 1 and gateway.model("room-rate").coarse.loads == 1
+    assert len(threads) == 8 and all(t.startswith("keel-coarse") for t in threads)
