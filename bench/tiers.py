@@ -12,9 +12,9 @@ one run:
    the same offered load.
 
 Each phase reports per tier: offered, admitted (200) and shed (503 ``shed``) shares, other errors (client timeouts
-after ``CLIENT_TIMEOUT_S`` among them), p50/p99 of the answered requests. The open-loop load generator runs in a
-process of its own (``--drive``: this file, reading the streams from a JSON file and printing its counts as JSON), so
-the bench's own work does not share a core's event loop with the gateway's clients. The goal (issue 45): L1 p99
+after ``CLIENT_TIMEOUT_S`` among them), p50/p99 of the answered requests. Each open-loop stream runs in a process of
+its own (``--drive``: this file, reading its stream from a JSON file and writing its counts as JSON), so neither the
+bench's own work nor the flood's client loop delays the L1 client. The goal (issue 45): L1 p99
 under the L2 flood within 3× its unloaded p99, L1 shed share 0.
 
     .venv/bin/python bench/tiers.py [--seconds 20] [--l1-rps 40] [--l2-rps 1500]
@@ -149,13 +149,36 @@ async def drive(url: str, streams: list[tuple[str, str, list[bytes], float]], se
 
 def drive_in_own_process(home: Path, url: str, streams: list[tuple[str, str, list[bytes], float]],
                          seconds: float) -> dict:  # fmt: skip
-    """``drive`` in a child process (``bench/tiers.py --drive SPEC``): streams in, counts out, as JSON files."""
-    spec = home / "drive.json"
-    spec.write_text(json.dumps({"url": url, "seconds": seconds, "streams": [
-        [tier, route, [b.decode() for b in bodies], rate] for tier, route, bodies, rate in streams
-    ]}))  # fmt: skip
-    out = subprocess.run([sys.executable, __file__, "--drive", str(spec)], check=True, capture_output=True, text=True)
-    return json.loads(out.stdout)
+    """``drive`` with each stream in a child process of its own (``bench/tiers.py --drive SPEC``; streams in, counts
+    out, as JSON files): the flood's client loop never delays the L1 client's reading of its answers."""
+    children = []
+    for i, (tier, route, bodies, rate) in enumerate(streams):
+        spec = home / f"drive-{i}.json"
+        spec.write_text(json.dumps({"url": url, "seconds": seconds,
+                                    "streams": [[tier, route, [b.decode() for b in bodies], rate]]}))  # fmt: skip
+        children.append((spec, subprocess.Popen([sys.executable, __file__, "--drive", str(spec)])))
+    import httpx
+
+    seen: dict[str, list[float]] = {}  # the limiter's gauges, once a second while the load runs
+    while any(child.poll() is None for _, child in children):
+        try:
+            text = httpx.get(f"{url}/metrics", timeout=5).text
+        except httpx.HTTPError:
+            text = ""
+        for line in text.splitlines():
+            name = line.split(" ")[0]
+            if name in ("keel_gateway_concurrency_limit", "keel_gateway_lower_tier_share", "keel_gateway_in_flight",
+                        "keel_gateway_standing_queue", "keel_gateway_cpu_pressure"):  # fmt: skip
+                seen.setdefault(name, []).append(float(line.split(" ")[1]))
+        time.sleep(1.0)
+    out: dict = {
+        "limiter": {k.removeprefix("keel_gateway_"): round(statistics.median(v), 3) for k, v in seen.items()}
+    }
+    for spec, child in children:
+        if child.wait() != 0:
+            raise RuntimeError(f"the load generator {spec} failed")
+        out |= json.loads(spec.with_suffix(".out.json").read_text())
+    return out
 
 
 def drive_main(spec_path: str) -> int:
@@ -167,7 +190,7 @@ def drive_main(spec_path: str) -> int:
         result = uvloop.run(drive(spec["url"], streams, spec["seconds"]))
     except ImportError:
         result = asyncio.run(drive(spec["url"], streams, spec["seconds"]))
-    print(json.dumps(result))
+    Path(spec_path).with_suffix(".out.json").write_text(json.dumps(result))
     return 0
 
 
@@ -299,8 +322,11 @@ def main() -> int:
     print("| phase | tier | sent | answered | shed | other errors | p50 ms | p99 ms |")
     print("|---|---|---|---|---|---|---|---|")
     for phase, result in results.items():
-        for line in summary(phase, result):
+        for line in summary(phase, {k: v for k, v in result.items() if k != "limiter"}):
             print(line)
+    print()
+    for phase, result in results.items():
+        print(f"{phase}: the limiter during the load (medians of 1 s scrapes): {result['limiter']}")
     print()
     for phase, result in results.items():
         l1 = result["L1"]

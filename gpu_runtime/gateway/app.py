@@ -29,7 +29,7 @@ from typing import Any
 from gpu_runtime.gateway.admission import TierAdmission
 from gpu_runtime.gateway.answers import refusal
 from gpu_runtime.gateway.coarse import CoarsePool
-from gpu_runtime.gateway.concurrency import GradientLimit
+from gpu_runtime.gateway.concurrency import GradientLimit, TopTierGuard
 from gpu_runtime.gateway.following import POLICY_POLL_S
 from gpu_runtime.gateway.health import export_model, export_runtime, exposure_health, ready
 from gpu_runtime.gateway.limits import (
@@ -43,7 +43,7 @@ from gpu_runtime.gateway.limits import (
 )
 from gpu_runtime.gateway.metrics import LabelledMetrics, Metrics
 from gpu_runtime.gateway.model import GatewayConfig, ServedModel
-from gpu_runtime.gateway.overload import LoadMonitor
+from gpu_runtime.gateway.overload import LoadMonitor, StandingQueue
 from gpu_runtime.gateway.request import Answer, RequestContext, client_budget_ms
 from gpu_runtime.gateway.stages import handle, log, would_shed
 from keel.exposure_log import ExposureLog
@@ -75,7 +75,9 @@ class Gateway:
         self.exposures = ExposureLog(config.exposure_dir)
         self.admission = TierAdmission()  # one for every model of the process
         self.limit = GradientLimit()
+        self.guard = TopTierGuard()
         self.load = LoadMonitor()
+        self.queue = StandingQueue(self.load.least_lag)
         self.coarse_pool = CoarsePool()
         self.open_connections: set | None = None  # the HTTP server's open connections (gateway/server.py)
         self.watching = False
@@ -226,10 +228,12 @@ class Gateway:
         export_runtime(self.runtime, self.metrics)
         self.metrics.set_gauge("keel_gateway_concurrency_limit", {}, self.limit.limit)
         self.metrics.set_gauge("keel_gateway_in_flight", {}, self.admission.in_flight)
+        self.metrics.set_gauge("keel_gateway_lower_tier_share", {}, self.guard.lower_share())
         signals = self.load.signals()
         self.metrics.set_gauge("keel_gateway_loop_lag_seconds", {}, signals.loop_lag_s)
         self.metrics.set_gauge("keel_gateway_cpu_pressure", {}, signals.cpu_pressure)
         self.metrics.set_gauge("keel_gateway_coarse_in_flight", {}, self.coarse_pool.in_flight)
+        self.metrics.set_gauge("keel_gateway_standing_queue", {}, 1 if self.queue.standing else 0)
         if self.open_connections is not None:
             self.metrics.set_gauge("keel_gateway_connections_open", {}, len(self.open_connections))
         return self.metrics.render()

@@ -84,3 +84,58 @@ class GradientLimit:
         new = self.limit * gradient + self.queue_size(self.limit)
         new = self.limit * (1 - self.smoothing) + new * self.smoothing
         self.limit = max(self.min_limit, min(self.max_limit, new))
+
+
+class TopTierGuard:
+    """How much of the limit the lower tiers may use, decided by the highest tier's own latency: AIMD on a share.
+
+    Gradient2 keeps the process's latency near where it has been; it does not know that one tier's latency is the
+    one to protect. So the highest tier served (rank 0: L1) is watched on its own: every ``WINDOW_SAMPLES`` of its
+    answers (or ``WINDOW_S``), their mean latency is compared with its no-load latency (the least window mean seen,
+    drifting up by ``DRIFT`` per window so a lasting change is accepted in time). Above ``tolerance`` × no-load, the
+    lower tiers' share is cut by ``backoff``; at or below it, the share grows by ``step`` back towards 1. Without
+    answers of the highest tier for ``IDLE_S`` the share is 1: nothing to protect.
+    """
+
+    WINDOW_SAMPLES = 10
+    WINDOW_S = 0.5
+    IDLE_S = 5.0
+    DRIFT = 1.002
+
+    def __init__(
+        self,
+        tolerance: float = 1.5,
+        backoff: float = 0.7,
+        step: float = 0.05,
+        min_share: float = 0.02,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self.tolerance, self.backoff, self.step, self.min_share = tolerance, backoff, step, min_share
+        self.clock = clock
+        self.share = 1.0
+        self.noload: float | None = None
+        self._sum, self._n = 0.0, 0
+        self._window_start = clock()
+        self._last_top = -float("inf")
+
+    def update(self, rtt_s: float) -> None:
+        """One answer of the highest tier."""
+        now = self.clock()
+        self._last_top = now
+        self._sum += rtt_s
+        self._n += 1
+        if self._n < self.WINDOW_SAMPLES and now - self._window_start < self.WINDOW_S:
+            return
+        mean = self._sum / self._n
+        self._sum, self._n, self._window_start = 0.0, 0, now
+        self.noload = mean if self.noload is None else min(self.noload * self.DRIFT, mean)
+        if mean > self.tolerance * self.noload:
+            self.share = max(self.min_share, self.share * self.backoff)
+        else:
+            self.share = min(1.0, self.share + self.step)
+
+    def lower_share(self) -> float:
+        """The share of their limit the lower tiers may use now."""
+        if self.clock() - self._last_top > self.IDLE_S:
+            return 1.0
+        return self.share

@@ -67,6 +67,10 @@ HELP = {
         "gauge",
         "The process's adaptive concurrency limit (Gradient2 on observed latency); each tier may use a share.",
     ),
+    "keel_gateway_lower_tier_share": (
+        "gauge",
+        "Share of their limit the tiers below the highest may use, cut while the highest tier's latency grows.",
+    ),
     "keel_gateway_in_flight": ("gauge", "Requests holding a place in the process's tier admission."),
     "keel_gateway_shed_before_body_total": (
         "counter",
@@ -82,6 +86,10 @@ HELP = {
     "keel_gateway_coarse_seconds": (
         "histogram",
         "Time to a coarse-model answer, queueing on the coarse pool included.",
+    ),
+    "keel_gateway_standing_queue": (
+        "gauge",
+        "1 while the event loop has a standing queue (CoDel: its 5 ms timer's least lag over 100 ms > 1 ms).",
     ),
     "keel_gateway_coarse_in_flight": ("gauge", "Requests queued or scoring on the coarse pool."),
     "keel_gpu_pool_bytes_in_use": ("gauge", "Bytes in use in each model's memory pool."),

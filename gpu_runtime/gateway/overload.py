@@ -6,7 +6,7 @@ goes down the fallback path, and the fallback's own cost starves the machine fur
 the gateway down (issue 45). So a **timeout** is blamed on the version only when the process and the machine were
 not overloaded while it ran (``blame_timeout``):
 
-- the event loop lagged (``loop_lag_s``: how late a 50 ms timer fired, the worst of the last second) by at least
+- the event loop lagged (``loop_lag_s``: how late a 5 ms timer fired, the worst of the last second) by at least
   ``LAG_SHARE`` of the call's timeout (and ``MIN_LAG_S``) — the gateway itself could not keep up, so the answer may
   have been there and not read;
 - the request had already waited ``WAIT_SHARE`` of its budget before the call started (admission, lanes, features:
@@ -33,7 +33,7 @@ LAG_SHARE = 0.2
 MIN_LAG_S = 0.02
 WAIT_SHARE = 0.5
 PRESSURE_LOCAL = 0.5
-TICK_S = 0.05
+TICK_S = 0.005
 PSI_PATH = Path("/proc/pressure/cpu")
 
 
@@ -63,6 +63,40 @@ def blame_timeout(signals: LoadSignals, waited_s: float, budget_s: float, timeou
     return Blame(False, f"timed out after {timeout_s * 1000:.0f} ms with the process and the machine not overloaded")
 
 
+class StandingQueue:
+    """Whether the gateway's event loop has a standing queue — CoDel's test on the loop itself: the load monitor's
+    timer runs every ``TICK_S`` and is late by however long the callbacks ready before it took; when even the *least*
+    late tick of the last ``INTERVAL_S`` was more than ``TARGET_S`` late, the loop never caught up in that interval:
+    work arrives faster than it is done. While it stands, requests of a tier below the highest tier seen in the last
+    ``PROTECT_S`` are shed at the door (before their body is read), so the loop's time goes to the highest tier; a
+    process that serves one tier alone sheds nothing here (its deadlines and the adaptive limit bound it).
+    Clock-injected for tests."""
+
+    TARGET_S = 0.001
+    INTERVAL_S = 0.1
+    PROTECT_S = 5.0
+
+    def __init__(self, least_lag, clock=time.monotonic):
+        self.least_lag = least_lag  # (window_s) → the least timer lag over that window, None without samples
+        self.clock = clock
+        self._seen: dict[int, float] = {}  # tier rank → when a request of it last arrived
+
+    @property
+    def standing(self) -> bool:
+        lag = self.least_lag(self.INTERVAL_S)
+        return lag is not None and lag > self.TARGET_S
+
+    def observe(self, rank: int) -> None:
+        self._seen[rank] = self.clock()
+
+    def shed(self, rank: int) -> bool:
+        """Shed a request of tier ``rank`` now: a standing queue, and a higher tier (lower rank) is being served."""
+        horizon = self.clock() - self.PROTECT_S
+        if not any(r < rank and seen >= horizon for r, seen in self._seen.items()):
+            return False
+        return self.standing
+
+
 def read_psi_total(path: Path = PSI_PATH) -> int | None:
     """The cumulative µs some task waited for a CPU (PSI), or None where the kernel has no PSI."""
     try:
@@ -74,12 +108,13 @@ def read_psi_total(path: Path = PSI_PATH) -> int | None:
 
 class LoadMonitor:
     """Samples the signals on the gateway's event loop: a timer every ``TICK_S`` (how late it fires is the loop's
-    lag) and the PSI counter (its growth over wall time is the CPU pressure)."""
+    lag) and the PSI counter (its growth over wall time is the CPU pressure, read every half second)."""
 
     def __init__(self) -> None:
         self._lags: deque[tuple[float, float]] = deque()  # (when, lag)
         self._psi: tuple[float, int] | None = None
         self.pressure = 0.0
+        self._psi_checked = 0.0
         self._task: asyncio.Task | None = None
 
     def start(self) -> None:
@@ -90,6 +125,12 @@ class LoadMonitor:
         if self._task is not None:
             self._task.cancel()
             self._task = None
+
+    def least_lag(self, window_s: float) -> float | None:
+        """The least timer lag over the last ``window_s`` (None when no tick fell in it)."""
+        horizon = time.monotonic() - window_s
+        lags = [lag for when, lag in self._lags if when >= horizon]
+        return min(lags) if lags else None
 
     def signals(self) -> LoadSignals:
         horizon = time.monotonic() - 1.0
@@ -104,7 +145,9 @@ class LoadMonitor:
             self._lags.append((now, max(0.0, now - before - TICK_S)))
             while self._lags and self._lags[0][0] < now - 1.0:
                 self._lags.popleft()
-            self._sample_pressure(now)
+            if now - self._psi_checked >= 0.5:
+                self._psi_checked = now
+                self._sample_pressure(now)
 
     def _sample_pressure(self, now: float) -> None:
         total = read_psi_total()
@@ -112,7 +155,7 @@ class LoadMonitor:
             cores = os.cpu_count() or 1
             self.pressure = min(1.0, max(0.0, os.getloadavg()[0] / cores - 1.0))  # runnable beyond the cores
             return
-        if self._psi is not None and now - self._psi[0] >= 0.5:
+        if self._psi is not None and now - self._psi[0] >= 0.4:
             self.pressure = min(1.0, (total - self._psi[1]) / 1e6 / (now - self._psi[0]))
             self._psi = (now, total)
         elif self._psi is None:

@@ -96,6 +96,8 @@ def tier_limit(server: Any, model: Any, tier: str) -> tuple[int, int | None]:
     if cap is None:
         return rank, None
     share = TIER_SHARES[min(rank, len(TIER_SHARES) - 1)]
+    if rank > 0:  # below the highest tier: as much as the highest tier's latency allows (concurrency.TopTierGuard)
+        share *= server.guard.lower_share()
     return rank, max(1, min(cap, int(server.limit.limit * share)))
 
 
@@ -108,10 +110,14 @@ def admit_wait_s(model: Any, tier: str, ctx: RequestContext) -> float:
 
 
 def would_shed(server: Any, model: Any, ctx: RequestContext) -> bool:
-    """Before the body is read: would this request's tier be shed at once (no place, no room to wait)? The route
-    names the model, so its tier is known from the path alone."""
+    """Before the body is read: would this request's tier be shed at once — the event loop has a standing queue
+    while a higher tier is served (overload.py), or no place and no room to wait? The route names the model, so its
+    tier is known from the path alone."""
     tier = model.tier()
-    _, limit = tier_limit(server, model, tier)
+    rank, limit = tier_limit(server, model, tier)
+    server.queue.observe(rank)
+    if server.queue.shed(rank):
+        return True
     return server.admission.would_shed(
         tier, limit, admit_wait_s(model, tier, ctx), model.policy.admit_in_flight.get(tier)
     )
@@ -172,7 +178,10 @@ async def admitted(server: Any, model: Any, ctx: RequestContext):
         give_place(server, model, tier)
         model.metrics.add_gauge("keel_gateway_lane_in_flight", {"risk_level": str(ctx.risk_level)}, -1)
         if ctx.scores is not None and not ctx.coarse:
-            server.limit.update(time.monotonic() - ctx.admitted_at, in_flight)
+            rtt = time.monotonic() - ctx.admitted_at
+            server.limit.update(rtt, in_flight)
+            if sorted(model.policy.tiers).index(tier) == 0:
+                server.guard.update(rtt)
 
 
 def needs_features(model: Any) -> bool:

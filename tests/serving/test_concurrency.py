@@ -1,0 +1,113 @@
+"""The process's adaptive limits (gpu_runtime/gateway/concurrency.py, overload.py), driven by hand with an injected
+clock: what each does as latency grows, stays or recovers — no timing of this machine involved."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpu_runtime.gateway.concurrency import WINDOW_S, WINDOW_SAMPLES, GradientLimit, TopTierGuard
+from gpu_runtime.gateway.overload import StandingQueue
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def windows(limit: GradientLimit, clock: Clock, rtt: float, in_flight: int, n: int) -> float:
+    """``n`` full windows of answers of latency ``rtt`` with ``in_flight`` requests in flight."""
+    for _ in range(n):
+        clock.t += WINDOW_S
+        for _ in range(WINDOW_SAMPLES):
+            limit.update(rtt, in_flight)
+    return limit.limit
+
+
+def test_the_limit_shrinks_when_latency_grows_under_load_and_never_below_its_floor():
+    clock = Clock()
+    limit = GradientLimit(initial=32, min_limit=8, clock=clock)
+    windows(limit, clock, 0.002, 30, 20)  # no-load latency at full use: the limit grows a little
+    grown = limit.limit
+    assert grown > 32
+    assert windows(limit, clock, 0.020, int(grown), 5) < 0.8 * grown  # 10× the latency in use: it shrinks at once
+    floor = GradientLimit(initial=12, min_limit=10, clock=clock)
+    windows(floor, clock, 0.002, 2, 100)  # its no-load latency, learnt while app-limited (the limit unchanged)
+    assert floor.limit == 12
+    assert windows(floor, clock, 0.050, 64, 10) == 10  # however bad, never below the floor
+
+
+def test_a_lasting_change_of_latency_becomes_the_new_normal():
+    """Gradient2's long average follows a latency that lasts (a slower model, a bigger batch): the limit is not held
+    down for ever by a no-load latency of the past."""
+    clock = Clock()
+    limit = GradientLimit(initial=32, min_limit=8, clock=clock)
+    windows(limit, clock, 0.002, 30, 20)
+    low = windows(limit, clock, 0.020, 64, 5)
+    assert windows(limit, clock, 0.020, 256, 600) > low
+
+
+def test_an_app_limited_service_does_not_grow_its_limit():
+    clock = Clock()
+    limit = GradientLimit(initial=32, clock=clock)
+    assert windows(limit, clock, 0.002, 3, 50) == 32  # 3 in flight of 32: no evidence that more would be served
+
+
+def test_the_limit_recovers_once_latency_is_back_to_normal():
+    clock = Clock()
+    limit = GradientLimit(initial=32, min_limit=8, clock=clock)
+    windows(limit, clock, 0.002, 30, 20)
+    low = windows(limit, clock, 0.030, 64, 5)
+    assert windows(limit, clock, 0.002, 64, 20) > 1.5 * low
+
+
+def guard_windows(guard: TopTierGuard, clock: Clock, rtt: float, n: int) -> float:
+    for _ in range(n):  # each window closes on its count of answers
+        for _ in range(TopTierGuard.WINDOW_SAMPLES):
+            guard.update(rtt)
+        clock.t += TopTierGuard.WINDOW_S / 10
+    return guard.lower_share()
+
+
+def test_the_lower_tiers_give_way_while_the_top_tiers_latency_grows_and_come_back_after():
+    clock = Clock()
+    guard = TopTierGuard(clock=clock)
+    assert guard_windows(guard, clock, 0.002, 10) == 1.0  # the top tier at its no-load latency: no cut
+    cut = guard_windows(guard, clock, 0.010, 5)  # 5× its no-load latency
+    assert cut == pytest.approx(0.7**5)
+    assert guard_windows(guard, clock, 0.010, 50) == guard.min_share  # never below the floor
+    assert guard_windows(guard, clock, 0.002, 10) > guard.min_share  # latency back: the share grows again
+    assert guard_windows(guard, clock, 0.002, 40) == 1.0
+
+
+def test_without_top_tier_traffic_there_is_nothing_to_protect():
+    clock = Clock()
+    guard = TopTierGuard(clock=clock)
+    guard_windows(guard, clock, 0.002, 10)
+    guard_windows(guard, clock, 0.050, 10)
+    assert guard.lower_share() < 0.1
+    clock.t += TopTierGuard.IDLE_S + 1  # the top tier stopped sending: lower tiers get their whole share
+    assert guard.lower_share() == 1.0
+
+
+@pytest.mark.parametrize(
+    ("least_lag", "seen", "rank", "shed"),
+    [
+        (0.005, {0: 0.0}, 1, True),  # a standing queue while L1 is served: L2 is shed at the door
+        (0.005, {0: 0.0}, 0, False),  # …never L1 itself
+        (0.005, {1: 0.0}, 1, False),  # L2 alone: nothing higher to protect
+        (0.0002, {0: 0.0}, 1, False),  # the loop catches up within the interval: no standing queue
+        (None, {0: 0.0}, 1, False),  # no sample yet
+        (0.005, {0: -10.0}, 1, False),  # L1 last seen 10 s ago
+    ],
+)
+def test_a_standing_queue_sheds_lower_tiers_only_while_a_higher_one_is_served(least_lag, seen, rank, shed):
+    clock = Clock()
+    queue = StandingQueue(lambda window: least_lag, clock=clock)
+    for r, ago in seen.items():
+        clock.t += ago
+        queue.observe(r)
+        clock.t -= ago
+    assert queue.shed(rank) is shed
