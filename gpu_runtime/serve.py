@@ -29,6 +29,7 @@ from gpu_runtime.process import reap_orphan, start_watchdog
 from gpu_runtime.repository import ModelRepository
 from gpu_runtime.supervisor import TritonSupervisor, restore_routed
 from gpu_runtime.triton import ADMIN_KEY_ENV, TritonServer, free_port
+from gpu_runtime.workers import WorkerPool, default_workers, port_is_free, reuseport_socket
 from keel.home import KeelHome
 
 
@@ -81,7 +82,15 @@ def main(argv: list[str] | None = None) -> int:
     ):  # fmt: skip
         parser.add_argument(flag, type=kind, default=kind(os.environ.get(env, default)),
                             help=f"{what} (${env}; default {default})")  # fmt: skip
+    parser.add_argument(
+        "--workers", type=int, default=default_workers(),
+        help="gateway worker processes sharing the port (SO_REUSEPORT; $KEEL_GATEWAY_WORKERS; default one per core)",
+    )  # fmt: skip
+    parser.add_argument("--worker-index", type=int, help=argparse.SUPPRESS)  # a worker's own command line
+    parser.add_argument("--triton-url", help=argparse.SUPPRESS)  # a worker's: where the serving process's Triton is
     args = parser.parse_args(argv)
+    if args.workers < 1:
+        parser.error(f"--workers must be at least 1, got {args.workers}")
     for name in ("header_timeout_s", "body_timeout_s", "max_connections", "keepalive_s"):
         if getattr(args, name) <= 0:
             parser.error(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
@@ -95,9 +104,8 @@ def main(argv: list[str] | None = None) -> int:
     if soft != resource.RLIM_INFINITY and soft < wanted:
         resource.setrlimit(resource.RLIMIT_NOFILE, (min(wanted, hard), hard))
 
-    from gpu_runtime.gateway.app import Gateway, GatewayConfig
+    from gpu_runtime.gateway.app import Gateway
     from gpu_runtime.gateway.server import bounded_protocol
-    from keel.features.backends import online_store_url
     from keel.policies.gateway import GatewayPolicy
     from keel.usecase import UseCaseError, installed, resolve
 
@@ -117,6 +125,9 @@ def main(argv: list[str] | None = None) -> int:
     home = KeelHome.from_env()
     layout = home.replica(os.environ.get("KEEL_REPLICA"))  # serving/, or replicas/<name>/ of several runtimes
     layout.root.mkdir(parents=True, exist_ok=True)
+    policy = GatewayPolicy.load(args.policy) if args.policy else GatewayPolicy()
+    if args.worker_index is not None:  # one of the gateway's worker processes (gpu_runtime/workers.py)
+        return run_worker(args, served, refs, home, layout, device, policy)
     endpoints = layout.endpoints
     endpoints.unlink(missing_ok=True)  # a stale file from a run that crashed must not point deployments elsewhere
     admin_key = os.environ.get(ADMIN_KEY_ENV) or secrets.token_hex(16)
@@ -149,30 +160,12 @@ def main(argv: list[str] | None = None) -> int:
     supervisor = TritonSupervisor(
         server, layout.routing_dir, log=lambda m: print(m, flush=True), incidents=home.incidents, clock=home.clock
     )
-    policy = GatewayPolicy.load(args.policy) if args.policy else GatewayPolicy()
-    first = GatewayConfig(
-            triton_url=server.grpc_url,
-            routing_path=layout.routing_of(served[0].model.name),
-            exposure_dir=layout.exposures,
-            online_store_path=home.online_store_of(served[0].name),
-            online_store_url=online_store_url(),  # KEEL_ONLINE_STORE (keel/features/backends.py)
-            online_store_prefix=os.environ.get("KEEL_ONLINE_PREFIX") or "keel:online",
-            policy_store_path=home.policies,
-            usecase=refs[0].strip(),
-            max_body_bytes=args.max_body_bytes,
-            body_timeout_s=args.body_timeout_s,
-            clock_path=home.clock,
-            compute_dir=layout.compute,
-            meter_interval_s=float(os.environ.get("KEEL_METER_INTERVAL_S", "5")),
-            compute_device=device,
-    )  # fmt: skip
-    also = tuple(
-        replace(first, usecase=ref.strip(), routing_path=layout.routing_of(uc.model.name),
-                online_store_path=home.online_store_of(uc.name), compute_dir=None)
-        for ref, uc in zip(refs[1:], served[1:], strict=True)
-    )  # fmt: skip
-    gateway = Gateway(first, policy, runtime=supervisor.status, also=also)
+    first, also = gateway_configs(args, served, refs, home, layout, server.grpc_url, device)
     port = args.gateway_port or free_port()
+    if args.workers > 1:
+        return serve_with_workers(args, refs, port, server, supervisor, endpoints, admin_key, announced, policy,
+                                  watchdog, layout)  # fmt: skip
+    gateway = Gateway(first, policy, runtime=supervisor.status, also=also)
     config = uvicorn.Config(
         gateway, host=args.gateway_host, port=port, log_level="warning", access_log=False, lifespan="on",
         http=bounded_protocol(gateway, args.header_timeout_s, args.max_connections),
@@ -213,6 +206,131 @@ def main(argv: list[str] | None = None) -> int:
     try:
         uv.run()
     finally:
+        supervisor.stop()
+        endpoints.unlink(missing_ok=True)
+        server.stop()
+        if watchdog is not None:
+            watchdog.kill()
+            watchdog.wait()
+        print("keel serve: stopped", flush=True)
+    return 0
+
+
+def gateway_configs(args, served, refs, home, layout, triton_url: str, device: str, compute: bool = True):
+    """The first served model's GatewayConfig and the others' (``also``). ``compute``: this process samples
+    Triton's compute statistics and records overload incidents (one process of a gateway does: with workers,
+    worker 0)."""
+    from gpu_runtime.gateway.app import GatewayConfig
+    from keel.features.backends import online_store_url
+
+    first = GatewayConfig(
+        triton_url=triton_url,
+        routing_path=layout.routing_of(served[0].model.name),
+        exposure_dir=layout.exposures,
+        online_store_path=home.online_store_of(served[0].name),
+        online_store_url=online_store_url(),  # KEEL_ONLINE_STORE (keel/features/backends.py)
+        online_store_prefix=os.environ.get("KEEL_ONLINE_PREFIX") or "keel:online",
+        policy_store_path=home.policies,
+        usecase=refs[0].strip(),
+        max_body_bytes=args.max_body_bytes,
+        body_timeout_s=args.body_timeout_s,
+        clock_path=home.clock,
+        compute_dir=layout.compute if compute else None,
+        meter_interval_s=float(os.environ.get("KEEL_METER_INTERVAL_S", "5")),
+        compute_device=device,
+        incidents_path=home.incidents if compute else None,
+    )
+    also = tuple(
+        replace(first, usecase=ref.strip(), routing_path=layout.routing_of(uc.model.name),
+                online_store_path=home.online_store_of(uc.name), compute_dir=None)
+        for ref, uc in zip(refs[1:], served[1:], strict=True)
+    )  # fmt: skip
+    return first, also
+
+
+def worker_argv(args, refs: list[str], port: int, triton_url: str) -> list[str]:
+    """The command line of the gateway's workers (``--worker-index`` added per worker)."""
+    argv = ["--gateway-port", str(port), "--gateway-host", args.gateway_host, "--triton-url", triton_url,
+            "--max-body-bytes", str(args.max_body_bytes), "--header-timeout-s", str(args.header_timeout_s),
+            "--body-timeout-s", str(args.body_timeout_s), "--max-connections", str(args.max_connections),
+            "--keepalive-s", str(args.keepalive_s)]  # fmt: skip
+    for ref in refs:
+        argv += ["--usecase", ref.strip()]
+    if args.policy:
+        argv += ["--policy", str(args.policy)]
+    return argv
+
+
+def run_worker(args, served, refs, home, layout, device: str, policy) -> int:
+    """One gateway worker: the gateway on the shared port, the runtime's state read from the serving process."""
+    import uvicorn
+
+    from gpu_runtime.gateway.app import Gateway, WorkerShare
+    from gpu_runtime.gateway.server import bounded_protocol
+    from gpu_runtime.gateway.shared import SharedRuntimeStatus
+
+    index = args.worker_index
+    directory = layout.root / "workers"
+    first, also = gateway_configs(args, served, refs, home, layout, args.triton_url, device, compute=index == 0)
+    runtime = SharedRuntimeStatus(directory / "runtime.json")
+    gateway = Gateway(first, policy, runtime=runtime, also=also, worker=WorkerShare(index, directory))
+    sock = reuseport_socket(args.gateway_host, args.gateway_port)
+    config = uvicorn.Config(
+        gateway, log_level="warning", access_log=False, lifespan="on",
+        http=bounded_protocol(gateway, args.header_timeout_s, args.max_connections),
+        timeout_keep_alive=args.keepalive_s,
+    )  # fmt: skip
+    uv = uvicorn.Server(config)
+    original_startup = uv.startup
+
+    async def startup(sockets=None):
+        await original_startup(sockets=sockets)
+        (directory / f"w{index}.up").write_text(str(os.getpid()))
+
+    uv.startup = startup  # type: ignore[method-assign]
+    signal.signal(signal.SIGTERM, lambda *_: setattr(uv, "should_exit", True))
+    uv.run(sockets=[sock])
+    return 0
+
+
+def serve_with_workers(args, refs, port, server, supervisor, endpoints, admin_key, announced, policy, watchdog,
+                       layout) -> int:  # fmt: skip
+    """The serving process of a gateway of several workers: Triton, its supervisor and the worker pool."""
+    import time
+
+    from gpu_runtime.gateway.shared import RuntimeStatusWriter
+
+    if not port_is_free(args.gateway_host, port):
+        print(f"keel serve: port {port} is in use: another gateway (or program) listens there", flush=True)
+        server.stop()
+        return 2
+    directory = layout.root / "workers"
+    writer = RuntimeStatusWriter(directory / "runtime.json", supervisor.status,
+                                 lambda: server.proc.pid if server.proc is not None else None)  # fmt: skip
+    pool = WorkerPool(worker_argv(args, refs, port, server.grpc_url), args.workers, directory, writer,
+                      log=lambda m: print(m, flush=True))  # fmt: skip
+    stop = {"now": False}
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.update(now=True))
+    supervisor.start()
+    try:
+        pool.start()
+        pool.wait_up()
+        write_endpoints(endpoints, {
+            "pid": os.getpid(), "triton_grpc": f"{announced}:{server.grpc_port}", "triton_http": server.http_url,
+            "triton_metrics": f"127.0.0.1:{server.metrics_port}",
+            "gateway": f"{announced if args.gateway_host in ('0.0.0.0', '::') else args.gateway_host}:{port}",
+            "admin_key": admin_key, "triton_version": server.info.triton_version if server.info else None,
+            "policy": policy.to_dict(), "workers": pool.pids(),
+        })  # fmt: skip
+        print(f"keel serve: gateway on http://127.0.0.1:{port} in {args.workers} worker processes serving "
+              f"{', '.join(r.strip() for r in refs)} (POST /v1/models/{{model}}/predict, /metrics, /readyz)",
+              flush=True)  # fmt: skip
+        while not stop["now"]:
+            pool.tend()
+            time.sleep(0.05)
+    finally:
+        pool.stop()
         supervisor.stop()
         endpoints.unlink(missing_ok=True)
         server.stop()

@@ -88,6 +88,9 @@ class CanaryState:
     started_at: float = 0.0  # epoch seconds
     step_started_at: float = 0.0
     quality_judged: bool = False  # some step's quality verdict (≥ min_labelled labels per arm) found no breach
+    # When the challenger first answered (served, or scored in shadow) in this rollout: its clocks — the shadow's
+    # limit, the progress deadline — run from here, not from the commit (a busy machine may deploy it days later).
+    armed_at: float | None = None
 
     def percent(self, plan: CanaryPlan) -> float:
         if self.status == PROMOTED:
@@ -183,14 +186,28 @@ def _finite(x: float | None) -> bool:
     return x is not None and isinstance(x, int | float) and math.isfinite(x)
 
 
-def decide_shadow(plan: CanaryPlan, state: CanaryState, verdict: ShadowVerdict | None, now: float) -> Decision:
+def decide_shadow(plan: CanaryPlan, state: CanaryState, verdict: ShadowVerdict | None, now: float,
+                  armed_at: float | None = None) -> Decision:  # fmt: skip
     """The shadow step: advance on a challenger surely better on the same requests (quality judged), roll back one
-    surely worse or not better within ``shadow_max_s``, else hold."""
+    surely worse or not better within ``shadow_max_s`` of its first shadow score (``armed_at``), else hold. One
+    that has not scored at all yet (its deployment still to run) holds — until the progress deadline from the
+    commit, when it is rolled back as never answering."""
     evidence: dict[str, Any] = {
         "step": state.step,
         "percent": 0.0,
         "shadow": verdict.as_metadata() if verdict else None,
     }
+    if armed_at is None and verdict is not None and verdict.labelled > 0:
+        armed_at = state.step_started_at  # it scored, when is not known: the step's start, the earliest it could
+    if armed_at is None:
+        limit = max(plan.progress_deadline_s, plan.shadow_max_s)
+        if now - state.started_at > limit:
+            return Decision("rollback", replace(state, status=ROLLED_BACK), 0.0, (
+                f"the challenger never scored in shadow within {limit / 86400:g} days of the commit (not deployed?)",
+            ), evidence)  # fmt: skip
+        return Decision("hold", state, 0.0, ("in shadow: the challenger has not scored yet (its deployment is still "
+                                             "to run): the shadow's clock starts at its first score",), evidence)  # fmt: skip
+    state = replace(state, armed_at=armed_at)
     if verdict is None:
         reason = "no paired shadow scores yet (exposure log or labels unavailable)"
     elif verdict.better:
@@ -201,9 +218,10 @@ def decide_shadow(plan: CanaryPlan, state: CanaryState, verdict: ShadowVerdict |
                         (f"surely worse in shadow: {verdict.reason}",), evidence)  # fmt: skip
     else:
         reason = verdict.reason
-    if now - state.step_started_at > plan.shadow_max_s:
+    if now - max(state.step_started_at, armed_at) > plan.shadow_max_s:
         return Decision("rollback", replace(state, status=ROLLED_BACK), 0.0, (
-            f"not better in shadow within {plan.shadow_max_s / 86400:g} days: {reason}",), evidence)  # fmt: skip
+            f"not better in shadow within {plan.shadow_max_s / 86400:g} days of its first score: {reason}",),
+            evidence)  # fmt: skip
     return Decision("hold", state, 0.0, (f"in shadow: {reason}",), evidence)
 
 
@@ -228,18 +246,22 @@ def paired_quality(plan: CanaryPlan, paired: ShadowVerdict | None, evidence: dic
 
 def decide(
     plan: CanaryPlan, state: CanaryState, challenger: ArmStats | None, champion: ArmStats | None, now: float,
-    shadow: ShadowVerdict | None = None, paired: ShadowVerdict | None = None,
+    shadow: ShadowVerdict | None = None, paired: ShadowVerdict | None = None, first_answer: float | None = None,
 ) -> Decision:  # fmt: skip
     """The decision for one tick. In the shadow step (``plan.in_shadow``) ``shadow`` — the paired verdict on the
     requests both scored — decides (``decide_shadow``); every other step is judged on its arms' exposures, and its
-    quality — for a ``paired`` plan — on ``paired``, the champion's answers the challenger scored in shadow."""
+    quality — for a ``paired`` plan — on ``paired``, the champion's answers the challenger scored in shadow.
+    ``first_answer``: when the challenger first answered or scored in shadow in this rollout (from the exposure log;
+    ``state.armed_at`` once recorded): the rollout's clocks start there."""
     pct = state.percent(plan)
     if state.status in FINISHED:
         return Decision("none", state, pct, (f"rollout already {state.status}",))
     if state.status == PAUSED:
         return Decision("none", state, pct, ("rollout paused: an operator resumes or rolls back",))
+    armed_at = state.armed_at if state.armed_at is not None else first_answer
     if plan.in_shadow(state):
-        return decide_shadow(plan, state, shadow, now)
+        return decide_shadow(plan, state, shadow, now, armed_at)
+    state = replace(state, armed_at=armed_at)
 
     evidence: dict[str, Any] = {"step": state.step, "percent": pct}
     judged_now = False
@@ -346,14 +368,10 @@ def decide(
         if plan.on_breach == "pause":
             return Decision("pause", replace(state, status=PAUSED), pct, tuple(breaches), evidence)
         return Decision("rollback", replace(state, status=ROLLED_BACK), 0.0, tuple(breaches), evidence)
-    if now - state.started_at > plan.progress_deadline_s:
-        return Decision(
-            "rollback",
-            replace(state, status=ROLLED_BACK),
-            0.0,
-            (f"progress deadline: not finished {plan.progress_deadline_s:g} s after the start",),
-            evidence,
-        )
+    since = "the start" if armed_at is None else "the challenger first answered"
+    if now - max(state.started_at, armed_at or 0.0) > plan.progress_deadline_s:
+        reason = f"progress deadline: not finished {plan.progress_deadline_s:g} s after {since}"
+        return Decision("rollback", replace(state, status=ROLLED_BACK), 0.0, (reason,), evidence)
     held_for = now - state.step_started_at
     if held_for < plan.interval_s:
         inconclusive.append(f"step held {held_for:.0f} s of {plan.interval_s:g} s")

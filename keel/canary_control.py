@@ -69,6 +69,23 @@ def shadow_evidence(
     return shadow_verdict(y, both["score"].to_numpy(), both["shadow_score"].to_numpy(), clusters, policy, uc.task)
 
 
+def first_answer(body: dict, state: CanaryState, exposures_dir) -> float | None:
+    """When the challenger first answered a request, or scored one in shadow, since the rollout started (None: not
+    yet — its deployment may still be to run on a busy machine; or the log cannot be read now)."""
+    try:
+        frame, _ = read_exposure_scan(exposures_dir, since=state.started_at)
+    except Exception:  # noqa: BLE001 - an unreadable log is "not yet": the controller holds
+        return None
+    if frame.is_empty() or "model" not in frame.columns:
+        return None
+    version = body["challenger_version"]
+    answered = pl.col("model_version") == version
+    if "shadow_version" in frame.columns and "shadow_score" in frame.columns:
+        answered = answered | ((pl.col("shadow_version") == version) & pl.col("shadow_score").is_not_null())
+    ts = frame.filter((pl.col("ts") >= state.started_at) & (pl.col("model") == body["model"]) & answered)["ts"]
+    return float(ts.min()) if len(ts) else None
+
+
 def canary_salt(name: str, body: dict, state: CanaryState) -> str:
     """This rollout's own salt: the canary, its two versions and when it started — the next canary (or this one run
     again) places units independently of this one, while every step of one rollout keeps units where they were."""
@@ -159,12 +176,14 @@ def _tick_one(policies, registry, current, name, body, exposures_dir, now, stora
         if state.status in FINISHED:
             return None
         plan = CanaryPlan.from_policy(body, p99_target_ms=sla_p99_target(current, body["model"]))
+        first = state.armed_at if state.armed_at is not None else first_answer(body, state, exposures_dir)
         if plan.in_shadow(state):
-            d = decide(plan, state, None, None, now, shadow_evidence(body, plan, state, exposures_dir, storage_dir))
+            shadow = shadow_evidence(body, plan, state, exposures_dir, storage_dir)
+            d = decide(plan, state, None, None, now, shadow, first_answer=first)
         else:
             challenger, champion = evidence_for(body, state, exposures_dir, storage_dir, problems, plan.p99_target_ms)
             paired = shadow_evidence(body, plan, state, exposures_dir, storage_dir, 3600.0) if plan.paired else None
-            d = decide(plan, state, challenger, champion, now, paired=paired)
+            d = decide(plan, state, challenger, champion, now, paired=paired, first_answer=first)
         if d.action in ("hold", "none"):
             return None
         action, percent, reasons, evidence, state = d.action, d.percent, d.reasons, d.evidence, d.state

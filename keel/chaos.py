@@ -14,26 +14,27 @@ the drill adds ``injected_at`` and what users felt — the live traffic's answer
 | ``runtime-crash`` | tritonserver is killed (SIGKILL) under traffic | the runtime's supervisor restarts it and reloads the routed versions |
 | ``coarse-fallback`` | tritonserver hangs (SIGSTOP: alive, answering nothing) under traffic | the gateway answers from each model's coarse model (breakers open, then runtime down); the supervisor sees the liveness check fail, restarts Triton, and the models answer again |
 | ``control-plane-tamper`` | the newest policy commit is deleted from the store file | gateways refuse the store; watchdog_sensor restores the commit from the journal |
+| ``overload`` | a starved machine (a busy process per core), then the lowest tier flooded at 10× what the runtime answers it, over 64 tenants (gpu_runtime/overload_drill.py) | the gateway: lower tiers shed at the door, deadlines refused fast, the highest tier served first; it records the overload incident and recovers it once the fault is gone |
 
 The corruptions are pure functions (tested on their own); ``inject`` applies them to a KEEL_HOME.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
 import sqlite3
 import time
-from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
 from typing import Any
 
+from keel.chaos_watch import DrillResult, Injection, traffic, watch
 from keel.errors import KeelError
 
-DRILLS = ("unit-change", "schema-break", "bad-challenger", "runtime-crash", "coarse-fallback", "control-plane-tamper")
+DRILLS = ("unit-change", "schema-break", "bad-challenger", "runtime-crash", "coarse-fallback", "control-plane-tamper",
+          "overload")  # fmt: skip
 DRILL_AUTHOR = "chaos-drill"
 # The drill's canary: bigger first steps than the loop's (the fault must meet enough traffic to be judged), labels
 # enough for the quality test, and two simulated days per step — an outcome lands the day after its entity was scored, so
@@ -126,15 +127,6 @@ def _remove_newest_commit_postgres(location) -> int:
 # -- injecting into a KEEL_HOME ---------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Injection:
-    drill: str
-    incident_key: str  # the incident the platform is expected to open
-    what: str
-    injected_at: str  # on the shared clock
-    details: dict[str, Any] = field(default_factory=dict)
-
-
 def _deliver_early(home, uc, table: str, corrupt) -> tuple[date, Path]:
     from keel.clock import SimClock
     from keel.data.delivery import next_due_day
@@ -186,6 +178,8 @@ def _inject(drill: str, home, uc) -> Injection:
         except (FileNotFoundError, ValueError, ProcessLookupError) as exc:
             raise DrillError(f"no running tritonserver to signal ({pid_file}: {exc}); is `keel serve` up?") from exc
         return Injection(drill, f"runtime:{pid}", f"tritonserver (pid {pid}) {how}", now(), {"pid": pid})
+    if drill == "overload":
+        return _overload(home, now())
     if drill == "control-plane-tamper":
         if not home.policies.exists():
             raise DrillError(f"no policy store at {home.policies}")
@@ -193,6 +187,29 @@ def _inject(drill: str, home, uc) -> Injection:
         return Injection(drill, f"tamper:policies:{version}", f"policy version {version} deleted from {home.policies}",
                          now(), {"version": version})  # fmt: skip
     raise DrillError(f"no drill {drill!r}; drills: {', '.join(DRILLS)}")
+
+
+def _overload(home, injected_at: str) -> Injection:
+    """Start the overload fault (gpu_runtime/overload_drill.py, a process of its own: it starves the machine, floods
+    the lowest tier and measures the highest tier's answers); the gateway names its incident ``overload:<where>:<time>``,
+    so the drill watches for the first one opened after it began."""
+    import subprocess
+    import sys
+
+    from keel.incidents import IncidentLog
+
+    if not home.serving.endpoints.exists():
+        raise DrillError(f"no running model runtime ({home.serving.endpoints}); is `keel serve` up?")
+    with IncidentLog(home.incidents) as log:
+        after = max((i.id for i in log.list()), default=0)
+    report = home.serving.root / "drills" / f"overload-{time.strftime('%Y%m%dT%H%M%S')}.json"
+    report.parent.mkdir(parents=True, exist_ok=True)
+    env = os.environ | {"KEEL_HOME": str(home.root)}
+    proc = subprocess.Popen([sys.executable, "-m", "gpu_runtime.overload_drill", "--out", str(report)], env=env,
+                            stdout=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+    return Injection("overload", "overload:*", "a busy process per core, then the lowest tier flooded at 10x what "
+                     "the runtime answers it", injected_at, {"pid": proc.pid, "report": str(report),
+                                                              "after_incident": after})  # fmt: skip
 
 
 def _bad_challenger(home, model: str) -> tuple[str, int]:
@@ -250,121 +267,6 @@ def plant_challenger(
                 f"the policy store moved on while the challenger was planted ({exc}); try again"
             ) from exc
     return name, version
-
-
-# -- watching ---------------------------------------------------------------------------------------------------
-
-
-def traffic(home, usecase: str | None = None) -> dict | None:
-    """The live traffic's running totals (gpu_runtime.replay --live, one per use case): ``usecase``'s, or every use
-    case's added up; None when none is sent."""
-    paths = [home.serving.live_traffic(usecase)] if usecase else sorted(home.serving.live_traffic_dir.glob("*.json"))
-    totals = []
-    for path in paths:
-        try:
-            totals.append(json.loads(path.read_text()))
-        except (FileNotFoundError, json.JSONDecodeError):
-            continue
-    return added_up(totals) if totals else None
-
-
-def added_up(totals: list[dict]) -> dict:
-    """Several traffic totals as one: counts summed, counts by key summed key by key (other fields: the first's)."""
-    out: dict[str, Any] = dict(totals[0])
-    for t in totals[1:]:
-        for key, value in t.items():
-            if isinstance(value, int) and not isinstance(value, bool):
-                out[key] = out.get(key, 0) + value
-            elif isinstance(value, dict) and all(isinstance(v, int) for v in value.values()):
-                merged = dict(out.get(key) or {})
-                for k, v in value.items():
-                    merged[k] = merged.get(k, 0) + v
-                out[key] = merged
-    return out
-
-
-def traffic_delta(before: dict | None, after: dict | None) -> dict[str, Any] | None:
-    """What the live traffic got between two snapshots: answers, failures by status and error, degraded answers."""
-    if before is None or after is None:
-        return None
-
-    def diff(key: str) -> dict[str, int]:
-        a, b = before.get(key) or {}, after.get(key) or {}
-        return {k: b.get(k, 0) - a.get(k, 0) for k in b if b.get(k, 0) - a.get(k, 0)}
-
-    answered_before = before.get("answered", 0)
-    return {
-        "answered": after.get("answered", 0) - answered_before,
-        "failed": after.get("failed", 0) - before.get("failed", 0),
-        "degraded": after.get("degraded_answers", 0) - before.get("degraded_answers", 0),
-        # the share of degraded answers before the drill (features defaulted, frozen, …): what is usual, to read
-        # "degraded" against
-        "baseline_degraded_share": round(before.get("degraded_answers", 0) / answered_before, 4)
-        if answered_before
-        else None,
-        "by_status": diff("by_status"),
-        "by_error": diff("by_error"),
-        "by_degraded": diff("by_degraded"),
-        "versions": diff("versions"),
-    }
-
-
-@dataclass
-class DrillResult:
-    injection: Injection
-    incident: Any  # keel.incidents.Incident, or None when the platform never opened one
-    traffic: dict[str, Any] | None
-    detected: bool
-    recovered: bool
-    waited_s: float
-
-    def as_dict(self) -> dict[str, Any]:
-        from dataclasses import asdict
-
-        return {
-            "drill": self.injection.drill,
-            "injection": asdict(self.injection),
-            "incident": asdict(self.incident) if self.incident is not None else None,
-            "traffic": self.traffic,
-            "detected": self.detected,
-            "recovered": self.recovered,
-            "waited_s": round(self.waited_s, 1),
-        }
-
-
-def watch(home, injection: Injection, timeout_s: float, before: dict | None, progress=None) -> DrillResult:
-    """Wait (bounded) for the platform to open the expected incident and recover it; then add what the drill knows
-    (injected_at, the traffic during it) to the incident."""
-    from keel.incidents import IncidentLog
-
-    start = time.monotonic()
-    incident, said = None, set()
-    while time.monotonic() - start < timeout_s:
-        with IncidentLog(home.incidents) as log:
-            incident = log.find(injection.incident_key)
-        if incident is not None:
-            for step in ("detected_at", "acted_at", "recovered_at"):
-                if getattr(incident, step) and step not in said and progress:
-                    said.add(step)
-                    progress(f"{step.split('_')[0]} at {getattr(incident, step)}")
-            if not incident.open:
-                break
-        time.sleep(0.5)
-    waited = time.monotonic() - start
-    if incident is not None and not incident.open:
-        time.sleep(6)  # the traffic's totals are rewritten every 5 s: let them cover the recovery
-    delta = traffic_delta(before, traffic(home))
-    if incident is not None:
-        with IncidentLog(home.incidents) as log:
-            extra = {
-                "injected_at": injection.injected_at,
-                "details": (incident.details or {}) | {"drill": injection.drill},
-            }
-            if delta is not None:
-                extra |= {"requests_failed": delta["failed"], "requests_degraded": delta["degraded"]}
-            incident = log.open_incident(incident.key, incident.kind, incident.severity, incident.summary, **extra)
-    return DrillResult(injection, incident, delta, incident is not None, incident is not None and not incident.open,
-                       waited)  # fmt: skip
 
 
 def run_drill(drill: str, home, uc, timeout_s: float = 300.0, progress=None) -> DrillResult:

@@ -28,13 +28,25 @@ from typing import Any
 import orjson
 
 
+def day_stamp(path: Path, prefix: str) -> str:
+    """The YYYYMMDD of a day file ``<prefix>-YYYYMMDD.jsonl`` or, of a gateway worker's, ``<prefix>-YYYYMMDD-w<i>.jsonl``
+    ("" for a name of neither shape)."""
+    rest = path.stem.removeprefix(f"{prefix}-")
+    stamp, _, worker = rest.partition("-w")
+    if len(stamp) != 8 or not stamp.isdigit() or (worker and not worker.isdigit()) or (_ and not worker):
+        return ""
+    return stamp
+
+
 class ExposureLog:
     """An append-only JSON-lines log, one file per UTC day of each record's ``ts``: ``<prefix>-YYYYMMDD.jsonl``. The
-    exposure log, and the gateway's other per-day logs (the compute meter's, keel/metering/compute.py)."""
+    exposure log, and the gateway's other per-day logs (the compute meter's, keel/metering/compute.py). ``worker``:
+    the gateway worker process that writes it (``<prefix>-YYYYMMDD-w<i>.jsonl``: every file has one writer)."""
 
-    def __init__(self, directory: str | Path, prefix: str = "exposures"):
+    def __init__(self, directory: str | Path, prefix: str = "exposures", worker: int | None = None):
         self.directory = Path(directory)
         self.prefix = prefix
+        self.worker = worker
         self.directory.mkdir(parents=True, exist_ok=True)
         self._day = ""
         self._fd: int | None = None
@@ -43,7 +55,8 @@ class ExposureLog:
         self.last_error: str | None = None
 
     def path_for(self, day: str) -> Path:
-        return self.directory / f"{self.prefix}-{day}.jsonl"
+        suffix = f"-w{self.worker}" if self.worker is not None else ""
+        return self.directory / f"{self.prefix}-{day}{suffix}.jsonl"
 
     def append(self, record: dict[str, Any]) -> bool:
         """Append one record as one line. True when the whole line is on disk; False when nothing of it is (the
@@ -123,8 +136,8 @@ def scan_exposures(
     directories = [directory] if isinstance(directory, str | Path) else list(directory)
     files = [p for d in directories for p in sorted(Path(d).glob("exposures-*.jsonl"))]
     for path in files:
-        stamp = path.stem.removeprefix("exposures-")
-        if (first and stamp < first) or (wanted and stamp != wanted):
+        stamp = day_stamp(path, "exposures")
+        if not stamp or (first and stamp < first) or (wanted and stamp != wanted):
             continue
         data = path.read_bytes()
         lines = data.split(b"\n")

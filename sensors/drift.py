@@ -34,6 +34,7 @@ from keel.clock import SimClock
 from keel.data.landing import LandingZone
 from keel.deploy.plan import running_canary
 from keel.drift.policy import DriftPolicy, decide
+from keel.loop.arrivals import built_whole
 from keel.loop.freeze import ActiveFreeze, freezes_to_clear
 from keel.loop.reference import trained_on
 from keel.loop.retrain import LoopState, NoRetrain, RetrainPlan, RetrainPolicy, plan_retrain
@@ -43,6 +44,7 @@ from resources.online_store import OnlineStoreResource
 from resources.policy import PolicyStoreResource
 from resources.registry import ModelRegistryResource
 from sensors.alerting import send_alerts
+from sensors.deliveries import built_from
 from sensors.problems import automation_problems
 from sensors.stepping import interval_s, stepped_tick
 
@@ -87,6 +89,7 @@ class DriftTargets:
     freezes: dg.AssetKey
     challenger_evaluation: dg.AssetKey
     challenger_job: dg.UnresolvedAssetJobDefinition
+    features: dg.AssetKey  # the monthly features a month's delivery builds (labelled only once built whole)
     challenger_ops: tuple[str, ...]  # the ops a challenger run configures (run config is keyed by op name)
 
     @property
@@ -108,6 +111,7 @@ def build_drift_sensor(uc: UseCase, jobs: UseCaseJobs) -> dg.SensorDefinition:
         freezes=w.key("feature_freezes"),
         challenger_evaluation=evaluation,
         challenger_job=jobs.challenger,
+        features=w.key(uc.feature_table),
         challenger_ops=(w.key("challenger_model").to_python_identifier(), evaluation.to_python_identifier()),
     )
 
@@ -281,8 +285,14 @@ def loop_state(
     if in_training is None:
         waiting = passed_without_canary(instance, state, t)
         in_training = f"challenger v{waiting} passed its gate, its canary not yet started" if waiting else None
+    zone = LandingZone(home.landing, t.uc)
+    landed = zone.landed_by_month()
     return LoopState(
-        labelled=LandingZone(home.landing, t.uc).complete_months(),
+        # labelled: every outcome landed *and* the month's features built from all of it — on a busy machine the
+        # complete delivery's rebuild can still be queued, and a gate on the month would judge part of it
+        labelled=tuple(
+            m for m in zone.complete_months() if built_whole(m, landed[m], built_from(instance, t.features, m))
+        ),  # fmt: skip
         champion_trained_on=champion_months,
         challenger_in_training=in_training,
         canary_running=canary.name if canary else None,

@@ -31,21 +31,9 @@ from keel.loop.arrivals import Landed, arrivals, days_in
 from keel.usecase import UseCase
 from resources.home import KeelHomeResource
 from sensors.alerting import send_alerts
+from sensors.deliveries import DELIVERY_TAG, built_from
 from sensors.drift import IN_PROGRESS
 from sensors.stepping import interval_s, stepped_tick
-
-DELIVERY_TAG = "keel/delivery"  # which delivery a monthly run built: the landing run key (scripts/materialize.py too)
-
-
-def _built_from(instance: dg.DagsterInstance, features: dg.AssetKey, month: str) -> str | None:
-    """The delivery the run that last materialized the month's features built (None: never, or not a delivery)."""
-    records = instance.fetch_materializations(
-        dg.AssetRecordsFilter(asset_key=features, asset_partitions=[month]), limit=1
-    ).records
-    if not records:
-        return None
-    run = instance.get_run_by_id(records[0].run_id)
-    return (run.tags.get(DELIVERY_TAG) or run.tags.get("dagster/run_key")) if run else None
 
 
 def build_landing_sensor(uc: UseCase, jobs: UseCaseJobs) -> dg.SensorDefinition:
@@ -100,7 +88,7 @@ def landing_tick(context, keel_home, uc: UseCase, jobs: UseCaseJobs, features: d
     )
     batch = state.batch_days if state.stepped else 1
     for refresh in [] if building else arrivals(landed, seen, batch):
-        if _built_from(context.instance, features, refresh.month) == refresh.run_key:
+        if built_from(context.instance, features, refresh.month) == refresh.run_key:
             seen[refresh.month] = refresh.landed  # built already (the set-up's history runs): not twice
             continue
         requests.append(
@@ -119,7 +107,7 @@ def landing_tick(context, keel_home, uc: UseCase, jobs: UseCaseJobs, features: d
     for month, now in sorted(landed.items()):
         complete_key = f"landing:{month}:{'-'.join(map(str, now.days))}"
         complete = now.outcome_days == days_in(month) and month not in drift_done
-        if complete and has_reference and _built_from(context.instance, features, month) == complete_key:
+        if complete and has_reference and built_from(context.instance, features, month) == complete_key:
             requests.append(
                 dg.RunRequest(
                     job_name=jobs.drift.name,

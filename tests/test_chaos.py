@@ -265,7 +265,7 @@ def test_a_day_a_run_held_back_first_is_still_an_incident_at_the_next_tick(tmp_p
 
 
 def test_the_traffic_during_a_drill_is_the_difference_of_two_snapshots():
-    from keel.chaos import traffic_delta
+    from keel.chaos_watch import traffic_delta
 
     before = {"answered": 1000, "failed": 0, "degraded_answers": 250, "by_status": {"200": 1000}, "by_error": {},
               "by_degraded": {"frozen:dep_delay_mean": 250}, "versions": {"3": 1000}}  # fmt: skip

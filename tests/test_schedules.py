@@ -65,7 +65,7 @@ def test_the_weekly_drill_takes_turns_and_skips_without_a_runtime(tmp_path, monk
     n = len(DRILLS)
     assert sorted(drill_of_the_week(m, True, one)[1] for m in mondays[:n]) == sorted(DRILLS)  # n weeks, n drills
     assert {drill_of_the_week(m, False, one)[1] for m in mondays[: n - 2]} == {
-        "bad-challenger", "runtime-crash", "coarse-fallback", "control-plane-tamper"
+        "bad-challenger", "runtime-crash", "coarse-fallback", "control-plane-tamper", "overload"
     }  # fmt: skip
     # two use cases: each drill on each of them within 2n weeks
     spring = [datetime(2026, 3, 2, 3, tzinfo=UTC) + timedelta(weeks=i) for i in range(2 * n)]  # from ISO week 10

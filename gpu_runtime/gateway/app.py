@@ -24,6 +24,8 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from gpu_runtime.gateway.admission import TierAdmission
@@ -32,6 +34,7 @@ from gpu_runtime.gateway.coarse import CoarsePool
 from gpu_runtime.gateway.concurrency import GradientLimit, TopTierGuard
 from gpu_runtime.gateway.following import POLICY_POLL_S
 from gpu_runtime.gateway.health import export_model, export_runtime, exposure_health, ready
+from gpu_runtime.gateway.incident import OverloadRecorder
 from gpu_runtime.gateway.limits import (
     BodyTooLarge,
     RequestError,
@@ -45,6 +48,7 @@ from gpu_runtime.gateway.metrics import LabelledMetrics, Metrics
 from gpu_runtime.gateway.model import GatewayConfig, ServedModel
 from gpu_runtime.gateway.overload import LoadMonitor, StandingQueue
 from gpu_runtime.gateway.request import Answer, RequestContext, client_budget_ms
+from gpu_runtime.gateway.shared import MetricsExchange, SharedBuckets
 from gpu_runtime.gateway.stages import handle, log, would_shed
 from keel.exposure_log import ExposureLog
 from keel.policies.gateway import GatewayPolicy
@@ -61,18 +65,30 @@ def _model_route(path: str) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class WorkerShare:
+    """This process is worker ``index`` of a gateway of several processes sharing ``directory`` (shared.py)."""
+
+    index: int
+    directory: Path
+
+
 class Gateway:
     """The ASGI app. ``config``: the first model's (its use case has the alias route); ``also``: the configs of
-    further use cases served beside it, each a ``ServedModel`` of its own."""
+    further use cases served beside it, each a ``ServedModel`` of its own; ``worker``: set when this process is one
+    of several gateway workers (shared.py: what they share)."""
 
     def __init__(
         self, config: GatewayConfig, policy: GatewayPolicy | None = None, runtime=None, *,
-        also: tuple[GatewayConfig, ...] = (),
+        also: tuple[GatewayConfig, ...] = (), worker: WorkerShare | None = None,
     ):  # fmt: skip
         self.config = config
         self.runtime = runtime  # the supervisor's RuntimeStatus (None: nobody supervises Triton in this process)
+        self.worker = worker
         self.metrics = Metrics()
-        self.exposures = ExposureLog(config.exposure_dir)
+        self.exposures = ExposureLog(config.exposure_dir, worker=worker.index if worker else None)
+        self.exchange = MetricsExchange(worker.directory, worker.index) if worker else None
+        shared_buckets = SharedBuckets(worker.directory / "buckets.bin") if worker else None
         self.admission = TierAdmission()  # one for every model of the process
         self.limit = GradientLimit()
         self.guard = TopTierGuard()
@@ -82,6 +98,10 @@ class Gateway:
         self.open_connections: set | None = None  # the HTTP server's open connections (gateway/server.py)
         self.watching = False
         self._watcher: asyncio.Task | None = None
+        where = config.exposure_dir.parent.name  # serving, or the replica's name
+        self.overload = OverloadRecorder(config.incidents_path, config.clock_path, where) if config.incidents_path \
+            else None  # fmt: skip
+        self._overload_checked = 0.0
         base = policy or GatewayPolicy()
         self.models: dict[str, ServedModel] = {}
         for cfg in (config, *also):
@@ -89,7 +109,7 @@ class Gateway:
             if name in self.models:
                 raise ValueError(f"model {name} is served twice by this gateway")
             metrics = LabelledMetrics(self.metrics, {"model": name}) if also else self.metrics
-            self.models[name] = ServedModel(cfg, base, runtime, metrics, self.load.signals)
+            self.models[name] = ServedModel(cfg, base, runtime, metrics, self.load.signals, shared_buckets)
         self.default = next(iter(self.models.values()))
 
     def served_models(self) -> list[str]:
@@ -236,6 +256,8 @@ class Gateway:
         self.metrics.set_gauge("keel_gateway_standing_queue", {}, 1 if self.queue.standing else 0)
         if self.open_connections is not None:
             self.metrics.set_gauge("keel_gateway_connections_open", {}, len(self.open_connections))
+        if self.exchange is not None:  # one of several workers: the others' series too
+            return self.metrics.render(self.exchange.others(), self.worker.index)
         return self.metrics.render()
 
     async def ready_all(self) -> tuple[bool, dict[str, Any]]:
@@ -263,6 +285,9 @@ class Gateway:
                 for model in self.models.values():
                     model.follow()
                     await model.meter.sample_compute()
+                if self.exchange is not None:
+                    self.exchange.publish(self.metrics)
+                await self._watch_overload()
                 first.listen_for_policies()  # one listening connection: a commit wakes every model's follower
             except Exception:  # noqa: BLE001 - a bad file or a locked store must not stop the watcher
                 self.metrics.inc("keel_gateway_watch_errors_total", {})
@@ -271,6 +296,21 @@ class Gateway:
                 for model in list(self.models.values())[1:]:
                     model.follower.reload_policies(force=True)
             except Exception:  # noqa: BLE001 - a store that cannot be read now is looked at again next round
+                self.metrics.inc("keel_gateway_watch_errors_total", {})
+
+    async def _watch_overload(self) -> None:
+        """Once a second: the overload evidence; an incident opened or recovered (written off the event loop)."""
+        now = time.monotonic()
+        if self.overload is None or now - self._overload_checked < 1.0:
+            return
+        self._overload_checked = now
+        evidence = self.overload.evidence(self.metrics, self.guard.lower_share(), self.load.pressure,
+                                          self.admission.in_flight)  # fmt: skip
+        transition = self.overload.watch.update(evidence)
+        if transition is not None:
+            try:
+                await asyncio.get_running_loop().run_in_executor(None, self.overload.record, transition)
+            except Exception:  # noqa: BLE001 - an incident log that cannot be written must not stop the watcher
                 self.metrics.inc("keel_gateway_watch_errors_total", {})
 
     async def close(self) -> None:

@@ -156,25 +156,68 @@ class Metrics:
         key = tuple(sorted(labels.items()))
         return self.counters.get(name, {}).get(key, self.gauges.get(name, {}).get(key, 0.0))
 
-    def render(self) -> str:
-        lines: list[str] = []
+    def snapshot(self) -> dict:
+        """Every series as JSON-able lists (a gateway worker's share of /metrics, metrics_exchange.py)."""
         with self._lock:
-            names = sorted(set(self.counters) | set(self.gauges) | set(self.hist))
-            for name in names:
-                kind, text = HELP.get(name, ("untyped", name))
-                lines += [f"# HELP {name} {text}", f"# TYPE {name} {kind}"]
-                for key, v in sorted(self.counters.get(name, {}).items()):
-                    lines.append(f"{name}{_labels(dict(key))} {_fmt(v)}")
-                for key, v in sorted(self.gauges.get(name, {}).items()):
-                    lines.append(f"{name}{_labels(dict(key))} {_fmt(v)}")
-                for key, h in sorted(self.hist.get(name, {}).items()):
-                    labels = dict(key)
-                    for i, bound in enumerate(BUCKETS):
-                        lines.append(f"{name}_bucket{_labels(labels | {'le': f'{bound:g}'})} {_fmt(h[i])}")
-                    lines.append(f"{name}_bucket{_labels(labels | {'le': '+Inf'})} {_fmt(h[-1])}")
-                    lines.append(f"{name}_sum{_labels(labels)} {h[-2]:.6f}")
-                    lines.append(f"{name}_count{_labels(labels)} {_fmt(h[-1])}")
-        return "\n".join(lines) + "\n"
+            return {
+                kind: {
+                    name: [[list(map(list, key)), v] for key, v in series.items()] for name, series in table.items()
+                }
+                for kind, table in (("counters", self.counters), ("gauges", self.gauges), ("hist", self.hist))
+            }
+
+    def render(self, others: dict[int, dict] | None = None, worker: int | None = None) -> str:
+        """The Prometheus text. ``others``: the snapshots of the process's fellow workers (by worker index) — their
+        counters and histograms are added to this one's; gauges, which are each process's own state, carry a
+        ``worker`` label (this one's: ``worker``)."""
+        counters, gauges, hist = self.counters, self.gauges, self.hist
+        with self._lock:
+            if others:
+                counters, gauges, hist = _merged(self, others, worker)
+            return _render(counters, gauges, hist)
+
+
+def _merged(own: Metrics, others: dict[int, dict], worker: int | None):
+    counters = {n: dict(series) for n, series in own.counters.items()}
+    hist = {n: {k: list(h) for k, h in series.items()} for n, series in own.hist.items()}
+    gauges: dict[str, dict[tuple, float]] = defaultdict(dict)
+    for name, series in own.gauges.items():
+        for key, v in series.items():
+            gauges[name][tuple(sorted((*key, ("worker", str(worker)))))] = v
+    for index, snap in others.items():
+        for name, series in snap.get("counters", {}).items():
+            for key, v in series:
+                k = tuple(tuple(x) for x in key)
+                counters.setdefault(name, {})[k] = counters.get(name, {}).get(k, 0.0) + v
+        for name, series in snap.get("hist", {}).items():
+            for key, h in series:
+                k = tuple(tuple(x) for x in key)
+                mine = hist.setdefault(name, {}).setdefault(k, [0.0] * len(h))
+                for i, x in enumerate(h):
+                    mine[i] += x
+        for name, series in snap.get("gauges", {}).items():
+            for key, v in series:
+                gauges[name][tuple(sorted((*(tuple(x) for x in key), ("worker", str(index)))))] = v
+    return counters, gauges, hist
+
+
+def _render(counters, gauges, hist) -> str:
+    lines: list[str] = []
+    for name in sorted(set(counters) | set(gauges) | set(hist)):
+        kind, text = HELP.get(name, ("untyped", name))
+        lines += [f"# HELP {name} {text}", f"# TYPE {name} {kind}"]
+        for key, v in sorted(counters.get(name, {}).items()):
+            lines.append(f"{name}{_labels(dict(key))} {_fmt(v)}")
+        for key, v in sorted(gauges.get(name, {}).items()):
+            lines.append(f"{name}{_labels(dict(key))} {_fmt(v)}")
+        for key, h in sorted(hist.get(name, {}).items()):
+            labels = dict(key)
+            for i, bound in enumerate(BUCKETS):
+                lines.append(f"{name}_bucket{_labels(labels | {'le': f'{bound:g}'})} {_fmt(h[i])}")
+            lines.append(f"{name}_bucket{_labels(labels | {'le': '+Inf'})} {_fmt(h[-1])}")
+            lines.append(f"{name}_sum{_labels(labels)} {h[-2]:.6f}")
+            lines.append(f"{name}_count{_labels(labels)} {_fmt(h[-1])}")
+    return "\n".join(lines) + "\n"
 
 
 class LabelledMetrics:
@@ -203,5 +246,5 @@ class LabelledMetrics:
     def value(self, name: str, labels: dict[str, str]) -> float:
         return self.base.value(name, labels | self.labels)
 
-    def render(self) -> str:
-        return self.base.render()
+    def render(self, others: dict[int, dict] | None = None, worker: int | None = None) -> str:
+        return self.base.render(others, worker)

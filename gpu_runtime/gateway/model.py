@@ -27,6 +27,7 @@ from gpu_runtime.gateway.limits import BODY_TIMEOUT_S, MAX_BODY_BYTES, MAX_TENAN
 from gpu_runtime.gateway.metering import METER_INTERVAL_S, UsageMeter
 from gpu_runtime.gateway.overload import LoadSignals
 from gpu_runtime.gateway.scoring import TritonScorer
+from gpu_runtime.gateway.shared import SharedBucket
 from gpu_runtime.pools import PoolBudgetExceeded, PoolRegistry
 from keel.clock import ClockError, ClockState, SimClock
 from keel.kernels import numpy_backend
@@ -58,11 +59,13 @@ class GatewayConfig:
     compute_dir: Path | None = None
     meter_interval_s: float = METER_INTERVAL_S
     compute_device: str = "cpu"
+    # Where this gateway records an overload as an incident (keel/incidents.py; gateway/incident.py). None: not.
+    incidents_path: Path | None = None
 
 
 class ServedModel:
     def __init__(self, config: GatewayConfig, policy: GatewayPolicy, runtime: Any, metrics: Any,
-                 load: Any = LoadSignals):  # fmt: skip
+                 load: Any = LoadSignals, shared_buckets: Any = None):  # fmt: skip
         from keel.contracts.engine import CompiledContract
         from keel.contracts.spec import load_contract
 
@@ -80,6 +83,7 @@ class ServedModel:
                                  on_routing=self._on_routing, on_policy=self._on_policy)  # fmt: skip
         self.scorer = TritonScorer(config.triton_url, runtime, metrics, lambda: self.follower.policy, load)
         self.coarse = CoarseModel(config.routing_path, len(self.features.names), metrics)
+        self.shared_buckets = shared_buckets  # the workers' table (shared.py); None: this process's own buckets
         self.buckets: dict[str, TokenBucket] = {}  # tenants the policy names
         self.other_buckets: BoundedLRU[str, TokenBucket] = BoundedLRU(config.max_tenant_buckets)  # all others
         self.lanes = {level: asyncio.Semaphore(n) for level, n in policy.lanes.items()}
@@ -133,8 +137,11 @@ class ServedModel:
 
     def bucket(self, tenant: str) -> TokenBucket:
         """The tenant's token bucket: its own for tenants the policy names, else one from a bounded LRU — state
-        does not grow with the tenant names callers invent."""
+        does not grow with the tenant names callers invent. With several workers, the bucket in their shared table."""
         policy = self.policy
+        if self.shared_buckets is not None:
+            limit = policy.rate_limit_of(tenant)
+            return SharedBucket(self.shared_buckets, f"{self.name}|{tenant}", limit.rps, limit.burst)
         if tenant in policy.tenant_rate_limits:
             bucket = self.buckets.get(tenant)
             if bucket is None:

@@ -32,7 +32,7 @@ class MonthRefresh:
 
     @property
     def run_key(self) -> str:
-        return f"landing:{self.month}:{'-'.join(map(str, self.landed.days))}"
+        return delivery_key(self.month, self.landed)
 
 
 def days_in(month: str) -> int:
@@ -58,3 +58,18 @@ def arrivals(landed: dict[str, Landed], seen: dict[str, Landed], batch_days: int
             continue  # waits for its batch
         out.append(MonthRefresh(month, now, complete=complete))
     return out
+
+
+def delivery_key(month: str, landed: Landed) -> str:
+    """The run key of the monthly rebuild of ``month`` with ``landed`` days (what the landing sensor requests)."""
+    return f"landing:{month}:{'-'.join(map(str, landed.days))}"
+
+
+def built_whole(month: str, landed: Landed, built_key: str | None) -> bool:
+    """Were the month's features last built from all it has landed? ``built_key``: the delivery the last build of
+    the month read (its run's delivery tag). A build from an earlier, partial delivery — the complete one still
+    queued on a busy machine — is not: a gate on that month would judge a month still being built. A build that is
+    not a delivery's (a backfill, a rebuild) read every landed day."""
+    if built_key is None or not built_key.startswith("landing:"):
+        return True
+    return built_key == delivery_key(month, landed)

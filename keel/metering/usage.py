@@ -244,8 +244,10 @@ class MeteredDays:
 
 def logged_days(directory: Path, prefix: str) -> list[str]:
     """The days (YYYY-MM-DD) that have a ``<prefix>-YYYYMMDD.jsonl`` file in ``directory``."""
-    stamps = (p.stem.removeprefix(f"{prefix}-") for p in Path(directory).glob(f"{prefix}-*.jsonl"))
-    return sorted(f"{s[:4]}-{s[4:6]}-{s[6:]}" for s in stamps if len(s) == 8 and s.isdigit())
+    from keel.exposure_log import day_stamp
+
+    stamps = {day_stamp(p, prefix) for p in Path(directory).glob(f"{prefix}-*.jsonl")} - {""}
+    return sorted(f"{s[:4]}-{s[4:6]}-{s[6:]}" for s in stamps)
 
 
 def spend_by_tenant(serving_dir, store, tenants: Iterable[str], first_day: str, last_day: str) -> dict[str, float]:

@@ -312,8 +312,10 @@ def test_why_names_a_recalibration_and_the_candidate_choice():
     committee = meta | {"candidate": "committee", "recalibration": None, "committee": [
         {"role": "first model", "version": 1}, {"role": "previous expanding refit", "version": 4},
         {"role": "this decision's expanding refit", "version": 7}]}  # fmt: skip
-    assert ("v9 is the mean of v1 (first model), v4 (previous expanding refit), v7 (this decision's expanding refit)"
-            in explain("r", "t", 9, committee, [])[1].detail)
+    assert (
+        "v9 is the mean of v1 (first model), v4 (previous expanding refit), v7 (this decision's expanding refit)"
+        in explain("r", "t", 9, committee, [])[1].detail
+    )
 
 
 @pytest.mark.parametrize(
@@ -365,3 +367,18 @@ def test_the_expanding_reference_takes_every_month_before_and_a_promotion_its_de
     december = Promotion(datetime(2014, 1, 3, 12, tzinfo=UTC), "rel-9", 9, "2013-12")
     assert december.delay_days == 2.5  # the year's end to January 3rd noon
     assert Promotion(datetime(2013, 5, 1, tzinfo=UTC), "rel-1", 1, None).delay_days is None  # not the loop's
+
+
+@pytest.mark.parametrize(
+    ("built_key", "whole"),
+    [
+        ("landing:2013-06:30-30", True),  # the complete delivery's rebuild: judged on the whole month
+        ("landing:2013-06:24-24", False),  # the last build read 24 days; the complete one is still queued
+        (None, True),  # built by a backfill or a rebuild, not a delivery: it read every landed day
+        ("manual-rebuild-2013-06", True),
+    ],
+)
+def test_a_month_is_labelled_for_the_loop_only_once_its_features_are_built_from_all_it_landed(built_key, whole):
+    from keel.loop.arrivals import Landed, built_whole
+
+    assert built_whole("2013-06", Landed((30, 30)), built_key) is whole

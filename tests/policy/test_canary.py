@@ -253,6 +253,26 @@ def test_the_shadow_step_decides_on_the_paired_verdict_alone():
     assert not plan.in_shadow(served)  # after the shadow step the arms' exposures decide, as for any canary
 
 
+def test_the_shadows_clock_starts_when_the_challenger_first_scores_not_at_the_commit():
+    """On a busy machine the deployment that loads the challenger may run days after the canary's commit: its
+    shadow is judged over ``shadow_max_s`` from its first score, and it is rolled back as never answering only past
+    the progress deadline from the commit."""
+    from keel.canary import CanaryPlan, CanaryState, decide
+    from keel.loop.shadow import ShadowPolicy, ShadowVerdict
+
+    plan = CanaryPlan(steps=(0, 25, 100), shadow=ShadowPolicy(), shadow_max_s=100.0, progress_deadline_s=300.0)
+    state = CanaryState(started_at=0.0, step_started_at=0.0)
+    none_yet = ShadowVerdict(False, "0 labelled rows", 0, 0, "log_loss")
+    unsure = ShadowVerdict(False, "not surely", 900, 6, "log_loss", -0.001, 0.002, 0.003, 0.3)
+    waiting = decide(plan, state, None, None, 150.0, none_yet)  # past shadow_max_s from the commit, never scored
+    assert waiting.action == "hold" and "has not scored yet" in waiting.reasons[0]
+    late = decide(plan, state, None, None, 150.0, unsure, first_answer=120.0)  # first score at 120: 30 s of shadow
+    assert late.action == "hold" and late.state.armed_at == 120.0
+    assert decide(plan, state, None, None, 221.0, unsure, first_answer=120.0).action == "rollback"  # 101 s after it
+    never = decide(plan, state, None, None, 301.0, none_yet)
+    assert never.action == "rollback" and "never scored in shadow" in never.reasons[0]
+
+
 def test_a_paired_plan_judges_quality_on_the_same_requests():
     from keel.canary import ArmStats, CanaryPlan, CanaryState, decide
     from keel.loop.shadow import ShadowVerdict

@@ -84,7 +84,8 @@ def start_serve(
     """``python -m gpu_runtime.serve`` on ``home`` (its runtime ``replica`` of several, when given; ``env``: more
     settings, such as the shared stores); returns once it announced its endpoints."""
     # the serving tests' world is flights' model (those of a second use case add it through ``env``)
-    env = os.environ | {"KEEL_HOME": str(home), "KEEL_USECASES": "flights"} | (env or {})
+    # one gateway process unless a test asks for workers (tests/serving/test_workers.py)
+    env = os.environ | {"KEEL_HOME": str(home), "KEEL_USECASES": "flights", "KEEL_GATEWAY_WORKERS": "1"} | (env or {})
     env.pop("KEEL_TRITON_ADMIN_KEY", None)
     if replica:
         env["KEEL_REPLICA"] = replica

@@ -65,3 +65,26 @@ def test_readers_skip_and_count_lines_that_are_not_whole_records(tmp_path):
     assert len(read_exposures(tmp_path)) == 4
     frame, scan = read_exposure_scan(tmp_path)  # what the sensors and the lake read
     assert frame.height == 4 and scan.skipped == 6
+
+
+def test_each_gateway_worker_writes_its_own_day_file_and_readers_take_them_all(tmp_path):
+    """Several gateway workers (gpu_runtime/workers.py): one writer per file, every file of the directory read."""
+    from keel.exposure_log import ExposureLog, day_stamp, read_exposures
+    from keel.metering.usage import logged_days
+
+    ts = 1_365_000_000.0  # 2013-04-03
+    for worker in (0, 1):
+        log = ExposureLog(tmp_path, worker=worker)
+        for i in range(3):
+            assert log.append({"request_id": f"w{worker}-{i}", "ts": ts, "status": 200})
+        log.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "exposures-20130403-w0.jsonl",
+        "exposures-20130403-w1.jsonl",
+    ]
+    assert len(read_exposures(tmp_path, day="2013-04-03")) == 6
+    assert logged_days(tmp_path, "exposures") == ["2013-04-03"]
+    assert [
+        day_stamp(tmp_path / n, "exposures")
+        for n in ("exposures-20130403.jsonl", "exposures-2013.jsonl", "exposures-20130403-wx.jsonl")
+    ] == ["20130403", "", ""]

@@ -1,0 +1,280 @@
+"""The fault of the ``overload`` chaos drill (keel/chaos.py): a starved machine, then a flood of the lowest tier —
+driven against the running model runtime while probe traffic of the highest tier measures what its users got.
+
+    python -m gpu_runtime.overload_drill [--starve-s 15] [--flood-s 10] [--recover-s 20] [--out FILE]
+
+Phases, each timed on the wall clock, the probe running through all of them (open loop, ``PROBE_RPS``, client
+timeout ``CLIENT_TIMEOUT_S``):
+
+1. **baseline** (``--baseline-s``): the probe alone — the highest tier's unloaded latency;
+2. **starve**: one busy process per core (normal priority) for ``--starve-s``;
+3. **flood**: the lowest tier's model offered ``FLOOD_FACTOR`` × the rate the runtime answered it in a short
+   closed-loop calibration, spread over ``FLOOD_TENANTS`` tenants (no tenant limit does the work), for
+   ``--flood-s``; the flood is sent by one process per core and its real offered rate is reported;
+4. **recovery** (``--recover-s``): the probe alone again; the first 5 s window with ≥ 99 % answered and p99 within 2×
+   the baseline's p99 is when the service recovered.
+
+Each stream runs in a process of its own (``--stream SPEC``), so no client loop delays another's answers. The report
+(JSON, ``--out``): per phase the probe's answered share, p50/p99, client timeouts; every refusal's code and the
+slowest refusal; the flood's offered and answered rates; when the recovery window came; and how many connections to
+the gateway were left in CLOSE-WAIT afterwards. With one model served, the flood and the probe are the same model
+(the report says so: no tier to protect).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+PROBE_RPS = 40.0
+CLIENT_TIMEOUT_S = 5.0
+FLOOD_FACTOR = 10.0
+FLOOD_TENANTS = 64
+WINDOW_S = 5.0
+BUSY = "import signal, sys; signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))\nwhile True: pass"
+
+
+async def stream(url: str, route: str, bodies: list[bytes], rate: float, seconds: float) -> list[list]:
+    """Open loop: requests leave on schedule whatever the answers do. Per request: [sent offset s, latency s or
+    None, status (0: transport failure or client timeout), error code]."""
+    import aiohttp
+
+    out: list[list] = []
+    connector = aiohttp.TCPConnector(limit=4096)
+    timeout = aiohttp.ClientTimeout(total=CLIENT_TIMEOUT_S)
+    start = time.perf_counter()
+    async with aiohttp.ClientSession(base_url=url, connector=connector, timeout=timeout) as client:
+
+        async def one(i: int, sent: float) -> None:
+            try:
+                async with client.post(route, data=bodies[i % len(bodies)],
+                                       headers={"content-type": "application/json"}) as r:  # fmt: skip
+                    payload = await r.read()
+                    code = None if r.status == 200 else json.loads(payload).get("error", {}).get("code")
+                    out.append([sent, time.perf_counter() - start - sent, r.status, code])
+            except Exception as exc:  # noqa: BLE001 - a client timeout or a refused connection: counted
+                out.append([sent, None, 0, type(exc).__name__])
+
+        tasks, i = [], 0
+        while (now := time.perf_counter() - start) < seconds:
+            while i < int(now * rate):
+                tasks.append(asyncio.create_task(one(i, i / rate)))
+                i += 1
+            await asyncio.sleep(0.002)
+        await asyncio.gather(*tasks)
+    return out
+
+
+def run_stream(spec_path: str) -> int:
+    spec = json.loads(Path(spec_path).read_text())
+    bodies = [b.encode() for b in spec["bodies"]]
+    result = asyncio.run(stream(spec["url"], spec["route"], bodies, spec["rate"], spec["seconds"]))
+    Path(spec["out"]).write_text(json.dumps(result))
+    return 0
+
+
+def start_stream(work: Path, name: str, url: str, route: str, bodies: list[bytes], rate: float,
+                 seconds: float) -> tuple[subprocess.Popen, Path]:  # fmt: skip
+    spec = work / f"{name}.json"
+    out = work / f"{name}.out.json"
+    spec.write_text(json.dumps({"url": url, "route": route, "bodies": [b.decode() for b in bodies], "rate": rate,
+                                "seconds": seconds, "out": str(out)}))  # fmt: skip
+    return subprocess.Popen([sys.executable, "-m", "gpu_runtime.overload_drill", "--stream", str(spec)]), out
+
+
+def calibrate(url: str, route: str, bodies: list[bytes], seconds: float = 2.0, concurrency: int = 16) -> float:
+    """Answers per second the runtime gives the flooded model, closed loop."""
+    import httpx
+
+    async def run() -> int:
+        done = 0
+        deadline = time.monotonic() + seconds
+        async with httpx.AsyncClient(base_url=url, timeout=CLIENT_TIMEOUT_S) as client:
+
+            async def worker(k: int) -> None:
+                nonlocal done
+                i = k
+                while time.monotonic() < deadline:
+                    r = await client.post(route, content=bodies[i % len(bodies)],
+                                          headers={"content-type": "application/json"})  # fmt: skip
+                    done += r.status_code == 200
+                    i += concurrency
+
+            await asyncio.gather(*(worker(k) for k in range(concurrency)))
+        return done
+
+    return asyncio.run(run()) / seconds
+
+
+def close_wait(port: int) -> int:
+    """Connections to ``port`` in CLOSE-WAIT (the gateway holds a socket its client has closed)."""
+    count = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            parts = line.split()
+            if int(parts[1].rsplit(":", 1)[1], 16) == port and parts[3] == "08":
+                count += 1
+    return count
+
+
+def pct(values: list[float], q: float) -> float | None:
+    s = sorted(values)
+    return s[min(len(s) - 1, int(round(q * (len(s) - 1))))] if s else None
+
+
+def phase_report(records: list[list], start: float, end: float) -> dict:
+    part = [r for r in records if start <= r[0] < end]
+    ok = [r[1] for r in part if r[2] == 200]
+    refusals = [r for r in part if r[2] not in (0, 200)]
+    return {
+        "sent": len(part), "answered": len(ok), "answered_share": round(len(ok) / len(part), 4) if part else None,
+        "p50_ms": _ms(pct(ok, 0.5)), "p99_ms": _ms(pct(ok, 0.99)),
+        "client_timeouts": sum(1 for r in part if r[2] == 0),
+        "refusals": _codes(refusals), "slowest_refusal_ms": _ms(max((r[1] for r in refusals), default=None)),
+    }  # fmt: skip
+
+
+def recovered_at(records: list[list], fault_end: float, end: float, baseline_p99_s: float) -> float | None:
+    """Seconds after the fault ended when the first 5 s window with ≥ 99 % answered and p99 ≤ 2× baseline began."""
+    t = fault_end
+    while t + WINDOW_S <= end:
+        part = [r for r in records if t <= r[0] < t + WINDOW_S]
+        ok = [r[1] for r in part if r[2] == 200]
+        if part and len(ok) >= 0.99 * len(part) and pct(ok, 0.99) <= 2 * baseline_p99_s:
+            return round(t - fault_end, 2)
+        t += 0.5
+    return None
+
+
+def _ms(s: float | None) -> float | None:
+    return None if s is None else round(s * 1000, 2)
+
+
+def _codes(records: list[list]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for r in records:
+        out[str(r[3] or r[2])] = out.get(str(r[3] or r[2]), 0) + 1
+    return out
+
+
+def targets(url: str) -> tuple[str, str, int]:
+    """(the highest tier's model, the lowest tier's model, how many models) from the gateway's /readyz and the
+    installed use cases' declared tiers (the policy's model_tiers, when it names one)."""
+    import httpx
+
+    from keel.usecase import installed
+
+    ready = httpx.get(f"{url}/readyz", timeout=10).json()
+    served = list(ready.get("models", {}) or {})
+    ucs = {uc.model.name: uc for uc in installed().values()}
+    if not served:
+        served = [next(iter(ucs))] if len(ucs) == 1 else [m for m in ucs]
+    by_tier = sorted(served, key=lambda m: ucs[m].serving.tier if m in ucs else "L9")
+    return by_tier[0], by_tier[-1], len(served)
+
+
+def bodies_of(model: str, n: int = 2000) -> list[bytes]:
+    from keel.usecase import installed
+
+    uc = next(u for u in installed().values() if u.model.name == model)
+    rows = [r for month in uc.months[-2:] for r in uc.replay.requests(month)][:n]
+    return [json.dumps({"entities": [r], "tenant_id": "drill-probe", "risk_level": 2}, default=str).encode()
+            for r in rows]  # fmt: skip
+
+
+def flood_bodies(model: str, n: int = 2000) -> list[bytes]:
+    return [b.replace(b'"drill-probe"', f'"drill-flood-{i % FLOOD_TENANTS}"'.encode())
+            for i, b in enumerate(bodies_of(model, n))]  # fmt: skip
+
+
+def drill(url: str, port: int, baseline_s: float, starve_s: float, flood_s: float, recover_s: float,
+          progress=print) -> dict:  # fmt: skip
+    protected, flooded, n_models = targets(url)
+    probe_route, flood_route = f"/v1/models/{protected}/predict", f"/v1/models/{flooded}/predict"
+    flood = flood_bodies(flooded)
+    capacity = calibrate(url, flood_route, flood)
+    progress(
+        f"overload drill: {flooded} answers {capacity:.0f}/s closed loop; probing {protected} at {PROBE_RPS:g}/s"
+    )
+    total = baseline_s + starve_s + flood_s + recover_s
+    cores = os.cpu_count() or 1
+    with tempfile.TemporaryDirectory(prefix="keel-overload-") as tmp:
+        work = Path(tmp)
+        probe, probe_out = start_stream(work, "probe", url, probe_route, bodies_of(protected), PROBE_RPS, total)
+        time.sleep(baseline_s)
+        progress(f"overload drill: starving the machine: {cores} busy processes for {starve_s:g} s")
+        busy = [subprocess.Popen([sys.executable, "-c", BUSY]) for _ in range(cores)]
+        time.sleep(starve_s)
+        for b in busy:
+            b.terminate()
+            b.wait()
+        rate = FLOOD_FACTOR * capacity
+        progress(f"overload drill: flooding {flooded} at {rate:.0f}/s over {FLOOD_TENANTS} tenants for {flood_s:g} s")
+        floods = [
+            start_stream(work, f"flood-{k}", url, flood_route, flood, rate / cores, flood_s) for k in range(cores)
+        ]
+        for proc, _ in floods:
+            proc.wait()
+        progress("overload drill: the fault has ended; watching the recovery")
+        probe.wait()
+        probe_records = json.loads(probe_out.read_text())
+        flood_records = [r for _, out in floods for r in json.loads(out.read_text())]
+    t1, t2, t3 = baseline_s, baseline_s + starve_s, baseline_s + starve_s + flood_s
+    baseline = phase_report(probe_records, 0, t1)
+    base_p99 = (baseline["p99_ms"] or 1.0) / 1000
+    refusals = [r for r in probe_records + flood_records if r[2] not in (0, 200)]
+    return {
+        "protected_model": protected, "flooded_model": flooded, "models": n_models,
+        "capacity_rps": round(capacity, 1), "flood_offered_rps": round(len(flood_records) / flood_s, 1),
+        "flood_answered_rps": round(sum(1 for r in flood_records if r[2] == 200) / flood_s, 1),
+        "flood": {"refusals": _codes([r for r in flood_records if r[2] != 200]),
+                  "client_timeouts": sum(1 for r in flood_records if r[2] == 0)},
+        "probe": {"baseline": baseline, "starve": phase_report(probe_records, t1, t2),
+                  "flood": phase_report(probe_records, t2, t3), "recovery": phase_report(probe_records, t3, total)},
+        "slowest_refusal_ms": _ms(max((r[1] for r in refusals), default=None)),
+        "recovered_after_s": recovered_at(probe_records, t3, total, base_p99),
+        "close_wait": close_wait(port),
+    }  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m gpu_runtime.overload_drill", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("--stream", help=argparse.SUPPRESS)  # one stream's own process
+    parser.add_argument("--url", help="the gateway (default: the running runtime's, from endpoints.json)")
+    parser.add_argument("--baseline-s", type=float, default=5.0)
+    parser.add_argument("--starve-s", type=float, default=15.0)
+    parser.add_argument("--flood-s", type=float, default=10.0)
+    parser.add_argument("--recover-s", type=float, default=20.0)
+    parser.add_argument("--out", type=Path, help="write the report here (JSON)")
+    args = parser.parse_args(argv)
+    if args.stream:
+        return run_stream(args.stream)
+    url = args.url
+    if url is None:
+        from keel.home import KeelHome
+
+        url = "http://" + json.loads(KeelHome.from_env().serving.endpoints.read_text())["gateway"]
+    port = int(url.rsplit(":", 1)[1].rstrip("/"))
+    report = drill(url, port, args.baseline_s, args.starve_s, args.flood_s, args.recover_s)
+    text = json.dumps(report, indent=2)
+    if args.out:
+        args.out.write_text(text)
+    print(text, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

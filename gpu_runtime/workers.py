@@ -1,0 +1,134 @@
+"""The gateway's worker processes: ``python -m gpu_runtime.serve --workers N`` (default: one per core) runs Triton and
+its supervisor in the serving process and the gateway in N worker processes, each with its own event loop, on one
+listening port: each worker binds it with ``SO_REUSEPORT`` and the kernel spreads new connections over them.
+
+``WorkerPool`` is the serving process's side: it starts the workers (the same command with ``--worker-index``),
+waits until each has written ``w<i>.up``, keeps the runtime's state in ``runtime.json`` for them, starts a worker
+again when one exits, and stops them all. What the workers share and what stays each one's own:
+gpu_runtime/gateway/shared.py.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from gpu_runtime.gateway.shared import RuntimeStatusWriter
+
+START_TIMEOUT_S = 180.0
+RESTART_BACKOFF_S = 1.0
+
+
+def reuseport_socket(host: str, port: int, backlog: int = 1024) -> socket.socket:
+    """A listening socket that the other workers bind too (SO_REUSEPORT)."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind((host, port))
+    sock.listen(backlog)
+    sock.setblocking(False)
+    return sock
+
+
+def port_is_free(host: str, port: int) -> bool:
+    """Nobody listens there (a plain bind succeeds): checked before the workers share the port, so that a gateway
+    left running by an earlier run can never share its traffic."""
+    probe = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        probe.bind((host, port))
+        return True
+    except OSError:
+        return False
+    finally:
+        probe.close()
+
+
+def _die_with_parent() -> None:
+    """In a worker before exec: the kernel sends it SIGTERM when the serving process dies, even by SIGKILL."""
+    import ctypes
+
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+class WorkerPool:
+    def __init__(self, argv: list[str], count: int, directory: Path, status_writer: RuntimeStatusWriter,
+                 log: Callable[[str], None]):  # fmt: skip
+        self.argv, self.count, self.directory, self.log = argv, count, directory, log
+        self.status_writer = status_writer
+        self.procs: dict[int, subprocess.Popen] = {}
+        self.restarts = 0
+        self._stopping = False
+        self._restart_at: dict[int, float] = {}
+
+    def start(self) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        for stale in self.directory.glob("w*.up"):
+            stale.unlink()
+        self.status_writer.write_if_changed()
+        for index in range(self.count):
+            self._spawn(index)
+
+    def _spawn(self, index: int) -> None:
+        (self.directory / f"w{index}.up").unlink(missing_ok=True)
+        self.procs[index] = subprocess.Popen(
+            [sys.executable, "-m", "gpu_runtime.serve", *self.argv, "--worker-index", str(index)],
+            preexec_fn=_die_with_parent,  # noqa: PLW1509 - only prctl, before exec
+        )
+
+    def wait_up(self) -> None:
+        """Until every worker listens; a worker that exits first is an error naming it."""
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not all((self.directory / f"w{i}.up").exists() for i in range(self.count)):
+            for index, proc in self.procs.items():
+                if proc.poll() is not None:
+                    raise RuntimeError(f"gateway worker {index} exited with {proc.returncode} while starting")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the gateway workers did not start within {START_TIMEOUT_S:g} s")
+            self.status_writer.write_if_changed()
+            time.sleep(0.05)
+
+    def tend(self) -> None:
+        """From the serving process's loop: the runtime's state out to the workers; a worker that exited started
+        again (after ``RESTART_BACKOFF_S``)."""
+        self.status_writer.write_if_changed()
+        if self._stopping:
+            return
+        now = time.monotonic()
+        for index, proc in list(self.procs.items()):
+            if proc.poll() is None:
+                continue
+            due = self._restart_at.setdefault(index, now + RESTART_BACKOFF_S)
+            if now >= due:
+                self._restart_at.pop(index)
+                self.restarts += 1
+                self.log(f"keel serve: gateway worker {index} exited ({proc.returncode}); starting it again")
+                self._spawn(index)
+
+    def stop(self, timeout_s: float = 15.0) -> None:
+        self._stopping = True
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        for proc in self.procs.values():
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.procs.values()]
+
+
+def default_workers() -> int:
+    return int(os.environ.get("KEEL_GATEWAY_WORKERS") or os.cpu_count() or 1)

@@ -1,0 +1,135 @@
+"""The ``overload`` chaos drill (keel/chaos.py, gpu_runtime/overload_drill.py) and the gateway's overload incident
+(gpu_runtime/gateway/incident.py).
+
+The decision is table-tested first. Then the drill runs as an operator runs it (``keel.chaos.run_drill``) against the
+real model runtime serving two models as scripts/up does — hotels' rate quotes (L1) and flights' delays (L2), each
+trained here on its own real data, in the default worker processes — while it starves the machine and floods L2 at
+10× what the runtime answered it: hotels' users must get their answers, every refusal must be fast and structured,
+the service must come back by itself, and the gateway must have recorded the overload as an incident.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from datetime import date
+
+import polars as pl
+import pytest
+
+from gpu_runtime.gateway.incident import OPEN_AFTER, RECOVER_AFTER, Evidence, OverloadWatch
+from keel.deploy.routing import Route, Target
+from keel.home import KeelHome
+from tests.serving.conftest import MODEL, start_serve, stop_serve
+
+BUSY = Evidence(shed=120, lower_share=0.1)
+QUIET = Evidence()
+
+
+def test_one_bad_second_is_no_incident_two_in_a_row_are():
+    watch = OverloadWatch()
+    assert watch.update(BUSY) is None and watch.update(QUIET) is None and watch.update(BUSY) is None
+    opened = watch.update(BUSY)
+    assert OPEN_AFTER == 2 and opened is not None and opened.event == "opened"
+    assert "120 requests shed" in opened.reasons and opened.peak["lowest_lower_share"] == 0.1
+
+
+def test_it_recovers_after_quiet_seconds_in_a_row_and_a_relapse_starts_the_count_again():
+    watch = OverloadWatch()
+    for _ in range(OPEN_AFTER):
+        watch.update(BUSY)
+    for _ in range(RECOVER_AFTER - 1):
+        assert watch.update(QUIET) is None
+    assert watch.update(BUSY) is None  # a relapse: still open
+    for _ in range(RECOVER_AFTER - 1):
+        assert watch.update(QUIET) is None
+    recovered = watch.update(QUIET)
+    assert recovered is not None and recovered.event == "recovered" and not watch.open
+
+
+def test_a_busy_cpu_alone_with_nothing_in_flight_is_not_an_overload():
+    watch = OverloadWatch()
+    idle_but_busy_machine = Evidence(cpu_pressure=0.9, in_flight=0)
+    assert all(watch.update(idle_but_busy_machine) is None for _ in range(10)) and not watch.open
+    assert Evidence(cpu_pressure=0.9, in_flight=3).reasons() == ["CPU pressure 90%"]
+
+
+def hotels_model(home) -> tuple[str, int]:
+    """Hotels' rate model on its real bookings (arrivals July–September 2016), its online store as of October."""
+    from keel.features.offline import offline_features
+    from keel.features.online import build_views
+    from keel.features.sqlite_store import SQLiteOnlineStore
+    from keel.registry import ModelRegistry
+    from keel.training.model import DEFAULT_PARAMS, TrainingConfig, train_model
+    from keel.usecase import resolve
+    from usecases.hotels import replay
+
+    uc = resolve("hotels")
+    valid = replay.valid_bookings()
+    history = valid.filter(pl.col("arrival_date").dt.date() < date(2016, 11, 1))
+    config = TrainingConfig(
+        ("2016-07", "2016-08", "2016-09"), "2016-10", params={**DEFAULT_PARAMS, **uc.model.params}
+    )
+    text = train_model(offline_features(uc.features, history, {}, history), config, uc.features).text
+    store = SQLiteOnlineStore(home / "online" / "hotels.sqlite", features=uc.features)
+    as_of = date(2016, 10, 1)
+    store.write_snapshot(build_views(uc.features, {}, history, as_of=as_of), as_of=as_of, partition="drill")
+    store.close()
+    registry = ModelRegistry(home / "registry")
+    registry.register(uc.model.name, text, {})
+    registry.close()
+    return text, len(uc.features.names)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_the_overload_drill_keeps_l1_answered_refuses_fast_and_recovers_by_itself(runtime_home, serving_models):
+    from keel.chaos import run_drill
+    from keel.incidents import IncidentLog
+    from keel.usecase import resolve
+    from resources.triton import TritonResource
+    from sensors.watchdog import incident_alerts
+
+    home = runtime_home
+    hotel_text, hotel_features = hotels_model(home)
+    proc, endpoints = start_serve(home, env={"KEEL_USECASES": "flights,hotels", "KEEL_GATEWAY_WORKERS": ""})
+    try:
+        from gpu_runtime.triton import TritonControl
+
+        control = TritonControl(endpoints["triton_grpc"], endpoints["admin_key"])
+        resource = TritonResource(serving_dir=str(home / "serving"), drain_s=0.3)
+        for model, text, n in ((MODEL, serving_models[0][0], None), ("room-rate", hotel_text, hotel_features)):
+            sha = hashlib.sha256(text.encode()).hexdigest()
+            n = n or len(resolve("flights").features.names)
+            resource.deployer(model, n, control=control).deploy(model, [Target(Route("champion", 1, sha, 1.0,
+                                                                                       "rel-drill"), text)])  # fmt: skip
+        layout = KeelHome(home)
+        deadline = time.monotonic() + 120
+        import httpx
+
+        url = f"http://{endpoints['gateway']}"
+        while httpx.get(f"{url}/readyz", timeout=5).status_code != 200:
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        result = run_drill("overload", layout, resolve("hotels"), timeout_s=600)
+    finally:
+        stop_serve(proc)
+    assert result.detected and result.recovered, result.as_dict()
+    incident = result.incident
+    assert incident.kind == "overload" and incident.detected_at and incident.acted_at and incident.recovered_at
+    assert "local overload" in incident.located
+    m = incident.details["measured"]
+    print(json.dumps(m, indent=2))
+    assert m["protected_model"] == "room-rate" and m["flooded_model"] == MODEL and m["models"] == 2
+    for phase in ("starve", "flood"):  # hotels' users through the starvation and the flood
+        p = m["probe"][phase]
+        assert p["answered_share"] >= 0.99 and p["client_timeouts"] == 0, (phase, p)
+    assert m["flood"]["client_timeouts"] == 0  # every refusal an answer, not a timeout
+    assert m["slowest_refusal_ms"] is None or m["slowest_refusal_ms"] < 50, m
+    assert m["recovered_after_s"] is not None and m["recovered_after_s"] <= 10, m
+    assert m["close_wait"] == 0
+    with IncidentLog(layout.incidents) as log:
+        recorded = log.get(incident.key)
+    opened, recovered = incident_alerts([recorded], {})  # what the watchdog sensor sends, routed by severity
+    assert (opened.kind, opened.severity) == ("incident", "warning") and recovered.kind == "incident_recovered"
