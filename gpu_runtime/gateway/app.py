@@ -243,6 +243,14 @@ class Gateway:
         await respond(send, result.status, result.payload, extra)
 
     def render_metrics(self) -> str:
+        self.refresh_gauges()
+        if self.exchange is not None:  # one of several workers: the others' series too
+            return self.metrics.render(self.exchange.others(), self.worker.index)
+        return self.metrics.render()
+
+    def refresh_gauges(self) -> None:
+        """The gauges computed when they are read: each model's breakers, pools, SLA, freezes, budgets; the
+        process's limits and load."""
         for model in self.models.values():
             export_model(model)
         export_runtime(self.runtime, self.metrics)
@@ -256,9 +264,6 @@ class Gateway:
         self.metrics.set_gauge("keel_gateway_standing_queue", {}, 1 if self.queue.standing else 0)
         if self.open_connections is not None:
             self.metrics.set_gauge("keel_gateway_connections_open", {}, len(self.open_connections))
-        if self.exchange is not None:  # one of several workers: the others' series too
-            return self.metrics.render(self.exchange.others(), self.worker.index)
-        return self.metrics.render()
 
     async def ready_all(self) -> tuple[bool, dict[str, Any]]:
         if len(self.models) == 1:
@@ -285,7 +290,8 @@ class Gateway:
                 for model in self.models.values():
                     model.follow()
                     await model.meter.sample_compute()
-                if self.exchange is not None:
+                if self.exchange is not None and self.exchange.due():
+                    self.refresh_gauges()  # what the others show of this worker is as fresh as its counters
                     self.exchange.publish(self.metrics)
                 await self._watch_overload()
                 first.listen_for_policies()  # one listening connection: a commit wakes every model's follower

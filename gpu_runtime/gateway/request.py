@@ -169,6 +169,7 @@ class RequestContext:
                 {"shadow_error": self.shadow_error} if self.shadow_error else {"shadow_score": self.shadow_score}
             )
         rec["status"] = self.status
+        rec["deadline_ms"] = self.budget_ms
         if self.error is not None:
             rec["error"] = self.error
         if self.stage is not None:

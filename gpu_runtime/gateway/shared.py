@@ -172,11 +172,11 @@ class MetricsExchange:
         directory.mkdir(parents=True, exist_ok=True)
         self._published = 0.0
 
-    def publish(self, metrics: Any, force: bool = False) -> None:
-        now = time.monotonic()
-        if not force and now - self._published < METRICS_EVERY_S:
-            return
-        self._published = now
+    def due(self) -> bool:
+        return time.monotonic() - self._published >= METRICS_EVERY_S
+
+    def publish(self, metrics: Any) -> None:
+        self._published = time.monotonic()
         write_json_atomic(
             {"at": time.time(), "metrics": metrics.snapshot()}, self.directory / f"metrics-w{self.index}.json"
         )
