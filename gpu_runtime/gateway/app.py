@@ -93,7 +93,7 @@ class Gateway:
         self.limit = GradientLimit()
         self.guard = TopTierGuard()
         self.load = LoadMonitor()
-        self.queue = StandingQueue(self.load.least_lag)
+        self.queue = StandingQueue(self.load.least_lag, self.load.busy)
         self.coarse_pool = CoarsePool()
         self.open_connections: set | None = None  # the HTTP server's open connections (gateway/server.py)
         self.watching = False
@@ -260,6 +260,7 @@ class Gateway:
         signals = self.load.signals()
         self.metrics.set_gauge("keel_gateway_loop_lag_seconds", {}, signals.loop_lag_s)
         self.metrics.set_gauge("keel_gateway_cpu_pressure", {}, signals.cpu_pressure)
+        self.metrics.set_gauge("keel_gateway_loop_busy", {}, signals.loop_busy)
         self.metrics.set_gauge("keel_gateway_coarse_in_flight", {}, self.coarse_pool.in_flight)
         self.metrics.set_gauge("keel_gateway_standing_queue", {}, 1 if self.queue.standing else 0)
         if self.open_connections is not None:

@@ -93,14 +93,18 @@ class TopTierGuard:
     one to protect. So the highest tier served (rank 0: L1) is watched on its own: every ``WINDOW_SAMPLES`` of its
     answers (or ``WINDOW_S``), their mean latency is compared with its no-load latency (the least window mean seen,
     drifting up by ``DRIFT`` per window so a lasting change is accepted in time). Above ``tolerance`` × no-load, the
-    lower tiers' share is cut by ``backoff``; at or below it, the share grows by ``step`` back towards 1. Without
-    answers of the highest tier for ``IDLE_S`` the share is 1: nothing to protect.
+    lower tiers' share is cut by ``backoff`` — only while the event loop is busy with the process's own work
+    (``busy`` ≥ ``BUSY``: its thread on the CPU most of the time; a top tier slowed by a machine that other
+    processes starve would not get faster for refusing the lower tiers, so then the share holds); at or below it,
+    the share grows by ``step`` back towards 1. Without answers of the highest tier for ``IDLE_S`` the share is 1:
+    nothing to protect.
     """
 
     WINDOW_SAMPLES = 10
     WINDOW_S = 0.5
     IDLE_S = 5.0
     DRIFT = 1.002
+    BUSY = 0.7
 
     def __init__(
         self,
@@ -118,8 +122,8 @@ class TopTierGuard:
         self._window_start = clock()
         self._last_top = -float("inf")
 
-    def update(self, rtt_s: float) -> None:
-        """One answer of the highest tier."""
+    def update(self, rtt_s: float, busy: float = 1.0) -> None:
+        """One answer of the highest tier; ``busy``: the event loop thread's share of the CPU just now."""
         now = self.clock()
         self._last_top = now
         self._sum += rtt_s
@@ -130,7 +134,8 @@ class TopTierGuard:
         self._sum, self._n, self._window_start = 0.0, 0, now
         self.noload = mean if self.noload is None else min(self.noload * self.DRIFT, mean)
         if mean > self.tolerance * self.noload:
-            self.share = max(self.min_share, self.share * self.backoff)
+            if busy >= self.BUSY:
+                self.share = max(self.min_share, self.share * self.backoff)
         else:
             self.share = min(1.0, self.share + self.step)
 

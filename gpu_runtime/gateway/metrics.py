@@ -82,6 +82,7 @@ HELP = {
     ),
     "keel_gateway_client_gone_total": ("counter", "Requests dropped because their client had gone, by stage."),
     "keel_gateway_loop_lag_seconds": ("gauge", "The event loop's worst lag over the last second."),
+    "keel_gateway_loop_busy": ("gauge", "Share of the last second the event loop's thread was on the CPU."),
     "keel_gateway_cpu_pressure": ("gauge", "Share of the last second some runnable task waited for a CPU (PSI)."),
     "keel_gateway_coarse_seconds": (
         "histogram",

@@ -41,6 +41,7 @@ PSI_PATH = Path("/proc/pressure/cpu")
 class LoadSignals:
     loop_lag_s: float = 0.0  # the worst event-loop lag of the last second
     cpu_pressure: float = 0.0  # share of the last second some runnable task waited for a CPU (0…1)
+    loop_busy: float = 0.0  # share of the last second the event loop's thread spent on the CPU: its own work
 
 
 @dataclass(frozen=True)
@@ -67,7 +68,8 @@ class StandingQueue:
     """Whether the gateway's event loop has a standing queue — CoDel's test on the loop itself: the load monitor's
     timer runs every ``TICK_S`` and is late by however long the callbacks ready before it took; when even the *least*
     late tick of the last ``INTERVAL_S`` was more than ``TARGET_S`` late, the loop never caught up in that interval:
-    work arrives faster than it is done. While it stands, requests of a tier below the highest tier seen in the last
+    work arrives faster than it is done — if the loop's thread was on the CPU meanwhile (``BUSY``; else the machine
+    starved it, and shedding would not help). While it stands, requests of a tier below the highest tier seen in the last
     ``PROTECT_S`` are shed at the door (before their body is read), so the loop's time goes to the highest tier; a
     process that serves one tier alone sheds nothing here (its deadlines and the adaptive limit bound it).
     Clock-injected for tests."""
@@ -76,15 +78,20 @@ class StandingQueue:
     INTERVAL_S = 0.1
     PROTECT_S = 5.0
 
-    def __init__(self, least_lag, clock=time.monotonic):
+    BUSY = 0.8
+
+    def __init__(self, least_lag, busy=lambda: 1.0, clock=time.monotonic):
         self.least_lag = least_lag  # (window_s) → the least timer lag over that window, None without samples
+        self.busy = busy  # () → the loop thread's share of the CPU over the last second
         self.clock = clock
         self._seen: dict[int, float] = {}  # tier rank → when a request of it last arrived
 
     @property
     def standing(self) -> bool:
+        """A queue of the gateway's own work: the loop late through the interval *and* busy on the CPU — a loop late
+        because other processes have the CPU (a starved machine) is not one: shedding would not help."""
         lag = self.least_lag(self.INTERVAL_S)
-        return lag is not None and lag > self.TARGET_S
+        return lag is not None and lag > self.TARGET_S and self.busy() >= self.BUSY
 
     def observe(self, rank: int) -> None:
         self._seen[rank] = self.clock()
@@ -112,6 +119,7 @@ class LoadMonitor:
 
     def __init__(self) -> None:
         self._lags: deque[tuple[float, float]] = deque()  # (when, lag)
+        self._cpu: deque[tuple[float, float]] = deque()  # (when, the loop thread's CPU time)
         self._psi: tuple[float, int] | None = None
         self.pressure = 0.0
         self._psi_checked = 0.0
@@ -135,7 +143,15 @@ class LoadMonitor:
     def signals(self) -> LoadSignals:
         horizon = time.monotonic() - 1.0
         lag = max((lag for when, lag in self._lags if when >= horizon), default=0.0)
-        return LoadSignals(loop_lag_s=lag, cpu_pressure=self.pressure)
+        return LoadSignals(loop_lag_s=lag, cpu_pressure=self.pressure, loop_busy=self.busy())
+
+    def busy(self) -> float:
+        """The event loop thread's CPU time over the wall time of the last second (0…1): near 1 it is the gateway's
+        own work that keeps the loop late; a late loop that is not busy is a starved one (other work has the CPU)."""
+        if len(self._cpu) < 2:
+            return 0.0
+        (t0, c0), (t1, c1) = self._cpu[0], self._cpu[-1]
+        return min(1.0, (c1 - c0) / (t1 - t0)) if t1 > t0 else 0.0
 
     async def _run(self) -> None:
         while True:
@@ -143,8 +159,11 @@ class LoadMonitor:
             await asyncio.sleep(TICK_S)
             now = time.monotonic()
             self._lags.append((now, max(0.0, now - before - TICK_S)))
+            self._cpu.append((now, time.thread_time()))
             while self._lags and self._lags[0][0] < now - 1.0:
                 self._lags.popleft()
+            while len(self._cpu) > 2 and self._cpu[0][0] < now - 1.0:
+                self._cpu.popleft()
             if now - self._psi_checked >= 0.5:
                 self._psi_checked = now
                 self._sample_pressure(now)

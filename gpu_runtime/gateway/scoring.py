@@ -205,7 +205,7 @@ class TritonScorer:
                         raise RequestError(
                             503, "deadline_exceeded", f"{table.model} v{route.version} did not answer within "
                             f"{call_timeout * 1000:.0f} ms: local overload ({blame.reason})",
-                            stage="infer", retry_after_s=1,
+                            stage="infer", retry_after_s=1, local_overload=True,
                         ) from None  # fmt: skip
                 self.breaker(route.version).record(False)
                 self.metrics.inc("keel_gateway_backend_errors_total", {"model_version": str(route.version)})

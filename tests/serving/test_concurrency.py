@@ -82,6 +82,18 @@ def test_the_lower_tiers_give_way_while_the_top_tiers_latency_grows_and_come_bac
     assert guard_windows(guard, clock, 0.002, 40) == 1.0
 
 
+def test_a_top_tier_slowed_by_a_starved_machine_does_not_cut_the_lower_tiers():
+    """Other processes have the CPU, the event loop is mostly idle: refusing L2 would not make L1 faster."""
+    clock = Clock()
+    guard = TopTierGuard(clock=clock)
+    guard_windows(guard, clock, 0.002, 10)
+    for _ in range(10):
+        for _ in range(TopTierGuard.WINDOW_SAMPLES):
+            guard.update(0.050, busy=0.2)
+        clock.t += 0.01
+    assert guard.lower_share() == 1.0
+
+
 def test_without_top_tier_traffic_there_is_nothing_to_protect():
     clock = Clock()
     guard = TopTierGuard(clock=clock)
@@ -105,9 +117,17 @@ def test_without_top_tier_traffic_there_is_nothing_to_protect():
 )
 def test_a_standing_queue_sheds_lower_tiers_only_while_a_higher_one_is_served(least_lag, seen, rank, shed):
     clock = Clock()
-    queue = StandingQueue(lambda window: least_lag, clock=clock)
+    queue = StandingQueue(lambda window: least_lag, lambda: 0.95, clock=clock)
     for r, ago in seen.items():
         clock.t += ago
         queue.observe(r)
         clock.t -= ago
     assert queue.shed(rank) is shed
+
+
+def test_a_late_loop_that_is_not_busy_is_a_starved_one_not_a_queue():
+    """The loop's timer is late because other processes have the CPU (its thread barely ran): no queue of the
+    gateway's own work, nothing to shed."""
+    queue = StandingQueue(lambda window: 0.005, lambda: 0.15, clock=Clock())
+    queue.observe(0)
+    assert not queue.standing and not queue.shed(1)

@@ -330,7 +330,9 @@ def test_an_open_breaker_reads_half_open_on_metrics_once_its_time_is_up_with_no_
     gateway = Gateway(GatewayConfig(triton_url="127.0.0.1:1", routing_path=tmp_path / "routing.json", usecase="flights",
                                     exposure_dir=tmp_path / "exposures"))  # fmt: skip
     clock = Clock()
-    b = gateway.model().scorer.breakers[1] = CircuitBreaker(BreakerPolicy(min_requests=5, open_s=30, half_open_probes=3), clock)
+    b = gateway.model().scorer.breakers[1] = CircuitBreaker(
+        BreakerPolicy(min_requests=5, open_s=30, half_open_probes=3), clock
+    )
     for _ in range(5):
         b.record(False)
 

@@ -224,6 +224,17 @@ def test_a_timeout_on_a_starved_machine_is_no_strike_while_the_same_timeout_on_a
     assert "keel_gateway_local_timeouts_total" in starved.render_metrics()
 
 
+def test_a_local_timeout_is_answered_by_the_coarse_model_for_that_request_and_opens_no_breaker(
+    tmp_path, silent_endpoint
+):
+    gateway = Gateway(deploy(tmp_path, FLIGHTS, silent_endpoint, coarse=True))
+    gateway.model().scorer.load = lambda: LoadSignals(cpu_pressure=0.95)
+    status, payload, _ = asyncio.run(gateway.predict(body_of(FLIGHTS), {}))
+    assert status == 200 and payload["variant"] == "coarse", payload
+    assert payload["degraded"] == ["coarse_fallback", "local_overload"] and payload["model_version"] is None
+    assert not gateway.model().scorer.breaker(1)._events  # the next request tries Triton again
+
+
 def test_two_models_in_fallback_keep_one_booster_each_scored_off_the_event_loop(tmp_path, monkeypatch):
     import gpu_runtime.gateway.coarse as coarse_module
 
