@@ -10,11 +10,14 @@ DELIVERY_TAG = "keel/delivery"  # which delivery a monthly run built: the landin
 
 
 def built_from(instance: dg.DagsterInstance, features: dg.AssetKey, month: str) -> str | None:
-    """The delivery the run that last materialized the month's features built (None: never, or not a delivery)."""
+    """The delivery the run that last materialized the month's features built: its delivery tag, else its run key,
+    else ``run:<id>`` (a build that was no delivery's); None: the month was never built."""
     records = instance.fetch_materializations(
         dg.AssetRecordsFilter(asset_key=features, asset_partitions=[month]), limit=1
     ).records
     if not records:
         return None
     run = instance.get_run_by_id(records[0].run_id)
-    return (run.tags.get(DELIVERY_TAG) or run.tags.get("dagster/run_key")) if run else None
+    if run is None:
+        return f"run:{records[0].run_id}"
+    return run.tags.get(DELIVERY_TAG) or run.tags.get("dagster/run_key") or f"run:{run.run_id}"

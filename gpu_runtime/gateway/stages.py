@@ -34,7 +34,7 @@ from gpu_runtime.gateway.limits import OTHER_TENANT, RequestError, identifier, p
 from gpu_runtime.gateway.request import CLIENT_GONE_STATUS, Answer, ClientGone, RequestContext
 from gpu_runtime.gateway.shadow import finish_shadow, start_shadow
 
-COARSE_RESERVE_SHARE = 0.2  # of a request's budget kept for the coarse model when Triton does not answer
+COARSE_RESERVE_SHARE = 0.3  # of a request's budget kept for the coarse model when Triton does not answer
 TIER_SHARES = (1.0, 0.8, 0.6)  # of the adaptive concurrency limit, by tier rank (L1, L2, L3; lower ones: the last)
 
 

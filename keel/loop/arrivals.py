@@ -67,9 +67,11 @@ def delivery_key(month: str, landed: Landed) -> str:
 
 def built_whole(month: str, landed: Landed, built_key: str | None) -> bool:
     """Were the month's features last built from all it has landed? ``built_key``: the delivery the last build of
-    the month read (its run's delivery tag). A build from an earlier, partial delivery — the complete one still
-    queued on a busy machine — is not: a gate on that month would judge a month still being built. A build that is
-    not a delivery's (a backfill, a rebuild) read every landed day."""
-    if built_key is None or not built_key.startswith("landing:"):
+    the month read (its run's delivery tag); None: never built. Not built, or built from an earlier, partial delivery
+    — the complete one still queued on a busy machine —, is not: a gate on that month would judge a month still
+    being built, or find none. A build that is not a delivery's (a backfill, a rebuild) read every landed day."""
+    if built_key is None:
+        return False
+    if not built_key.startswith("landing:"):
         return True
     return built_key == delivery_key(month, landed)

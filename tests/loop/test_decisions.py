@@ -374,7 +374,8 @@ def test_the_expanding_reference_takes_every_month_before_and_a_promotion_its_de
     [
         ("landing:2013-06:30-30", True),  # the complete delivery's rebuild: judged on the whole month
         ("landing:2013-06:24-24", False),  # the last build read 24 days; the complete one is still queued
-        (None, True),  # built by a backfill or a rebuild, not a delivery: it read every landed day
+        (None, False),  # never built: a challenger would find no stored partition to gate on
+        ("run:0c1f…", True),  # built by a backfill or a rebuild, not a delivery: it read every landed day
         ("manual-rebuild-2013-06", True),
     ],
 )
