@@ -23,6 +23,7 @@ from gpu_runtime.triton import TritonControl, free_port
 from keel.deploy.routing import Route, Target
 from keel.features.sqlite_store import SQLiteOnlineStore
 from keel.home import KeelHome
+from keel.policies.gateway import DEFAULT_TIERS
 from keel.registry import ModelRegistry
 from keel.training.model import TrainingConfig, train_model
 from resources.triton import TritonResource
@@ -64,6 +65,12 @@ def runtime_home(tmp_path_factory, validated, serving_models):  # noqa: F811
     return home
 
 
+GENEROUS_TIERS = {
+    name: {"p99_ms": t.p99_ms, "availability": t.availability, "timeout_ms": 30_000.0}
+    for name, t in DEFAULT_TIERS.items()
+}
+
+
 # The gateway policy of the tests that count lost requests under replayed load (hot swaps, canaries, experiments):
 # lanes and timeouts so generous that a slow, shared machine makes requests wait instead of shedding them. What
 # those tests count is requests lost to a swap, a rollout or a rollback — not load shedding, which
@@ -79,10 +86,18 @@ PATIENT = {
 
 
 def start_serve(
-    home: Path, policy: dict | None = None, *, replica: str | None = None, env: dict | None = None
-) -> tuple[subprocess.Popen, dict]:
+    home: Path, policy: dict | None = None, *, replica: str | None = None, env: dict | None = None,
+    tier_timeouts: bool = False,
+) -> tuple[subprocess.Popen, dict]:  # fmt: skip
     """``python -m gpu_runtime.serve`` on ``home`` (its runtime ``replica`` of several, when given; ``env``: more
-    settings, such as the shared stores); returns once it announced its endpoints."""
+    settings, such as the shared stores); returns once it announced its endpoints.
+
+    Every request has a deadline, its tier's timeout (100–1000 ms). The tests that count answers to routing, swaps,
+    policies or rollouts are not about deadlines, and on a busy CI machine a request can wait longer than that: they
+    run with the tiers' targets as they are and their timeouts at 30 s (``GENEROUS_TIERS``) unless the policy names
+    its tiers. ``tier_timeouts``: the real timeouts (the overload drill, deadline tests)."""
+    if not tier_timeouts and "tiers" not in (policy or {}):
+        policy = (policy or {}) | {"tiers": GENEROUS_TIERS}
     # the serving tests' world is flights' model (those of a second use case add it through ``env``)
     # one gateway process unless a test asks for workers (tests/serving/test_workers.py)
     env = os.environ | {"KEEL_HOME": str(home), "KEEL_USECASES": "flights", "KEEL_GATEWAY_WORKERS": "1"} | (env or {})

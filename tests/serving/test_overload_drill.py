@@ -93,7 +93,8 @@ def test_the_overload_drill_keeps_l1_answered_refuses_fast_and_recovers_by_itsel
 
     home = runtime_home
     hotel_text, hotel_features = hotels_model(home)
-    proc, endpoints = start_serve(home, env={"KEEL_USECASES": "flights,hotels", "KEEL_GATEWAY_WORKERS": ""})
+    proc, endpoints = start_serve(home, env={"KEEL_USECASES": "flights,hotels", "KEEL_GATEWAY_WORKERS": ""},
+                                  tier_timeouts=True)  # fmt: skip
     try:
         from gpu_runtime.triton import TritonControl
 
