@@ -166,7 +166,7 @@ def drive_in_own_process(home: Path, url: str, streams: list[tuple[str, str, lis
         except httpx.HTTPError:
             text = ""
         for line in text.splitlines():
-            name = line.split(" ")[0]
+            name = line.split(" ")[0].split("{")[0]  # one series per worker when the gateway has several
             if name in ("keel_gateway_concurrency_limit", "keel_gateway_lower_tier_share", "keel_gateway_in_flight",
                         "keel_gateway_standing_queue", "keel_gateway_cpu_pressure"):  # fmt: skip
                 seen.setdefault(name, []).append(float(line.split(" ")[1]))

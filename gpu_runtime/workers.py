@@ -131,4 +131,7 @@ class WorkerPool:
 
 
 def default_workers() -> int:
+    """``$KEEL_GATEWAY_WORKERS``, else one per core. Measured on 2 cores (BENCHMARKS.md, the overload drill): one
+    worker could not even refuse an L2 flood of 3,700 requests/s (its clients timed out in the listen queue), two
+    refused all of it with structured answers — at a cost to L1's latency under the flood (Triton's CPU)."""
     return int(os.environ.get("KEEL_GATEWAY_WORKERS") or os.cpu_count() or 1)
