@@ -206,14 +206,19 @@ def main(argv: list[str] | None = None) -> int:
     try:
         uv.run()
     finally:
-        supervisor.stop()
-        endpoints.unlink(missing_ok=True)
-        server.stop()
-        if watchdog is not None:
-            watchdog.kill()
-            watchdog.wait()
-        print("keel serve: stopped", flush=True)
+        stop_runtime(supervisor, endpoints, server, watchdog)
     return 0
+
+
+def stop_runtime(supervisor, endpoints: Path, server, watchdog) -> None:
+    """Triton's supervisor, Triton and its watchdog stopped; endpoints.json gone (nobody is to deploy here)."""
+    supervisor.stop()
+    endpoints.unlink(missing_ok=True)
+    server.stop()
+    if watchdog is not None:
+        watchdog.kill()
+        watchdog.wait()
+    print("keel serve: stopped", flush=True)
 
 
 def gateway_configs(args, served, refs, home, layout, triton_url: str, device: str, compute: bool = True):
@@ -331,13 +336,7 @@ def serve_with_workers(args, refs, port, server, supervisor, endpoints, admin_ke
             time.sleep(0.05)
     finally:
         pool.stop()
-        supervisor.stop()
-        endpoints.unlink(missing_ok=True)
-        server.stop()
-        if watchdog is not None:
-            watchdog.kill()
-            watchdog.wait()
-        print("keel serve: stopped", flush=True)
+        stop_runtime(supervisor, endpoints, server, watchdog)
     return 0
 
 
