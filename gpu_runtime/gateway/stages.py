@@ -13,8 +13,9 @@ gone it drops the request. Every exit builds its answer in answers.py and is log
 - **features**: the online store's features into the request matrix.
 - **route**: the routing table, the runtime's state, the sticky split or experiment variant.
 - **infer**: Triton (scoring.py: breakers, retries; the shadow beside it), else the coarse model off the event loop
-  (coarse.py) — also for a call that timed out on local overload, for that request alone —, else the policy's last
-  resort, else a structured error.
+  (coarse.py) — also for a call that timed out on local overload, or a request with no time left for Triton before
+  the time kept for the coarse model, for that request alone —, else the policy's last resort, else a structured
+  error.
 - **answer** / **log**: answers.py; one exposure-log line, usage metering and metrics.
 """
 
@@ -249,11 +250,12 @@ async def infer(server: Any, model: Any, ctx: RequestContext):
         if err.code == "backend_error" and runtime is not None and (not runtime.up or runtime.died()):
             await runtime_unavailable(server, model, ctx)  # it died under this request
             return None
-        local = err.code == "deadline_exceeded" and err.details.get("local_overload")
-        if err.code not in ("backend_error", "no_healthy_model") and not local:
+        late = err.code == "deadline_exceeded"  # a local timeout, or no time left for Triton before the reserve
+        if err.code not in ("backend_error", "no_healthy_model") and not late:
             raise
         # this request, within the time kept for it; a local overload opens no breaker, so the next one tries Triton
-        why = "local_overload" if local else "breaker_open" if err.code == "no_healthy_model" else "backend_error"
+        why = ("local_overload" if err.details.get("local_overload") else "deadline_near") if late else \
+            "breaker_open" if err.code == "no_healthy_model" else "backend_error"  # fmt: skip
         if not await coarse(server, model, ctx, why):
             raise
         return None

@@ -235,6 +235,16 @@ def test_a_local_timeout_is_answered_by_the_coarse_model_for_that_request_and_op
     assert not gateway.model().scorer.breaker(1)._events  # the next request tries Triton again
 
 
+def test_a_request_with_no_time_left_for_triton_gets_the_coarse_models_answer_within_the_time_kept_for_it(tmp_path):
+    """It waited for most of its budget before the call (a hung Triton holds the requests before it): the part of
+    the budget kept for the coarse model is still its own."""
+    gateway = Gateway(deploy(tmp_path, FLIGHTS, "127.0.0.1:1", coarse=True))
+    budget_s = gateway.model().timeout_ms() / 1000
+    status, payload, _ = asyncio.run(gateway.predict(body_of(FLIGHTS), {}, arrived=time.monotonic() - 0.8 * budget_s))
+    assert status == 200 and payload["degraded"] == ["coarse_fallback", "deadline_near"], payload
+    assert not gateway.model().scorer.breakers or not gateway.model().scorer.breaker(1)._events
+
+
 def test_two_models_in_fallback_keep_one_booster_each_scored_off_the_event_loop(tmp_path, monkeypatch):
     import gpu_runtime.gateway.coarse as coarse_module
 
