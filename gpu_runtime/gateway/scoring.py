@@ -196,7 +196,7 @@ class TritonScorer:
                         f"{table.model} v{route.version} refused the request's input: {_message(exc)}",
                         model_version=route.version,
                     ) from None  # fmt: skip
-                if await self._runtime_gone(exc):
+                if await self._runtime_gone(exc, deadline - reserve_s):
                     break  # the runtime died, not the version: no breaker strike, no retry (runtime_unavailable)
                 if timed_out(exc):
                     blame = blame_timeout(self.load(), waited_s, budget_s, call_timeout)
@@ -224,10 +224,11 @@ class TritonScorer:
                 route, table = nxt, fresh
         raise RequestError(502, "backend_error", f"Triton failed for {table.model} v{route.version}: {last}")
 
-    async def _runtime_gone(self, exc: Exception) -> bool:
+    async def _runtime_gone(self, exc: Exception, until: float) -> bool:
         """Did this call fail because the runtime is down or its process died? A call cut off by a SIGKILL can fail
         a few milliseconds before the process is seen to exit: on a connection-level failure (gRPC UNAVAILABLE),
-        look again for up to ``RUNTIME_GONE_GRACE_S`` before blaming the version."""
+        look again for up to ``RUNTIME_GONE_GRACE_S`` — never past ``until`` (the request's deadline less the time
+        kept for the coarse model, which answers meanwhile) — before blaming the version."""
         if self.runtime is None:
             return False
         if not self.runtime.up or self.runtime.died():
@@ -235,7 +236,8 @@ class TritonScorer:
         status = getattr(exc, "status", None)
         if not (callable(status) and "UNAVAILABLE" in str(status())):
             return False
-        for _ in range(int(RUNTIME_GONE_GRACE_S / 0.02)):
+        give_up = min(time.monotonic() + RUNTIME_GONE_GRACE_S, until)
+        while time.monotonic() < give_up:
             await asyncio.sleep(0.02)
             if not self.runtime.up or self.runtime.died():
                 return True
