@@ -49,7 +49,7 @@ from gpu_runtime.gateway.model import GatewayConfig, ServedModel
 from gpu_runtime.gateway.overload import LoadMonitor, StandingQueue
 from gpu_runtime.gateway.request import Answer, RequestContext, client_budget_ms
 from gpu_runtime.gateway.shared import MetricsExchange, SharedBuckets
-from gpu_runtime.gateway.stages import handle, log, would_shed
+from gpu_runtime.gateway.stages import handle, log, tier_limit, would_shed
 from keel.exposure_log import ExposureLog
 from keel.policies.gateway import GatewayPolicy
 from keel.usecase import only, resolve
@@ -163,12 +163,13 @@ class Gateway:
         if (ctx.asked_model is not None and ctx.asked_model not in self.models) or not would_shed(self, model, ctx):
             return None
         tier = ctx.tier = model.tier()
+        _, limit = tier_limit(self, model, tier)
         model.metrics.inc("keel_gateway_shed_total", {"tier": tier})
         model.metrics.inc("keel_gateway_shed_before_body_total", {"tier": tier})
         ctx.stage = "admit"
         answer = refusal(ctx, RequestError(
-            503, "shed", f"tier {tier} is over its share of the model runtime", tier=tier, stage="admit",
-            retry_after_s=1,
+            503, "shed", f"tier {tier} is over its share of the model runtime ({limit} requests in flight)",
+            tier=tier, in_flight_limit=limit, stage="admit", retry_after_s=1,
         ))  # fmt: skip
         log(self, model, ctx)
         return answer

@@ -48,6 +48,7 @@ async def handle(server: Any, model: Any, ctx: RequestContext, body: bytes | Req
             raise body
         parse(server, model, ctx, body)
         async with admitted(server, model, ctx):
+            deployed(model, ctx)  # a model with nothing deployed refuses before its input is judged
             if needs_features(model):
                 validate(model, ctx)
                 features(model, ctx)
@@ -100,7 +101,7 @@ def tier_limit(server: Any, model: Any, tier: str) -> tuple[int, int | None]:
     share = TIER_SHARES[min(rank, len(TIER_SHARES) - 1)]
     if rank > 0:  # below the highest tier: as much as the highest tier's latency allows (concurrency.TopTierGuard)
         share *= server.guard.lower_share()
-    return rank, max(1, min(cap, int(server.limit.limit * share)))
+    return rank, min(cap, max(1, int(server.limit.limit * share)))  # a cap of 0: no room for the tier at all
 
 
 def admit_wait_s(model: Any, tier: str, ctx: RequestContext) -> float:
@@ -206,8 +207,8 @@ def features(model: Any, ctx: RequestContext) -> None:
     ctx.degraded += degraded
 
 
-def route(model: Any, ctx: RequestContext) -> None:
-    ctx.check("route")
+def deployed(model: Any, ctx: RequestContext) -> None:
+    """The routing table in force, or 503 ``not_deployed``."""
     table = model.routing
     if table is None:  # the first deployment may be newer than the watcher's last look
         model.follower.reload_routing(force=True)
@@ -215,6 +216,11 @@ def route(model: Any, ctx: RequestContext) -> None:
     if table is None:
         raise RequestError(503, "not_deployed", "no model is deployed yet (no routing table)", retry_after_s=1)
     ctx.table = table
+
+
+def route(model: Any, ctx: RequestContext) -> None:
+    ctx.check("route")
+    table = ctx.table
     if model.runtime is not None and not model.runtime.up:
         return  # infer answers without Triton (runtime_unavailable)
     chosen, variant, flags = choose_route(table, model.follower.split, ctx.unit_id, ctx.experiment_id)

@@ -72,8 +72,9 @@ def champion(home, months: list[str], valid: str) -> None:
         reg.set_alias("flight-delay", "champion", sha, "test: promoted")
 
 
-def live_at(home, now: datetime, complete_through: int) -> None:
-    """A live replay at ``now`` whose flights have landed in full for 2013-01 … 2013-``complete_through``."""
+def live_at(home, instance, now: datetime, complete_through: int) -> None:
+    """A live replay at ``now`` whose flights have landed in full for 2013-01 … 2013-``complete_through``, each of
+    those months' features built (a materialization not from a delivery: it read every landed day)."""
     SimClock(home.clock).start(now, speed=1.0)
     zone = LandingZone(home.landing, FLIGHTS)
     d = date(2013, 1, 1)
@@ -81,6 +82,12 @@ def live_at(home, now: datetime, complete_through: int) -> None:
         zone.path("flights", d).parent.mkdir(parents=True, exist_ok=True)
         zone.path("flights", d).touch()  # which days landed is all the sensor reads of the zone
         d += timedelta(days=1)
+    for month in range(1, complete_through + 1):
+        instance.report_runless_asset_event(
+            dg.AssetMaterialization(
+                asset_key=dg.AssetKey(["flights", "flight_features"]), partition=f"2013-{month:02d}"
+            )
+        )
 
 
 def test_a_drifted_feature_is_frozen_only_on_evidence(home, instance):
@@ -172,7 +179,7 @@ def test_promoting_a_model_trained_on_the_drift_clears_its_freeze(home, instance
 
 def test_live_drift_asks_for_one_challenger_on_the_recent_months(home, instance):
     champion(home, ["2013-01", "2013-02"], "2013-03")
-    live_at(home, datetime(2013, 7, 2, 13, tzinfo=UTC), complete_through=6)
+    live_at(home, instance, datetime(2013, 7, 2, 13, tzinfo=UTC), complete_through=6)
     report(instance, "2013-06", {"label_late15": feat(True, "warn", 0.3)})
     first = tick(instance, home)
     [request] = first.run_requests
@@ -193,7 +200,7 @@ def test_live_drift_asks_for_one_challenger_on_the_recent_months(home, instance)
 
 def test_no_second_challenger_while_one_trains_or_a_canary_runs(home, instance):
     champion(home, ["2013-01", "2013-02"], "2013-03")
-    live_at(home, datetime(2013, 7, 2, 13, tzinfo=UTC), complete_through=6)
+    live_at(home, instance, datetime(2013, 7, 2, 13, tzinfo=UTC), complete_through=6)
     create_run_for_test(instance, job_name="flights_challenger", status=dg.DagsterRunStatus.STARTED)
     report(instance, "2013-06", {"label_late15": feat(True, "warn", 0.3)})
     assert tick(instance, home).run_requests == []  # coalesced: the drift is still there when it finishes

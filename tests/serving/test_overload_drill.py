@@ -26,6 +26,8 @@ from keel.home import KeelHome
 from tests.serving.conftest import MODEL, start_serve, stop_serve
 
 BUSY = Evidence(shed=120, lower_share=0.1)
+# the gateway's structured refusals under overload (a starved Triton may also be restarted: runtime_unavailable)
+STRUCTURED = {"shed", "deadline_exceeded", "overloaded", "too_many_connections", "runtime_unavailable"}
 QUIET = Evidence()
 
 
@@ -128,10 +130,10 @@ def test_the_overload_drill_keeps_l1_answered_refuses_fast_and_recovers_by_itsel
     for phase in ("baseline", "starve", "flood", "recovery"):  # every request of hotels' users got an answer
         p = m["probe"][phase]
         assert p["sent"] > 0 and p["client_timeouts"] == 0 and p["answered"] > 0, (phase, p)
-        assert set(p["refusals"]) <= {"shed", "deadline_exceeded", "overloaded", "too_many_connections"}, (phase, p)
+        assert set(p["refusals"]) <= STRUCTURED, (phase, p)
     # the flood's own refusals are structured; whether every one came back before its client's 5 s timeout is
     # measured, not asserted (on 2 cores it did not — issue 45's notes and BENCHMARKS.md)
-    assert set(m["flood"]["refusals"]) <= {"shed", "deadline_exceeded", "overloaded", "too_many_connections"}
+    assert set(m["flood"]["refusals"]) <= STRUCTURED
     assert m["recovered_after_s"] is not None, m  # a 5 s window back to ≥ 99 % answered within 2× the baseline p99
     assert m["close_wait"] == 0
     with IncidentLog(layout.incidents) as log:
