@@ -126,8 +126,9 @@ def would_shed(server: Any, model: Any, ctx: RequestContext) -> bool:
     )
 
 
-async def take_place(server: Any, model: Any, tier: str, ctx: RequestContext) -> None:
-    """A place in the process for a request of ``tier`` (admission.py), or a 503 ``shed`` naming the tier."""
+async def take_place(server: Any, model: Any, tier: str, ctx: RequestContext) -> int:
+    """A place in the process for a request of ``tier`` (admission.py), or a 503 ``shed`` naming the tier; returns
+    the tier's rank (0: the highest)."""
     rank, limit = tier_limit(server, model, tier)
     try:
         await server.admission.acquire(tier, rank, limit, admit_wait_s(model, tier, ctx),
@@ -137,6 +138,7 @@ async def take_place(server: Any, model: Any, tier: str, ctx: RequestContext) ->
         raise RequestError(503, "shed", str(shed), tier=tier, in_flight_limit=shed.limit, stage="admit",
                            retry_after_s=1) from None  # fmt: skip
     model.metrics.add_gauge("keel_gateway_tier_in_flight", {"tier": tier}, 1)
+    return rank
 
 
 def give_place(server: Any, model: Any, tier: str) -> None:
@@ -157,7 +159,7 @@ async def admitted(server: Any, model: Any, ctx: RequestContext):
     if not server.watching:  # embedded without an ASGI lifespan: nobody else follows routing and policies
         model.follow()
     tier = ctx.tier = model.tier()
-    await take_place(server, model, tier, ctx)
+    rank = await take_place(server, model, tier, ctx)
     lane = model.lanes[ctx.risk_level]
     try:
         if lane.locked():  # full: wait for a place, within the deadline
@@ -183,7 +185,7 @@ async def admitted(server: Any, model: Any, ctx: RequestContext):
         if ctx.scores is not None and not ctx.coarse:
             rtt = time.monotonic() - ctx.admitted_at
             server.limit.update(rtt, in_flight)
-            if sorted(model.policy.tiers).index(tier) == 0:
+            if rank == 0:
                 server.guard.update(rtt, server.load.busy())
 
 
