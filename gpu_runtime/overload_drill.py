@@ -64,7 +64,7 @@ async def stream(url: str, route: str, bodies: list[bytes], rate: float, seconds
 
         tasks, i = [], 0
         while (now := time.perf_counter() - start) < seconds:
-            while i < int(now * rate):
+            while i <= now * rate:  # request i is due at i / rate (its latency is measured from then)
                 tasks.append(asyncio.create_task(one(i, i / rate)))
                 i += 1
             await asyncio.sleep(0.002)

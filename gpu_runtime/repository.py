@@ -47,6 +47,10 @@ class ServingConfig:
     # once (200 µs cost every batch-1 request 0.2 ms; BENCHMARKS.md, issue 33)
     max_queue_delay_us: int = 0
     preferred_batch_sizes: tuple[int, ...] = ()
+    # a request that waited in Triton's queue longer than its own timeout (the gateway sends what is left of the
+    # request's time with each call) or, without one, than this, is rejected, not run: the work of a call the gateway
+    # abandoned (scoring.py: calls are never cancelled — Triton 2.51 crashes on cancellation races) stays bounded
+    queue_timeout_us: int = 2_000_000
     instance_count: int = 1
     instance_kind: str = "KIND_CPU"  # KIND_GPU on a GPU machine
     parameters: dict[str, str] = field(default_factory=dict)  # e.g. keel_fault_file (fault injection)
@@ -69,7 +73,14 @@ def model_config(model: str, version: int, serving: ServingConfig) -> dict[str, 
     """The Triton model configuration (as JSON) of one registry version."""
     name = triton_name(model, version)
     versions = [version]
-    batching: dict[str, Any] = {"max_queue_delay_microseconds": serving.max_queue_delay_us}
+    batching: dict[str, Any] = {
+        "max_queue_delay_microseconds": serving.max_queue_delay_us,
+        "default_queue_policy": {
+            "timeout_action": "REJECT",
+            "default_timeout_microseconds": serving.queue_timeout_us,
+            "allow_timeout_override": True,
+        },
+    }
     if serving.preferred_batch_sizes:
         batching["preferred_batch_size"] = list(serving.preferred_batch_sizes)
     return {
@@ -101,7 +112,12 @@ def _pbtxt(config: dict[str, Any]) -> str:
         for t in config[kind]:
             lines.append(f'{kind} [{{ name: "{t["name"]}" data_type: {t["data_type"]} dims: {t["dims"]} }}]')
     db = config["dynamic_batching"]
-    lines.append(f"dynamic_batching {{ max_queue_delay_microseconds: {db['max_queue_delay_microseconds']} }}")
+    qp = db["default_queue_policy"]
+    lines.append(
+        f"dynamic_batching {{ max_queue_delay_microseconds: {db['max_queue_delay_microseconds']} "
+        f"default_queue_policy {{ timeout_action: {qp['timeout_action']} default_timeout_microseconds: "
+        f"{qp['default_timeout_microseconds']} allow_timeout_override: true }} }}"
+    )
     ig = config["instance_group"][0]
     lines.append(f"instance_group [{{ kind: {ig['kind']} count: {ig['count']} }}]")
     return "\n".join(lines) + "\n"

@@ -263,6 +263,8 @@ class Gateway:
         self.metrics.set_gauge("keel_gateway_cpu_pressure", {}, signals.cpu_pressure)
         self.metrics.set_gauge("keel_gateway_loop_busy", {}, signals.loop_busy)
         self.metrics.set_gauge("keel_gateway_coarse_in_flight", {}, self.coarse_pool.in_flight)
+        self.metrics.set_gauge("keel_gateway_triton_abandoned", {},
+                               sum(m.scorer.abandoned for m in self.models.values()))  # fmt: skip
         self.metrics.set_gauge("keel_gateway_standing_queue", {}, 1 if self.queue.standing else 0)
         if self.open_connections is not None:
             self.metrics.set_gauge("keel_gateway_connections_open", {}, len(self.open_connections))

@@ -93,6 +93,11 @@ HELP = {
         "1 while the event loop has a standing queue (CoDel: its 5 ms timer's least lag over 100 ms > 1 ms).",
     ),
     "keel_gateway_coarse_in_flight": ("gauge", "Requests queued or scoring on the coarse pool."),
+    "keel_gateway_triton_abandoned": (
+        "gauge",
+        "Triton calls the gateway stopped waiting for (their time ran out) that Triton has not answered yet: "
+        "abandoned, never cancelled (scoring.py).",
+    ),
     "keel_gpu_pool_bytes_in_use": ("gauge", "Bytes in use in each model's memory pool."),
     "keel_gpu_pool_limit_bytes": ("gauge", "Each model's memory pool limit (budget x headroom)."),
 }

@@ -9,7 +9,18 @@ or a retry: one client's odd request must not open the breaker that every tenant
 
 A failure while the model runtime is down (or its process has just died) is not the version's fault: it is not
 counted by the version's breaker, and the request is answered ``runtime_unavailable``; when the supervisor has
-restarted Triton, the breakers start afresh. A **timeout** counts against the version only when the process and the
+restarted Triton, the breakers start afresh.
+
+A call that runs out of time is **abandoned, never cancelled**: the gateway stops waiting for it (``asyncio.wait_for``
+over a shielded call) but lets the gRPC call finish in the background. Triton 2.51 (the build nvidia-pytriton ships)
+crashes with SIGSEGV on a race between a request's cancellation and its completion (triton-inference-server/server
+#7368, #8034; fixed upstream after 2.51) — a gRPC deadline or a cancelled task would send exactly those cancellations,
+hundreds a second under overload. Triton's own work for an abandoned call stays bounded: each call carries its
+time as Triton's per-request queue timeout (the version's dynamic batcher rejects a request that waited longer,
+repository.py ``default_queue_policy``), and a generous gRPC deadline (``ABANDON_BACKSTOP_S``) ends a call Triton never
+answers at all (a hung process). ``keel_gateway_triton_abandoned`` is the number of such calls still in flight.
+
+A **timeout** counts against the version only when the process and the
 machine were not overloaded (overload.py ``blame_timeout``): a starved machine's timeouts are answered 503
 ``deadline_exceeded`` with no strike and no retry (a retry would only add load), counted in
 ``keel_gateway_local_timeouts_total``.
@@ -36,6 +47,7 @@ from keel.deploy.routing import Route, RoutingTable
 from keel.policies.gateway import GatewayPolicy
 
 RUNTIME_GONE_GRACE_S = 0.2
+ABANDON_BACKSTOP_S = 30.0  # the gRPC deadline of every call: only a Triton that never answers meets it
 DEFAULT_MAX_BATCH = 256  # ServingConfig's default, used when Triton's model config cannot be read
 
 
@@ -46,11 +58,15 @@ def refused_as_input(exc: Exception) -> bool:
 
 
 def timed_out(exc: Exception) -> bool:
-    """Did the call fail because its timeout ran out (gRPC DEADLINE_EXCEEDED)?"""
+    """Did the call fail because its time ran out — the gateway stopped waiting (TimeoutError), the gRPC deadline
+    passed (DEADLINE_EXCEEDED), or Triton's queue policy rejected a request that waited past its timeout?"""
     if isinstance(exc, TimeoutError):
         return True
     status = getattr(exc, "status", None)
-    return callable(status) and "DEADLINE_EXCEEDED" in str(status())
+    if not callable(status):
+        return False
+    code = str(status())
+    return "DEADLINE_EXCEEDED" in code or ("UNAVAILABLE" in code and "timeout" in _message(exc).lower())
 
 
 def triton_channel_args() -> list[tuple[str, int]]:
@@ -99,6 +115,7 @@ class TritonScorer:
         self.restarts_seen = runtime.restarts if runtime is not None else 0
         self._client = None
         self._background: set = set()
+        self.abandoned = 0  # calls the gateway stopped waiting for that Triton has not answered yet
 
     @property
     def client(self):
@@ -222,6 +239,13 @@ class TritonScorer:
                 if nxt.version != route.version:
                     flags.append("fallback")
                 route, table = nxt, fresh
+        if last is not None and timed_out(last) and deadline - reserve_s - time.monotonic() <= 0:
+            # the version was slow (its strike is counted above) and the request's time is up: its answer is the
+            # deadline's, as for every request past its deadline — the coarse model's, else a 503 with Retry-After
+            raise RequestError(
+                503, "deadline_exceeded", f"{table.model} v{route.version} did not answer within the request's "
+                "deadline", stage="infer", retry_after_s=1, version_timeout=True,
+            )  # fmt: skip
         raise RequestError(502, "backend_error", f"Triton failed for {table.model} v{route.version}: {last}")
 
     async def _runtime_gone(self, exc: Exception, until: float) -> bool:
@@ -234,7 +258,7 @@ class TritonScorer:
         if not self.runtime.up or self.runtime.died():
             return True
         status = getattr(exc, "status", None)
-        if not (callable(status) and "UNAVAILABLE" in str(status())):
+        if timed_out(exc) or not (callable(status) and "UNAVAILABLE" in str(status())):
             return False
         give_up = min(time.monotonic() + RUNTIME_GONE_GRACE_S, until)
         while time.monotonic() < give_up:
@@ -242,6 +266,19 @@ class TritonScorer:
             if not self.runtime.up or self.runtime.died():
                 return True
         return False
+
+    def abandon(self, call: asyncio.Future) -> None:
+        """Stop waiting for ``call`` and let it finish by itself (its result or error is dropped)."""
+        self.abandoned += 1
+        self._background.add(call)  # held: the loop keeps only a weak reference to a task
+
+        def done(fut: asyncio.Future) -> None:
+            self.abandoned -= 1
+            self._background.discard(fut)
+            if not fut.cancelled():
+                fut.exception()  # retrieved: no "exception was never retrieved" warning
+
+        call.add_done_callback(done)
 
     async def max_batch(self, model: str, version: int) -> int:
         """The largest batch the version takes in one call (its Triton config's ``max_batch_size``), read once."""
@@ -282,13 +319,19 @@ class TritonScorer:
         inp = aio.InferInput("features", list(x.shape), "FP32")
         inp.set_data_from_numpy(x)
         names = ("score", "contrib", "raw_score") if explain else ("score",)
-        result = await self.client.infer(
+        call = asyncio.ensure_future(self.client.infer(
             triton_name(model, version),
             [inp],
             model_version=str(version),
             outputs=[aio.InferRequestedOutput(n) for n in names],
-            client_timeout=timeout,
-        )
+            timeout=max(1, int(timeout * 1e6)),  # Triton's queue timeout for this request, in microseconds
+            client_timeout=max(timeout, ABANDON_BACKSTOP_S),
+        ))  # fmt: skip
+        try:
+            result = await asyncio.wait_for(asyncio.shield(call), timeout)
+        except (TimeoutError, asyncio.CancelledError):
+            self.abandon(call)  # never cancelled: see the module's docstring
+            raise
         scores = result.as_numpy("score")[:, 0].astype(np.float64)
         if not explain:
             return scores, None

@@ -262,7 +262,8 @@ async def infer(server: Any, model: Any, ctx: RequestContext):
         if err.code not in ("backend_error", "no_healthy_model") and not late:
             raise
         # this request, within the time kept for it; a local overload opens no breaker, so the next one tries Triton
-        why = ("local_overload" if err.details.get("local_overload") else "deadline_near") if late else \
+        why = ("local_overload" if err.details.get("local_overload") else "backend_error"
+               if err.details.get("version_timeout") else "deadline_near") if late else \
             "breaker_open" if err.code == "no_healthy_model" else "backend_error"  # fmt: skip
         if not await coarse(server, model, ctx, why):
             raise

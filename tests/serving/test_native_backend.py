@@ -112,6 +112,25 @@ def test_an_injected_partial_fault_fails_the_inputs_the_python_backend_failed(se
     assert infer(client, 3, rows[:256]).as_numpy("score").shape == (256, 1)
 
 
+def test_a_request_that_waited_past_its_own_timeout_in_the_queue_is_rejected_and_read_as_a_timeout(
+    server, serving_models, rows
+):
+    """Each call carries what is left of its request's time as Triton's queue timeout (repository.py): the work of a
+    call the gateway abandoned stays bounded, and the rejection is a timeout (no strike against the version)."""
+    from gpu_runtime.gateway.scoring import timed_out
+
+    texts, _ = serving_models
+    client = publish_and_load(server, 4, texts[0])
+    x = np.ascontiguousarray(rows[:1], dtype=np.float32)
+    inp = grpcclient.InferInput("features", list(x.shape), "FP32")
+    inp.set_data_from_numpy(x)
+    with pytest.raises(Exception) as rejected:
+        client.infer(triton_name(NAME, 4), [inp], model_version="4", timeout=1)  # 1 µs: always waited longer
+    assert "Request timeout expired" in str(rejected.value) and timed_out(rejected.value)
+    answered = client.infer(triton_name(NAME, 4), [inp], model_version="4", timeout=5_000_000)
+    assert answered.as_numpy("score").shape == (1, 1)
+
+
 def test_triton_counts_its_requests_for_metering(server, serving_models, rows):
     texts, _ = serving_models
     triton, _, _ = server

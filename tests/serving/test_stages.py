@@ -212,8 +212,10 @@ def test_a_timeout_on_a_starved_machine_is_no_strike_while_the_same_timeout_on_a
     idle = Gateway(deploy(tmp_path / "idle", FLIGHTS, silent_endpoint))
     idle.model().scorer.load = LoadSignals  # nothing busy
     status, payload, _ = asyncio.run(idle.predict(body, {}))
-    assert status == 502 and payload["error"]["code"] == "backend_error", payload
-    assert idle.model().scorer.breaker(1)._failed >= 1  # a slow model on an idle machine: the version's strike
+    # a slow model on an idle machine: the version's strike; the request itself ran out of time (503, Retry-After)
+    assert status == 503 and payload["error"]["code"] == "deadline_exceeded", payload
+    assert payload["error"]["version_timeout"] is True and "local overload" not in payload["error"]["message"]
+    assert idle.model().scorer.breaker(1)._failed >= 1
 
     starved = Gateway(deploy(tmp_path / "starved", FLIGHTS, silent_endpoint))
     starved.model().scorer.load = lambda: LoadSignals(cpu_pressure=0.95)
@@ -233,6 +235,23 @@ def test_a_local_timeout_is_answered_by_the_coarse_model_for_that_request_and_op
     assert status == 200 and payload["variant"] == "coarse", payload
     assert payload["degraded"] == ["coarse_fallback", "local_overload"] and payload["model_version"] is None
     assert not gateway.model().scorer.breaker(1)._events  # the next request tries Triton again
+
+
+def test_a_call_that_runs_out_of_time_is_abandoned_not_cancelled(tmp_path, silent_endpoint):
+    """Triton 2.51 crashes on a race between a request's cancellation and its completion (scoring.py): the gateway
+    stops waiting for a late call but never cancels it — the call is still in flight after the request's answer, and
+    the gauge says so."""
+    gateway = Gateway(deploy(tmp_path, FLIGHTS, silent_endpoint, coarse=True))
+    gateway.model().scorer.load = lambda: LoadSignals(cpu_pressure=0.95)
+
+    async def answer_then_look():
+        status, payload, _ = await gateway.predict(body_of(FLIGHTS), {})
+        return status, payload, gateway.model().scorer.abandoned, gateway.render_metrics()
+
+    status, payload, abandoned, metrics = asyncio.run(answer_then_look())
+    assert status == 200 and payload["variant"] == "coarse", payload
+    assert abandoned == 1  # the gRPC call goes on (a cancelled one would be done)
+    assert "keel_gateway_triton_abandoned 1" in metrics
 
 
 def test_a_request_with_no_time_left_for_triton_gets_the_coarse_models_answer_within_the_time_kept_for_it(tmp_path):
