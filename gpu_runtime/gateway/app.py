@@ -174,6 +174,22 @@ class Gateway:
         log(self, model, ctx)
         return answer
 
+    def door(self, url: bytes, method: bytes, arrived: float) -> Answer | None:
+        """The 503 for a request its tier would shed now, decided by the HTTP protocol from the request line alone
+        (server.py), before any ASGI task exists or a header is decoded — the cheapest refusal there is; logged and
+        counted like any other. None: the request goes on (its route is not a model's, or its tier has room)."""
+        if method != b"POST":
+            return None
+        path = url.split(b"?", 1)[0]
+        if path == b"/v1/predict":
+            asked, model = None, self.default
+        else:
+            asked = _model_route(path.decode("latin-1"))
+            model = self.models.get(asked) if asked is not None else None
+            if model is None:  # not a model's route, or an unknown model: the ASGI path answers it
+                return None
+        return self.shed_before_body(model, self.context(model, {}, asked, arrived))
+
     # -- ASGI ---------------------------------------------------------------------------------------------------
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
@@ -221,7 +237,8 @@ class Gateway:
             body = b""
         ctx = self.context(model, headers, asked, arrived, state.get("keel_client_gone"))
         if not isinstance(body, RequestError):
-            early = self.shed_before_body(model, ctx)
+            # (the protocol has asked already when it put the request through its door: server.py)
+            early = None if state.get("keel_door_checked") else self.shed_before_body(model, ctx)
             if early is not None:
                 await respond(send, early.status, early.payload, early.headers)
                 return

@@ -93,11 +93,15 @@ class TopTierGuard:
     one to protect. So the highest tier served (rank 0: L1) is watched on its own: every ``WINDOW_SAMPLES`` of its
     answers (or ``WINDOW_S``), their mean latency is compared with its no-load latency (the least window mean seen,
     drifting up by ``DRIFT`` per window so a lasting change is accepted in time). Above ``tolerance`` × no-load, the
-    lower tiers' share is cut by ``backoff`` — only while the event loop is busy with the process's own work
-    (``busy`` ≥ ``BUSY``: its thread on the CPU most of the time; a top tier slowed by a machine that other
-    processes starve would not get faster for refusing the lower tiers, so then the share holds); at or below it,
-    the share grows by ``step`` back towards 1. Without answers of the highest tier for ``IDLE_S`` the share is 1:
-    nothing to protect.
+    lower tiers' share is cut by ``backoff`` — only when the lower tiers' own work is what slows it: the event loop
+    is busy with the process's own work (``busy`` ≥ ``BUSY``: its thread on the CPU most of the time), or the lower
+    tiers arrive at ``FLOOD_RATIO`` × the highest tier's rate or more (a flood: on a machine whose cores the flood's
+    senders and Triton share, the loop's thread is runnable but off the CPU much of the time, so ``busy`` alone
+    misses it). A top tier slowed by a machine that other processes starve, under ordinary traffic, would not get
+    faster for refusing the lower tiers, so then the share holds. At or below the tolerance the share grows by
+    ``step`` back towards 1. Without answers of the highest tier for ``IDLE_S`` the share is 1: nothing to protect.
+    The latency watched is the top tier's whole time in the process — from its first byte read, so a request that
+    waited for the loop before it was admitted counts that wait.
     """
 
     WINDOW_SAMPLES = 10
@@ -105,6 +109,7 @@ class TopTierGuard:
     IDLE_S = 5.0
     DRIFT = 1.002
     BUSY = 0.7
+    FLOOD_RATIO = 4.0
 
     def __init__(
         self,
@@ -121,6 +126,16 @@ class TopTierGuard:
         self._sum, self._n = 0.0, 0
         self._window_start = clock()
         self._last_top = -float("inf")
+        self._arrived = [0, 0]  # [highest tier, lower tiers] arrivals in the current window
+
+    def arrive(self, rank: int) -> None:
+        """A request arrived (before its body is read): of the highest tier (rank 0) or a lower one."""
+        self._arrived[rank > 0] += 1
+
+    def flooded(self) -> bool:
+        """Do the lower tiers arrive at ``FLOOD_RATIO`` × the highest tier's rate or more (this window)?"""
+        top, lower = self._arrived
+        return lower >= self.FLOOD_RATIO * max(top, 1)
 
     def update(self, rtt_s: float, busy: float = 1.0) -> None:
         """One answer of the highest tier; ``busy``: the event loop thread's share of the CPU just now."""
@@ -131,10 +146,11 @@ class TopTierGuard:
         if self._n < self.WINDOW_SAMPLES and now - self._window_start < self.WINDOW_S:
             return
         mean = self._sum / self._n
-        self._sum, self._n, self._window_start = 0.0, 0, now
+        flooded = self.flooded()
+        self._sum, self._n, self._window_start, self._arrived = 0.0, 0, now, [0, 0]
         self.noload = mean if self.noload is None else min(self.noload * self.DRIFT, mean)
         if mean > self.tolerance * self.noload:
-            if busy >= self.BUSY:
+            if busy >= self.BUSY or flooded:
                 self.share = max(self.min_share, self.share * self.backoff)
         else:
             self.share = min(1.0, self.share + self.step)

@@ -10,6 +10,11 @@ server (docs/serving.md, "Limits").
 - **Connections**: at most ``max_connections`` open at once; one more is answered ``503 too_many_connections`` and
   closed at once, before anything of it is parsed. Requests on open connections are not affected.
 
+- **The door**: once a request's headers are in, the gateway is asked whether its tier would shed it now
+  (``Gateway.door``: the route names the model, so the request line is enough); if so the protocol writes the 503
+  itself — no ASGI task, no header decoding, the body that follows is read and dropped by the parser, the
+  connection kept for the next request — the cheapest refusal there is, so that a flood is refused at the rate it
+  arrives. Not on a connection with a request still being answered (pipelining keeps its order).
 - **Arrival and departure**: each request's scope carries when its first byte was read (``state["keel_arrived"]``,
   from which its deadline runs) and a check whether its client has gone (``state["keel_client_gone"]``: the
   connection is closed or closing), so no stage works for a client that left (request.py).
@@ -23,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from http import HTTPStatus
 from typing import Any
 
 import orjson
@@ -39,6 +45,29 @@ def _raw_response(status: int, reason: str, code: str, message: str) -> bytes:
         "connection: close\r\n\r\n"
     )
     return head.encode("ascii") + body
+
+
+def _raw_answer(status: int, payload: dict, headers: dict[str, str], keep_alive: bool) -> bytes:
+    body = orjson.dumps(payload)
+    head = [f"HTTP/1.1 {status} {HTTPStatus(status).phrase}", "content-type: application/json",
+            f"content-length: {len(body)}", *(f"{k}: {v}" for k, v in headers.items())]  # fmt: skip
+    if not keep_alive:
+        head.append("connection: close")
+    return ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body
+
+
+class _AnsweredAtDoor:
+    """The cycle of a request refused at the door: its answer is written; the body still arriving is dropped (the
+    protocol's body callbacks skip a complete response)."""
+
+    response_complete = True
+    keep_alive = True
+    disconnected = False
+
+    class message_event:  # noqa: N801 - what connection_lost sets on a cycle
+        @staticmethod
+        def set() -> None:
+            pass
 
 
 def bounded_protocol(
@@ -101,7 +130,23 @@ def bounded_protocol(
         def on_headers_complete(self) -> None:
             self._in_headers = False
             self._disarm()
+            if (self.cycle is None or self.cycle.response_complete) and not self.pipeline:
+                state = self.scope["state"]
+                state["keel_door_checked"] = True
+                refused = gateway.door(self.url, self.parser.get_method(), state["keel_arrived"])
+                if refused is not None:
+                    self._answer_at_door(refused)
+                    return
             super().on_headers_complete()
+
+        def _answer_at_door(self, refused: Any) -> None:
+            keep_alive = self.parser.should_keep_alive()
+            self.transport.write(_raw_answer(refused.status, refused.payload, refused.headers, keep_alive))
+            self.cycle = _AnsweredAtDoor()  # type: ignore[assignment]
+            if keep_alive:
+                self.on_response_complete()  # ready for the next request, as after any answer
+            else:
+                self.transport.close()
 
         def on_response_complete(self) -> None:
             super().on_response_complete()  # arms uvicorn's keep-alive timer for the idle connection

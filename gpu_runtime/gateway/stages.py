@@ -119,6 +119,7 @@ def would_shed(server: Any, model: Any, ctx: RequestContext) -> bool:
     tier = model.tier()
     rank, limit = tier_limit(server, model, tier)
     server.queue.observe(rank)
+    server.guard.arrive(rank)
     if server.queue.shed(rank):
         return True
     return server.admission.would_shed(
@@ -185,8 +186,8 @@ async def admitted(server: Any, model: Any, ctx: RequestContext):
         if ctx.scores is not None and not ctx.coarse:
             rtt = time.monotonic() - ctx.admitted_at
             server.limit.update(rtt, in_flight)
-            if rank == 0:
-                server.guard.update(rtt, server.load.busy())
+            if rank == 0:  # its whole time in the process: a wait for the loop before admission counts
+                server.guard.update(time.monotonic() - ctx.arrived, server.load.busy())
 
 
 def needs_features(model: Any) -> bool:

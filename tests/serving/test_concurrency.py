@@ -94,6 +94,24 @@ def test_a_top_tier_slowed_by_a_starved_machine_does_not_cut_the_lower_tiers():
     assert guard.lower_share() == 1.0
 
 
+@pytest.mark.parametrize(("lower_per_top", "cut"), [(1, False), (3, False), (4, True), (50, True)])
+def test_a_flood_of_the_lower_tiers_cuts_their_share_even_when_the_loop_is_starved_of_cpu(lower_per_top, cut):
+    """The flood's senders and Triton share the cores, so the loop's thread is off the CPU much of the time (busy
+    0.4): still, it is the lower tiers' traffic that slows the top tier — unlike ordinary traffic on a starved machine
+    (the same latency and busy, lower tiers at the top tier's rate or a few times it: the share holds)."""
+    clock = Clock()
+    guard = TopTierGuard(clock=clock)
+    guard_windows(guard, clock, 0.002, 10)
+    for _ in range(5):
+        for _ in range(TopTierGuard.WINDOW_SAMPLES):
+            guard.arrive(0)
+            for _ in range(lower_per_top):
+                guard.arrive(1)
+            guard.update(0.050, busy=0.4)
+        clock.t += 0.01
+    assert (guard.lower_share() < 0.2) is cut
+
+
 def test_without_top_tier_traffic_there_is_nothing_to_protect():
     clock = Clock()
     guard = TopTierGuard(clock=clock)

@@ -189,6 +189,68 @@ def test_a_request_its_tier_would_shed_is_answered_before_its_body_is_read(tmp_p
     assert 'keel_gateway_shed_before_body_total{tier="L2"} 1' in gateway.render_metrics()
 
 
+def test_the_http_protocol_refuses_a_request_its_tier_would_shed_at_the_door_and_keeps_the_connection(tmp_path):
+    """Through the real server (uvicorn + server.py's protocol) on a raw socket: a shed request is answered from its
+    request line alone — the gateway's ASGI app never runs for it, its body is dropped — and the same connection
+    then serves the next request; with ``connection: close`` the server closes it after the 503."""
+    import uvicorn
+
+    from gpu_runtime.gateway.server import bounded_protocol
+
+    policy = GatewayPolicy(admit_in_flight={"L1": 4, "L2": 0, "L3": 1})  # L2: no room at all
+    gateway = Gateway(deploy(tmp_path, FLIGHTS, "127.0.0.1:1"), policy)
+    app_calls: list[str] = []
+
+    async def counting(scope, receive, send):
+        if scope["type"] == "http":
+            app_calls.append(scope["path"])
+        await gateway(scope, receive, send)
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(counting, http=bounded_protocol(gateway), log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 60
+        while not server.started:
+            assert time.monotonic() < deadline and thread.is_alive()
+            time.sleep(0.01)
+        body = body_of(FLIGHTS)
+        post = (f"POST /v1/models/flight-delay/predict HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+                f"content-length: {len(body)}\r\n").encode()  # fmt: skip
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as conn:
+            reader = conn.makefile("rb")
+
+            def answer() -> tuple[int, dict[str, str], bytes]:
+                status = int(reader.readline().split()[1])
+                headers = {}
+                while (line := reader.readline().strip()) != b"":
+                    name, value = line.decode().split(":", 1)
+                    headers[name.lower()] = value.strip()
+                return status, headers, reader.read(int(headers["content-length"]))
+
+            conn.sendall(post + b"\r\n" + body)
+            status, headers, payload = answer()
+            assert status == 503 and headers["retry-after"] == "1" and "connection" not in headers
+            assert json.loads(payload)["error"]["code"] == "shed"
+            conn.sendall(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")  # the same connection, the next request
+            status, _, payload = answer()
+            assert status == 200 and json.loads(payload)["status"] == "ok"
+            conn.sendall(post + b"connection: close\r\n\r\n" + body)
+            status, headers, _ = answer()
+            assert status == 503 and headers["connection"] == "close"
+            assert reader.read() == b""  # closed by the server
+        assert app_calls == ["/healthz"]  # the refused requests never reached the ASGI app
+        lines = read_exposures(tmp_path / "exposures")
+        assert [(line["status"], line["error"], line["tier"]) for line in lines] == [(503, "shed", "L2")] * 2
+        assert 'keel_gateway_shed_before_body_total{tier="L2"} 2' in gateway.render_metrics()
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+
+
 @pytest.mark.parametrize(
     ("signals", "waited_s", "local"),
     [
