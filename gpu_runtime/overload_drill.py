@@ -37,45 +37,99 @@ PROBE_RPS = 40.0
 CLIENT_TIMEOUT_S = 5.0
 FLOOD_FACTOR = 10.0
 FLOOD_TENANTS = 64
+MAX_CONNECTIONS = 4096  # a stream's open connections at most (a client's file descriptors)
+IDLE_REUSE_S = 2.0  # a keep-alive connection idle longer is closed, not reused (uvicorn closes them after 5 s)
 WINDOW_S = 5.0
 BUSY = "import signal, sys; signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))\nwhile True: pass"
 
 
 async def stream(url: str, route: str, bodies: list[bytes], rate: float, seconds: float) -> list[list]:
     """Open loop: requests leave on schedule whatever the answers do. Per request: [sent offset s, latency s or
-    None, status (0: transport failure or client timeout), error code]."""
-    import aiohttp
+    None, status (0: transport failure or client timeout), error code, how late it left s].
 
+    A plain HTTP/1.1 client on asyncio streams (keep-alive connections reused, a new one when all are busy, up to
+    ``MAX_CONNECTIONS``; requests prebuilt): a flood of thousands a second from a client library would take the cores
+    the gateway is measured on. Latency runs from when the request was written; how late the sender was against
+    its schedule is kept apart (the last field), so the client's own lag is not counted as the gateway's."""
+    from urllib.parse import urlsplit
+
+    where = urlsplit(url)
+    host, port = where.hostname or "127.0.0.1", where.port or 80
+    requests = [
+        f"POST {route} HTTP/1.1\r\nhost: {host}:{port}\r\ncontent-type: application/json\r\n"
+        f"content-length: {len(b)}\r\n\r\n".encode() + b
+        for b in bodies
+    ]  # fmt: skip
     out: list[list] = []
-    connector = aiohttp.TCPConnector(limit=4096)
-    timeout = aiohttp.ClientTimeout(total=CLIENT_TIMEOUT_S)
+    idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter, float]] = []  # (…, when it was last answered)
+    open_connections = 0
     start = time.perf_counter()
-    async with aiohttp.ClientSession(base_url=url, connector=connector, timeout=timeout) as client:
 
-        async def one(i: int, sent: float) -> None:
-            try:
-                async with client.post(route, data=bodies[i % len(bodies)],
-                                       headers={"content-type": "application/json"}) as r:  # fmt: skip
-                    payload = await r.read()
-                    code = None if r.status == 200 else json.loads(payload).get("error", {}).get("code")
-                    out.append([sent, time.perf_counter() - start - sent, r.status, code])
-            except Exception as exc:  # noqa: BLE001 - a client timeout or a refused connection: counted
-                out.append([sent, None, 0, type(exc).__name__])
+    async def answer(reader: asyncio.StreamReader) -> tuple[int, bytes, bool]:
+        status = int((await reader.readline()).split()[1])
+        length, keep = 0, True
+        while (line := await reader.readline()) not in (b"\r\n", b""):
+            name, _, value = line.partition(b":")
+            name = name.strip().lower()
+            if name == b"content-length":
+                length = int(value)
+            elif name == b"connection" and value.strip().lower() == b"close":
+                keep = False
+        return status, await reader.readexactly(length), keep
 
-        tasks, i = [], 0
-        while (now := time.perf_counter() - start) < seconds:
-            while i <= now * rate:  # request i is due at i / rate (its latency is measured from then)
-                tasks.append(asyncio.create_task(one(i, i / rate)))
-                i += 1
-            await asyncio.sleep(0.002)
-        await asyncio.gather(*tasks)
+    async def one(i: int, due: float) -> None:
+        nonlocal open_connections
+        t0 = time.perf_counter()
+        while idle and t0 - idle[-1][2] > IDLE_REUSE_S:  # the server may be closing it: a client lets it go
+            idle.pop()[1].close()
+            open_connections -= 1
+        conn = idle.pop()[:2] if idle else None
+        try:
+            if conn is None:
+                if open_connections >= MAX_CONNECTIONS:
+                    raise ConnectionError("the client's connection limit")
+                open_connections += 1
+                try:
+                    conn = await asyncio.wait_for(asyncio.open_connection(host, port), CLIENT_TIMEOUT_S)
+                except BaseException:
+                    open_connections -= 1
+                    raise
+            reader, writer = conn
+            writer.write(requests[i % len(requests)])
+            left = CLIENT_TIMEOUT_S - (time.perf_counter() - t0)
+            status, payload, keep = await asyncio.wait_for(answer(reader), left)
+        except Exception as exc:  # noqa: BLE001 - a client timeout or a refused connection: counted
+            if conn is not None:
+                conn[1].close()
+                open_connections -= 1
+            out.append([t0 - start, None, 0, type(exc).__name__, t0 - start - due])
+            return
+        if keep:
+            idle.append((reader, writer, time.perf_counter()))
+        else:
+            writer.close()
+            open_connections -= 1
+        code = None if status == 200 else json.loads(payload).get("error", {}).get("code")
+        out.append([t0 - start, time.perf_counter() - t0, status, code, t0 - start - due])
+
+    tasks, i = [], 0
+    while (now := time.perf_counter() - start) < seconds:
+        while i <= now * rate:  # request i is due at i / rate
+            tasks.append(asyncio.create_task(one(i, i / rate)))
+            i += 1
+        await asyncio.sleep(0.002)
+    await asyncio.gather(*tasks)
+    for _, writer, _ in idle:
+        writer.close()
     return out
 
 
 def run_stream(spec_path: str) -> int:
     spec = json.loads(Path(spec_path).read_text())
     bodies = [b.encode() for b in spec["bodies"]]
-    result = asyncio.run(stream(spec["url"], spec["route"], bodies, spec["rate"], spec["seconds"]))
+    import uvloop  # the gateway's own loop: the cheapest sender on the same cores
+
+    result = uvloop.run(stream(spec["url"], spec["route"], bodies, spec["rate"], spec["seconds"]))
     Path(spec["out"]).write_text(json.dumps(result))
     return 0
 
@@ -244,6 +298,9 @@ def drill(url: str, port: int, baseline_s: float, starve_s: float, flood_s: floa
         "probe": {"baseline": baseline, "starve": phase_report(probe_records, t1, t2),
                   "flood": phase_report(probe_records, t2, t3), "recovery": phase_report(probe_records, t3, total)},
         "slowest_refusal_ms": _ms(max((r[1] for r in refusals), default=None)),
+        # how late the senders wrote their requests against the schedule (their own lag, not the gateway's)
+        "sender_lag_p99_ms": {"probe": _ms(pct([r[4] for r in probe_records], 0.99)),
+                              "flood": _ms(pct([r[4] for r in flood_records], 0.99))},
         "recovered_after_s": recovered_at(probe_records, t3, total, base_p99),
         "close_wait": close_wait(port),
     }  # fmt: skip

@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     if soft != resource.RLIM_INFINITY and soft < wanted:
         resource.setrlimit(resource.RLIMIT_NOFILE, (min(wanted, hard), hard))
 
-    from gpu_runtime.gateway.app import Gateway
+    from gpu_runtime.gateway.app import Gateway, freeze_startup_objects
     from gpu_runtime.gateway.server import bounded_protocol
     from keel.policies.gateway import GatewayPolicy
     from keel.usecase import UseCaseError, installed, resolve
@@ -198,6 +198,7 @@ def main(argv: list[str] | None = None) -> int:
 
     async def startup(sockets=None):
         await original_startup(sockets=sockets)
+        freeze_startup_objects()  # before the first request: collections walk only what requests allocate
         on_started()
 
     uv.startup = startup  # type: ignore[method-assign]
@@ -270,7 +271,7 @@ def run_worker(args, served, refs, home, layout, device: str, policy) -> int:
     """One gateway worker: the gateway on the shared port, the runtime's state read from the serving process."""
     import uvicorn
 
-    from gpu_runtime.gateway.app import Gateway, WorkerShare
+    from gpu_runtime.gateway.app import Gateway, WorkerShare, freeze_startup_objects
     from gpu_runtime.gateway.server import bounded_protocol
     from gpu_runtime.gateway.shared import SharedRuntimeStatus
 
@@ -290,6 +291,7 @@ def run_worker(args, served, refs, home, layout, device: str, policy) -> int:
 
     async def startup(sockets=None):
         await original_startup(sockets=sockets)
+        freeze_startup_objects()  # before the first request: collections walk only what requests allocate
         (directory / f"w{index}.up").write_text(str(os.getpid()))
 
     uv.startup = startup  # type: ignore[method-assign]

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -93,8 +94,11 @@ class Gateway:
         self.limit = GradientLimit()
         self.guard = TopTierGuard()
         self.load = LoadMonitor()
-        self.queue = StandingQueue(self.load.least_lag, self.load.busy)
+        # the loop's own work keeps it late: its thread on the CPU, or — on cores a flood's senders and Triton share,
+        # where the thread is runnable but off the CPU much of the time — a flood of the lower tiers arriving
+        self.queue = StandingQueue(self.load.least_lag, lambda: 1.0 if self.guard.flooded() else self.load.busy())
         self.coarse_pool = CoarsePool()
+        self._gc_watch: CollectionTimer | None = None  # the garbage collector's timer while watching
         self.open_connections: set | None = None  # the HTTP server's open connections (gateway/server.py)
         self.watching = False
         self._watcher: asyncio.Task | None = None
@@ -269,6 +273,8 @@ class Gateway:
     def refresh_gauges(self) -> None:
         """The gauges computed when they are read: each model's breakers, pools, SLA, freezes, budgets; the
         process's limits and load."""
+        if self._gc_watch is not None:
+            self._gc_watch.flush()
         for model in self.models.values():
             export_model(model)
         export_runtime(self.runtime, self.metrics)
@@ -301,6 +307,7 @@ class Gateway:
     def start_watching(self) -> None:
         self.watching = True
         self.load.start()
+        self._gc_watch = CollectionTimer(self.metrics)
         self._watcher = asyncio.get_running_loop().create_task(self._watch())
 
     async def _watch(self) -> None:
@@ -348,3 +355,52 @@ class Gateway:
             await model.close()
         self.coarse_pool.close()
         self.exposures.close()
+        if self._gc_watch is not None:
+            self._gc_watch.close()
+            self._gc_watch = None
+
+
+def freeze_startup_objects() -> None:
+    """Freeze what start-up made (modules, the use cases, the models' state: hundreds of thousands of objects that
+    live as long as the process) out of Python's garbage collector — for a serving process, once it is ready.
+
+    A full collection walks every tracked object, the event loop stopped meanwhile: in a gateway of ~250 MB that is
+    a pause of tens to hundreds of milliseconds, often enough under a flood's allocations to cost the top tier its
+    deadline. ``gc.freeze()`` moves the objects alive now to a generation the collector never scans (what CPython
+    documents for servers); collections then walk only what requests allocate."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
+
+
+class CollectionTimer:
+    """Times every garbage collection (each stops the event loop for its duration) for
+    ``keel_gateway_gc_seconds{generation}``. The collector's callback only appends to a deque — it runs wherever a
+    collection happens to start, a thread holding the metrics' lock included, so it must take no lock —; ``flush``
+    moves what it saw into the metrics (Gateway.refresh_gauges, the watcher)."""
+
+    def __init__(self, metrics: Metrics):
+        import gc
+
+        self.metrics = metrics
+        self.seen: deque[tuple[int, float]] = deque(maxlen=10_000)
+        self._started = 0.0
+        gc.callbacks.append(self._timed)
+
+    def _timed(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.seen.append((info["generation"], time.perf_counter() - self._started))
+
+    def flush(self) -> None:
+        while self.seen:
+            generation, seconds = self.seen.popleft()
+            self.metrics.observe("keel_gateway_gc_seconds", {"generation": str(generation)}, seconds)
+
+    def close(self) -> None:
+        import gc
+
+        if self._timed in gc.callbacks:
+            gc.callbacks.remove(self._timed)

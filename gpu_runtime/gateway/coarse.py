@@ -9,8 +9,8 @@ coarse answer (``keel_gateway_coarse_unusable_total``), never a wrong one.
 
 **It costs less than the model, never more.** Each served model keeps its own loaded booster (two models in
 fallback never re-read each other's file); it is scored off the event loop, on the process's coarse pool (one
-thread, LightGBM with one thread: no OpenMP threads spinning against the machine's other work); at most
-``MAX_WAITING`` requests wait for that pool — beyond it, and for a request whose deadline has passed by the time
+thread, LightGBM with one thread: no OpenMP threads spinning against the machine's other work), highest tier first;
+at most ``MAX_WAITING`` requests wait for that pool (a lower tier's only while ``MAX_WAITING_LOWER`` do) — beyond it, and for a request whose deadline has passed by the time
 its turn comes, the answer is the same fast 503 ``shed`` as any refused request. Its latency and answers are in the
 metrics (``keel_gateway_coarse_seconds``, ``keel_gateway_coarse_answers_total``).
 
@@ -23,8 +23,10 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import heapq
+import itertools
+import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -36,35 +38,55 @@ from keel.deploy.routing import Route, RoutingTable, coarse_path
 
 RETRY_UNUSABLE_S = 30.0  # a coarse file that could not be used is looked at again after this long
 MAX_WAITING = 8  # requests queued for the coarse pool beyond those it is scoring; more are shed
+MAX_WAITING_LOWER = 2  # …of which a tier below the highest may take only so many
 
 
 class CoarsePool:
-    """The process's one thread for coarse scoring, shared by every served model, with a bounded queue."""
+    """The process's one thread for coarse scoring, shared by every served model, with a bounded queue taken in the
+    order of the requests' tiers: the highest tier's request (rank 0) is scored before any lower tier's, whenever
+    they arrived, and a lower tier may queue only while ``max_waiting_lower`` wait at most — during a flood of a
+    lower tier whose timeouts fall back here, the top tier's fallback must not wait behind the flood's."""
 
-    def __init__(self, threads: int = 1, max_waiting: int = MAX_WAITING):
+    def __init__(self, threads: int = 1, max_waiting: int = MAX_WAITING, max_waiting_lower: int = MAX_WAITING_LOWER):
         self.threads = threads
         self.max_waiting = max_waiting
+        self.max_waiting_lower = max_waiting_lower
         self.in_flight = 0  # queued or running
-        self._executor: ThreadPoolExecutor | None = None
+        self._queue: list[tuple[int, int, Any]] = []  # heap of (rank, arrival, job)
+        self._arrivals = itertools.count()
+        self._ready = threading.Condition()
+        self._workers: list[threading.Thread] = []
+        self._closed = False
 
-    def full(self) -> bool:
-        return self.in_flight >= self.threads + self.max_waiting
+    def full(self, rank: int = 0) -> bool:
+        waiting = max(0, self.in_flight - self.threads)
+        return waiting >= (self.max_waiting if rank == 0 else self.max_waiting_lower)
 
-    async def run(self, fn, deadline: float):
-        """``fn()`` on the pool; 503 ``shed`` when the queue is full or the deadline passes before it starts."""
-        if self.full():
+    async def run(self, fn, deadline: float, rank: int = 0):
+        """``fn()`` on the pool; 503 ``shed`` when the queue is full for the request's tier ``rank``, 503
+        ``deadline_exceeded`` when its deadline passes before its turn."""
+        if self.full(rank):
             raise RequestError(503, "shed", "the coarse fallback is at capacity", tier=None, retry_after_s=1)
-        if self._executor is None:
-            self._executor = ThreadPoolExecutor(self.threads, thread_name_prefix="keel-coarse")
+        self._start()
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future = loop.create_future()
 
-        def guarded():
+        def job() -> None:
             if time.monotonic() >= deadline:  # its turn came too late: no work for nobody
-                raise TimeoutError
-            return fn()
+                outcome: tuple[bool, Any] = (False, TimeoutError())
+            else:
+                try:
+                    outcome = (True, fn())
+                except Exception as exc:  # noqa: BLE001 - handed to the waiting request
+                    outcome = (False, exc)
+            loop.call_soon_threadsafe(_settle, done, outcome)
 
         self.in_flight += 1
+        with self._ready:
+            heapq.heappush(self._queue, (rank, next(self._arrivals), job))
+            self._ready.notify()
         try:
-            return await asyncio.get_running_loop().run_in_executor(self._executor, guarded)
+            return await done
         except TimeoutError:
             raise RequestError(
                 503, "deadline_exceeded", "the request's deadline passed while it waited for the coarse fallback",
@@ -73,9 +95,37 @@ class CoarsePool:
         finally:
             self.in_flight -= 1
 
+    def _start(self) -> None:
+        while len(self._workers) < self.threads:
+            worker = threading.Thread(target=self._work, name=f"keel-coarse-{len(self._workers)}", daemon=True)
+            self._workers.append(worker)
+            worker.start()
+
+    def _work(self) -> None:
+        while True:
+            with self._ready:
+                while not self._queue and not self._closed:
+                    self._ready.wait()
+                if self._closed:
+                    return
+                _, _, job = heapq.heappop(self._queue)
+            job()
+
     def close(self) -> None:
-        if self._executor is not None:
-            self._executor.shutdown(wait=False, cancel_futures=True)
+        with self._ready:
+            self._closed = True
+            self._queue.clear()
+            self._ready.notify_all()
+
+
+def _settle(done: asyncio.Future, outcome: tuple[bool, Any]) -> None:
+    if done.cancelled():  # the request has gone
+        return
+    ok, value = outcome
+    if ok:
+        done.set_result(value)
+    else:
+        done.set_exception(value)
 
 
 class CoarseModel:
@@ -126,12 +176,12 @@ class CoarseModel:
         return booster
 
     async def score(
-        self, pool: CoarsePool, booster, x: np.ndarray, explain: bool, deadline: float
+        self, pool: CoarsePool, booster, x: np.ndarray, explain: bool, deadline: float, rank: int = 0
     ) -> tuple[np.ndarray, Explained | None]:
         """Scores (and, when ``explain``, TreeSHAP contributions and raw scores) from the coarse model, computed on
-        the coarse pool."""
+        the coarse pool (``rank``: the request's tier's, 0 the highest — scored first)."""
         started = time.perf_counter()
-        out = await pool.run(lambda: coarse_scores(booster, x, explain), deadline)
+        out = await pool.run(lambda: coarse_scores(booster, x, explain), deadline, rank)
         self.metrics.observe("keel_gateway_coarse_seconds", {}, time.perf_counter() - started)
         return out
 

@@ -97,7 +97,8 @@ class TopTierGuard:
     is busy with the process's own work (``busy`` ≥ ``BUSY``: its thread on the CPU most of the time), or the lower
     tiers arrive at ``FLOOD_RATIO`` × the highest tier's rate or more (a flood: on a machine whose cores the flood's
     senders and Triton share, the loop's thread is runnable but off the CPU much of the time, so ``busy`` alone
-    misses it). A top tier slowed by a machine that other processes starve, under ordinary traffic, would not get
+    misses it) — then at once down to ``min_share``, not by ``backoff`` per window: the flood does its harm in the
+    windows a gradual cut would take. A top tier slowed by a machine that other processes starve, under ordinary traffic, would not get
     faster for refusing the lower tiers, so then the share holds. At or below the tolerance the share grows by
     ``step`` back towards 1. Without answers of the highest tier for ``IDLE_S`` the share is 1: nothing to protect.
     The latency watched is the top tier's whole time in the process — from its first byte read, so a request that
@@ -110,6 +111,8 @@ class TopTierGuard:
     DRIFT = 1.002
     BUSY = 0.7
     FLOOD_RATIO = 4.0
+    RATE_TAU_S = 0.5
+    MIN_TOP_RATE = 2.0
 
     def __init__(
         self,
@@ -126,16 +129,27 @@ class TopTierGuard:
         self._sum, self._n = 0.0, 0
         self._window_start = clock()
         self._last_top = -float("inf")
-        self._arrived = [0, 0]  # [highest tier, lower tiers] arrivals in the current window
+        self._rates = [0.0, 0.0]  # [highest tier, lower tiers] arrivals per second, decayed
+        self._rates_at = clock()
 
     def arrive(self, rank: int) -> None:
         """A request arrived (before its body is read): of the highest tier (rank 0) or a lower one."""
-        self._arrived[rank > 0] += 1
+        self._decay()
+        self._rates[rank > 0] += 1.0 / self.RATE_TAU_S
 
     def flooded(self) -> bool:
-        """Do the lower tiers arrive at ``FLOOD_RATIO`` × the highest tier's rate or more (this window)?"""
-        top, lower = self._arrived
-        return lower >= self.FLOOD_RATIO * max(top, 1)
+        """Do the lower tiers arrive at ``FLOOD_RATIO`` × the highest tier's rate or more (rates decayed over
+        ``RATE_TAU_S``; the top tier counted at ``MIN_TOP_RATE`` at least)?"""
+        self._decay()
+        top, lower = self._rates
+        return lower >= self.FLOOD_RATIO * max(top, self.MIN_TOP_RATE)
+
+    def _decay(self) -> None:
+        now = self.clock()
+        if now != self._rates_at:
+            factor = math.exp(-(now - self._rates_at) / self.RATE_TAU_S)
+            self._rates = [r * factor for r in self._rates]
+            self._rates_at = now
 
     def update(self, rtt_s: float, busy: float = 1.0) -> None:
         """One answer of the highest tier; ``busy``: the event loop thread's share of the CPU just now."""
@@ -147,10 +161,12 @@ class TopTierGuard:
             return
         mean = self._sum / self._n
         flooded = self.flooded()
-        self._sum, self._n, self._window_start, self._arrived = 0.0, 0, now, [0, 0]
+        self._sum, self._n, self._window_start = 0.0, 0, now
         self.noload = mean if self.noload is None else min(self.noload * self.DRIFT, mean)
         if mean > self.tolerance * self.noload:
-            if busy >= self.BUSY or flooded:
+            if flooded:  # a flood of the lower tiers: give way at once (a halving per window is seconds of harm)
+                self.share = self.min_share
+            elif busy >= self.BUSY:
                 self.share = max(self.min_share, self.share * self.backoff)
         else:
             self.share = min(1.0, self.share + self.step)

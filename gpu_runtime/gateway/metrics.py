@@ -84,6 +84,11 @@ HELP = {
     "keel_gateway_loop_lag_seconds": ("gauge", "The event loop's worst lag over the last second."),
     "keel_gateway_loop_busy": ("gauge", "Share of the last second the event loop's thread was on the CPU."),
     "keel_gateway_cpu_pressure": ("gauge", "Share of the last second some runnable task waited for a CPU (PSI)."),
+    "keel_gateway_gc_seconds": (
+        "histogram",
+        "The gateway's Python garbage collections, by generation: each stops the event loop for its duration "
+        "(the objects of start-up are frozen out of them: app.py).",
+    ),
     "keel_gateway_coarse_seconds": (
         "histogram",
         "Time to a coarse-model answer, queueing on the coarse pool included.",

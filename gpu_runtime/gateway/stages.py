@@ -279,8 +279,9 @@ async def coarse(server: Any, model: Any, ctx: RequestContext, why: str) -> bool
     booster = model.coarse.booster(ctx.table)
     if booster is None:
         return False
+    rank, _ = tier_limit(server, model, ctx.tier or model.tier())
     scores, explained = await model.coarse.score(server.coarse_pool, booster, ctx.values, ctx.top_k is not None,
-                                                 ctx.deadline)  # fmt: skip
+                                                 ctx.deadline, rank)  # fmt: skip
     ctx.scores, ctx.explained, ctx.coarse, ctx.route = scores, explained, True, ctx.table.coarse
     ctx.degraded += [why, "coarse_fallback"]
     model.metrics.inc("keel_gateway_coarse_answers_total", {"model": ctx.table.model})

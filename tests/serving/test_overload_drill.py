@@ -59,12 +59,14 @@ def test_a_busy_cpu_alone_with_nothing_in_flight_is_not_an_overload():
     assert Evidence(cpu_pressure=0.9, in_flight=3).reasons() == ["CPU pressure 90%"]
 
 
-def hotels_model(home) -> tuple[str, int]:
-    """Hotels' rate model on its real bookings (arrivals July–September 2016), its online store as of October."""
+def hotels_model(home) -> tuple[str, int, str]:
+    """Hotels' rate model and its coarse model on its real bookings (arrivals July–September 2016), its online
+    store as of October."""
     from keel.features.offline import offline_features
     from keel.features.online import build_views
     from keel.features.sqlite_store import SQLiteOnlineStore
     from keel.registry import ModelRegistry
+    from keel.training.coarse import train_coarse
     from keel.training.model import DEFAULT_PARAMS, TrainingConfig, train_model
     from keel.usecase import resolve
     from usecases.hotels import replay
@@ -75,7 +77,9 @@ def hotels_model(home) -> tuple[str, int]:
     config = TrainingConfig(
         ("2016-07", "2016-08", "2016-09"), "2016-10", params={**DEFAULT_PARAMS, **uc.model.params}
     )
-    text = train_model(offline_features(uc.features, history, {}, history), config, uc.features).text
+    features = offline_features(uc.features, history, {}, history)
+    text = train_model(features, config, uc.features).text
+    coarse = train_coarse(features, config, uc.features, uc.model.coarse).text
     store = SQLiteOnlineStore(home / "online" / "hotels.sqlite", features=uc.features)
     as_of = date(2016, 10, 1)
     store.write_snapshot(build_views(uc.features, {}, history, as_of=as_of), as_of=as_of, partition="drill")
@@ -83,12 +87,26 @@ def hotels_model(home) -> tuple[str, int]:
     registry = ModelRegistry(home / "registry")
     registry.register(uc.model.name, text, {})
     registry.close()
-    return text, len(uc.features.names)
+    return text, len(uc.features.names), coarse
+
+
+def flights_coarse(validated) -> str:
+    """Flights' coarse model on January 2013 (the serving tests' models' month)."""
+    from keel.training.coarse import train_coarse
+    from keel.training.model import TrainingConfig
+    from keel.usecase import resolve
+    from usecases.flights.features import FLIGHT_FEATURES, offline_features
+
+    feats = offline_features(validated["flights"], validated["weather"], validated["planes"], validated["flights"])
+    config = TrainingConfig(("2013-01",), "2013-02")
+    return train_coarse(feats, config, FLIGHT_FEATURES, resolve("flights").model.coarse).text
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_the_overload_drill_keeps_l1_answered_refuses_fast_and_recovers_by_itself(runtime_home, serving_models):
+def test_the_overload_drill_keeps_l1_answered_refuses_fast_and_recovers_by_itself(
+    runtime_home, serving_models, validated
+):  # noqa: F811
     from keel.chaos import run_drill
     from keel.incidents import IncidentLog
     from keel.usecase import resolve
@@ -96,7 +114,11 @@ def test_the_overload_drill_keeps_l1_answered_refuses_fast_and_recovers_by_itsel
     from sensors.watchdog import incident_alerts
 
     home = runtime_home
-    hotel_text, hotel_features = hotels_model(home)
+    hotel_text, hotel_features, hotel_coarse = hotels_model(home)
+    coarse_of = {
+        MODEL: flights_coarse(validated),
+        "room-rate": hotel_coarse,
+    }  # as released: each with its coarse model
     proc, endpoints = start_serve(home, env={"KEEL_USECASES": "flights,hotels", "KEEL_GATEWAY_WORKERS": ""},
                                   tier_timeouts=True)  # fmt: skip
     try:
@@ -107,8 +129,13 @@ def test_the_overload_drill_keeps_l1_answered_refuses_fast_and_recovers_by_itsel
         for model, text, n in ((MODEL, serving_models[0][0], None), ("room-rate", hotel_text, hotel_features)):
             sha = hashlib.sha256(text.encode()).hexdigest()
             n = n or len(resolve("flights").features.names)
-            resource.deployer(model, n, control=control).deploy(model, [Target(Route("champion", 1, sha, 1.0,
-                                                                                       "rel-drill"), text)])  # fmt: skip
+            coarse = coarse_of[model]
+            coarse_route = Route("coarse", 1, hashlib.sha256(coarse.encode()).hexdigest(), 0.0, "rel-drill")
+            resource.deployer(model, n, control=control).deploy(
+                model,
+                [Target(Route("champion", 1, sha, 1.0, "rel-drill"), text)],
+                coarse=Target(coarse_route, coarse),
+            )
         layout = KeelHome(home)
         deadline = time.monotonic() + 120
         import httpx

@@ -326,6 +326,37 @@ def test_a_request_with_no_time_left_for_triton_gets_the_coarse_models_answer_wi
     assert not gateway.model().scorer.breakers or not gateway.model().scorer.breaker(1)._events
 
 
+def test_the_coarse_pool_scores_the_highest_tier_first_and_bounds_the_lower_tiers_queue():
+    """During a flood of L2 whose timeouts fall back to the coarse model, an L1 fallback must not wait behind them."""
+    from gpu_runtime.gateway.coarse import MAX_WAITING_LOWER, CoarsePool
+    from gpu_runtime.gateway.limits import RequestError
+
+    pool = CoarsePool()
+    gate = threading.Event()
+    order: list[str] = []
+
+    async def scenario():
+        far = time.monotonic() + 60
+        busy = asyncio.ensure_future(pool.run(gate.wait, far, rank=1))  # the thread is taken
+        while pool.in_flight < 1:
+            await asyncio.sleep(0)
+        lower = [asyncio.ensure_future(pool.run(lambda k=k: order.append(f"L2-{k}"), far, rank=1))
+                 for k in range(MAX_WAITING_LOWER)]  # fmt: skip
+        await asyncio.sleep(0)
+        with pytest.raises(RequestError) as shed:  # the lower tiers' part of the queue is full…
+            await pool.run(lambda: order.append("L2-more"), far, rank=1)
+        top = asyncio.ensure_future(pool.run(lambda: order.append("L1"), far, rank=0))  # …the top tier still queues
+        await asyncio.sleep(0)
+        gate.set()
+        await asyncio.gather(busy, top, *lower)
+        return shed.value
+
+    shed = asyncio.run(scenario())
+    pool.close()
+    assert shed.status == 503 and shed.code == "shed"
+    assert order == ["L1", "L2-0", "L2-1"]  # queued last, scored first
+
+
 def test_two_models_in_fallback_keep_one_booster_each_scored_off_the_event_loop(tmp_path, monkeypatch):
     import gpu_runtime.gateway.coarse as coarse_module
 
@@ -353,3 +384,30 @@ def test_two_models_in_fallback_keep_one_booster_each_scored_off_the_event_loop(
     assert [p["model"] for _, p, _ in answers] == ["flight-delay", "room-rate"] * 4
     assert gateway.model("flight-delay").coarse.loads == 1 and gateway.model("room-rate").coarse.loads == 1
     assert len(threads) == 8 and all(t.startswith("keel-coarse") for t in threads)
+
+
+def test_garbage_collections_are_timed_without_taking_a_lock_a_collection_may_start_under():
+    """A collection can start while a thread holds the metrics' lock (a snapshot for the other workers): the timer's
+    callback must not take it — a worker once hung there before its first request."""
+    import gc
+
+    from gpu_runtime.gateway.app import CollectionTimer
+    from gpu_runtime.gateway.metrics import Metrics
+
+    metrics = Metrics()
+    timer = CollectionTimer(metrics)
+    try:
+        done = threading.Event()
+
+        def collect_under_the_lock() -> None:
+            with metrics._lock:
+                gc.collect()
+            done.set()
+
+        worker = threading.Thread(target=collect_under_the_lock, daemon=True)
+        worker.start()
+        assert done.wait(60), "the collection's callback waited for the lock its own thread holds"
+        timer.flush()
+        assert 'keel_gateway_gc_seconds_count{generation="2"}' in metrics.render()
+    finally:
+        timer.close()
