@@ -40,6 +40,7 @@ FLOOD_TENANTS = 64
 MAX_CONNECTIONS = 4096  # a stream's open connections at most (a client's file descriptors)
 IDLE_REUSE_S = 2.0  # a keep-alive connection idle longer is closed, not reused (uvicorn closes them after 5 s)
 WINDOW_S = 5.0
+FAST_REFUSAL_S = 0.05  # a refusal is fast when it comes back within this (issue 45)
 BUSY = "import signal, sys; signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))\nwhile True: pass"
 
 
@@ -196,7 +197,15 @@ def phase_report(records: list[list], start: float, end: float) -> dict:
         "p50_ms": _ms(pct(ok, 0.5)), "p99_ms": _ms(pct(ok, 0.99)),
         "client_timeouts": sum(1 for r in part if r[2] == 0),
         "refusals": _codes(refusals), "slowest_refusal_ms": _ms(max((r[1] for r in refusals), default=None)),
+        "refusals_slower_than_50ms": sum(1 for r in refusals if r[1] > FAST_REFUSAL_S),
     }  # fmt: skip
+
+
+def refusal_times(refusals: list[list]) -> dict:
+    """How fast the refusals came back: p50, p99 and how many took longer than ``FAST_REFUSAL_S``."""
+    times = [r[1] for r in refusals]
+    return {"refusal_p50_ms": _ms(pct(times, 0.5)), "refusal_p99_ms": _ms(pct(times, 0.99)),
+            "refusals_slower_than_50ms": sum(1 for t in times if t > FAST_REFUSAL_S)}  # fmt: skip
 
 
 def recovered_at(records: list[list], fault_end: float, end: float, baseline_p99_s: float) -> float | None:
@@ -293,6 +302,7 @@ def drill(url: str, port: int, baseline_s: float, starve_s: float, flood_s: floa
         "capacity_rps": round(capacity, 1), "flood_offered_rps": round(len(flood_records) / flood_s, 1),
         "flood_answered_rps": round(sum(1 for r in flood_records if r[2] == 200) / flood_s, 1),
         "flood": {"refusals": _codes([r for r in flood_records if r[2] not in (0, 200)]),
+                  **refusal_times([r for r in flood_records if r[2] not in (0, 200)]),
                   "client_timeouts": sum(1 for r in flood_records if r[2] == 0),
                   "transport_failures": _codes([r for r in flood_records if r[2] == 0])},
         "probe": {"baseline": baseline, "starve": phase_report(probe_records, t1, t2),
