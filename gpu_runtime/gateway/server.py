@@ -140,7 +140,8 @@ def bounded_protocol(
             super().on_headers_complete()
 
         def _answer_at_door(self, refused: Any) -> None:
-            keep_alive = self.parser.should_keep_alive()
+            # a client that waits for "100 Continue" may never send the body the parser would wait for: close
+            keep_alive = self.parser.should_keep_alive() and not self.expect_100_continue
             self.transport.write(_raw_answer(refused.status, refused.payload, refused.headers, keep_alive))
             self.cycle = _AnsweredAtDoor()  # type: ignore[assignment]
             if keep_alive:

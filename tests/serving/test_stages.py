@@ -242,10 +242,15 @@ def test_the_http_protocol_refuses_a_request_its_tier_would_shed_at_the_door_and
             status, headers, _ = answer()
             assert status == 503 and headers["connection"] == "close"
             assert reader.read() == b""  # closed by the server
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as conn:  # waits for "100 Continue": none
+            reader = conn.makefile("rb")
+            conn.sendall(post + b"expect: 100-continue\r\n\r\n")  # the body is never sent
+            status, headers, _ = answer()
+            assert status == 503 and headers["connection"] == "close" and reader.read() == b""
         assert app_calls == ["/healthz"]  # the refused requests never reached the ASGI app
         lines = read_exposures(tmp_path / "exposures")
-        assert [(line["status"], line["error"], line["tier"]) for line in lines] == [(503, "shed", "L2")] * 2
-        assert 'keel_gateway_shed_before_body_total{tier="L2"} 2' in gateway.render_metrics()
+        assert [(line["status"], line["error"], line["tier"]) for line in lines] == [(503, "shed", "L2")] * 3
+        assert 'keel_gateway_shed_before_body_total{tier="L2"} 3' in gateway.render_metrics()
     finally:
         server.should_exit = True
         thread.join(timeout=30)
