@@ -98,8 +98,10 @@ class TopTierGuard:
     tiers arrive at ``FLOOD_RATIO`` × the highest tier's rate or more (a flood: on a machine whose cores the flood's
     senders and Triton share, the loop's thread is runnable but off the CPU much of the time, so ``busy`` alone
     misses it) — then at once down to ``min_share``, not by ``backoff`` per window: the flood does its harm in the
-    windows a gradual cut would take. A top tier slowed by a machine that other processes starve, under ordinary traffic, would not get
-    faster for refusing the lower tiers, so then the share holds. At or below the tolerance the share grows by
+    windows a gradual cut would take. The no-load latency is the least window mean seen or ``FASTEST_FACTOR`` × the
+    fastest single answer, whichever is less: a process that starts under a flood never sees a quiet window. A top
+    tier slowed by a machine that other processes starve, under ordinary traffic, would not get faster for refusing
+    the lower tiers, so then the share holds. At or below the tolerance the share grows by
     ``step`` back towards 1. Without answers of the highest tier for ``IDLE_S`` the share is 1: nothing to protect.
     The latency watched is the top tier's whole time in the process — from its first byte read, so a request that
     waited for the loop before it was admitted counts that wait.
@@ -112,6 +114,7 @@ class TopTierGuard:
     BUSY = 0.7
     FLOOD_RATIO = 4.0
     RATE_TAU_S = 0.5
+    FASTEST_FACTOR = 1.5  # the no-load mean is at most this × the fastest single answer
     MIN_TOP_RATE = 2.0
 
     def __init__(
@@ -126,6 +129,7 @@ class TopTierGuard:
         self.clock = clock
         self.share = 1.0
         self.noload: float | None = None
+        self.fastest: float | None = None  # the fastest single answer of the top tier (drifting up as noload does)
         self._sum, self._n = 0.0, 0
         self._window_start = clock()
         self._last_top = -float("inf")
@@ -157,13 +161,18 @@ class TopTierGuard:
         self._last_top = now
         self._sum += rtt_s
         self._n += 1
+        self.fastest = rtt_s if self.fastest is None else min(self.fastest, rtt_s)
         if self._n < self.WINDOW_SAMPLES and now - self._window_start < self.WINDOW_S:
             return
         mean = self._sum / self._n
         flooded = self.flooded()
         self._sum, self._n, self._window_start = 0.0, 0, now
         self.noload = mean if self.noload is None else min(self.noload * self.DRIFT, mean)
-        if mean > self.tolerance * self.noload:
+        self.fastest *= self.DRIFT
+        # a process that started under a flood never saw a quiet window: its fastest single answers say what the top
+        # tier takes unloaded (cutting still needs a flood or a busy loop, so an idle spread of latencies cuts nothing)
+        reference = min(self.noload, self.FASTEST_FACTOR * self.fastest)
+        if mean > self.tolerance * reference:
             if flooded:  # a flood of the lower tiers: give way at once (a halving per window is seconds of harm)
                 self.share = self.min_share
             elif busy >= self.BUSY:

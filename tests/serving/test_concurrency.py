@@ -112,6 +112,26 @@ def test_a_flood_of_the_lower_tiers_cuts_their_share_even_when_the_loop_is_starv
     assert (guard.lower_share() < 0.2) is cut
 
 
+def test_a_process_that_starts_under_a_flood_still_gives_way_and_an_idle_spread_of_latencies_cuts_nothing():
+    """No quiet window ever: the window means are all flooded (5 ms), but some single answers still come back at the
+    unloaded 1.6 ms — the guard's reference. The same spread without a flood or a busy loop cuts nothing."""
+
+    def run(lower_per_top: int, busy: float) -> float:
+        clock = Clock()
+        guard = TopTierGuard(clock=clock)
+        for _ in range(10):
+            for k in range(TopTierGuard.WINDOW_SAMPLES):
+                guard.arrive(0)
+                for _ in range(lower_per_top):
+                    guard.arrive(1)
+                guard.update(0.0016 if k == 0 else 0.0050, busy=busy)
+            clock.t += 0.01
+        return guard.lower_share()
+
+    assert run(lower_per_top=40, busy=0.4) == TopTierGuard().min_share  # flooded from the start: cut
+    assert run(lower_per_top=1, busy=0.2) == 1.0  # ordinary traffic, a quiet loop: the spread alone cuts nothing
+
+
 def test_without_top_tier_traffic_there_is_nothing_to_protect():
     clock = Clock()
     guard = TopTierGuard(clock=clock)
