@@ -104,7 +104,8 @@ def main(argv: list[str] | None = None) -> int:
     if soft != resource.RLIM_INFINITY and soft < wanted:
         resource.setrlimit(resource.RLIMIT_NOFILE, (min(wanted, hard), hard))
 
-    from gpu_runtime.gateway.app import Gateway, freeze_startup_objects
+    from gpu_runtime.gateway.app import Gateway
+    from gpu_runtime.gateway.collector import freeze_startup_objects
     from gpu_runtime.gateway.server import bounded_protocol
     from keel.policies.gateway import GatewayPolicy
     from keel.usecase import UseCaseError, installed, resolve
@@ -271,7 +272,8 @@ def run_worker(args, served, refs, home, layout, device: str, policy) -> int:
     """One gateway worker: the gateway on the shared port, the runtime's state read from the serving process."""
     import uvicorn
 
-    from gpu_runtime.gateway.app import Gateway, WorkerShare, freeze_startup_objects
+    from gpu_runtime.gateway.app import Gateway, WorkerShare
+    from gpu_runtime.gateway.collector import freeze_startup_objects
     from gpu_runtime.gateway.server import bounded_protocol
     from gpu_runtime.gateway.shared import SharedRuntimeStatus
 

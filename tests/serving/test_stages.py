@@ -396,7 +396,7 @@ def test_garbage_collections_are_timed_without_taking_a_lock_a_collection_may_st
     callback must not take it — a worker once hung there before its first request."""
     import gc
 
-    from gpu_runtime.gateway.app import CollectionTimer
+    from gpu_runtime.gateway.collector import CollectionTimer
     from gpu_runtime.gateway.metrics import Metrics
 
     metrics = Metrics()
