@@ -50,7 +50,7 @@ from gpu_runtime.gateway.model import GatewayConfig, ServedModel
 from gpu_runtime.gateway.overload import LoadMonitor, StandingQueue
 from gpu_runtime.gateway.request import Answer, RequestContext, client_budget_ms
 from gpu_runtime.gateway.shared import MetricsExchange, SharedBuckets
-from gpu_runtime.gateway.stages import handle, log, tier_limit, would_shed
+from gpu_runtime.gateway.stages import handle, log, would_shed
 from keel.exposure_log import ExposureLog
 from keel.policies.gateway import GatewayPolicy
 from keel.usecase import only, resolve
@@ -164,10 +164,12 @@ class Gateway:
 
     def shed_before_body(self, model: ServedModel, ctx: RequestContext) -> Answer | None:
         """The 503 for a request its tier would shed now, before its body is read (logged like any answer)."""
-        if (ctx.asked_model is not None and ctx.asked_model not in self.models) or not would_shed(self, model, ctx):
+        if ctx.asked_model is not None and ctx.asked_model not in self.models:
+            return None
+        shed, limit = would_shed(self, model, ctx)
+        if not shed:
             return None
         tier = ctx.tier = model.tier()
-        _, limit = tier_limit(self, model, tier)
         model.metrics.inc("keel_gateway_shed_total", {"tier": tier})
         model.metrics.inc("keel_gateway_shed_before_body_total", {"tier": tier})
         ctx.stage = "admit"

@@ -101,8 +101,7 @@ class TopTierGuard:
     windows a gradual cut would take. The no-load latency is the least window mean seen or ``FASTEST_FACTOR`` × the
     fastest single answer, whichever is less: a process that starts under a flood never sees a quiet window. A top
     tier slowed by a machine that other processes starve, under ordinary traffic, would not get faster for refusing
-    the lower tiers, so then the share holds. At or below the tolerance the share grows by
-    ``step`` back towards 1. Without answers of the highest tier for ``IDLE_S`` the share is 1: nothing to protect.
+    the lower tiers, so then the share holds. At or below the tolerance the share grows by ``step`` back towards 1. Without answers of the highest tier for ``IDLE_S`` the share is 1: nothing to protect.
     The latency watched is the top tier's whole time in the process — from its first byte read, so a request that
     waited for the loop before it was admitted counts that wait.
     """

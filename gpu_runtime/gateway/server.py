@@ -38,15 +38,6 @@ HEADER_TIMEOUT_S = 10.0
 MAX_CONNECTIONS = 1024
 
 
-def _raw_response(status: int, reason: str, code: str, message: str) -> bytes:
-    body = orjson.dumps({"error": {"code": code, "message": message}})
-    head = (
-        f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\ncontent-length: {len(body)}\r\n"
-        "connection: close\r\n\r\n"
-    )
-    return head.encode("ascii") + body
-
-
 def _raw_answer(status: int, payload: dict, headers: dict[str, str], keep_alive: bool) -> bytes:
     body = orjson.dumps(payload)
     head = [f"HTTP/1.1 {status} {HTTPStatus(status).phrase}", "content-type: application/json",
@@ -54,6 +45,11 @@ def _raw_answer(status: int, payload: dict, headers: dict[str, str], keep_alive:
     if not keep_alive:
         head.append("connection: close")
     return ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body
+
+
+def _raw_error(status: int, code: str, message: str) -> bytes:
+    """A structured error written by the protocol itself, the connection closed after it."""
+    return _raw_answer(status, {"error": {"code": code, "message": message}}, {}, keep_alive=False)
 
 
 class _AnsweredAtDoor:
@@ -87,8 +83,8 @@ def bounded_protocol(
             gateway.open_connections = self.connections  # the server's set: /metrics reports its size
             if len(self.connections) > max_connections:
                 refused("too_many_connections")
-                transport.write(_raw_response(
-                    503, "Service Unavailable", "too_many_connections",
+                transport.write(_raw_error(
+                    503, "too_many_connections",
                     f"the gateway holds its limit of {max_connections} open connections; retry shortly",
                 ))  # fmt: skip
                 transport.close()
@@ -110,8 +106,8 @@ def bounded_protocol(
                 return
             if self._in_headers:
                 refused("header_timeout")
-                self.transport.write(_raw_response(
-                    408, "Request Timeout", "header_timeout",
+                self.transport.write(_raw_error(
+                    408, "header_timeout",
                     f"the request's headers did not arrive within {header_timeout_s:g} s",
                 ))  # fmt: skip
             else:

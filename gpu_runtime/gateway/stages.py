@@ -91,10 +91,15 @@ def parse(server: Any, model: Any, ctx: RequestContext, body: bytes) -> None:
     ctx.top_k = requested_top_k(req, model.features.names)
 
 
+def tier_rank(model: Any, tier: str) -> int:
+    """The tier's rank among the policy's tiers (0: the highest)."""
+    return sorted(model.policy.tiers).index(tier)
+
+
 def tier_limit(server: Any, model: Any, tier: str) -> tuple[int, int | None]:
     """(the tier's rank, its in-flight limit now): its share of the adaptive limit, at most the policy's cap."""
     policy = model.policy
-    rank = sorted(policy.tiers).index(tier)
+    rank = tier_rank(model, tier)
     cap = policy.admit_in_flight.get(tier)
     if cap is None:
         return rank, None
@@ -112,19 +117,20 @@ def admit_wait_s(model: Any, tier: str, ctx: RequestContext) -> float:
     return max(0.0, min(wait, ctx.remaining_s()))
 
 
-def would_shed(server: Any, model: Any, ctx: RequestContext) -> bool:
+def would_shed(server: Any, model: Any, ctx: RequestContext) -> tuple[bool, int | None]:
     """Before the body is read: would this request's tier be shed at once — the event loop has a standing queue
     while a higher tier is served (overload.py), or no place and no room to wait? The route names the model, so its
-    tier is known from the path alone."""
+    tier is known from the path alone. Returns (shed, the tier's in-flight limit it was judged by)."""
     tier = model.tier()
     rank, limit = tier_limit(server, model, tier)
     server.queue.observe(rank)
     server.guard.arrive(rank)
     if server.queue.shed(rank):
-        return True
-    return server.admission.would_shed(
+        return True, limit
+    shed = server.admission.would_shed(
         tier, limit, admit_wait_s(model, tier, ctx), model.policy.admit_in_flight.get(tier)
     )
+    return shed, limit
 
 
 async def take_place(server: Any, model: Any, tier: str, ctx: RequestContext) -> int:
@@ -279,7 +285,7 @@ async def coarse(server: Any, model: Any, ctx: RequestContext, why: str) -> bool
     booster = model.coarse.booster(ctx.table)
     if booster is None:
         return False
-    rank, _ = tier_limit(server, model, ctx.tier or model.tier())
+    rank = tier_rank(model, ctx.tier or model.tier())
     scores, explained = await model.coarse.score(server.coarse_pool, booster, ctx.values, ctx.top_k is not None,
                                                  ctx.deadline, rank)  # fmt: skip
     ctx.scores, ctx.explained, ctx.coarse, ctx.route = scores, explained, True, ctx.table.coarse
