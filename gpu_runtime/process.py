@@ -105,3 +105,57 @@ def start_watchdog(work_dir: str | Path) -> subprocess.Popen | None:
          str(os.getpid())],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )  # fmt: skip
+
+
+SERVING_NICE_ENV = "KEEL_SERVING_NICE"
+SERVING_NICE_DEFAULT = -5
+
+
+def serving_priority(environ=os.environ) -> str:
+    """Raise the model runtime's CPU priority (``$KEEL_SERVING_NICE``, default −5) before its threads and children
+    start: Triton, the gateway's workers and their threads inherit it. A request crosses several threads (the
+    gateway's loop, its gRPC poller, Triton's frontend and model instance); on a machine whose cores other work keeps
+    busy each waits in the run queue, and at the default priority their waits add up past an L1 deadline. At nice −5 a
+    serving thread weighs 3× a normal process's and preempts it on waking (Linux CFS) — what a Kubernetes pod of
+    Guaranteed QoS gets through its CPU shares. Lowering the nice value needs CAP_SYS_NICE (or RLIMIT_NICE): where it
+    is not allowed the runtime keeps its priority and says so. Returns the line to print."""
+    raw = environ.get(SERVING_NICE_ENV, str(SERVING_NICE_DEFAULT))
+    try:
+        wanted = int(raw)
+    except ValueError:
+        raise ValueError(f"{SERVING_NICE_ENV} must be an integer nice value (-20…19), got {raw!r}") from None
+    if not -20 <= wanted <= 19:
+        raise ValueError(f"{SERVING_NICE_ENV} must be within -20…19, got {wanted}")
+    current = os.getpriority(os.PRIO_PROCESS, 0)
+    if current == wanted:
+        return f"serving at nice {current}"
+    try:  # (Linux keeps a nice value per thread: every thread of the process now, those started later inherit it)
+        for tid in _threads():
+            os.setpriority(os.PRIO_PROCESS, tid, wanted)
+    except PermissionError:
+        return (f"serving at nice {current}: not permitted to set nice {wanted} ({SERVING_NICE_ENV}; needs "
+                f"CAP_SYS_NICE) — on a busy machine serving competes with other work as an equal")  # fmt: skip
+    return f"serving at nice {wanted} (was {current}; {SERVING_NICE_ENV})"
+
+
+def _threads(pid: int | str = "self") -> list[int]:
+    try:
+        return [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+    except OSError:  # no /proc (or the process is gone): the calling thread
+        return [0] if pid == "self" else []
+
+
+def hold_priority(pid: int) -> int:
+    """Bring every thread of process ``pid`` (Triton) to this process's nice value; returns how many were changed.
+    Triton sets its model instances' threads to a nice value of its own (0, or 5 or 19 by a model's
+    ``optimization.priority``) when it loads a model, so the supervisor holds them at the serving priority."""
+    wanted = os.getpriority(os.PRIO_PROCESS, 0)
+    changed = 0
+    for tid in _threads(pid):
+        try:
+            if os.getpriority(os.PRIO_PROCESS, tid) != wanted:
+                os.setpriority(os.PRIO_PROCESS, tid, wanted)
+                changed += 1
+        except (ProcessLookupError, PermissionError):  # a thread that ended, or a priority not ours to give
+            continue
+    return changed

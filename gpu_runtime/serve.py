@@ -25,7 +25,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from gpu_runtime.process import reap_orphan, start_watchdog
+from gpu_runtime.process import reap_orphan, serving_priority, start_watchdog
 from gpu_runtime.repository import ModelRepository
 from gpu_runtime.supervisor import TritonSupervisor, restore_routed
 from gpu_runtime.triton import ADMIN_KEY_ENV, TritonServer, free_port
@@ -127,6 +127,11 @@ def main(argv: list[str] | None = None) -> int:
     layout = home.replica(os.environ.get("KEEL_REPLICA"))  # serving/, or replicas/<name>/ of several runtimes
     layout.root.mkdir(parents=True, exist_ok=True)
     policy = GatewayPolicy.load(args.policy) if args.policy else GatewayPolicy()
+    if args.worker_index is None:  # (a worker inherits the serving process's priority)
+        try:
+            print(f"keel serve: {serving_priority()}", flush=True)
+        except ValueError as exc:
+            parser.error(str(exc))
     if args.worker_index is not None:  # one of the gateway's worker processes (gpu_runtime/workers.py)
         return run_worker(args, served, refs, home, layout, device, policy)
     endpoints = layout.endpoints

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gpu_runtime.process import hold_priority
 from gpu_runtime.repository import ModelRepository, triton_name
 from gpu_runtime.triton import TritonControl, TritonError, TritonServer
 from keel.deploy.routing import RoutingTable
@@ -129,6 +130,7 @@ class TritonSupervisor:
         while not self._stop.wait(self.poll_s):
             if self._alive():
                 misses = 0
+                hold_priority(self.server.proc.pid)  # a model load starts instance threads at Triton's own nice
                 continue
             misses += 1
             exited = self.server.proc is not None and self.server.proc.poll() is not None

@@ -51,6 +51,27 @@ def test_the_admin_key_is_not_on_tritons_command_line(runtime):
     runtime.deployer().deploy(MODEL, [runtime.target(1)])  # the key still works for deployments
 
 
+def thread_nices(pid: int) -> set[int]:
+    return {os.getpriority(os.PRIO_PROCESS, int(tid)) for tid in os.listdir(f"/proc/{pid}/task")}
+
+
+def test_triton_and_the_gateway_serve_at_the_serving_priority(runtime):
+    """Every thread of the serving process and of Triton at KEEL_SERVING_NICE's default (−5) where this machine lets a
+    process lower its nice value (root, CAP_SYS_NICE), else at the priority they were started with — Triton's model
+    instance threads too, which Triton itself starts at nice 0."""
+    import subprocess
+    import sys
+
+    permitted = subprocess.run([sys.executable, "-c", "import os; os.setpriority(os.PRIO_PROCESS, 0, -5)"],
+                               capture_output=True).returncode == 0  # fmt: skip
+    expected = -5 if permitted else os.getpriority(os.PRIO_PROCESS, 0)
+    assert thread_nices(runtime.endpoints["pid"]) == {expected}
+    # Triton sets its model instances' threads to a nice value of its own as it loads a model; the supervisor
+    # (polling every 0.5 s) brings them back
+    runtime.deployer().deploy(MODEL, [runtime.target(1)])
+    wait_until(lambda: thread_nices(triton_pid(runtime.home)) == {expected}, f"every Triton thread at nice {expected}")
+
+
 def test_a_killed_triton_is_restarted_and_serves_the_routed_version_again(runtime, serving_models):
     body = request_body(serving_models[1].row(3, named=True))
     hold = runtime.home / "serving" / "triton" / "hold"
@@ -175,3 +196,20 @@ def test_a_start_stops_what_a_killed_run_left_of_its_triton(tmp_path):
             if p.poll() is None:
                 p.kill()
             p.wait()
+
+
+def test_the_serving_priority_is_validated_and_a_refusal_is_said(monkeypatch):
+    from gpu_runtime.process import serving_priority
+
+    with pytest.raises(ValueError, match="KEEL_SERVING_NICE must be an integer"):
+        serving_priority({"KEEL_SERVING_NICE": "high"})
+    with pytest.raises(ValueError, match="within -20…19"):
+        serving_priority({"KEEL_SERVING_NICE": "-40"})
+
+    def refuse(*_):
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "setpriority", refuse)  # what the kernel answers a process without CAP_SYS_NICE
+    current = os.getpriority(os.PRIO_PROCESS, 0)
+    line = serving_priority({"KEEL_SERVING_NICE": str(current - 1 if current > -20 else current + 1)})
+    assert line.startswith(f"serving at nice {current}: not permitted") and "CAP_SYS_NICE" in line
