@@ -36,6 +36,7 @@ from gpu_runtime.gateway.request import CLIENT_GONE_STATUS, Answer, ClientGone, 
 from gpu_runtime.gateway.shadow import finish_shadow, start_shadow
 
 COARSE_RESERVE_SHARE = 0.3  # of a request's budget kept for the coarse model when Triton does not answer
+LOWER_WAIT_SHARE = 0.1  # of its timeout, the longest a request below the highest tier waits for a place by default
 TIER_SHARES = (1.0, 0.8, 0.6)  # of the adaptive concurrency limit, by tier rank (L1, L2, L3; lower ones: the last)
 
 
@@ -110,10 +111,16 @@ def tier_limit(server: Any, model: Any, tier: str) -> tuple[int, int | None]:
 
 
 def admit_wait_s(model: Any, tier: str, ctx: RequestContext) -> float:
-    """How long a request of ``tier`` may wait for a place: its policy's ``admit_wait_ms`` (default: its timeout),
-    never past its deadline."""
+    """How long a request of ``tier`` may wait for a place: its policy's ``admit_wait_ms``, never past its deadline.
+    Default: the highest tier its timeout; a lower tier ``LOWER_WAIT_SHARE`` of it — a place that comes later leaves
+    too little of the deadline to be served in (the request would end ``deadline_exceeded`` at its deadline, in a
+    stage after admission), and the refusal would come too late for the client to go elsewhere."""
     wait_ms = model.policy.admit_wait_ms.get(tier)
-    wait = model.timeout_ms() / 1000 if wait_ms is None else wait_ms / 1000
+    if wait_ms is None:
+        share = 1.0 if tier_rank(model, tier) == 0 else LOWER_WAIT_SHARE
+        wait = share * model.timeout_ms() / 1000
+    else:
+        wait = wait_ms / 1000
     return max(0.0, min(wait, ctx.remaining_s()))
 
 

@@ -64,7 +64,7 @@ class GatewayPolicy:
     model_tiers: dict[str, str] = field(default_factory=dict)  # model → tier (else its use case's, keel/usecase.py)
     # Admission across every model the process serves, by service tier (gpu_runtime/gateway/admission.py): a request
     # of tier T starts only while fewer than admit_in_flight[T] requests of any model are in flight, waits for a place
-    # up to admit_wait_ms[T] (default: its tier's timeout), else is shed (503 shed, naming its tier). Lower tiers get
+    # up to admit_wait_ms[T] (default: the highest tier its timeout, lower tiers a tenth of it), else is shed (503 shed, naming its tier). Lower tiers get
     # lower limits, so the room between them is reserved for the higher: under overload L1 is admitted first, L2 and
     # L3 wait, then are shed. A tier admit_in_flight does not name (a custom sla_tier) is not limited here. The
     # defaults sit above the risk lanes' limits, so one model alone behaves as without them.

@@ -25,6 +25,7 @@ import lightgbm as lgb
 import numpy as np
 import pytest
 
+from gpu_runtime.gateway import stages
 from gpu_runtime.gateway.app import Gateway, GatewayConfig
 from gpu_runtime.gateway.overload import LoadSignals, blame_timeout
 from keel.deploy.fake import FakeDeployer
@@ -188,6 +189,34 @@ def test_a_request_its_tier_would_shed_is_answered_before_its_body_is_read(tmp_p
     assert asgi.body_reads == 0  # refused on the route alone
     assert 'keel_gateway_shed_before_body_total{tier="L2"} 1' in gateway.render_metrics()
 
+
+
+def test_a_lower_tier_waits_a_tenth_of_its_timeout_for_a_place_and_the_highest_tier_its_whole_timeout(tmp_path):
+    """Without admit_wait_ms, an L2 request that finds no place is shed after a tenth of its timeout — not after its
+    whole deadline, in a stage after admission, too late to go elsewhere — while L1 may wait its timeout."""
+    policy = GatewayPolicy(admit_in_flight={"L1": 4, "L2": 2, "L3": 1})
+    gateway = Gateway(deploy(tmp_path, FLIGHTS, "127.0.0.1:1"), policy)
+    model = gateway.model()
+    timeout_ms = model.timeout_ms()
+    asgi = Asgi(gateway)
+
+    async def scenario():
+        for _ in range(2):  # L2's places are taken by requests in flight
+            await gateway.admission.acquire("L2", 1, 2, 0)
+        return await asgi.post("/v1/models/flight-delay/predict", body_of(FLIGHTS))
+
+    status, payload, _ = asyncio.run(scenario())
+    assert status == 503 and payload["error"]["code"] == "shed" and payload["error"]["tier"] == "L2"
+    line = read_exposures(tmp_path / "exposures")[-1]
+    assert line["error"] == "shed" and line["stage"] == "admit"
+    assert 0.1 * timeout_ms <= line["latency_ms"] < 0.5 * timeout_ms  # waited its tenth, then refused
+    top = Gateway(deploy(tmp_path / "l1", FLIGHTS, "127.0.0.1:1"),
+                  GatewayPolicy(model_tiers={"flight-delay": "L1"})).model()  # fmt: skip
+    ctx = gateway.context(top, {}, None, time.monotonic())
+    assert stages.admit_wait_s(top, "L1", ctx) == pytest.approx(top.timeout_ms() / 1000, abs=0.01)
+    assert stages.admit_wait_s(model, "L2", gateway.context(model, {}, None, time.monotonic())) == pytest.approx(
+        0.1 * timeout_ms / 1000, abs=0.001
+    )
 
 def test_the_http_protocol_refuses_a_request_its_tier_would_shed_at_the_door_and_keeps_the_connection(tmp_path):
     """Through the real server (uvicorn + server.py's protocol) on a raw socket: a shed request is answered from its
