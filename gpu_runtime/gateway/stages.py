@@ -110,14 +110,19 @@ def tier_limit(server: Any, model: Any, tier: str) -> tuple[int, int | None]:
     return rank, min(cap, max(1, int(server.limit.limit * share)))  # a cap of 0: no room for the tier at all
 
 
-def admit_wait_s(model: Any, tier: str, ctx: RequestContext) -> float:
+def admit_wait_s(server: Any, model: Any, tier: str, ctx: RequestContext) -> float:
     """How long a request of ``tier`` may wait for a place: its policy's ``admit_wait_ms``, never past its deadline.
     Default: the highest tier its timeout; a lower tier ``LOWER_WAIT_SHARE`` of it — a place that comes later leaves
     too little of the deadline to be served in (the request would end ``deadline_exceeded`` at its deadline, in a
-    stage after admission), and the refusal would come too late for the client to go elsewhere."""
+    stage after admission), and the refusal would come too late for the client to go elsewhere. While the lower tiers
+    flood the process (concurrency.TopTierGuard.flooded) they do not wait at all: a waiting room that empties every
+    few milliseconds lets the flood past the door, to have its body read and parsed before it is refused."""
+    rank = tier_rank(model, tier)
+    if rank > 0 and server.guard.flooded():
+        return 0.0
     wait_ms = model.policy.admit_wait_ms.get(tier)
     if wait_ms is None:
-        share = 1.0 if tier_rank(model, tier) == 0 else LOWER_WAIT_SHARE
+        share = 1.0 if rank == 0 else LOWER_WAIT_SHARE
         wait = share * model.timeout_ms() / 1000
     else:
         wait = wait_ms / 1000
@@ -135,7 +140,7 @@ def would_shed(server: Any, model: Any, ctx: RequestContext) -> tuple[bool, int 
     if server.queue.shed(rank):
         return True, limit
     shed = server.admission.would_shed(
-        tier, limit, admit_wait_s(model, tier, ctx), model.policy.admit_in_flight.get(tier)
+        tier, limit, admit_wait_s(server, model, tier, ctx), model.policy.admit_in_flight.get(tier)
     )
     return shed, limit
 
@@ -145,7 +150,7 @@ async def take_place(server: Any, model: Any, tier: str, ctx: RequestContext) ->
     the tier's rank (0: the highest)."""
     rank, limit = tier_limit(server, model, tier)
     try:
-        await server.admission.acquire(tier, rank, limit, admit_wait_s(model, tier, ctx),
+        await server.admission.acquire(tier, rank, limit, admit_wait_s(server, model, tier, ctx),
                                        model.policy.admit_in_flight.get(tier))  # fmt: skip
     except Shed as shed:
         model.metrics.inc("keel_gateway_shed_total", {"tier": tier})
