@@ -186,10 +186,15 @@ def _finite(x: float | None) -> bool:
     return x is not None and isinstance(x, int | float) and math.isfinite(x)
 
 
+LABELS_COVER = 0.5  # a shadow past its limit is judged "not better" once its labels cover this share of the limit
+
+
 def decide_shadow(plan: CanaryPlan, state: CanaryState, verdict: ShadowVerdict | None, now: float,
                   armed_at: float | None = None) -> Decision:  # fmt: skip
     """The shadow step: advance on a challenger surely better on the same requests (quality judged), roll back one
-    surely worse or not better within ``shadow_max_s`` of its first shadow score (``armed_at``), else hold. One
+    surely worse or not better within ``shadow_max_s`` of its first shadow score (``armed_at``), else hold — "not
+    better" only once its labelled pairs cover ``LABELS_COVER`` of that time (labels lag the clock on a busy
+    machine: a shadow with no labels yet is not judged on them), or at twice ``shadow_max_s`` whatever they cover. One
     that has not scored at all yet (its deployment still to run) holds — until the progress deadline from the
     commit, when it is rolled back as never answering."""
     evidence: dict[str, Any] = {
@@ -218,7 +223,15 @@ def decide_shadow(plan: CanaryPlan, state: CanaryState, verdict: ShadowVerdict |
                         (f"surely worse in shadow: {verdict.reason}",), evidence)  # fmt: skip
     else:
         reason = verdict.reason
-    if now - max(state.step_started_at, armed_at) > plan.shadow_max_s:
+    shadowed = now - max(state.step_started_at, armed_at)
+    if shadowed > plan.shadow_max_s:
+        covered = verdict.labelled_span_s if verdict is not None else None
+        if covered is not None and covered < LABELS_COVER * plan.shadow_max_s and shadowed <= 2 * plan.shadow_max_s:
+            # labels lag the clock (a busy machine builds them late): judged on the days they cover, not on the clock
+            return Decision("hold", state, 0.0, (
+                f"in shadow: its labels cover {covered / 86400:g} of its {plan.shadow_max_s / 86400:g} days so far — "
+                f"judged once they cover {LABELS_COVER:.0%} of them, or at {2 * plan.shadow_max_s / 86400:g} days: "
+                f"{reason}",), evidence)  # fmt: skip
         return Decision("rollback", replace(state, status=ROLLED_BACK), 0.0, (
             f"not better in shadow within {plan.shadow_max_s / 86400:g} days of its first score: {reason}",),
             evidence)  # fmt: skip

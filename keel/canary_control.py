@@ -12,6 +12,7 @@ first. The canary sensor (sensors/canary.py) calls ``tick`` and turns each commi
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -66,7 +67,9 @@ def shadow_evidence(
     y = both["entity_key"].replace_strict(dict(labels), return_dtype=pl.Float64).to_numpy()
     clusters = (both["ts"].to_numpy() // cluster_s).astype(np.int64)
     policy = plan.shadow or ShadowPolicy(min_labelled=plan.min_labelled, min_clusters=2)
-    return shadow_verdict(y, both["score"].to_numpy(), both["shadow_score"].to_numpy(), clusters, policy, uc.task)
+    verdict = shadow_verdict(y, both["score"].to_numpy(), both["shadow_score"].to_numpy(), clusters, policy, uc.task)
+    span = float((clusters.max() - clusters.min() + 1) * cluster_s) if clusters.size else 0.0
+    return replace(verdict, labelled_span_s=span)
 
 
 def first_answer(body: dict, state: CanaryState, exposures_dir) -> float | None:

@@ -47,6 +47,9 @@ class ShadowVerdict:
     se: float | None = None  # cluster-robust standard error of delta
     upper: float | None = None  # one-sided 1 − alpha bound of delta
     p_value: float | None = None  # one-sided: H0 delta ≥ −margin
+    # the (simulated) time the labelled pairs cover, first to last cluster (None: not measured) — labels arrive late
+    # on a busy machine, and a shadow is judged on the days its labels cover (keel/canary.py decide_shadow)
+    labelled_span_s: float | None = None
 
     def as_metadata(self) -> dict:
         return asdict(self)

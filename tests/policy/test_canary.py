@@ -273,6 +273,31 @@ def test_the_shadows_clock_starts_when_the_challenger_first_scores_not_at_the_co
     assert never.action == "rollback" and "never scored in shadow" in never.reasons[0]
 
 
+
+def test_a_shadow_whose_labels_lag_the_clock_is_judged_on_the_days_they_cover():
+    """On a busy machine labels are built late: at the shadow's limit its pairs may have no labels yet ("0 labelled
+    rows") — judged "not better" only once the labels cover half the limit, or at twice the limit whatever they
+    cover; surely better or worse is decided at once, as always."""
+    from dataclasses import replace
+
+    from keel.canary import CanaryPlan, CanaryState, decide
+    from keel.loop.shadow import ShadowPolicy, ShadowVerdict
+
+    plan = CanaryPlan(steps=(0, 25, 100), shadow=ShadowPolicy(), shadow_max_s=100.0, progress_deadline_s=300.0)
+    state = CanaryState(started_at=0.0, step_started_at=0.0)
+    no_labels = ShadowVerdict(False, "0 labelled rows", 0, 0, "log_loss", labelled_span_s=0.0)
+    few_days = replace(no_labels, reason="not surely", labelled=300, clusters=3, labelled_span_s=30.0)
+    covered = replace(few_days, clusters=6, labelled_span_s=60.0)
+    lagging = decide(plan, state, None, None, 130.0, no_labels, first_answer=10.0)
+    assert lagging.action == "hold" and "labels cover 0 of its" in lagging.reasons[0]
+    assert decide(plan, state, None, None, 130.0, few_days, first_answer=10.0).action == "hold"
+    judged = decide(plan, state, None, None, 130.0, covered, first_answer=10.0)
+    assert judged.action == "rollback" and "not better in shadow within" in judged.reasons[0]
+    never = decide(plan, state, None, None, 211.0, no_labels, first_answer=10.0)  # twice the limit: judged anyway
+    assert never.action == "rollback" and "0 labelled rows" in never.reasons[0]
+    better = replace(few_days, better=True, reason="better")
+    assert decide(plan, state, None, None, 130.0, better, first_answer=10.0).action == "advance"
+
 def test_a_paired_plan_judges_quality_on_the_same_requests():
     from keel.canary import ArmStats, CanaryPlan, CanaryState, decide
     from keel.loop.shadow import ShadowVerdict
