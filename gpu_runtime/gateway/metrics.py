@@ -35,6 +35,10 @@ HELP = {
         "Requests that arrived while the model runtime (Triton) was down: the coarse model's answer, the last-resort "
         "score or 503.",
     ),
+    "keel_gateway_hedges_total": (
+        "counter",
+        "Highest-tier requests Triton had not answered by 40 % of their budget, scored by the coarse model too",
+    ),
     "keel_gateway_coarse_answers_total": (
         "counter",
         "Answers from the model's coarse model (no version could answer: breakers open, retries spent, runtime down).",

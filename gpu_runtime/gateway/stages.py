@@ -36,6 +36,7 @@ from gpu_runtime.gateway.request import CLIENT_GONE_STATUS, Answer, ClientGone, 
 from gpu_runtime.gateway.shadow import finish_shadow, start_shadow
 
 COARSE_RESERVE_SHARE = 0.3  # of a request's budget kept for the coarse model when Triton does not answer
+HEDGE_SHARE = 0.4  # of its budget, when the highest tier's request is scored by the coarse model too (``hedge``)
 LOWER_WAIT_SHARE = 0.1  # of its timeout, the longest a request below the highest tier waits for a place by default
 TIER_SHARES = (1.0, 0.8, 0.6)  # of the adaptive concurrency limit, by tier rank (L1, L2, L3; lower ones: the last)
 
@@ -267,9 +268,18 @@ async def infer(server: Any, model: Any, ctx: RequestContext):
         scorer, model.follower.split, table, ctx.route.version, ctx.values, max(ctx.remaining_s(), 0.001)
     )
     try:
-        scores, served, more, explained = await scorer.score(
+        triton = scorer.score(
             table, ctx.route, x, ctx.top_k is not None, ctx.deadline, model.follower.fresh_table, budget_s, reserve
         )
+        if has_coarse and tier_rank(model, ctx.tier or model.tier()) == 0:
+            hedged = await hedge(server, model, ctx, triton)
+            if hedged is None:  # the coarse model answered first
+                if shadow is not None:
+                    shadow[1].cancel()
+                return None
+            scores, served, more, explained = hedged
+        else:
+            scores, served, more, explained = await triton
     except RequestError as err:
         if shadow is not None:
             shadow[1].cancel()
@@ -290,6 +300,54 @@ async def infer(server: Any, model: Any, ctx: RequestContext):
     ctx.scores, ctx.route, ctx.explained = scores, served, explained
     ctx.degraded += more
     return shadow
+
+
+async def hedge(server: Any, model: Any, ctx: RequestContext, triton) -> tuple | None:
+    """The highest tier's Triton call, hedged: when Triton has not answered by ``HEDGE_SHARE`` of the request's budget,
+    the coarse model scores it too (off the event loop, first in the coarse pool's queue) and the first answer is the
+    request's — Triton's result, or None when the coarse model's came first (``ctx`` then holds it, flagged
+    ``hedged``). On a machine whose cores other work keeps busy a call crosses four scheduled threads, each waiting
+    in the run queue; the coarse model waited for only past the reserve (``COARSE_RESERVE_SHARE``) often came too
+    late. The call left behind is abandoned, as any late call (scoring.py: never cancelled); its outcome is still
+    judged (a strike or a local timeout) when it ends."""
+    call = asyncio.ensure_future(triton)
+    wait = ctx.arrived + HEDGE_SHARE * ctx.budget_ms / 1000 - time.monotonic()
+    if wait > 0:
+        await asyncio.wait((call,), timeout=wait)
+    if call.done():
+        return call.result()
+    booster = model.coarse.booster(ctx.table)
+    if booster is None or server.coarse_pool.full(0):
+        return await call
+    model.metrics.inc("keel_gateway_hedges_total", {"tier": ctx.tier or model.tier()})
+    fallback = asyncio.ensure_future(model.coarse.score(
+        server.coarse_pool, booster, ctx.values, ctx.top_k is not None, ctx.deadline, 0
+    ))  # fmt: skip
+    await asyncio.wait((call, fallback), return_when=asyncio.FIRST_COMPLETED)
+    if call.done():
+        failed = call.exception()
+        if failed is None or not _coarse_may_answer(failed):  # Triton's answer, or a refusal the coarse model
+            fallback.add_done_callback(_consumed)  # cannot mend (the input refused): its result is not needed
+            return call.result()
+    try:
+        scores, explained = await fallback
+    except RequestError:  # the coarse pool could not answer in time: Triton's outcome is the request's
+        return await call
+    call.add_done_callback(_consumed)  # its outcome is judged in scoring.py; the request has its answer
+    ctx.scores, ctx.explained, ctx.coarse, ctx.route = scores, explained, True, ctx.table.coarse
+    ctx.degraded += ["hedged", "coarse_fallback"]
+    model.metrics.inc("keel_gateway_coarse_answers_total", {"model": ctx.table.model})
+    return None
+
+
+def _coarse_may_answer(exc: BaseException) -> bool:
+    """Would the coarse model answer for a Triton call that failed so (as ``infer`` decides)?"""
+    return isinstance(exc, RequestError) and exc.code in ("backend_error", "no_healthy_model", "deadline_exceeded")
+
+
+def _consumed(task: asyncio.Future) -> None:
+    if not task.cancelled():
+        task.exception()  # retrieved: an abandoned call's error is no "never retrieved" warning
 
 
 async def coarse(server: Any, model: Any, ctx: RequestContext, why: str) -> bool:

@@ -353,6 +353,22 @@ def test_a_call_that_runs_out_of_time_is_abandoned_not_cancelled(tmp_path, silen
     assert "keel_gateway_triton_abandoned 1" in metrics
 
 
+
+def test_the_highest_tiers_call_is_hedged_by_the_coarse_model_when_triton_is_late(tmp_path, silent_endpoint):
+    """An L1 request whose Triton call has not answered by 40 % of its budget is scored by the coarse model too, and
+    the first answer is its own — flagged ``hedged``; an L2 request is not hedged (it waits for the reserve)."""
+    gateway = Gateway(deploy(tmp_path, HOTELS, silent_endpoint, coarse=True))
+    assert gateway.model().tier() == "L1"
+    gateway.model().scorer.load = lambda: LoadSignals(cpu_pressure=0.95)
+    status, payload, _ = asyncio.run(gateway.predict(body_of(HOTELS), {}))
+    assert status == 200 and payload["variant"] == "coarse", payload
+    assert payload["degraded"] == ["coarse_fallback", "hedged"] and payload["model_version"] is None
+    assert 'keel_gateway_hedges_total{tier="L1"} 1' in gateway.render_metrics()
+    lower = Gateway(deploy(tmp_path / "l2", FLIGHTS, silent_endpoint, coarse=True))
+    lower.model().scorer.load = lambda: LoadSignals(cpu_pressure=0.95)
+    status, payload, _ = asyncio.run(lower.predict(body_of(FLIGHTS), {}))
+    assert status == 200 and payload["degraded"] == ["coarse_fallback", "local_overload"], payload
+
 def test_a_request_with_no_time_left_for_triton_gets_the_coarse_models_answer_within_the_time_kept_for_it(tmp_path):
     """It waited for most of its budget before the call (a hung Triton holds the requests before it): the part of
     the budget kept for the coarse model is still its own."""
