@@ -15,7 +15,7 @@ timeout ``CLIENT_TIMEOUT_S``):
    the baseline's p99 is when the service recovered.
 
 Each stream runs in a process of its own (``--stream SPEC``), so no client loop delays another's answers. The report
-(JSON, ``--out``): per phase the probe's answered share, p50/p99, client timeouts; every refusal's code and the
+(JSON, ``--out``): per phase the probe's answered share (at all, and within its tier's timeout), p50/p99, client timeouts; every refusal's code and the
 slowest refusal; the flood's offered and answered rates; when the recovery window came; and how many connections to
 the gateway were left in CLOSE-WAIT afterwards. With one model served, the flood and the probe are the same model
 (the report says so: no tier to protect).
@@ -188,12 +188,16 @@ def pct(values: list[float], q: float) -> float | None:
     return s[min(len(s) - 1, int(round(q * (len(s) - 1))))] if s else None
 
 
-def phase_report(records: list[list], start: float, end: float) -> dict:
+def phase_report(records: list[list], start: float, end: float, timeout_s: float | None = None) -> dict:
+    """One phase's requests: answered (200) at all and — ``timeout_s``, the tier's timeout — within it, as the
+    client measured (from its write to the answer read)."""
     part = [r for r in records if start <= r[0] < end]
     ok = [r[1] for r in part if r[2] == 200]
     refusals = [r for r in part if r[2] not in (0, 200)]
+    in_time = sum(1 for t in ok if t <= timeout_s) if timeout_s is not None else None
     return {
         "sent": len(part), "answered": len(ok), "answered_share": round(len(ok) / len(part), 4) if part else None,
+        "answered_in_time_share": round(in_time / len(part), 4) if part and in_time is not None else None,
         "p50_ms": _ms(pct(ok, 0.5)), "p99_ms": _ms(pct(ok, 0.99)),
         "client_timeouts": sum(1 for r in part if r[2] == 0),
         "refusals": _codes(refusals), "slowest_refusal_ms": _ms(max((r[1] for r in refusals), default=None)),
@@ -247,6 +251,15 @@ def targets(url: str) -> tuple[str, str, int]:
     return by_tier[0], by_tier[-1], len(served)
 
 
+def tier_timeout_s(model: str) -> float:
+    """The timeout of ``model``'s declared tier (the default policy's tiers)."""
+    from keel.policies.gateway import DEFAULT_TIERS
+    from keel.usecase import installed
+
+    uc = next(u for u in installed().values() if u.model.name == model)
+    return DEFAULT_TIERS[uc.serving.tier].timeout_ms / 1000
+
+
 def bodies_of(model: str, n: int = 2000) -> list[bytes]:
     from keel.usecase import installed
 
@@ -294,7 +307,8 @@ def drill(url: str, port: int, baseline_s: float, starve_s: float, flood_s: floa
         probe_records = json.loads(probe_out.read_text())
         flood_records = [r for _, out in floods for r in json.loads(out.read_text())]
     t1, t2, t3 = baseline_s, baseline_s + starve_s, baseline_s + starve_s + flood_s
-    baseline = phase_report(probe_records, 0, t1)
+    timeout_s = tier_timeout_s(protected)
+    baseline = phase_report(probe_records, 0, t1, timeout_s)
     base_p99 = (baseline["p99_ms"] or 1.0) / 1000
     refusals = [r for r in probe_records + flood_records if r[2] not in (0, 200)]
     return {
@@ -305,8 +319,10 @@ def drill(url: str, port: int, baseline_s: float, starve_s: float, flood_s: floa
                   **refusal_times([r for r in flood_records if r[2] not in (0, 200)]),
                   "client_timeouts": sum(1 for r in flood_records if r[2] == 0),
                   "transport_failures": _codes([r for r in flood_records if r[2] == 0])},
-        "probe": {"baseline": baseline, "starve": phase_report(probe_records, t1, t2),
-                  "flood": phase_report(probe_records, t2, t3), "recovery": phase_report(probe_records, t3, total)},
+        "probe_timeout_ms": round(timeout_s * 1000, 1),
+        "probe": {"baseline": baseline, "starve": phase_report(probe_records, t1, t2, timeout_s),
+                  "flood": phase_report(probe_records, t2, t3, timeout_s),
+                  "recovery": phase_report(probe_records, t3, total, timeout_s)},
         "slowest_refusal_ms": _ms(max((r[1] for r in refusals), default=None)),
         # how late the senders wrote their requests against the schedule (their own lag, not the gateway's)
         "sender_lag_p99_ms": {"probe": _ms(pct([r[4] for r in probe_records], 0.99)),
