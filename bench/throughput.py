@@ -97,8 +97,12 @@ def main() -> int:
     parser.add_argument("--rates", default=",".join(map(str, RATES)), help="requests per second, comma-separated")
     parser.add_argument("--seconds", type=float, default=5.0, help="each rate's duration")
     parser.add_argument("--p99-ms", type=float, default=10.0)
-    parser.add_argument("--repeat", type=int, default=1,
-                        help="runs per tree and rate (alternating trees); the table gives the median run by p99")
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="runs per tree and rate (alternating trees); the table gives the median run by p99",
+    )
     args = parser.parse_args()
     serving, tiers = load("serving"), load("tiers")
     rates = [float(r) for r in args.rates.split(",")]

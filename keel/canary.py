@@ -33,7 +33,7 @@ breach.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from scipy.stats import binom
@@ -283,28 +283,7 @@ def decide(
     if challenger is None or champion is None:
         inconclusive.append("no metrics from the exposure log (provider error or no data)")
     else:
-        evidence |= {
-            "challenger": {
-                "requests": challenger.requests,
-                "errors": challenger.errors,
-                "p99_ms": challenger.p99_ms,
-                "labelled": challenger.labelled,
-                "log_loss": challenger.log_loss,
-                "log_loss_var": challenger.log_loss_var,
-                "answered": challenger.answered,
-                "slow": challenger.slow,
-            },
-            "champion": {
-                "requests": champion.requests,
-                "errors": champion.errors,
-                "p99_ms": champion.p99_ms,
-                "labelled": champion.labelled,
-                "log_loss": champion.log_loss,
-                "log_loss_var": champion.log_loss_var,
-                "answered": champion.answered,
-                "slow": champion.slow,
-            },
-        }
+        evidence |= {"challenger": asdict(challenger), "champion": asdict(champion)}  # every ArmStats field
         counts = (challenger.requests, challenger.errors, champion.requests, champion.errors)
         if (
             any(not isinstance(c, int) or c < 0 for c in counts)

@@ -41,7 +41,8 @@ class UsageMeter:
         self._samples: dict[tuple[str, int], ComputeSample] = {}  # the last sample of each version
         self._sample_day = ""
         self._meter_checked = 0.0
-        self._rows_since: dict[int, dict[str, int]] = {}  # version → tenant → rows scored since its last sample
+        # version → (tenant, when) → rows scored since its last sample; ``when``: the request's clock time (by day)
+        self._rows_since: dict[int, dict[tuple[str, float], int]] = {}
         self.prices: dict[str, Any] | None = None  # the cost policy's body in force
         self.budget: dict[str, Any] | None = None  # the budget policy's body in force
         self.spend: dict[str, float] = {}  # budgeted tenant → spend in the period
@@ -119,7 +120,8 @@ class UsageMeter:
         version = record.get("model_version")
         if version is not None:
             per = self._rows_since.setdefault(version, {})
-            per[tenant] = per.get(tenant, 0) + int(record.get("rows") or 1)
+            key = (tenant, float(record.get("ts") or self.now()) // 86400 * 86400)  # (its day)
+            per[key] = per.get(key, 0) + int(record.get("rows") or 1)
         if tenant in self.spend and self.prices is not None:
             self.spend[tenant] += Cost.prices_for(self.prices, tenant)["per_1000_requests"] / 1000
 
@@ -168,8 +170,11 @@ class UsageMeter:
         if not total or self.prices is None or not self.spend:
             return
         self._roll_period()
-        for tenant, n in rows.items():
-            if tenant in self.spend:
+        period = self.budget.get("period", "day") if self.budget else "day"
+        for (tenant, when), n in rows.items():
+            # rows scored in an earlier period share the interval's compute, but it is that period's spend, not this
+            # one's (a sample taken after the clock moved on to a new day covers the old day's last requests too)
+            if tenant in self.spend and period_of(when, period) == self._spend_period:
                 prices = Cost.prices_for(self.prices, tenant)
                 per_s = prices["per_gpu_second"] if self.device == "gpu" else prices["per_cpu_second"]
                 self.spend[tenant] += delta_s * n / total * per_s

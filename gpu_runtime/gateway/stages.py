@@ -303,13 +303,10 @@ async def infer(server: Any, model: Any, ctx: RequestContext):
 
 
 async def hedge(server: Any, model: Any, ctx: RequestContext, triton) -> tuple | None:
-    """The highest tier's Triton call, hedged: when Triton has not answered by ``HEDGE_SHARE`` of the request's budget,
-    the coarse model scores it too (off the event loop, first in the coarse pool's queue) and the first answer is the
-    request's — Triton's result, or None when the coarse model's came first (``ctx`` then holds it, flagged
-    ``hedged``). On a machine whose cores other work keeps busy a call crosses four scheduled threads, each waiting
-    in the run queue; the coarse model waited for only past the reserve (``COARSE_RESERVE_SHARE``) often came too
-    late. The call left behind is abandoned, as any late call (scoring.py: never cancelled); its outcome is still
-    judged (a strike or a local timeout) when it ends."""
+    """The highest tier's Triton call, hedged: not answered by ``HEDGE_SHARE`` of the budget, the coarse model scores
+    it too (first in the coarse pool's queue); the first answer is the request's — Triton's result, or None when the
+    coarse model's came first (in ``ctx``, flagged ``hedged``). The call left behind is abandoned (never cancelled,
+    scoring.py) and still judged when it ends. docs/serving.md: why (a busy machine's run queues)."""
     call = asyncio.ensure_future(triton)
     wait = ctx.arrived + HEDGE_SHARE * ctx.budget_ms / 1000 - time.monotonic()
     if wait > 0:
@@ -340,8 +337,7 @@ async def hedge(server: Any, model: Any, ctx: RequestContext, triton) -> tuple |
     return None
 
 
-def _coarse_may_answer(exc: BaseException) -> bool:
-    """Would the coarse model answer for a Triton call that failed so (as ``infer`` decides)?"""
+def _coarse_may_answer(exc: BaseException) -> bool:  # would infer answer a call that failed so from the coarse model?
     return isinstance(exc, RequestError) and exc.code in ("backend_error", "no_healthy_model", "deadline_exceeded")
 
 

@@ -273,7 +273,6 @@ def test_the_shadows_clock_starts_when_the_challenger_first_scores_not_at_the_co
     assert never.action == "rollback" and "never scored in shadow" in never.reasons[0]
 
 
-
 def test_a_shadow_whose_labels_lag_the_clock_is_judged_on_the_days_they_cover():
     """On a busy machine labels are built late: at the shadow's limit its pairs may have no labels yet ("0 labelled
     rows") — judged "not better" only once the labels cover half the limit, or at twice the limit whatever they
@@ -297,6 +296,7 @@ def test_a_shadow_whose_labels_lag_the_clock_is_judged_on_the_days_they_cover():
     assert never.action == "rollback" and "0 labelled rows" in never.reasons[0]
     better = replace(few_days, better=True, reason="better")
     assert decide(plan, state, None, None, 130.0, better, first_answer=10.0).action == "advance"
+
 
 def test_a_paired_plan_judges_quality_on_the_same_requests():
     from keel.canary import ArmStats, CanaryPlan, CanaryState, decide

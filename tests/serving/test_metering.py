@@ -207,3 +207,26 @@ def test_a_restarted_gateway_reads_the_spend_back_from_its_logs(runtime, serving
     resp = runtime.post(ops)
     assert resp.status_code == 429 and resp.json()["error"]["code"] == "budget_exceeded"
     assert resp.json()["error"]["spend"] > 0.0012
+
+
+def test_compute_sampled_after_the_clock_moved_on_is_not_charged_to_the_new_periods_budget(tmp_path):
+    """The gateway samples Triton's compute every few seconds; a sample taken after the clock moved on to a new day
+    covers the old day's last requests too. Their share of it is the old day's spend: a tenant starts the new day
+    with nothing spent (the CI failure of test_a_restarted_gateway_reads_the_spend_back_from_its_logs)."""
+    from gpu_runtime.gateway.metering import UsageMeter
+    from gpu_runtime.gateway.metrics import Metrics
+
+    clock = [datetime(2013, 6, 1, 12, tzinfo=UTC).timestamp()]
+    meter = UsageMeter(compute_dir=None, interval_s=5, device="cpu", exposure_dir=tmp_path / "none", metrics=Metrics(),
+                       now=lambda: clock[0], client=lambda: None, routing=lambda: None, reader=lambda: None)  # fmt: skip
+    meter.prices, meter.budget = PRICES, {"currency": "USD", "period": "day", "tenants": {"ops": {"limit": 1.0}}}
+    meter._seed_spend()
+    for _ in range(3):  # ops' requests of June 1 (their request prices count that day)
+        meter.meter({"tenant_id": "ops", "status": 200, "model_version": 1, "rows": 1, "ts": clock[0]})
+    clock[0] = datetime(2013, 6, 3, 1, tzinfo=UTC).timestamp()
+    meter.check_budget("ops")  # the new day: nothing spent yet
+    meter._charge_compute(1, 10.0)  # the sample after the clock moved on: June 1's requests' compute
+    assert meter.spend["ops"] == 0.0
+    meter.meter({"tenant_id": "ops", "status": 200, "model_version": 1, "rows": 1, "ts": clock[0]})
+    meter._charge_compute(1, 10.0)  # today's request's compute is today's spend
+    assert meter.spend["ops"] == pytest.approx(0.40 / 1000 + 10.0 * 0.02)

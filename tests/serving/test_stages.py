@@ -190,7 +190,6 @@ def test_a_request_its_tier_would_shed_is_answered_before_its_body_is_read(tmp_p
     assert 'keel_gateway_shed_before_body_total{tier="L2"} 1' in gateway.render_metrics()
 
 
-
 def test_a_lower_tier_waits_a_tenth_of_its_timeout_for_a_place_and_the_highest_tier_its_whole_timeout(tmp_path):
     """Without admit_wait_ms, an L2 request that finds no place is shed after a tenth of its timeout — not after its
     whole deadline, in a stage after admission, too late to go elsewhere — while L1 may wait its timeout."""
@@ -220,6 +219,7 @@ def test_a_lower_tier_waits_a_tenth_of_its_timeout_for_a_place_and_the_highest_t
         gateway.guard.arrive(1)
     assert gateway.guard.flooded() and stages.admit_wait_s(gateway, model, "L2", ctx) == 0.0
     assert stages.admit_wait_s(gateway, top, "L1", ctx) > 0
+
 
 def test_the_http_protocol_refuses_a_request_its_tier_would_shed_at_the_door_and_keeps_the_connection(tmp_path):
     """Through the real server (uvicorn + server.py's protocol) on a raw socket: a shed request is answered from its
@@ -353,7 +353,6 @@ def test_a_call_that_runs_out_of_time_is_abandoned_not_cancelled(tmp_path, silen
     assert "keel_gateway_triton_abandoned 1" in metrics
 
 
-
 def test_the_highest_tiers_call_is_hedged_by_the_coarse_model_when_triton_is_late(tmp_path, silent_endpoint):
     """An L1 request whose Triton call has not answered by 40 % of its budget is scored by the coarse model too, and
     the first answer is its own — flagged ``hedged``; an L2 request is not hedged (it waits for the reserve)."""
@@ -368,6 +367,7 @@ def test_the_highest_tiers_call_is_hedged_by_the_coarse_model_when_triton_is_lat
     lower.model().scorer.load = lambda: LoadSignals(cpu_pressure=0.95)
     status, payload, _ = asyncio.run(lower.predict(body_of(FLIGHTS), {}))
     assert status == 200 and payload["degraded"] == ["coarse_fallback", "local_overload"], payload
+
 
 def test_a_request_with_no_time_left_for_triton_gets_the_coarse_models_answer_within_the_time_kept_for_it(tmp_path):
     """It waited for most of its budget before the call (a hung Triton holds the requests before it): the part of

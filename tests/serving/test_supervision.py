@@ -69,7 +69,9 @@ def test_triton_and_the_gateway_serve_at_the_serving_priority(runtime):
     # Triton sets its model instances' threads to a nice value of its own as it loads a model; the supervisor
     # (polling every 0.5 s) brings them back
     runtime.deployer().deploy(MODEL, [runtime.target(1)])
-    wait_until(lambda: thread_nices(triton_pid(runtime.home)) == {expected}, f"every Triton thread at nice {expected}")
+    wait_until(
+        lambda: thread_nices(triton_pid(runtime.home)) == {expected}, f"every Triton thread at nice {expected}"
+    )
 
 
 def test_a_killed_triton_is_restarted_and_serves_the_routed_version_again(runtime, serving_models):
