@@ -113,11 +113,9 @@ def tier_limit(server: Any, model: Any, tier: str) -> tuple[int, int | None]:
 
 def admit_wait_s(server: Any, model: Any, tier: str, ctx: RequestContext) -> float:
     """How long a request of ``tier`` may wait for a place: its policy's ``admit_wait_ms``, never past its deadline.
-    Default: the highest tier its timeout; a lower tier ``LOWER_WAIT_SHARE`` of it — a place that comes later leaves
-    too little of the deadline to be served in (the request would end ``deadline_exceeded`` at its deadline, in a
-    stage after admission), and the refusal would come too late for the client to go elsewhere. While the lower tiers
-    flood the process (concurrency.TopTierGuard.flooded) they do not wait at all: a waiting room that empties every
-    few milliseconds lets the flood past the door, to have its body read and parsed before it is refused."""
+    Default: the highest tier its timeout; a lower tier ``LOWER_WAIT_SHARE`` of it (a later place leaves too little
+    of its deadline to be served in, and the refusal would come too late to go elsewhere) — and nothing while the
+    lower tiers flood the process: a waiting room that empties every few ms lets the flood past the door."""
     rank = tier_rank(model, tier)
     if rank > 0 and server.guard.flooded():
         return 0.0
@@ -331,9 +329,7 @@ async def hedge(server: Any, model: Any, ctx: RequestContext, triton) -> tuple |
     except RequestError:  # the coarse pool could not answer in time: Triton's outcome is the request's
         return await call
     call.add_done_callback(_consumed)  # its outcome is judged in scoring.py; the request has its answer
-    ctx.scores, ctx.explained, ctx.coarse, ctx.route = scores, explained, True, ctx.table.coarse
-    ctx.degraded += ["hedged", "coarse_fallback"]
-    model.metrics.inc("keel_gateway_coarse_answers_total", {"model": ctx.table.model})
+    coarse_answered(model, ctx, scores, explained, "hedged")
     return None
 
 
@@ -354,10 +350,14 @@ async def coarse(server: Any, model: Any, ctx: RequestContext, why: str) -> bool
     rank = tier_rank(model, ctx.tier or model.tier())
     scores, explained = await model.coarse.score(server.coarse_pool, booster, ctx.values, ctx.top_k is not None,
                                                  ctx.deadline, rank)  # fmt: skip
+    coarse_answered(model, ctx, scores, explained, why)
+    return True
+
+
+def coarse_answered(model: Any, ctx: RequestContext, scores, explained, why: str) -> None:  # flagged, counted
     ctx.scores, ctx.explained, ctx.coarse, ctx.route = scores, explained, True, ctx.table.coarse
     ctx.degraded += [why, "coarse_fallback"]
     model.metrics.inc("keel_gateway_coarse_answers_total", {"model": ctx.table.model})
-    return True
 
 
 async def runtime_unavailable(server: Any, model: Any, ctx: RequestContext) -> None:
