@@ -8,7 +8,8 @@ The candidates (keel.loop.candidates.candidate_specs) are each registered in the
 scores all of them and the champion on the newest labelled days none of them trained on, compares each with the
 champion paired and clustered by day (keel.loop.shadow), corrects for their number (Holm) and picks among those
 surely better — the committee first, else the lowest difference (keel.loop.candidates.choose_candidate) — or none:
-the champion stays. Its table, one row per candidate, is in the UI. The chosen one becomes the registry's ``challenger``; the canary sensor starts its canary.
+the champion stays. Its table, one row per candidate, is in the UI. The chosen one becomes the registry's ``challenger``
+(a candidate the gate refused never does: it is not served); the canary sensor starts its canary.
 """
 
 import hashlib
@@ -29,13 +30,14 @@ from keel.loop.gate import DEFAULT_GATE
 from keel.loop.recalibrate import affine_model_text, fit_recalibration
 from keel.loop.shadow import ShadowPolicy
 from keel.metrics import LOSS_NAMES
+from keel.registry import CHALLENGER_GATE_KEY
 from keel.training.coarse import coarse_metadata, fit_coarse
 from keel.training.model import TrainingConfig, _xy, month_of, predict, train_model
 from keel.usecase import UseCase
 from resources.home import KeelHomeResource
 from resources.registry import ModelRegistryResource
 
-CHALLENGER_GATE = "challenger_gate"
+CHALLENGER_GATE = CHALLENGER_GATE_KEY  # the asset check and the registry key of its verdict
 
 
 class ChallengerConfig(dg.Config):
@@ -238,8 +240,11 @@ def build_challenger_assets(uc: UseCase) -> list[dg.AssetsDefinition]:
                 reg.annotate(name, candidates[c]["sha256"], {CHALLENGER_GATE: row.as_row() | {
                     "gate_month": config.gate_month, "champion_version": champion_version,
                     "run_id": run_id_of(context)}})  # fmt: skip
-            reg.set_alias(name, "challenger", chosen["sha256"], f"{shown}: chosen on drift in {config.drift_window}")
-        passed = choice.chosen is not None
+            passed = choice.chosen is not None
+            if passed:  # only a candidate its gate passed becomes the challenger: a refused one never answers
+                reg.set_alias(
+                    name, "challenger", chosen["sha256"], f"{shown}: chosen on drift in {config.drift_window}"
+                )
         context.log.info(f"candidates vs champion v{champion_version} on {config.gate_month}: {choice.reason}")
         best = rows[shown].verdict
         yield dg.Output(

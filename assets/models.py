@@ -26,6 +26,7 @@ from assets.features import feature_code_version
 from assets.usecase import wiring
 from keel.contracts.spec import load_contract
 from keel.factories.markdown import frame_to_markdown
+from keel.registry import QUALITY_GATE_KEY
 from keel.release import infra_snapshot, release_manifest
 from keel.training.coarse import coarse_metadata, fit_coarse
 from keel.training.model import (
@@ -141,7 +142,6 @@ def build_model_assets(
                     "run_id": run_id_of(context),
                 },
             )
-            reg.set_alias(model_name, "challenger", model.sha256, f"trained in run {run_id_of(context)}")
             coarse = fit_coarse(reg, model_name, uc.model.coarse, features, config, fs, model.sha256,
                                 {"train_months": list(config.train_months), "run_id": run_id_of(context)})  # fmt: skip
         record = pl.DataFrame(
@@ -202,9 +202,11 @@ def build_model_assets(
                 {
                     "metrics": {"holdout_month": holdout_month, **candidate.as_metrics()},
                     "evaluation_run_id": run_id_of(context),
-                    "gate": {"passed": decision.passed, "reasons": list(decision.reasons)},
+                    QUALITY_GATE_KEY: {"passed": decision.passed, "reasons": list(decision.reasons)},
                 },
             )
+            if decision.passed:  # only a vetted model is the challenger (keel.registry.passed_a_gate)
+                reg.set_alias(model_name, "challenger", sha, f"quality gate passed in run {run_id_of(context)}")
         table = pl.DataFrame(
             {
                 "model": [model_name],

@@ -23,6 +23,18 @@ from keel.sqldb import Database, Location, control_plane, location_exists, locat
 from keel.storage import Closing, _atomic
 
 ALIASES = ("champion", "challenger", "archived")
+# Where a gate records its verdict in a model's metadata: the quality gate of a first model (``{"passed": bool}``)
+# and the challenger gate of a drift decision (one row per candidate; ``chosen`` is the candidate it passed).
+QUALITY_GATE_KEY = "gate"
+CHALLENGER_GATE_KEY = "challenger_gate"
+
+
+def passed_a_gate(metadata: dict[str, Any]) -> bool:
+    """Whether a registered model was vetted: its quality gate passed, or the challenger gate chose it. Only such a
+    model (or a champion, past or present) may answer a request; a model no gate has judged has not passed."""
+    quality = metadata.get(QUALITY_GATE_KEY) or {}
+    challenger = metadata.get(CHALLENGER_GATE_KEY) or {}
+    return quality.get("passed") is True or challenger.get("chosen") is True
 
 
 def coarse_name(model: str) -> str:

@@ -43,7 +43,7 @@ from gpu_runtime.gateway.control import CircuitBreaker, RetryBudget
 from gpu_runtime.gateway.limits import RequestError
 from gpu_runtime.gateway.overload import LoadSignals, blame_timeout
 from gpu_runtime.repository import triton_name
-from keel.deploy.routing import Route, RoutingTable
+from keel.deploy.routing import CHAMPION, Route, RoutingTable
 from keel.policies.gateway import GatewayPolicy
 
 RUNTIME_GONE_GRACE_S = 0.2
@@ -161,8 +161,11 @@ class TritonScorer:
         return b
 
     def _alternatives(self, table: RoutingTable, failed: Route) -> list[Route]:
+        """Where a failed version's request goes instead: the previous champion (the fallback), then the champion —
+        never a challenger, an experiment's arm or any route at weight 0 (a model that is only reachable on purpose
+        does not answer by accident; past these the coarse model answers)."""
         out = [table.fallback] if table.fallback and table.fallback.version != failed.version else []
-        out += [r for r in table.routes if r.version != failed.version and r not in out]
+        out += [r for r in table.routes if r.name == CHAMPION and r.version != failed.version and r not in out]
         return out
 
     async def score(

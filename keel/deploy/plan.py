@@ -1,7 +1,8 @@
 """What a deployment serves, and the release it records — decided here, as values; done by any ``ModelDeployer``.
 
 ``plan_deployment`` reads the policy store's state and the registry: the champion at full weight, a running canary's
-challenger at its step's share (else the registry's challenger at weight 0, reachable through experiments), every
+challenger at its step's share (else the registry's challenger at weight 0, reachable through experiments — only
+one a gate passed: ``keel.registry.passed_a_gate``), every
 arm of a live experiment, and the archived champion as the circuit breaker's fallback. ``release`` turns a plan into
 the release manifest (data, model, infra, policy parts), deploys it and appends it to the ledger unless it is the
 live release already. The ``model_deployment`` asset and the tests (against ``FakeDeployer``, no Triton) call them.
@@ -19,7 +20,7 @@ from keel.canary import FINISHED
 from keel.deploy.routing import DeployReport, ModelDeployer, Route, Target
 from keel.ledger import Ledger, LedgerEntry, model_line
 from keel.metering.cost import cost_policy
-from keel.registry import ModelRegistry, RegisteredModel, coarse_name
+from keel.registry import ModelRegistry, RegisteredModel, coarse_name, passed_a_gate
 from keel.release import release_manifest
 
 CHALLENGER_WEIGHT = 0.0  # a challenger is loaded and reachable through experiments; canaries set real weights
@@ -125,8 +126,8 @@ def plan_deployment(
     canary_sha = registry.sha_of_version(model, canary.challenger_version) if canary else None
     if canary_sha and canary_sha != champion:  # a rollout in progress: its challenger at its step's share
         targets.append(target(canary_sha, "challenger", share))
-    elif challenger and challenger != champion:
-        targets.append(target(challenger, "challenger", CHALLENGER_WEIGHT))
+    elif challenger and challenger != champion and passed_a_gate(registry.get(model, challenger).metadata):
+        targets.append(target(challenger, "challenger", CHALLENGER_WEIGHT))  # never one no gate passed
     for version in live_experiment_versions(state, model):  # a live experiment's arms must be served
         if version not in {t.route.version for t in targets}:
             targets.append(target(registry.sha_of_version(model, version), f"experiment-v{version}", 0.0))

@@ -20,6 +20,8 @@ from typing import Any
 from keel.errors import KeelError
 from keel.storage import _atomic
 
+CHAMPION = "champion"  # the route that answers by default; with the fallback, the only one a retry may go to
+
 
 @dataclass(frozen=True)
 class Route:

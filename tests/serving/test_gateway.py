@@ -375,3 +375,26 @@ def test_the_generic_route_refuses_an_unknown_model_and_a_request_that_breaks_th
     for bad in ({"entities": []}, {"entities": flight}, {"flight": flight}):
         r = httpx.post(url, json=bad, timeout=10)
         assert r.status_code == 422 and "'entities' must be a list" in r.json()["error"]["message"], r.text
+
+
+def test_a_version_at_weight_zero_never_answers_for_a_failing_champion(runtime, serving_models):
+    """Issue 46 item 1: a challenger deployed at weight 0 (reachable only on purpose) is no stand-in. The champion
+    (v1) fails for real: its requests are retried on the champion or refused — version 2 never answers, and with no
+    fallback and no coarse model each failure is a structured 502/503, not v2's score."""
+    _, feb = serving_models
+    fault = runtime.home / "fault-{version}"
+    deployer = runtime.deployer(keel_fault_file=str(fault))
+    deployer.deploy(MODEL, [runtime.target(1), runtime.target(2, name="challenger", weight=0.0)])
+    bodies = [request_body(r) for r in feb.head(40).iter_rows(named=True)]
+    assert runtime.post(bodies[0]).json()["model_version"] == 1
+    (runtime.home / "fault-1").touch()
+    try:
+        answers = [runtime.post(b) for b in bodies]
+    finally:
+        (runtime.home / "fault-1").unlink()
+    assert all(a.status_code in (502, 503) for a in answers), [a.status_code for a in answers]
+    assert not [a for a in answers if a.json().get("model_version") == 2]
+    ids = {a.headers["x-request-id"] for a in answers}
+    logged = [e for e in read_exposures(runtime.home / "serving" / "exposures") if e["request_id"] in ids]
+    assert len(logged) == len(answers) and all(e.get("model_version") != 2 for e in logged)
+    deployer.deploy(MODEL, [runtime.target(1)])

@@ -45,6 +45,7 @@ def test_gate_passes_promotes_and_retraining_gives_the_same_model(setup, monkeyp
     assert mats["model_promotion"]["champion"].value == sha
     registry = ModelRegistry(setup[3])
     assert registry.alias("flight-delay", "champion") == sha
+    assert registry.alias("flight-delay", "challenger") == sha  # named challenger once its gate passed
     assert registry.get("flight-delay", sha).metadata["train_months"] == ["2013-01", "2013-02"]
     again = run_models(setup)
     assert {e.asset_key.path[-1]: e.materialization.metadata for e in again.get_asset_materialization_events()}[
@@ -59,7 +60,9 @@ def test_a_failing_gate_stops_promotion_and_says_why(setup, monkeypatch):
     assert gate.passed is False and "calibration: ECE" in gate.metadata["reasons"].value
     materialized = {e.asset_key.path[-1] for e in result.get_asset_materialization_events()}
     assert "model_promotion" not in materialized and "model_evaluation" in materialized
-    assert ModelRegistry(setup[3]).alias("flight-delay", "champion") is None
+    registry = ModelRegistry(setup[3])
+    assert registry.alias("flight-delay", "champion") is None
+    assert registry.alias("flight-delay", "challenger") is None  # a refused model is no challenger: never served
 
 
 def test_promotion_builds_the_candidate_release_manifest(setup, monkeypatch, tmp_path):
