@@ -106,7 +106,9 @@ def main() -> int:
         auc = np.mean([rows[m][name][0] for m in rows])
         loss = np.mean([rows[m][name][1] for m in rows])
         print(f"{name:<22} {auc:7.4f} {loss:9.4f}")
-    best = [min((v for n, v in r.items() if "from day" not in n), key=lambda v: v[1]) for r in rows.values()]  # each month's lowest log-loss, in hindsight
+    best = [
+        min((v for n, v in r.items() if "from day" not in n), key=lambda v: v[1]) for r in rows.values()
+    ]  # each month's lowest log-loss, in hindsight
     print(f"{'hindsight best':<22} {np.mean([b[0] for b in best]):7.4f} {np.mean([b[1] for b in best]):9.4f}")
     return 0
 
