@@ -32,7 +32,7 @@ from keel.loop.shadow import ShadowPolicy
 from keel.metrics import LOSS_NAMES
 from keel.registry import CHALLENGER_GATE_KEY
 from keel.training.coarse import coarse_metadata, fit_coarse
-from keel.training.model import TrainingConfig, _xy, month_of, predict, train_model
+from keel.training.model import TrainingConfig, _xy, interval_record, month_of, predict, train_model
 from keel.usecase import UseCase
 from resources.home import KeelHomeResource
 from resources.registry import ModelRegistryResource
@@ -144,6 +144,7 @@ def build_challenger_assets(uc: UseCase) -> list[dg.AssetsDefinition]:
         features = read_months(uc, keel_home.layout(), months)
         run_id = run_id_of(context)
         rows, coarse, fitted = [], None, {}
+        newest = newest_rows(uc, features, config)  # early stopping's days: each candidate's interval is fitted there
         with registry.open() as reg:
             for spec in specs:
                 text, record = _fit(uc, spec, config, features, reg, first.params, fitted)
@@ -152,11 +153,14 @@ def build_challenger_assets(uc: UseCase) -> list[dg.AssetsDefinition]:
                            "window": "expanding" if spec.expanding else None,
                            "trigger": {"drift_window": config.drift_window, "drift_event": config.drift_event},
                            "gate_month": config.gate_month, "gate_from_day": config.gate_from_day,
-                           "feature_code_version": feature_code_version(uc)}  # fmt: skip
+                           "feature_code_version": feature_code_version(uc),
+                           **interval_record(text, newest, fs, uc.model.interval_coverage,
+                                             f"{config.gate_month} days 1–{config.gate_from_day - 1}")}  # fmt: skip
                 sha = reg.register(name, text, record).sha256
                 if coarse is None:  # one coarse model for the decision (the first candidate's), linked to each
                     coarse = fit_coarse(reg, name, uc.model.coarse, features, _training(spec, config, first.params, uc),
-                                        fs, sha, {"train_months": list(config.train_months), "run_id": run_id})  # fmt: skip
+                                        fs, sha, {"train_months": list(config.train_months), "run_id": run_id},
+                                        uc.model.interval_coverage)  # fmt: skip
                 elif coarse[1] is not None:
                     reg.annotate(name, sha, {"coarse_sha256": coarse[0].sha256})
                 version = reg.version(name, sha)

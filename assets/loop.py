@@ -21,6 +21,7 @@ from assets.drift import build_drift_assets
 from assets.features import build_feature_assets
 from assets.models import training_config
 from assets.usecase import wiring
+from keel.intervals import Interval
 from keel.loop.report import Promotion, Release, expanding_window, month_report, naive_window
 from keel.training.model import TrainingConfig, train_model
 from keel.usecase import UseCase
@@ -61,8 +62,9 @@ def build_loop_assets(uc: UseCase) -> list[dg.AssetsDefinition]:
         "refitted at the month's start with no delay: what the best simple policy would have done) — both refitted at the "
         "start of the month each row was scored as of (a booking's quote, not its stay); the releases "
         "that went live in the month with their delay from the end of the drift month that caused them; and the "
-        "loop's actions with their simulated and wall times. The Plots tab shows the series across months. Built "
-        "with each month's drift report.",
+        "loop's actions with their simulated and wall times; for a regression, the share of served answers whose "
+        "label fell inside the interval they carried (interval_coverage) against the declared coverage. The Plots "
+        "tab shows the series across months. Built with each month's drift report.",
     )
     def loop_report(
         context: dg.AssetExecutionContext,
@@ -88,7 +90,12 @@ def build_loop_assets(uc: UseCase) -> list[dg.AssetsDefinition]:
                            "fewer than two months before it: the static model")  # fmt: skip
         with registry.open() as reg:
             static_text = reg.load(releases[0].model_sha)
-            report = month_report(month, features, releases, reg.load, static_text, naive, fs, expanding)
+
+            def half_width(sha: str) -> float | None:
+                interval = Interval.from_metadata(reg.get(name, sha).metadata)
+                return interval.half_width if interval else None
+
+            report = month_report(month, features, releases, reg.load, static_text, naive, fs, expanding, half_width)
             versions = {sha: reg.version(name, sha) for sha in report.served_by}
             promotions = [
                 Promotion(
@@ -157,6 +164,14 @@ def build_loop_assets(uc: UseCase) -> list[dg.AssetsDefinition]:
                     records=[dg.TableRecord(a) for a in actions], schema=ACTIONS_SCHEMA
                 ),
                 "action_count": len(actions),
+                **(
+                    {
+                        "interval_coverage": num(report.interval_coverage),
+                        "interval_declared_coverage": uc.model.interval_coverage,
+                    }
+                    if fs.label.task == "regression"
+                    else {}
+                ),
             },
         )
 

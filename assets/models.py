@@ -34,9 +34,12 @@ from keel.training.model import (
     GatePolicy,
     TrainingConfig,
     evaluate,
+    interval_record,
     month_of,
     quality_gate,
     train_model,
+    training_rows,
+    valid_rows_named,
 )
 from keel.usecase import Coarse, UseCase
 from resources.registry import ModelRegistryResource
@@ -140,10 +143,18 @@ def build_model_assets(
                     "feature_code_version": feature_code,
                     "training_code_version": code_version,
                     "run_id": run_id_of(context),
+                    **interval_record(
+                        model.text,
+                        training_rows(features, config, fs)[1],
+                        fs,
+                        uc.model.interval_coverage,
+                        valid_rows_named(config),
+                    ),  # fmt: skip
                 },
             )
             coarse = fit_coarse(reg, model_name, uc.model.coarse, features, config, fs, model.sha256,
-                                {"train_months": list(config.train_months), "run_id": run_id_of(context)})  # fmt: skip
+                                {"train_months": list(config.train_months), "run_id": run_id_of(context)},
+                                uc.model.interval_coverage)  # fmt: skip
         record = pl.DataFrame(
             {"model": [model_name], "sha256": [model.sha256], "best_iteration": [model.best_iteration]}
         )

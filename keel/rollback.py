@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from keel.deploy.plan import coarse_target
+from keel.deploy.plan import coarse_target, served_interval
 from keel.deploy.routing import DeployReport, ModelDeployer, Route, Target
 from keel.errors import KeelError
 from keel.ledger import Ledger, LedgerEntry
@@ -58,12 +58,16 @@ def rollback(
         raise RollbackError(f"ledger entry {target.seq} ({target.release_id}) names no model sha256")
     version = registry.version(model, sha)
     text = registry.load(sha)  # verifies the hash: a corrupt file stops the rollback before anything changes
-    champion = Target(Route("champion", version, sha, 1.0, target.release_id), text, {"registry_version": version})
+    interval = served_interval(registry, model, sha)
+    champion = Target(Route("champion", version, sha, 1.0, target.release_id, interval), text,
+                      {"registry_version": version})  # fmt: skip
     fallback = None
     if live_sha and live_sha != sha:
         live_version = registry.version(model, live_sha)
         fallback = Target(
-            Route("fallback", live_version, live_sha, 0.0, live.release_id),
+            Route(
+                "fallback", live_version, live_sha, 0.0, live.release_id, served_interval(registry, model, live_sha)
+            ),
             registry.load(live_sha),
             {"registry_version": live_version},
         )

@@ -22,6 +22,7 @@ import polars as pl
 
 from keel.drills import Drills
 from keel.features.spec import FeatureSet
+from keel.intervals import DEFAULT_COVERAGE
 from keel.usecase_parts import (  # noqa: F401 - parts of the declaration, imported from here by their users
     USECASE_NAME,
     CausalQuestion,
@@ -92,7 +93,8 @@ class ModelSpec:
     ``train_months``, early-stopped on ``valid_month`` and judged by the quality gate on it too; ``params`` are
     LightGBM parameters over keel's deterministic defaults (keel/training/model.py; a regression label names its
     objective here, e.g. ``{"objective": "regression"}``); ``coarse`` the small model the gateway answers from when
-    this one cannot (keel/usecase_parts.py ``Coarse``)."""
+    this one cannot (keel/usecase_parts.py ``Coarse``); ``interval_coverage`` the coverage of a regression answer's
+    prediction interval (keel/intervals.py)."""
 
     name: str
     asset: str = "model"
@@ -100,6 +102,8 @@ class ModelSpec:
     valid_month: str | None = None
     params: dict = field(default_factory=dict)
     coarse: Coarse | None = None  # the coarse fallback, trained and released with the model (None: none)
+    # A regression answer's prediction interval covers this share of rows (keel/intervals.py); unused for binary.
+    interval_coverage: float = DEFAULT_COVERAGE
 
     def __post_init__(self) -> None:
         if not MODEL_NAME.fullmatch(self.name):
@@ -109,6 +113,8 @@ class ModelSpec:
         for month in (*self.train_months, *([self.valid_month] if self.valid_month else [])):
             if not re.fullmatch(r"\d{4}-(0[1-9]|1[0-2])", month):
                 raise UseCaseError(f"model {self.name}: {month!r} is not a month YYYY-MM")
+        if not (isinstance(self.interval_coverage, int | float) and 0.5 <= self.interval_coverage < 1):
+            raise UseCaseError(f"model {self.name}: interval_coverage {self.interval_coverage!r} must be in [0.5, 1)")
         if self.valid_month is not None and self.valid_month in self.train_months:
             raise UseCaseError(f"model {self.name}: the validation month {self.valid_month} is also a training month")
 

@@ -1,7 +1,7 @@
 """The answer stage: one builder for every exit of the request path, so a normal answer, the coarse model's, the
 last-resort score and every refusal have one shape.
 
-- ``answer``: the 200 — score, confidence_score, model_version, release_id, request_id, variant, degraded flags,
+- ``answer``: the 200 — score, confidence_score (and a regression's ``interval``: ``scored``), model_version, release_id, request_id, variant, degraded flags,
   explanations when asked, ``predictions`` for a batch; header ``x-model-signature`` (the sha256 of the model that
   answered: the coarse model's when it did).
 - ``refusal``: every other status, ``{"request_id", "error": {"code", "message", …}}``; a 503 (and a 429) carries
@@ -18,6 +18,8 @@ import numpy as np
 from gpu_runtime.gateway.explain import explanations
 from gpu_runtime.gateway.limits import RequestError
 from gpu_runtime.gateway.request import Answer, RequestContext
+from keel import intervals
+from keel.deploy.routing import Route
 
 
 def answer(features: Any, ctx: RequestContext) -> Answer:
@@ -28,10 +30,7 @@ def answer(features: Any, ctx: RequestContext) -> Answer:
         route = None
     else:
         scores, route = ctx.scores, ctx.route
-    confidence = np.abs(2.0 * scores - 1.0)
-    predictions = [
-        {"score": s, "confidence_score": c} for s, c in zip(scores.tolist(), confidence.tolist(), strict=True)
-    ]
+    predictions = scored(features.label.task, scores, route if ctx.last_resort is None else None)
     if ctx.explained is not None:
         shown = explanations(features.names, ctx.values, ctx.explained.contrib, ctx.explained.raw_score, ctx.top_k,
                              explained_units(features))  # fmt: skip
@@ -46,6 +45,7 @@ def answer(features: Any, ctx: RequestContext) -> Answer:
         "degraded": sorted(set(ctx.degraded)),
         "score": predictions[0]["score"],
         "confidence_score": predictions[0]["confidence_score"],
+        **({k: predictions[0][k] for k in ("interval", "interval_coverage")} if "interval" in predictions[0] else {}),
         **({"coarse_version": route.version} if ctx.coarse else {}),
         **({"explanation": predictions[0]["explanation"]} if ctx.explained is not None else {}),
         **({"predictions": predictions} if len(predictions) > 1 else {}),
@@ -55,6 +55,24 @@ def answer(features: Any, ctx: RequestContext) -> Answer:
         headers = {"x-model-signature": route.sha256, **headers}
     ctx.status = 200
     return Answer(200, payload, headers)
+
+
+def scored(task: str, scores: np.ndarray, route: Route | None) -> list[dict[str, Any]]:
+    """Each row's score and its confidence in [0, 1] (keel/intervals.py): a binary model's |2·p − 1|; a regression's
+    from the prediction interval its version carries (``route.interval``: coverage, half-width), which the answer
+    shows as ``interval: [lo, hi]`` at ``interval_coverage``. No model (``route`` None: the policy's last-resort
+    score), or a regression version without an interval: confidence 0, no interval."""
+    if route is None:
+        return [{"score": s, "confidence_score": 0.0} for s in scores.tolist()]
+    if task == "binary":
+        return [{"score": s, "confidence_score": c} for s, c in zip(scores.tolist(), np.abs(2.0 * scores - 1.0).tolist(), strict=True)]  # fmt: skip
+    if route.interval is None:
+        return [{"score": s, "confidence_score": 0.0} for s in scores.tolist()]
+    coverage, half_width = route.interval
+    lo, hi = intervals.bounds(scores, half_width)
+    conf = intervals.confidence(scores, half_width)
+    return [{"score": s, "confidence_score": c, "interval": [a, b], "interval_coverage": coverage}
+            for s, c, a, b in zip(scores.tolist(), conf.tolist(), lo.tolist(), hi.tolist(), strict=True)]  # fmt: skip
 
 
 def refusal(ctx: RequestContext, err: RequestError) -> Answer:

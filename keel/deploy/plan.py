@@ -18,6 +18,7 @@ from typing import Any
 
 from keel.canary import FINISHED
 from keel.deploy.routing import DeployReport, ModelDeployer, Route, Target
+from keel.intervals import Interval
 from keel.ledger import Ledger, LedgerEntry, model_line
 from keel.metering.cost import cost_policy
 from keel.registry import ModelRegistry, RegisteredModel, coarse_name, passed_a_gate
@@ -86,6 +87,13 @@ class DeploymentPlan:
         return [{"name": t.route.name, "version": t.route.version, "weight": t.route.weight} for t in self.targets]
 
 
+def served_interval(registry: ModelRegistry, model: str, sha256: str) -> tuple[float, float] | None:
+    """(coverage, half-width) of the prediction interval in a version's registry record, which its route carries to
+    the gateway (a regression's answers; keel/intervals.py); None for a binary model."""
+    interval = Interval.from_metadata(registry.get(model, sha256).metadata)
+    return (interval.coverage, interval.half_width) if interval else None
+
+
 def coarse_target(registry: ModelRegistry, model: str, sha256: str, release_id: str | None = None) -> Target | None:
     """The coarse model linked from the registry record of ``model``'s version ``sha256`` (``coarse_sha256``, set
     when it passed its gate), as a deployment target of release ``release_id``; None when it has none."""
@@ -94,7 +102,8 @@ def coarse_target(registry: ModelRegistry, model: str, sha256: str, release_id: 
         return None
     name = coarse_name(model)
     version = registry.version(name, coarse_sha)
-    return Target(Route("coarse", version, coarse_sha, 0.0, release_id), registry.load(coarse_sha),
+    route = Route("coarse", version, coarse_sha, 0.0, release_id, served_interval(registry, name, coarse_sha))
+    return Target(route, registry.load(coarse_sha),
                   {"registry_version": version, "coarse_of": sha256})  # fmt: skip
 
 
@@ -116,7 +125,8 @@ def plan_deployment(
 
     def target(sha: str, name: str, weight: float) -> Target:
         version = registry.version(model, sha)
-        return Target(Route(name, version, sha, weight, None), registry.load(sha), {"registry_version": version})
+        route = Route(name, version, sha, weight, None, served_interval(registry, model, sha))
+        return Target(route, registry.load(sha), {"registry_version": version})
 
     data_parts, model_parts = promotion["data"]["parts"], promotion["model"]["parts"]
     if model_parts.get("sha256") != champion:  # a canary promoted another version: describe that one

@@ -30,6 +30,12 @@ class Route:
     sha256: str
     weight: float = 1.0
     release_id: str | None = None
+    # A regression version's prediction interval, from its registry record: (coverage, half-width) (keel/intervals.py)
+    interval: tuple[float, float] | None = None
+
+    def __post_init__(self) -> None:
+        if self.interval is not None:  # read back from JSON as a list
+            object.__setattr__(self, "interval", (float(self.interval[0]), float(self.interval[1])))
 
 
 @dataclass(frozen=True)

@@ -73,6 +73,9 @@ class MonthReport:
     naive: Score
     served_by: dict[str, int] = field(default_factory=dict)  # model sha → rows it served this month
     expanding: Score | None = None  # the reference row (module docstring); None: not computed
+    # A regression's served answers: the share whose label fell inside the prediction interval the serving version
+    # carried (keel/intervals.py); None for a binary model or when no served version has an interval.
+    interval_coverage: float | None = None
 
 
 def champion_at(releases: list[Release], when: datetime) -> Release | None:
@@ -137,12 +140,15 @@ def month_report(
     naive: Baseline | None,
     fs: FeatureSet,
     expanding: Baseline | None = None,
+    half_width: Callable[[str], float | None] = lambda sha: None,
 ) -> MonthReport:
     """The models on the same rows — those a release served — in the same serving periods, by the metrics of the
-    task of ``fs``'s label; the baselines refitted at the start of each row's scoring month (module docstring)."""
+    task of ``fs``'s label; the baselines refitted at the start of each row's scoring month (module docstring).
+    ``half_width``: a version's prediction-interval half-width by sha256 (None: it has none), for the realized
+    coverage of what was served."""
     task = fs.label.task
     parts = segments(frame, releases, fs)
-    served, static, naive_parts, reference_parts, counts = [], [], [], [], {}
+    served, static, naive_parts, reference_parts, counts, covered = [], [], [], [], {}, []
     for sha, part in parts:
         served.append(predict(load(sha), part, fs))
         static.append(predict(static_text, part, fs))
@@ -151,11 +157,15 @@ def month_report(
         if expanding:
             reference_parts.append(by_scoring_month(part, fs, expanding, static_text))
         counts[sha] = counts.get(sha, 0) + int(served[-1][1].size)
+        if (q := half_width(sha)) is not None and served[-1][1].size:
+            scores, labels = served[-1]
+            covered.append((int(np.sum(np.abs(labels - scores) <= q)), int(labels.size)))
     rows = sum(int(y.size) for _, y in served)
     naive_score = segment_score(naive_parts, task) if naive else Score.empty(task)
     reference = segment_score(reference_parts, task) if expanding else Score.empty(task)
+    coverage = sum(c for c, _ in covered) / sum(n for _, n in covered) if covered else None
     return MonthReport(month, rows, segment_score(served, task), segment_score(static, task), naive_score, counts,
-                       reference)  # fmt: skip
+                       reference, coverage)  # fmt: skip
 
 
 def expanding_window(month: str, months: tuple[str, ...]) -> tuple[tuple[str, ...], str] | None:

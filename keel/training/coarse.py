@@ -15,8 +15,17 @@ import numpy as np
 import polars as pl
 
 from keel.features.spec import FeatureSet
+from keel.intervals import DEFAULT_COVERAGE, INTERVAL_KEY, fit
 from keel.registry import coarse_name
-from keel.training.model import TrainingConfig, _xy, log_loss, predict, train_model, training_rows
+from keel.training.model import (
+    TrainingConfig,
+    _xy,
+    log_loss,
+    predict,
+    train_model,
+    training_rows,
+    valid_rows_named,
+)
 from keel.usecase_parts import Coarse
 
 
@@ -29,6 +38,7 @@ class CoarseModel:
     constant_loss: float  # the training window's label mean, on the same rows
     constant: float
     rows: int
+    interval: dict | None = None  # a regression's split-conformal interval on the same rows (keel/intervals.py)
 
     @property
     def passed(self) -> bool:
@@ -48,6 +58,7 @@ class CoarseModel:
                 "loss": self.loss, "coarse": self.coarse_loss, "constant": self.constant_loss,
                 "constant_value": self.constant, "rows": self.rows, "passed": self.passed,
             },
+            **({INTERVAL_KEY: self.interval} if self.interval else {}),
         }  # fmt: skip
 
 
@@ -57,9 +68,12 @@ def _loss(task: str, scores: np.ndarray, labels: np.ndarray) -> float:
     return float(np.sqrt(np.mean((scores - labels) ** 2)))
 
 
-def train_coarse(features: pl.DataFrame, config: TrainingConfig, fs: FeatureSet, spec: Coarse) -> CoarseModel:
+def train_coarse(
+    features: pl.DataFrame, config: TrainingConfig, fs: FeatureSet, spec: Coarse, coverage: float = DEFAULT_COVERAGE
+) -> CoarseModel:
     """Train the coarse model on ``config``'s months (early-stopped as the main model is) and judge it against the
-    training window's label mean on ``config``'s validation rows."""
+    training window's label mean on ``config``'s validation rows; a regression's interval (at ``coverage``) is
+    calibrated on the same rows."""
     params = config.params | {"num_leaves": spec.num_leaves, "min_data_in_leaf": max(20, spec.num_leaves * 5)}
     model = train_model(features, replace(config, num_boost_round=spec.rounds, params=params), fs)
     train, valid = training_rows(features, config, fs)
@@ -75,6 +89,9 @@ def train_coarse(features: pl.DataFrame, config: TrainingConfig, fs: FeatureSet,
         constant_loss=_loss(task, np.full_like(labels, constant), labels),
         constant=constant,
         rows=int(labels.size),
+        interval=fit(scores, labels, coverage, valid_rows_named(config)).as_metadata()
+        if task == "regression"
+        else None,
     )
 
 
@@ -87,6 +104,7 @@ def fit_coarse(
     fs: FeatureSet,
     main_sha256: str,
     metadata: dict,
+    coverage: float = DEFAULT_COVERAGE,
 ) -> tuple[CoarseModel, int | None] | None:
     """Train ``model``'s coarse model (when the use case declares one: ``spec``) on the main model's ``config``,
     register it as ``<model>-coarse`` with ``metadata`` and its gate, and link it from the main model's record
@@ -94,7 +112,7 @@ def fit_coarse(
     the coarse model and its registry version when linked (None when not), or None when none is declared."""
     if spec is None:
         return None
-    coarse = train_coarse(features, config, fs, spec)
+    coarse = train_coarse(features, config, fs, spec, coverage)
     name = coarse_name(model)
     reg.register(name, coarse.text, metadata | coarse.metadata(main_sha256))
     reg.annotate(model, main_sha256, {"coarse_sha256": coarse.sha256 if coarse.passed else None})

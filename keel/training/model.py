@@ -15,6 +15,7 @@ import lightgbm as lgb
 import numpy as np
 import polars as pl
 
+from keel import intervals
 from keel.features.spec import FeatureSet
 from keel.metrics import auc, summary
 
@@ -131,6 +132,21 @@ def train_model(features: pl.DataFrame, config: TrainingConfig, fs: FeatureSet) 
     )
     text = booster.model_to_string(num_iteration=booster.best_iteration)
     return TrainedModel(text, hashlib.sha256(text.encode()).hexdigest(), int(booster.best_iteration), names)
+
+
+def interval_record(text: str, valid: pl.DataFrame, fs: FeatureSet, coverage: float, on: str) -> dict[str, Any]:
+    """What a regression model's registry record adds: its split-conformal interval on its validation rows
+    ``valid`` (``on`` says which, in words; keel/intervals.py). A binary model adds nothing."""
+    if fs.label.task != "regression":
+        return {}
+    scores, labels = predict(text, valid, fs)
+    return {intervals.INTERVAL_KEY: intervals.fit(scores, labels, coverage, on).as_metadata()}
+
+
+def valid_rows_named(config: TrainingConfig) -> str:
+    """``config``'s validation rows in words: "2016-03", "2016-05 days 1–21"."""
+    days = f" days {config.valid_days[0]}–{config.valid_days[1]}" if config.valid_days else ""
+    return f"{config.valid_month}{days}"
 
 
 def predict(model_text: str, frame: pl.DataFrame, fs: FeatureSet) -> tuple[np.ndarray, np.ndarray]:

@@ -250,6 +250,7 @@ def test_while_the_runtime_is_down_the_answer_is_structured_or_the_configured_la
     status, payload, _ = asyncio.run(lenient.predict(body, {}))
     assert status == 200 and payload["score"] == 0.2 and payload["degraded"] == ["runtime_unavailable"]
     assert payload["model_version"] is None
+    assert payload["confidence_score"] == 0.0  # a constant answers without knowing the request: no confidence
     lines = read_exposures(tmp_path / "exposures")
     assert [(e["status"], e["model_version"]) for e in lines] == [(503, None), (200, None)]
     with pytest.raises(PolicyError, match="last_resort_score must be a probability"):

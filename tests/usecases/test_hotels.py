@@ -9,6 +9,7 @@ from __future__ import annotations
 from datetime import UTC, date, datetime
 
 import dagster as dg
+import numpy as np
 import polars as pl
 import pytest
 
@@ -18,6 +19,7 @@ from keel.features.online import get_online_features
 from keel.features.sqlite_store import SQLiteOnlineStore
 from keel.ledger import Ledger
 from keel.registry import ModelRegistry
+from keel.training.model import predict
 from keel.usecase import from_module
 from resources import TritonResource, keel_resources
 from usecases.hotels import replay
@@ -179,3 +181,33 @@ def test_november_drifts_from_the_summer_it_was_trained_on_and_the_loop_reports_
     for who in ("served", "static", "naive"):
         assert loop[f"{who}_rmse"].value > loop[f"{who}_mae"].value > 0, who
     assert "served_auc" not in loop
+    # the realized coverage of the served answers' intervals: the share of November's judged bookings whose price
+    # fell inside the served model's ŷ ± half-width (recomputed here from the registry record and the rows)
+    with ModelRegistry(home / "registry") as registry:
+        text, record = (
+            registry.load(sha.metadata["sha256"].value),
+            registry.get("room-rate", sha.metadata["sha256"].value),
+        )
+    half_width = record.metadata["interval"]["half_width"]
+    judged = november.filter(pl.col("quoted_on") >= date(2016, 11, 1))
+    scores, labels = predict(text, judged, uc.features)
+    assert loop["interval_coverage"].value == pytest.approx(
+        float(np.mean(np.abs(labels - scores) <= half_width)), abs=1e-4
+    )
+    assert loop["interval_declared_coverage"].value == 0.9
+
+
+def test_the_first_models_interval_covers_its_validation_month_as_declared(built):
+    """Split conformal on October (the validation month, not fitted on): ŷ ± half-width holds ≥ 90 % of October's
+    prices by construction; the record says where it was calibrated, on how many rows."""
+    uc, home, _, model, _ = built
+    sha = {e.asset_key.path[-1]: e.materialization for e in model.get_asset_materialization_events()}["rate_model"]
+    with ModelRegistry(home / "registry") as registry:
+        sha256 = sha.metadata["sha256"].value
+        text, interval = registry.load(sha256), registry.get("room-rate", sha256).metadata["interval"]
+    october = pl.read_parquet(home / "storage" / "hotels" / "rate_features" / "2016-10.parquet")
+    scores, labels = predict(text, october, uc.features)
+    assert interval["coverage"] == 0.9 and interval["calibrated_on"] == "2016-10"
+    assert interval["calibration_rows"] == labels.size and interval["half_width"] > 0
+    covered = float(np.mean(np.abs(labels - scores) <= interval["half_width"]))
+    assert 0.9 <= covered < 0.9 + 2 / labels.size + 1e-9  # the ⌈(n+1)·0.9⌉-th residual: no wider than it must be
