@@ -178,11 +178,19 @@ def deployment_salt(table: RoutingTable) -> str:
 
 
 def choose_route(
-    table: RoutingTable, split: Split | None, unit_id: str, experiment_id: str | None
+    table: RoutingTable,
+    split: Split | None,
+    unit_id: str,
+    experiment_id: str | None,
+    experiments: dict[str, tuple[tuple[str, int, float], ...]] | None = None,
 ) -> tuple[Route, str, list[str]]:
-    """Which route serves ``unit_id``: the ``x-experiment-id`` experiment's variant (salted by the experiment id),
-    else the store's split in force (salted by its own salt), else the deployment's weights. Sticky: the same unit
-    under the same split always lands on the same route. Returns the route, the variant or route name, and flags."""
+    """Which route serves ``unit_id``: the ``x-experiment-id`` experiment's variant (salted by the experiment id) —
+    from the routing table's experiments, else the store's live ones (``experiments``: id → (variant, version,
+    weight) arms, keel.policies.gateway.live_experiments) —, else the store's split in force (salted by its own
+    salt), else the deployment's weights. Sticky: the same unit under the same split always lands on the same route.
+    A named experiment this gateway does not know is flagged ``unknown_experiment``; one whose chosen arm is not
+    deployed here ``experiment_not_deployed`` (both then routed as if unnamed). Returns the route, the variant or
+    route name, and flags."""
     flags: list[str] = []
     if experiment_id:
         variants = table.experiments.get(experiment_id)
@@ -190,7 +198,16 @@ def choose_route(
             name = pick_weighted([Weighted(v.name, v.weight) for v in variants], unit_id, salt=experiment_id)
             variant = next(v for v in variants if v.name == name)
             return table.route(variant.route), name, flags
-        flags.append("unknown_experiment")
+        arms = (experiments or {}).get(experiment_id)
+        if arms:
+            name = pick_weighted([Weighted(n, w) for n, _, w in arms], unit_id, salt=experiment_id)
+            version = next(v for n, v, _ in arms if n == name)
+            route = next((r for r in table.routes if r.version == version), None)
+            if route is not None:
+                return route, name, flags
+            flags.append("experiment_not_deployed")
+        else:
+            flags.append("unknown_experiment")
     if split and any(split.weights.get(r.version, 0) > 0 for r in table.routes):
         options = [Weighted(r.name, split.weights.get(r.version, 0.0)) for r in table.routes]
         salt = split.salt

@@ -20,7 +20,7 @@ from typing import Any
 
 from keel.deploy.routing import RoutingTable
 from keel.policies import PolicyReader
-from keel.policies.gateway import GatewayPolicy, PolicyError, Split, effective_policy
+from keel.policies.gateway import GatewayPolicy, PolicyError, Split, effective_policy, live_experiments
 from keel.sqldb import PgLocation
 
 POLICY_POLL_S = 0.5  # a committed policy is in force within this (plus one request) — under the 1 s promise
@@ -41,6 +41,8 @@ class Follower:
         self.policy = base_policy
         self.policy_version = 0  # the store version in force (0: none)
         self.split: Split | None = None  # the store's ab_test split in force: weights by model version, salt
+        # The store's live experiments on the model, by id: (variant, version, weight) arms (x-experiment-id routing)
+        self.experiments: dict[str, tuple[tuple[str, int, float], ...]] = {}
         self.policy_applied_at: float | None = None
         self.policy_error: str | None = None  # why the newest store version was refused
         self.policy_regressed_to: int | None = None  # the store's version when it went below the applied one
@@ -134,6 +136,7 @@ class Follower:
             self.policy_error = f"policy version {latest} refused: {exc}"
             return
         self.policy, self.split, self.policy_version = policy, split, latest
+        self.experiments = live_experiments(state, table.model if table else None)
         self.policy_applied_at = time.time()  # when this version came into force here (/healthz)
         self.policy_error, self.policy_notes = None, notes
         self.on_policy(policy, state)  # breakers, buckets, retries, prices and budgets

@@ -240,10 +240,10 @@ def deployed(model: Any, ctx: RequestContext) -> None:
 
 def route(model: Any, ctx: RequestContext) -> None:
     ctx.check("route")
-    table = ctx.table
     if model.runtime is not None and not model.runtime.up:
         return  # infer answers without Triton (runtime_unavailable)
-    chosen, variant, flags = choose_route(table, model.follower.split, ctx.unit_id, ctx.experiment_id)
+    split, experiments = model.follower.split, model.follower.experiments  # the store's, as the gateway follows it
+    chosen, variant, flags = choose_route(ctx.table, split, ctx.unit_id, ctx.experiment_id, experiments)
     ctx.route, ctx.variant, ctx.routed_version = chosen, variant, chosen.version  # who was asked, before any fallback
     ctx.degraded += flags
 

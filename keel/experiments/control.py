@@ -2,7 +2,9 @@
 
 An experiment is live as an ``ab_test`` policy named ``experiment.<id>``: variants control and treatment (the
 spec's model versions and traffic ratio) and an ``experiment`` field with its status (running, paused, stopped,
-rolled_back), the spec's sha256 and when it started. Gateways follow the store, so each commit is the action; its
+rolled_back), the spec's sha256, when it started and which traffic it takes (``traffic``: ``all`` — the model's
+split, one such experiment per model at a time — or ``header``: only requests with ``x-experiment-id: <id>``; every
+live experiment answers its header, so several run on one model at once, each sticky per unit by its own salt). Gateways follow the store, so each commit is the action; its
 reason carries who and why (a guardrail's evidence, as JSON). The spec itself is kept next to the data:
 ``$KEEL_HOME/experiments/<id>/spec.yaml``, written once at the start.
 
@@ -79,9 +81,17 @@ def start(store, spec_path: str | Path, *, home: Path, author: str, reason: str 
     spec = load_spec(spec_path)
     if spec.control_version is None or spec.treatment_version is None:
         raise ExperimentStateError(f"{spec_path}: starting needs control.version and treatment.version")
-    current = experiments(store).get(spec.id)
+    live = experiments(store)
+    current = live.get(spec.id)
     if current and current["status"] in LIVE:
         raise ExperimentStateError(f"experiment '{spec.id}' is already {current['status']}")
+    splitting = [i for i, m in live.items() if m["status"] in LIVE and m["body"]["model"] == spec.model
+                 and m.get("traffic", "all") == "all"]  # fmt: skip
+    if spec.traffic == "all" and splitting:
+        raise ExperimentStateError(
+            f"experiment '{splitting[0]}' already splits all of {spec.model}'s traffic: stop it first, or start "
+            f"'{spec.id}' with traffic: header (it then takes only requests with x-experiment-id: {spec.id})"
+        )
     text = spec_path.read_text()
     directory = experiment_dir(home, spec.id)
     write_text_atomic(text, directory / "spec.yaml")
@@ -90,6 +100,7 @@ def start(store, spec_path: str | Path, *, home: Path, author: str, reason: str 
         "status": RUNNING,
         "spec_sha256": hashlib.sha256(text.encode()).hexdigest(),
         "started_at": datetime.now(UTC).timestamp(),
+        "traffic": spec.traffic,
     }
     commit = store.apply(
         {split_name(spec.id): ("ab_test", _body(spec, spec.traffic_ratio, meta))},
@@ -109,7 +120,7 @@ def _move(store, home: Path, exp_id: str, to: str, *, author: str, reason: str, 
     if current["status"] not in allowed:
         raise ExperimentStateError(f"experiment '{exp_id}' is {current['status']}; cannot become {to}")
     spec = stored_spec(home, exp_id)
-    meta = {k: current[k] for k in ("id", "spec_sha256", "started_at") if k in current} | {"status": to}
+    meta = {k: current[k] for k in ("id", "spec_sha256", "started_at", "traffic") if k in current} | {"status": to}
     if to != RUNNING:
         meta["ended_at" if to in (STOPPED, ROLLED_BACK) else "paused_at"] = datetime.now(UTC).timestamp()
     share = spec.traffic_ratio if to == RUNNING else 0.0

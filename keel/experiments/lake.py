@@ -1,7 +1,8 @@
 """The experiment data lake: the gateway's exposures joined with outcomes, one wide row per exposure.
 
 Each row of the wide table is one request of one experiment's window (from its start until it is paused, stopped
-or rolled back), routed to its control or treatment version: who (unit_id), what it was shown (variant,
+or rolled back) — for an experiment of the model's split (``traffic: all``) a request routed to its control or
+treatment version that named no other experiment, for one of ``traffic: header`` a request that named it —: who (unit_id), what it was shown (variant,
 routed_version, model_version, score), where (the use case's segments, hour, hour_band — from the entity key), and what
 happened:
 
@@ -69,7 +70,15 @@ def wide_rows(
 ) -> pl.DataFrame:
     start, end = window(meta)
     versions = [spec.control_version, spec.treatment_version]
-    f = exposures.filter(pl.col("routed_version").is_in(versions) & (pl.col("ts") >= start) & (pl.col("ts") < end))
+    if "experiment_id" not in exposures.columns:
+        exposures = exposures.with_columns(pl.lit(None, pl.String).alias("experiment_id"))
+    named = exposures["experiment_id"].cast(pl.String)
+    mine = named == spec.id
+    if meta.get("traffic") == "header":  # only the requests that named it
+        own = mine.fill_null(False)
+    else:  # the model's split: its arms' requests, but none that named another experiment
+        own = exposures["routed_version"].is_in(versions) & (named.is_null() | mine)
+    f = exposures.filter(own & (pl.col("ts") >= start) & (pl.col("ts") < end))
     entity_key = by_model(spec.model).features.entity.key  # the served use case's (keel/entity_key.py)
     segments = key_segments(spec.model)
     key = pl.col("entity_key")

@@ -36,6 +36,9 @@ DIRECTIONS = ("increase", "decrease")
 ACTIONS = ("pause", "rollback")
 
 
+TRAFFIC = ("all", "header")  # ExperimentSpec.traffic
+
+
 class ExperimentSpecError(KeelError):
     """An experiment spec is malformed; the message names the field."""
 
@@ -87,6 +90,9 @@ class ExperimentSpec:
     # What the treatment is, for the impact predictor (keel.experiments.impact): {metric, discount, target_late,
     # base_rate}. None: no lift is predicted for this experiment.
     impact: dict[str, Any] | None = None
+    # Which requests it takes: "all" — the model's traffic is split between its arms (one such experiment per model
+    # at a time); "header" — only requests that name it (``x-experiment-id: <id>``), so several run on one model.
+    traffic: str = "all"
     source: str = field(default="<dict>", compare=False)
 
     def metric(self, name: str) -> Metric:
@@ -133,7 +139,7 @@ def parse_spec(raw: Any, source: str = "<dict>") -> ExperimentSpec:
     known = {
         "id", "model", "control", "treatment", "traffic_ratio", "unit", "variant_column", "control_label",
         "treatment_label", "metrics", "guardrails", "min_sample", "dimensions", "alpha", "srm_threshold", "msprt_tau",
-        "description", "simulation", "impact",
+        "description", "simulation", "impact", "traffic",
     }  # fmt: skip
     unknown = sorted(set(raw) - known)
     if unknown:
@@ -222,8 +228,11 @@ def parse_spec(raw: Any, source: str = "<dict>") -> ExperimentSpec:
         msprt_tau=_num(source, "msprt_tau", raw.get("msprt_tau", 0.1), lo=0, hi=10, lo_open=True),
         simulation=_simulation(source, raw.get("simulation")),
         impact=_impact(source, raw.get("impact"), metrics, raw.get("simulation")),
+        traffic=raw.get("traffic", "all"),
         source=source,
     )
+    if spec.traffic not in TRAFFIC:
+        raise _err(source, "traffic", f"must be one of {', '.join(TRAFFIC)}, got {spec.traffic!r}")
     if spec.traffic_ratio >= 1:
         raise _err(source, "traffic_ratio", "the treatment's share must leave the control some traffic (< 1)")
     if spec.control_version is not None and spec.control_version == spec.treatment_version:

@@ -205,6 +205,27 @@ class Split:
     shadow: int | None = None  # a version the gateway scores beside the served one on every request, never serves
 
 
+LIVE_EXPERIMENT = ("running", "paused")
+
+
+def header_only(body: dict[str, Any]) -> bool:
+    """An ab_test body of an experiment that takes only the requests naming it (``traffic: header``): never the
+    model's split."""
+    return (body.get("experiment") or {}).get("traffic") == "header"
+
+
+def live_experiments(policies: dict[str, Any], model: str | None) -> dict[str, tuple[tuple[str, int, float], ...]]:
+    """Every running or paused experiment on ``model``, by id: its arms as (variant, model version, weight) — how a
+    request that names it (``x-experiment-id``) is routed, sticky per unit by the experiment's id. A paused one
+    sends every unit to the control (its policy's weights say so)."""
+    out = {}
+    for p in policies.values():
+        meta = p.body.get("experiment") if p.type == "ab_test" else None
+        if meta and meta.get("status") in LIVE_EXPERIMENT and p.body.get("model") == model:
+            out[meta["id"]] = tuple((v["name"], int(v["version"]), float(v["weight"])) for v in p.body["variants"])
+    return out
+
+
 def split_salt(policy_name: str, body: dict[str, Any]) -> str:
     """A split's own salt: its ``salt`` field, else its policy name."""
     return str(body.get("salt") or policy_name)
@@ -243,7 +264,7 @@ def effective_policy(
         kind = POLICY_TYPES[p.type]
         if kind.shapes_gateway:
             kind.apply(raw, p.body)
-        elif p.type == "ab_test" and p.body["model"] == model:
+        elif p.type == "ab_test" and p.body["model"] == model and not header_only(p.body):
             splits.append(p)
     for p in sorted(splits, key=lambda p: p.version, reverse=True):  # the newest applicable split is in force
         wanted = {int(v["version"]): float(v["weight"]) for v in p.body["variants"]}

@@ -281,3 +281,12 @@ def test_an_experiment_that_cannot_be_judged_is_reported_and_the_others_proceed(
     assert acted["experiment"] == "rebooking-offer" and acted["action"] == "rollback"
     assert len(problems) == 2 and problems[0].startswith("exposure log: 1 lines were not whole records")
     assert "experiment 'ghost' skipped" in problems[1] and "never started here" in problems[1]
+
+
+def test_an_experiments_traffic_is_all_or_header_and_a_bad_value_names_the_field():
+    from keel.experiments.spec import ExperimentSpecError, parse_spec
+
+    base = {"id": "e1", "model": "flight-delay", "metrics": [{"name": "m", "column": "c", "direction": "increase"}]}
+    assert parse_spec(base).traffic == "all" and parse_spec(base | {"traffic": "header"}).traffic == "header"
+    with pytest.raises(ExperimentSpecError, match="traffic: must be one of all, header"):
+        parse_spec(base | {"traffic": "cookie"})
