@@ -38,6 +38,22 @@ DEFAULT_SPEED = 275 * 86400 / (20 * 60)
 SETTLE, TRAFFIC = "settle", "traffic"  # a stepped clock's phases (module docstring)
 
 
+@dataclass(frozen=True)
+class PipelineHold:
+    """When a wall-clock replay's clock waits for its pipeline. On a busy machine the runs the sensors ask for queue
+    behind Dagster's concurrency limit while the clock runs on: a month's labels landed weeks of simulated time after
+    the month ended, and a canary's shadow ran out of days before any of its scores had a label. So the clock holds
+    (pauses; the replayed traffic with it) once ``hold_at`` runs are queued and runs again when no more than
+    ``release_at`` are: what a busy machine changes is how long the year takes, not what the loop saw when it
+    decided. ``holds`` is the decision, given whether the clock is held now and how many runs are queued."""
+
+    hold_at: int = 2
+    release_at: int = 0
+
+    def holds(self, holding: bool, queued: int) -> bool:
+        return queued > self.release_at if holding else queued >= self.hold_at
+
+
 class ClockError(KeelError):
     """A clock state that cannot be: bad speed, an end before the start, a corrupt clock file."""
 

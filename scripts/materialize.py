@@ -163,7 +163,7 @@ def run_live(args, ucs: list[UseCase], client: DagsterGraphQLClient) -> int:
 
     from live_steps import BATCH_DAYS, StepError, commit_replay_sla, run_steps
 
-    from keel.clock import DEFAULT_SPEED, SimClock, shared_spans
+    from keel.clock import DEFAULT_SPEED, PipelineHold, SimClock, shared_spans
     from keel.data.landing import LandingZone
     from keel.home import KeelHome
     from keel.ledger import Ledger
@@ -268,6 +268,7 @@ def run_live(args, ucs: list[UseCase], client: DagsterGraphQLClient) -> int:
     signal.signal(signal.SIGTERM, stop)
     follow = Follower(instance, home, ucs)
     last_status, quiet_since = 0.0, None
+    hold, held_at = PipelineHold(), None  # when the clock waits for queued runs (keel/clock.py PipelineHold)
     if state.stepped:
 
         def deliver_at(at: datetime) -> None:
@@ -295,6 +296,9 @@ def run_live(args, ucs: list[UseCase], client: DagsterGraphQLClient) -> int:
             for uc in ucs:
                 print(f"  … {uc.name} simulated {state.of(uc.name).now(wall):%Y-%m-%d %H:%M}; "
                       f"{follow.traffic_line(uc)}", flush=True)  # fmt: skip
+        queued = len(instance.get_run_ids(filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.QUEUED])))
+        if hold.holds(held_at is not None, queued) != (held_at is not None):  # the clock waits for the pipeline
+            held_at = pipeline_hold(clock, held_at, queued, ucs)
         busy = instance.get_runs(filters=dg.RunsFilter(statuses=IN_PROGRESS), limit=1)
         if state.finished(wall) and not busy:
             quiet_since = quiet_since or time.monotonic()
@@ -325,6 +329,20 @@ def run_live(args, ucs: list[UseCase], client: DagsterGraphQLClient) -> int:
         print(f"keel: the live year did not end cleanly: {failures} failed run(s), {failed_requests:,} failed "
               "request(s) (above); the UI stays up to look at it", flush=True)  # fmt: skip
     return 1 if failures or failed_requests else 0
+
+
+def pipeline_hold(clock, held_at: float | None, queued: int, ucs) -> float | None:
+    """Hold the ``SimClock`` (returns when it was held) or let it run again (returns None), and say so."""
+    from datetime import UTC, datetime
+
+    if held_at is None:
+        state = clock.pause()
+        when = ", ".join(f"{uc.name} {state.of(uc.name).now(datetime.now(UTC)):%Y-%m-%d %H:%M}" for uc in ucs)
+        print(f"keel: the clock waits for the pipeline ({queued} runs queued) at {when}", flush=True)
+        return time.monotonic()
+    clock.resume()
+    print(f"keel: the pipeline caught up: the clock runs again after {time.monotonic() - held_at:.0f} s", flush=True)
+    return None
 
 
 def why_requests_failed(traffic: dict) -> str:

@@ -117,3 +117,15 @@ def test_shared_spans_start_every_use_case_when_its_history_is_in():
     assert end == max(flights_end, hotels_end - spans["hotels"].offset)  # the clock runs until the last span ends
     with pytest.raises(ClockError, match="not after its start"):
         shared_spans({"a": flights_start}, {"a": flights_start})
+
+
+def test_a_wall_clock_replay_holds_while_runs_queue_and_runs_again_once_none_are_queued():
+    from keel.clock import PipelineHold
+
+    hold = PipelineHold(hold_at=2, release_at=0)
+    queued = [0, 1, 2, 3, 1, 0, 1]  # a backlog builds on a busy machine, then drains
+    held, seen = False, []
+    for q in queued:
+        held = hold.holds(held, q)
+        seen.append(held)
+    assert seen == [False, False, True, True, True, False, False]  # hysteresis: one queued run holds no clock
