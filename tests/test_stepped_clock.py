@@ -5,6 +5,7 @@ after the last run and found nothing to do."""
 from __future__ import annotations
 
 import json
+import threading
 from datetime import UTC, datetime, timedelta
 
 import dagster as dg
@@ -160,7 +161,14 @@ def test_a_replayer_whose_span_is_over_is_never_behind_and_a_failed_one_stops_th
     alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
     try:
         finished.wait(timeout=60), failed.wait(timeout=60)
-        assert live_steps.wait_traffic(None, 276, summaries, [finished, alive], print) >= 0
+        live_steps.wait_traffic(None, 276, summaries, [finished, alive], print)  # nobody behind: returns at once
+        # hotels behind at step 277 catches up while the driver waits: it returns only then (not before)
+        catch_up = threading.Timer(0.5, lambda: hotels.write_text(json.dumps({"step": 277})))
+        catch_up.start()
+        live_steps.wait_traffic(None, 277, summaries, [finished, alive], print)
+        assert json.loads(hotels.read_text()) == {"step": 277}
+        catch_up.join()
+        hotels.write_text(json.dumps({"step": 276}))  # behind again, for the failures below
         with pytest.raises(live_steps.StepError, match=r"exited \(3\)"):
             live_steps.wait_traffic(None, 277, summaries, [alive, failed], print)
     finally:

@@ -308,3 +308,20 @@ def test_a_malformed_body_is_a_structured_4xx_with_its_request_id_logged(runtime
         e for e in read_exposures(runtime.home / "serving" / "exposures") if e["request_id"] == payload["request_id"]
     ]
     assert [e["status"] for e in lines] == [resp.status_code]
+
+
+def test_the_backend_error_counter_the_checks_above_read_at_zero_does_count_a_failed_call(runtime, flights):
+    """The first test's ``keel_gateway_backend_errors_total == 0`` must be able to fail: the same ``metric`` reads
+    the counter positive once Triton fails a call for real (the fault file of the native backend, named as such)."""
+    fault = runtime.home / "fault-{version}"
+    runtime.deployer(keel_fault_file=str(fault)).deploy(MODEL, [runtime.target(1)])
+    runtime.wait_ready()
+    before = metric(runtime, "keel_gateway_backend_errors_total")
+    (runtime.home / "fault-1").touch()
+    try:
+        failed = post(runtime, {"flights": flights[:1]})
+    finally:
+        (runtime.home / "fault-1").unlink()
+    assert failed.status_code in (502, 503), failed.text[:300]
+    assert metric(runtime, "keel_gateway_backend_errors_total") > before
+    runtime.deployer().deploy(MODEL, [runtime.target(1)])
