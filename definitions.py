@@ -29,7 +29,7 @@ def usecase_definitions(uc: UseCase) -> tuple[UseCaseJobs, dg.Definitions]:
     assets = usecase_assets(uc)
     jobs = build_jobs(uc, assets)
     return jobs, dg.Definitions(
-        assets=with_group_metadata(assets),  # each group's owner and documentation (assets/groups.py)
+        assets=with_group_metadata(assets, uc),  # each group's owner and documentation (assets/groups.py)
         jobs=jobs.all,
         sensors=usecase_sensors(uc, jobs),
         schedules=usecase_schedules(uc, jobs),

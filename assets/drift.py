@@ -49,7 +49,7 @@ FEATURES_SCHEMA = dg.TableSchema(
             "freeze",
             "bool",
             description="the evidence's verdict for a drifted served feature: does the serving model score better on "
-            "this month's labelled flights with it frozen? (null: not drifted, not served, or no model yet)",
+            "this month's labelled rows with it frozen? (null: not drifted, not served, or no model yet)",
         ),
         dg.TableColumn("live_log_loss", "float", description="the serving model's log-loss, the feature as it is"),
         dg.TableColumn("frozen_log_loss", "float", description="… and with it frozen at reference_mean"),

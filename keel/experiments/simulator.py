@@ -16,7 +16,8 @@ is simulated — documented here so that tests can check estimates against the t
 - acceptance probability: control u, treatment u × (1 + lift) × (1 + planted_lift inside the planted segment);
   ``offer_accepted`` ~ Bernoulli of it, clipped to [0, 1];
 - ``offers`` = 1, 2 or 3 offers shown (probabilities 0.71, 0.26, 0.03 — about 1 + Poisson(0.3)), ``revenue`` =
-  accepted × offers × fare, fare = 40 + distance / 10 (USD; 100 where the distance is unknown);
+  accepted × offers × the unit's ``offer_value`` (a column the use case's units carry: what one accepted offer is
+  worth; 100 where the units have none);
 - ``drop_treatment`` loses that share of treatment rows (a logging bug) — what the SRM check must catch.
 
 The truth returned: the average treatment effect on the acceptance probability (mean p1 − p0 over the units), the
@@ -104,7 +105,7 @@ def simulate_offers(
         for col, value in planted.items():
             inside = inside & (pl.col(col) == value)
     late = pl.col("late") if "late" in units.columns else pl.lit(0)
-    fare = (40.0 + pl.col("distance") / 10.0) if "distance" in units.columns else pl.lit(100.0)
+    fare = pl.col("offer_value") if "offer_value" in units.columns else pl.lit(100.0)
     frame = (
         units.with_columns(
             treated.alias("_treated"), (inside if inside is not None else pl.lit(False)).alias("_inside")

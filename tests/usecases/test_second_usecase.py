@@ -19,12 +19,13 @@ import polars as pl
 import pytest
 
 import tests.usecases.rooms as rooms
+from assets.metering import build_metering_assets
 from assets.pipeline import usecase_assets
 from keel.features.online import get_online_features
 from keel.features.sqlite_store import SQLiteOnlineStore
 from keel.ledger import Ledger
 from keel.registry import ModelRegistry
-from keel.usecase import installed
+from keel.usecase import first_day, installed
 from resources import TritonResource, keel_resources
 from tests.features.conftest import validated  # noqa: F401 - shared session fixture
 from tests.serving.conftest import (  # noqa: F401 - shared fixtures
@@ -37,7 +38,7 @@ from tests.serving.conftest import (  # noqa: F401 - shared fixtures
     stop_serve,
 )
 
-MONTHS = ("2020-01", "2020-02", "2020-03", "2020-04")
+MONTHS = ("2009-10", "2009-11", "2009-12", "2010-01")  # before the platform's other calendars
 ROOMS_POOL = 4096  # bytes: the gateway policy's budget for room-price's requests in flight (× 1.2 headroom)
 BASE = {"h1": 80.0, "h2": 150.0, "h3": 260.0}
 CITY = {"oslo": 1.4, "rome": 1.0}
@@ -48,8 +49,8 @@ def write_bookings(folder) -> pl.DataFrame:
     plus noise; three rows break the contract (a negative price)."""
     rng = np.random.default_rng(2020)
     rows = []
-    day, ref = date(2020, 1, 1), 0
-    while day <= date(2020, 4, 30):
+    day, ref = date(2009, 10, 1), 0
+    while day <= date(2010, 1, 31):
         for _ in range(20):
             hotel, city = str(rng.choice(list(BASE))), str(rng.choice(list(CITY)))
             nights = int(rng.integers(1, 8))
@@ -69,7 +70,7 @@ def write_bookings(folder) -> pl.DataFrame:
 
 
 def build(home, data, instance=None):
-    """Write the bookings, point the declaration at them and materialize January…March of the rooms pipeline
+    """Write the bookings, point the declaration at them and materialize October…December 2009 of the rooms pipeline
     (all but its deployment) on ``home``; returns the bookings, a runner of more assets and the keys by name."""
     data.mkdir(exist_ok=True)
     bookings = write_bookings(data)
@@ -141,16 +142,16 @@ def test_every_booking_ends_in_one_sink_and_the_features_follow_the_declaration(
     assert (
         sum(pl.read_parquet(storage / "bookings_quarantine" / f"{m}.parquet").height for m in MONTHS[:3]) == 3
     )  # the three negative prices
-    # history from earlier days only: the first day of January has the prior for every hotel
-    jan = pl.read_parquet(storage / "room_features" / "2020-01.parquet")
-    assert jan.filter(pl.col("arrival") == date(2020, 1, 1))["hotel_price"].unique().to_list() == [150.0]
-    # the online store, as of March's end, answers a stay with the values the offline path computed
+    # history from earlier days only: the first day of October has the prior for every hotel
+    first = pl.read_parquet(storage / "room_features" / "2009-10.parquet")
+    assert first.filter(pl.col("arrival") == date(2009, 10, 1))["hotel_price"].unique().to_list() == [150.0]
+    # the online store, as of December's end, answers a stay with the values the offline path computed
     with SQLiteOnlineStore(home / "online" / "rooms.sqlite", features=uc.features) as store:
         [served] = get_online_features(
-            store, [{"hotel": "h3", "city": "oslo", "arrival": date(2020, 4, 4), "nights": 2}]
+            store, [{"hotel": "h3", "city": "oslo", "arrival": date(2010, 1, 2), "nights": 2}]
         )
     assert served["city_index"] == 1.4 and served["weekday"] == 6 and served["nights"] == 2.0
-    # h3's mean price over every valid booking up to March's end, smoothed towards the prior
+    # h3's mean price over every valid booking up to December's end, smoothed towards the prior
     mar = pl.concat([pl.read_parquet(storage / "validated_bookings" / f"{m}.parquet") for m in MONTHS[:3]])
     h3 = mar.filter(pl.col("hotel") == "h3")["price"]
     assert served["hotel_price"] == pytest.approx((h3.sum() + 150.0 * 5.0) / (h3.len() + 5.0))
@@ -167,31 +168,31 @@ def test_it_trains_a_regression_model_judged_by_rmse_and_promotes_it(built):
     registry = ModelRegistry(home / "registry")
     assert registry.alias("room-price", "champion") == sha
     meta = registry.get("room-price", sha).metadata
-    assert set(meta["metrics"]) == {"holdout_month", "rmse", "mae"} and meta["metrics"]["holdout_month"] == "2020-03"
-    # it learned the prices: far better than the mean price of March as the answer for every booking
-    march = bookings.filter((pl.col("month") == 3) & (pl.col("price") > 0))["price"]
+    assert set(meta["metrics"]) == {"holdout_month", "rmse", "mae"} and meta["metrics"]["holdout_month"] == "2009-12"
+    # it learned the prices: far better than the mean price of December as the answer for every booking
+    march = bookings.filter((pl.col("month") == 12) & (pl.col("price") > 0))["price"]
     assert meta["metrics"]["rmse"] < 0.25 * float(march.std())
-    assert set(meta["data_versions"]["rooms/room_features"]) == {"2020-01", "2020-02", "2020-03"}
+    assert set(meta["data_versions"]["rooms/room_features"]) == {"2009-10", "2009-11", "2009-12"}
     assert set(meta["contracts"]) == {"bookings"}  # the contract its training data passed
     assert registry.alias("flight-delay", "champion") is None  # the other use case's model is untouched
 
 
 def test_its_drift_is_judged_against_the_months_its_model_was_trained_on(built):
-    """April's prices double (the test rewrites them before April lands): the label drifts, the stays do not."""
+    """January 2010's prices double (the test rewrites them before January lands): the label drifts, the stays do not."""
     uc, bookings, run, by_name, home = built
     data = rooms.DATA / "bookings.csv"
     frame = pl.read_csv(data, infer_schema=False)
-    april = (pl.col("month") == "4") & (pl.col("price") != "-1.0")
+    april = (pl.col("month") == "1") & (pl.col("price") != "-1.0")
     frame.with_columns(
         pl.when(april)
         .then((pl.col("price").cast(pl.Float64) * 2).round(2).cast(pl.String))
         .otherwise(pl.col("price"))
     ).write_csv(data)
-    run(["raw_bookings", "validated_bookings", "bookings_quarantine", "room_features"], "2020-04")
+    run(["raw_bookings", "validated_bookings", "bookings_quarantine", "room_features"], "2010-01")
     run(["price_model", "model_evaluation", "model_promotion"])
     reference = run(["drift_reference"]).get_asset_materialization_events()[0].materialization.metadata
-    assert reference["window"].value == "2020-01..2020-03"  # the first model's training and validation months
-    report = run(["drift_report"], "2020-04")
+    assert reference["window"].value == "2009-10..2009-12"  # the first model's training and validation months
+    report = run(["drift_report"], "2010-01")
     checks = {c.check_name: c.passed for c in report.get_asset_check_evaluations()}
     assert set(checks) == {f"drift_{c}" for c in (*uc.features.names, uc.features.label.column)}
     assert checks["drift_label_price"] is False and checks["drift_nights"] is True and checks["drift_weekday"] is True
@@ -201,17 +202,17 @@ def test_its_drift_is_judged_against_the_months_its_model_was_trained_on(built):
 
 
 def test_its_loop_gates_a_challenger_and_reports_the_month_on_squared_errors(built):
-    """A challenger fitted on February, gated on March's last days; April's loop_report of what the ledger
+    """A challenger fitted on November, gated on December's last days; January's loop_report of what the ledger
     says served: RMSE and MAE, recomputed here from the champion's own predictions."""
     uc, bookings, run, by_name, home = built
-    run(["raw_bookings", "validated_bookings", "bookings_quarantine", "room_features"], "2020-04")
+    run(["raw_bookings", "validated_bookings", "bookings_quarantine", "room_features"], "2010-01")
     promoted = run(["price_model", "model_evaluation", "model_promotion"])
     sha = (
         {e.asset_key.path[-1]: e.materialization for e in promoted.get_asset_materialization_events()}["price_model"]
         .metadata["sha256"]
         .value
     )
-    config = {"train_months": ["2020-02"], "gate_month": "2020-03", "gate_from_day": 22}
+    config = {"train_months": ["2009-11"], "gate_month": "2009-12", "gate_from_day": 22}
     result = dg.materialize(
         list(usecase_assets(uc)),
         selection=[by_name["challenger_model"], by_name["challenger_evaluation"]],
@@ -224,16 +225,16 @@ def test_its_loop_gates_a_challenger_and_reports_the_month_on_squared_errors(bui
         e.asset_key.path[-1]: e.materialization.metadata for e in result.get_asset_materialization_events()
     }["challenger_evaluation"]
     assert evaluation["loss"].value == "squared_error" and evaluation["champion_version"].value == 1
-    march_end = bookings.filter((pl.col("month") == 3) & (pl.col("day") >= 22) & (pl.col("price") > 0))
+    march_end = bookings.filter((pl.col("month") == 12) & (pl.col("day") >= 22) & (pl.col("price") > 0))
     assert evaluation["rows"].value == march_end.height  # judged on the days neither model saw
     with Ledger(home / "ledger.sqlite") as ledger:
         ledger.append(
             "rel-rooms",
             {"model": {"hash": "h", "parts": {"sha256": sha, "asset": "rooms/price_model"}}},
-            datetime(2020, 3, 1, tzinfo=UTC),
+            datetime(2009, 12, 1, tzinfo=UTC),
         )
-    report = run(["loop_report"], "2020-04").get_asset_materialization_events()[0].materialization.metadata
-    april = pl.read_parquet(home / "storage" / "rooms" / "room_features" / "2020-04.parquet").sort("booking_id")
+    report = run(["loop_report"], "2010-01").get_asset_materialization_events()[0].materialization.metadata
+    april = pl.read_parquet(home / "storage" / "rooms" / "room_features" / "2010-01.parquet").sort("booking_id")
     x = april.select([pl.col(f).cast(pl.Float64) for f in uc.features.names]).to_numpy()
     error = (
         lgb.Booster(model_str=ModelRegistry(home / "registry").load(sha)).predict(x) - april["label_price"].to_numpy()
@@ -243,6 +244,14 @@ def test_its_loop_gates_a_challenger_and_reports_the_month_on_squared_errors(bui
     assert report["served_mae"].value == pytest.approx(float(np.mean(np.abs(error))), abs=1e-4)
     assert report["static_rmse"].value == report["served_rmse"].value  # one release: the static model served
     assert "served_auc" not in report
+    # metering partitions come from the use cases' periods (issue 46 item 4): a day of 2009 is metered, not refused
+    days = dg.DailyPartitionsDefinition(start_date=first_day([uc]).isoformat(), end_offset=1)
+    assert days.get_first_partition_key() == "2009-10-01"
+    metered = dg.materialize(build_metering_assets(days), partition_key="2009-12-15",
+                             resources=keel_resources(home, triton=TritonResource(home=str(home), drain_s=0.3)))  # fmt: skip
+    assert metered.success
+    usage = {e.asset_key.path[-1]: e.materialization.metadata for e in metered.get_asset_materialization_events()}
+    assert usage["usage"]["days"].value == "2009-12-15" and usage["usage"]["requests"].value == 0  # nothing served
 
 
 # -- served beside flights: one runtime, two models ------------------------------------------------------------
@@ -272,14 +281,14 @@ def served(runtime_home, serving_models, tmp_path_factory):  # noqa: F811
 
 
 def stays(n: int = 12) -> list[dict]:
-    """Stays to price in April (after the store's snapshot of March's end), as a caller sends them."""
+    """Stays to price in January 2010 (after the store's snapshot of December's end), as a caller sends them."""
     rng = np.random.default_rng(4)
     return [
         {
             "hotel": str(rng.choice(list(BASE))),
             "city": str(rng.choice(list(CITY))),
-            "year": 2020,
-            "month": 4,
+            "year": 2010,
+            "month": 1,
             "day": int(rng.integers(1, 28)),
             "nights": int(rng.integers(1, 8)),
         }

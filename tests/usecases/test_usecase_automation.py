@@ -76,7 +76,7 @@ def test_rooms_drift_sensor_freezes_in_rooms_store_only(generated, tmp_path, mon
         instance.report_runless_asset_event(
             dg.AssetMaterialization(
                 asset_key=dg.AssetKey(["rooms", "drift_report"]),
-                partition="2020-04",
+                partition="2010-01",
                 metadata={
                     "features": dg.MetadataValue.json({"nights": feat(True, "error", 0.9, mean=3.5) | evidence})
                 },
@@ -102,11 +102,11 @@ def test_rooms_schedule_judges_rooms_months(generated, tmp_path, monkeypatch):
     schedule = merged.get_schedule_def("rooms_nightly_drift")
     with dg.instance_for_test() as instance:
         with dg.build_schedule_context(
-            instance=instance, scheduled_execution_time=datetime(2020, 3, 1, 2, tzinfo=UTC),
+            instance=instance, scheduled_execution_time=datetime(2009, 12, 1, 2, tzinfo=UTC),
             resources=keel_resources(tmp_path),
         ) as ctx:  # fmt: skip
             request = schedule(ctx)
-    assert (request.partition_key, request.run_key) == ("2020-02", "nightly_drift:2020-02")
+    assert (request.partition_key, request.run_key) == ("2009-11", "nightly_drift:2009-11")
 
 
 def test_flights_canary_sensor_leaves_a_rooms_canary_alone(generated, tmp_path, monkeypatch):
@@ -115,7 +115,7 @@ def test_flights_canary_sensor_leaves_a_rooms_canary_alone(generated, tmp_path, 
     home = KeelHome.of(tmp_path)
     with ModelRegistry(home.registry) as reg:  # the canary's two versions exist: either sensor could act on it
         for v in (1, 2):
-            reg.register("room-price", f"tree v{v}\n", {"train_months": ["2020-01"]})
+            reg.register("room-price", f"tree v{v}\n", {"train_months": ["2009-10"]})
     with PolicyStore(home.policies) as store:
         store.apply(
             {

@@ -13,7 +13,8 @@ from usecases.flights.features import FLIGHT, LATE_MINUTES
 
 
 def flight_units(flights: pl.DataFrame) -> pl.DataFrame:
-    """Validated flights as experiment units: id, segment columns and the real outcome (late > 15 min)."""
+    """Validated flights as experiment units: id, segment columns, the real outcome (late > 15 min) and what one
+    accepted rebooking offer is worth (its fare: 40 + distance / 10 USD)."""
     return flights.filter(pl.col("arr_delay").is_not_null()).select(
         FLIGHT.key.expr(stamp_format="%Y-%m-%dT%H").alias("unit_id"),
         "carrier",
@@ -21,6 +22,7 @@ def flight_units(flights: pl.DataFrame) -> pl.DataFrame:
         pl.col("hour").cast(pl.Int32),
         hour_band(pl.col("hour")).alias("hour_band"),
         pl.col("distance").cast(pl.Float64),
+        (40.0 + pl.col("distance").cast(pl.Float64) / 10.0).alias("offer_value"),  # a rebooking's fare, USD
         (pl.col("arr_delay") > LATE_MINUTES).cast(pl.Int8).alias("late"),
         pl.col("time_hour").dt.date().alias("day"),
     )

@@ -71,8 +71,8 @@ usecase = UseCase(
     model=ModelSpec(
         "room-price",
         asset="price_model",
-        train_months=("2020-01", "2020-02"),
-        valid_month="2020-03",
+        train_months=("2009-10", "2009-11"),
+        valid_month="2009-12",
         params={"objective": "regression", "min_data_in_leaf": 20},
     ),
     serving=Serving("price_request", pool_budget_bytes=8 << 20),
@@ -80,7 +80,7 @@ usecase = UseCase(
         Source("bookings", _read("bookings"), description="Bookings, as text.", origin="written by the test"),
         Source("cities", _read("cities"), partitioned=False, origin="written by the test"),
     ),
-    period=(date(2020, 1, 1), date(2020, 4, 30)),
+    period=(date(2009, 10, 1), date(2010, 1, 31)),  # before 2013, across a new year
     segments=("hotel",),
     feature_table="room_features",
 )
