@@ -8,20 +8,17 @@ fixed rate, from a process of its own.
 Requests go to ``POST /v1/models/{model}/predict``, one entity each. ``--live`` follows the live replay's simulated
 clock (``$KEEL_HOME/clock.json``) instead: each request asks about an entity of the simulated day (the day's
 entities in order, cycled), at ``--rps`` while the clock runs, none while it is paused, until the clock reaches its
-end. Its running totals (sent, ok, failed by status and
-error, by simulated month, versions seen) are rewritten every few seconds to
-``$KEEL_HOME/serving/live_traffic/<use case>.json``, so the platform's summary can say how the year was served.
-On a **stepped** clock (the reproducible replay, keel/clock.py) the rate is not wall time's: in each step's traffic
-phase it sends ``--per-day`` of the step's day's entities, spread evenly over the day (``day_sample``), waits for
-every answer, and writes the summary with ``step`` — the driver moves the clock on when it has.
+end; its running totals (sent, ok, failed by status, error and simulated month, versions seen) are rewritten every
+few seconds to ``$KEEL_HOME/serving/live_traffic/<use case>.json`` for the platform's summary.
+On a **stepped** clock (keel/clock.py) each step's traffic phase sends ``--per-day`` of the day's entities, spread
+over the day (``day_sample``), waits for every answer and writes the summary with ``step`` for the driver.
 
 Open loop: request i is sent at start + i / rps whether or not earlier ones were answered (a slow server shows up
 as latency, not as a politely lower rate), bounded by ``--max-in-flight`` and ``--seconds``. The entities are the
-month's (``--month``, default the middle month of the use case's period), cycled; each request carries the entity's
-``unit_of`` as ``unit_id`` and the tenant whose turn it is (``--tenants``: request i is the (i mod n)-th tenant's; default
-``replay``). One JSON line per request goes to ``--out``: status, model_version, x-model-signature, latency.
-The summary (sent, answered, failed, achieved rate, p50/p99 latency, versions seen) is printed as JSON. SIGTERM or
-Ctrl-C stops sending early; requests in flight finish and the summary is printed all the same.
+month's (``--month``, default the middle month of the use case's period), cycled; each carries the entity's ``unit_of``
+as ``unit_id`` and the tenant whose turn it is (``--tenants``: request i is the (i mod n)-th's; default ``replay``).
+One JSON line per request goes to ``--out`` (status, model_version, x-model-signature, latency), the summary to
+stdout. TERM (whatever was inherited: keel/signals.py) or Ctrl-C stops sending; requests in flight finish.
 """
 
 from __future__ import annotations
@@ -34,6 +31,8 @@ import statistics
 import sys
 import time
 from pathlib import Path
+
+from keel.signals import restore_default_signals
 
 
 def _usecase(name: str | None):
@@ -352,6 +351,7 @@ async def live(
 
 
 def main(argv: list[str] | None = None) -> int:
+    restore_default_signals()
     parser = argparse.ArgumentParser(prog="python -m gpu_runtime.replay", description=__doc__.split("\n\n")[0])
     parser.add_argument("--url", required=True, help="the gateway, e.g. http://127.0.0.1:8080")
     parser.add_argument("--rps", type=float, default=200.0)

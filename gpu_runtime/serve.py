@@ -31,6 +31,7 @@ from gpu_runtime.supervisor import TritonSupervisor, restore_routed
 from gpu_runtime.triton import ADMIN_KEY_ENV, TritonServer, free_port
 from gpu_runtime.workers import WorkerPool, default_workers, port_is_free, reuseport_socket
 from keel.home import KeelHome
+from keel.signals import restore_default_signals
 
 
 def write_endpoints(path: Path, data: dict) -> None:
@@ -42,6 +43,7 @@ def write_endpoints(path: Path, data: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    restore_default_signals()  # stops on TERM whatever it inherited (keel/signals.py)
     parser = argparse.ArgumentParser(prog="python -m gpu_runtime.serve", description=__doc__.split("\n\n")[0])
     parser.add_argument("--gateway-port", type=int, default=int(os.environ.get("KEEL_GATEWAY_PORT", "8080")))
     parser.add_argument(

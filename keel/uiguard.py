@@ -28,6 +28,8 @@ import os
 import sys
 from collections.abc import Iterable
 
+from keel.signals import restore_default_signals
+
 HEADER_TIMEOUT_S = 30.0
 MAX_HEAD_BYTES = 64 * 1024
 ALLOWED_HOSTS_ENV = "KEEL_UI_ALLOWED_HOSTS"
@@ -166,6 +168,7 @@ async def serve(listen: tuple[str, int], upstream: tuple[str, int], hosts: froze
 
 
 def main(argv: list[str] | None = None) -> int:
+    restore_default_signals()  # stops on TERM whatever it inherited (keel/signals.py)
     parser = argparse.ArgumentParser(prog="python -m keel.uiguard", description=__doc__.split("\n\n")[0])
     parser.add_argument("--listen", type=_address, required=True, help="host:port the UI is served on")
     parser.add_argument("--upstream", type=_address, required=True, help="host:port of the Dagster webserver")

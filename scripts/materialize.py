@@ -50,6 +50,7 @@ from dagster_graphql import DagsterGraphQLClient  # noqa: E402
 
 from assets.jobs import AFTER, HISTORY  # noqa: E402
 from assets.usecase import wiring  # noqa: E402
+from keel.signals import restore_default_signals  # noqa: E402
 from keel.usecase import UseCase, UseCaseError, get, installed  # noqa: E402
 from sensors.drift import IN_PROGRESS  # noqa: E402
 
@@ -498,6 +499,7 @@ def _reason_line(reason: str) -> str:
 
 
 def main() -> int:
+    restore_default_signals()  # stops on TERM whatever it inherited (keel/signals.py)
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--port", type=int, required=True, help="the Dagster webserver's port on 127.0.0.1")
     parser.add_argument(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import textwrap
 from pathlib import Path
 
@@ -10,9 +11,27 @@ import pytest
 from keel.contracts.engine import CompiledContract
 from keel.contracts.spec import parse_contract
 from tests.control_plane import CONTROL_PLANES, TEST_KEY, fresh_location
+from tests.leftovers import kill_all, restore_default_signals, wait_for_leftovers
 
 REPO = Path(__file__).resolve().parent.parent
 CONTRACTS = REPO / "usecases" / "flights" / "contracts"
+# Signals the session was started ignoring get their defaults back, so no process a test starts inherits them
+# (tests/leftovers.py); the session fails if any process of its homes is still alive at its end.
+RESTORED_SIGNALS = restore_default_signals()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    roots = [os.environ.get("KEEL_HOME", ""), str(session.config._tmp_path_factory.getbasetemp())]
+    if os.environ.get("KEEL_HOME") in ("", None) or Path(os.environ["KEEL_HOME"]).resolve() == REPO / ".keel":
+        roots = roots[1:]  # a developer's own home: its running platform is not the session's
+    found = wait_for_leftovers(roots)
+    if found:
+        kill_all(found)
+        lines = "\n".join(f"  {pid}: {cmd}" for pid, cmd in sorted(found.items()))
+        print(f"\nprocesses the tests started were still running at the session's end (killed now):\n{lines}")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    if RESTORED_SIGNALS:
+        print(f"\nthe session was started with {', '.join(RESTORED_SIGNALS)} ignored: restored to the defaults")
 
 
 def make_contract(columns: str, rules: str = "", **top: object) -> CompiledContract:
