@@ -101,7 +101,8 @@ class TopTierGuard:
     windows a gradual cut would take. The no-load latency is the least window mean seen or ``FASTEST_FACTOR`` × the
     fastest single answer, whichever is less: a process that starts under a flood never sees a quiet window. A top
     tier slowed by a machine that other processes starve, under ordinary traffic, would not get faster for refusing
-    the lower tiers, so then the share holds. At or below the tolerance the share grows by ``step`` back towards 1. Without answers of the highest tier for ``IDLE_S`` the share is 1: nothing to protect.
+    the lower tiers: then, as at or below the tolerance, the share grows by ``step`` back towards 1 (a cut made by a
+    passing burst does not outlive it on a busy machine — it once held flights at 2 % for a whole busy year). Without answers of the highest tier for ``IDLE_S`` the share is 1: nothing to protect.
     The latency watched is the top tier's whole time in the process — from its first byte read, so a request that
     waited for the loop before it was admitted counts that wait.
     """
@@ -171,12 +172,12 @@ class TopTierGuard:
         # a process that started under a flood never saw a quiet window: its fastest single answers say what the top
         # tier takes unloaded (cutting still needs a flood or a busy loop, so an idle spread of latencies cuts nothing)
         reference = min(self.noload, self.FASTEST_FACTOR * self.fastest)
-        if mean > self.tolerance * reference:
-            if flooded:  # a flood of the lower tiers: give way at once (a halving per window is seconds of harm)
-                self.share = self.min_share
-            elif busy >= self.BUSY:
-                self.share = max(self.min_share, self.share * self.backoff)
-        else:
+        slow = mean > self.tolerance * reference
+        if slow and flooded:  # a flood of the lower tiers: give way at once (a halving per window is seconds of harm)
+            self.share = self.min_share
+        elif slow and busy >= self.BUSY:
+            self.share = max(self.min_share, self.share * self.backoff)
+        else:  # fast again, or slow for a reason refusing the lower tiers does not remove: their share comes back
             self.share = min(1.0, self.share + self.step)
 
     def lower_share(self) -> float:

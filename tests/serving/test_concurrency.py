@@ -169,3 +169,26 @@ def test_a_late_loop_that_is_not_busy_is_a_starved_one_not_a_queue():
     queue = StandingQueue(lambda window: 0.005, lambda: 0.15, clock=Clock())
     queue.observe(0)
     assert not queue.standing and not queue.shed(1)
+
+
+def test_a_cut_made_by_a_passing_burst_does_not_outlive_it_on_a_starved_machine():
+    """The busy year: the top tier's traffic dipped, ordinary L2 traffic counted as a flood for a moment and cut the
+    lower tiers to the floor; the machine stayed starved (L1 slow, the loop mostly idle), so the share held at 2 %
+    and ordinary L2 requests were shed all year. Without a flood or a busy loop the share comes back."""
+    clock = Clock()
+    guard = TopTierGuard(clock=clock)
+    guard_windows(guard, clock, 0.002, 10)
+    for _ in range(TopTierGuard.WINDOW_SAMPLES):  # a burst: lower tiers at many times the top tier's rate
+        guard.arrive(0)
+        for _ in range(20):
+            guard.arrive(1)
+        guard.update(0.050, busy=0.2)
+    assert guard.lower_share() == guard.min_share
+    clock.t += 5 * TopTierGuard.RATE_TAU_S  # the burst is over: ordinary traffic, the machine still starved
+    for _ in range(40):
+        for _ in range(TopTierGuard.WINDOW_SAMPLES):
+            guard.arrive(0)
+            guard.arrive(1)
+            guard.update(0.050, busy=0.2)
+        clock.t += 0.01
+    assert guard.lower_share() == 1.0
