@@ -12,11 +12,7 @@ the champion stays. Its table, one row per candidate, is in the UI. The chosen o
 (a candidate the gate refused never does: it is not served); the canary sensor starts its canary.
 """
 
-import hashlib
-
 import dagster as dg
-import lightgbm as lgb
-import numpy as np
 import polars as pl
 
 from assets.drift import build_drift_assets
@@ -24,15 +20,14 @@ from assets.features import build_feature_assets, feature_code_version
 from assets.models import run_id_of, training_config
 from assets.usecase import wiring
 from keel.home import KeelHome, asset_file
-from keel.loop.candidates import CandidateSpec, candidate_specs, choose_candidate
-from keel.loop.committee import committee_model_text
+from keel.loop.candidates import candidate_specs, choose_candidate
+from keel.loop.fit import candidate_training, fit_candidate, gate_rows, labelled_days, newest_rows
 from keel.loop.gate import DEFAULT_GATE
-from keel.loop.recalibrate import affine_model_text, fit_recalibration
 from keel.loop.shadow import ShadowPolicy
 from keel.metrics import LOSS_NAMES
 from keel.registry import CHALLENGER_GATE_KEY
 from keel.training.coarse import coarse_metadata, fit_coarse
-from keel.training.model import TrainingConfig, _xy, interval_record, month_of, predict, train_model
+from keel.training.model import interval_record, predict
 from keel.usecase import UseCase
 from resources.home import KeelHomeResource
 from resources.registry import ModelRegistryResource
@@ -54,19 +49,6 @@ class ChallengerConfig(dg.Config):
     label_drift: bool = False
 
 
-def gate_rows(uc: UseCase, frame: pl.DataFrame, config: ChallengerConfig) -> pl.DataFrame:
-    """The rows that judge the candidates: the gate month's days from ``gate_from_day`` on."""
-    fs = uc.features
-    return month_of(frame, config.gate_month, fs).filter(fs.entity.partition_day.dt.day() >= config.gate_from_day)
-
-
-def newest_rows(uc: UseCase, frame: pl.DataFrame, config: ChallengerConfig) -> pl.DataFrame:
-    """The newest labelled days before the gate's: the gate month's days before ``gate_from_day`` (early stopping's,
-    and a recalibration's)."""
-    fs = uc.features
-    return month_of(frame, config.gate_month, fs).filter(fs.entity.partition_day.dt.day() < config.gate_from_day)
-
-
 def read_months(uc: UseCase, home: KeelHome, months: list[str]) -> pl.DataFrame:
     """The stored partitions of the use case's feature table for ``months``; a missing one is an error naming it."""
     table = build_feature_assets(uc)[0].key
@@ -77,27 +59,6 @@ def read_months(uc: UseCase, home: KeelHome, months: list[str]) -> pl.DataFrame:
             f"{table.to_user_string()} has no stored partition for {', '.join(missing)}: materialize it first"
         )
     return pl.concat([pl.read_parquet(p) for p in paths], how="diagonal_relaxed")
-
-
-def labelled_days(frame: pl.DataFrame, uc: UseCase) -> np.ndarray:
-    """Each labelled row's day (as ``predict`` orders its rows): the clusters of the paired comparison."""
-    fs = uc.features
-    labelled = frame.filter(pl.col(fs.label.column).is_not_null()).sort(fs.entity.id_column)
-    return labelled.select(fs.entity.partition_day.dt.strftime("%Y-%m-%d").alias("d"))["d"].to_numpy()
-
-
-def recalibrated(uc: UseCase, champion_text: str, newest: pl.DataFrame) -> tuple[str, dict]:
-    """The champion's trees with their output refitted on ``newest`` (keel.loop.recalibrate): text and its record."""
-    x, y = _xy(newest, uc.features)
-    if y.size == 0:
-        raise dg.Failure("no labelled rows on the newest days: nothing to recalibrate on")
-    raw = lgb.Booster(model_str=champion_text).predict(x, raw_score=True)
-    methods = ("platt",) if uc.task == "binary" else ("bias",)
-    fit = fit_recalibration(uc.task, raw, y, methods[0])
-    return affine_model_text(champion_text, fit.a, fit.b), {
-        "method": fit.method, "a": fit.a, "b": fit.b, "rows": fit.rows, "loss_before": fit.loss_before,
-        "loss_after": fit.loss_after, "describe": fit.describe(),
-    }  # fmt: skip
 
 
 def build_challenger_assets(uc: UseCase) -> list[dg.AssetsDefinition]:
@@ -147,7 +108,7 @@ def build_challenger_assets(uc: UseCase) -> list[dg.AssetsDefinition]:
         newest = newest_rows(uc, features, config)  # early stopping's days: each candidate's interval is fitted there
         with registry.open() as reg:
             for spec in specs:
-                text, record = _fit(uc, spec, config, features, reg, first.params, fitted)
+                text, record = fit_candidate(uc, spec, config, features, reg, first.params, fitted)
                 fitted[spec] = text
                 record |= {"candidate": spec.name, "candidate_of": spec.describe(), "run_id": run_id,
                            "window": "expanding" if spec.expanding else None,
@@ -158,7 +119,7 @@ def build_challenger_assets(uc: UseCase) -> list[dg.AssetsDefinition]:
                                              f"{config.gate_month} days 1–{config.gate_from_day - 1}")}  # fmt: skip
                 sha = reg.register(name, text, record).sha256
                 if coarse is None:  # one coarse model for the decision (the first candidate's), linked to each
-                    coarse = fit_coarse(reg, name, uc.model.coarse, features, _training(spec, config, first.params, uc),
+                    coarse = fit_coarse(reg, name, uc.model.coarse, features, candidate_training(spec, config, first.params, uc),
                                         fs, sha, {"train_months": list(config.train_months), "run_id": run_id},
                                         uc.model.interval_coverage)  # fmt: skip
                 elif coarse[1] is not None:
@@ -299,65 +260,6 @@ def build_challenger_assets(uc: UseCase) -> list[dg.AssetsDefinition]:
         )
 
     return [challenger_model, challenger_evaluation]
-
-
-def _training(spec: CandidateSpec, config: ChallengerConfig, params: dict, uc: UseCase) -> TrainingConfig:
-    return TrainingConfig(
-        train_months=spec.train_months or tuple(config.train_months),
-        valid_month=config.gate_month,
-        valid_days=(1, config.gate_from_day - 1),
-        params=params,
-        half_life_days=spec.half_life_days,
-        early_stopping_rounds=uc.loop.early_stopping_rounds,
-    )
-
-
-def committee_members(reg, name: str, gate_month: str, previous: bool = True) -> list[tuple[str, str]]:
-    """(role, sha256) of a committee's members that a drift decision judged on ``gate_month`` finds registered: the
-    use case's own trained model (the newest version its training asset registered: the record has the asset's
-    ``training_code_version`` — a candidate that reproduced it byte for byte shares its record, so "no candidate key"
-    would not do) and the expanding refit of the decision before this one (the newest version marked
-    ``window: expanding`` judged on an earlier month), when there is one and ``previous`` asks for it."""
-    anchor = before = None
-    for version in sorted(reg.versions(name), reverse=True):
-        sha = reg.sha_of_version(name, version)
-        meta = reg.get(name, sha).metadata
-        if anchor is None and "training_code_version" in meta:
-            anchor = sha
-        if before is None and meta.get("window") == "expanding" and meta.get("gate_month", "") < gate_month:
-            before = sha
-    if anchor is None:
-        raise dg.Failure(f"{name} has no model of its own training in the registry: the committee has no anchor")
-    return [("first model", anchor)] + ([("previous expanding refit", before)] if before and previous else [])
-
-
-def _fit(uc: UseCase, spec: CandidateSpec, config: ChallengerConfig, features, reg, params,
-         fitted: dict[CandidateSpec, str]) -> tuple[str, dict]:  # fmt: skip
-    """A candidate's model text and its registry record (``fitted``: the texts of the decision's earlier specs)."""
-    if spec.committee:
-        refit = next((t for s, t in fitted.items() if s.expanding), None)
-        if refit is None:
-            raise dg.Failure("the committee needs this decision's expanding refit: fit it first")
-        members = committee_members(reg, uc.model.name, config.gate_month, uc.loop.committee_previous)
-        members.append(("this decision's expanding refit", hashlib.sha256(refit.encode()).hexdigest()))
-        text = committee_model_text([reg.load(sha) for _, sha in members])
-        return text, {"train_months": list(spec.train_months), "valid_month": config.gate_month,
-                      "committee": [{"role": role, "version": reg.version(uc.model.name, sha), "sha256": sha}
-                                    for role, sha in members]}  # fmt: skip
-    if spec.recalibrate:
-        champion = reg.alias(uc.model.name, "champion")
-        newest = newest_rows(uc, features, config)
-        text, fit = recalibrated(uc, reg.load(champion), newest)
-        base = reg.get(uc.model.name, champion).metadata
-        return text, {"train_months": list(base.get("train_months") or []), "valid_month": base.get("valid_month"),
-                      "recalibration": fit | {"of_version": reg.version(uc.model.name, champion),
-                                              "fitted_on": f"{config.gate_month} days 1–{config.gate_from_day - 1}"}}  # fmt: skip
-    training = _training(spec, config, params, uc)
-    model = train_model(features, training, uc.features)
-    return model.text, {"train_months": list(training.train_months), "valid_month": training.valid_month,
-                        "valid_days": list(training.valid_days), "params": training.params,
-                        "early_stopping_rounds": training.early_stopping_rounds,
-                        "half_life_days": spec.half_life_days, "best_iteration": model.best_iteration}  # fmt: skip
 
 
 CANDIDATES_SCHEMA = dg.TableSchema(

@@ -15,7 +15,7 @@ import dagster as dg
 import polars as pl
 
 from assets.usecase import wiring
-from keel.experiments.analysis import analyze, decision_p_values, with_decision
+from keel.experiments.analysis import analyze, decision_p_values, report_markdown, with_decision
 from keel.experiments.causal import load_causal_spec, run_causal
 from keel.experiments.control import RUNNING, experiments, guardrail_decision, rolled_back_days, stored_spec
 from keel.experiments.impact import (
@@ -28,6 +28,7 @@ from keel.experiments.impact import (
 )
 from keel.experiments.lake import key_segments, wide_columns, wide_rows
 from keel.exposures import read_exposure_scan, realized_labels
+from keel.factories.markdown import frame_to_markdown
 from keel.storage import write_json_atomic
 from keel.usecase import CausalQuestion, UseCase, first_day
 from resources.home import KeelHomeResource
@@ -131,7 +132,9 @@ def build_experiment_assets(uc: UseCase) -> list[dg.AssetsDefinition]:
             {
                 "rows": wide.height,
                 "with_real_outcome": int(wide["late"].is_not_null().sum()) if wide.height else 0,
-                "by_experiment": dg.MetadataValue.md(_md(counts) if counts is not None else "no experiment"),
+                "by_experiment": dg.MetadataValue.md(
+                    frame_to_markdown(counts, max_rows=50) if counts is not None else "no experiment"
+                ),
                 "duckdb_example": dg.MetadataValue.md(
                     "```sql\nSELECT floor(score * 10) / 10 AS bucket, variant, avg(offer_accepted) AS accept_rate, "
                     f"count(*) AS n\nFROM read_parquet('{wide_glob}')\nGROUP BY ALL ORDER BY ALL;\n```"
@@ -204,7 +207,7 @@ def build_experiment_assets(uc: UseCase) -> list[dg.AssetsDefinition]:
             metadata={
                 "experiments": len(reports),
                 "report": dg.MetadataValue.md(
-                    "\n\n".join(_report_md(i, r) for i, r in reports.items()) or "no data yet"
+                    "\n\n".join(report_markdown(i, r) for i, r in reports.items()) or "no data yet"
                 ),
                 "reports": dg.MetadataValue.json(
                     {
@@ -353,42 +356,3 @@ def _breaches(exp_id: str, report: dict, status: str) -> list[str]:
         if g["breached"] and g["metric"] not in acted_on
     ]
     return out
-
-
-def _md(frame: pl.DataFrame) -> str:
-    head = "| " + " | ".join(frame.columns) + " |\n|" + "---|" * len(frame.columns) + "\n"
-    return head + "\n".join("| " + " | ".join(str(v) for v in row) + " |" for row in frame.iter_rows())
-
-
-def _report_md(exp_id: str, r: dict) -> str:
-    lines = [f"### {exp_id} ({r['status']}): " + ", ".join(f"{k} {v:,}" for k, v in r["arms"].items())]
-    lines += [f"- conclusions withheld: {w}" for w in r["withheld_because"]]
-    lines.append(
-        "\n| metric | control | treatment | lift | 95 % CI | p (BH) | verdict |\n|---|---:|---:|---:|---|---:|---|"
-    )
-    for m in r["metrics"]:
-        if "error" in m:
-            continue
-        lines.append(
-            f"| {m['name']} | {m['control']:.4g} | {m['treatment']:.4g} | {m['lift']:+.2%} | "
-            f"[{m['lift_ci'][0]:+.2%}, {m['lift_ci'][1]:+.2%}] | {m['p_adjusted']:.3g} | {m['verdict']} |"
-        )
-    decision = r.get("guardrail_decision")
-    if decision:
-        lines.append(
-            f"- **{decision['action']}** by the guardrail sensor at {decision['at']} (policy version "
-            f"{decision['version']}), on this evidence:"
-        )
-        lines += [f"  - BREACHED when it acted: {g['reason']}" for g in decision["evidence"].get("guardrails", [])]
-    lines += [f"- guardrail {'BREACHED' if g['breached'] else 'ok'} now: {g['reason']}" for g in r["guardrails"]]
-    lines += [f"- drill-down: {d['explanation']}" for d in r["drilldown"].values()]
-    impact = r.get("impact")
-    if impact:
-        lo, hi = impact["interval_80"]
-        said = f"- impact: predicted {impact['predicted_lift']:+.1%} (80 % interval {lo:+.1%} … {hi:+.1%})"
-        if impact.get("realized_lift") is None:
-            lines.append(said + "; not measured yet")
-        else:
-            inside = "inside" if impact["inside_interval"] else "OUTSIDE"
-            lines.append(said + f"; realized {impact['realized_lift']:+.1%} — {inside} the interval")
-    return "\n".join(lines)

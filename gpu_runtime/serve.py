@@ -99,16 +99,12 @@ def main(argv: list[str] | None = None) -> int:
 
     import resource
 
-    import uvicorn
-
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     wanted = args.max_connections + 512  # the connections, Triton's channels, log and store files
     if soft != resource.RLIM_INFINITY and soft < wanted:
         resource.setrlimit(resource.RLIMIT_NOFILE, (min(wanted, hard), hard))
 
     from gpu_runtime.gateway.app import Gateway
-    from gpu_runtime.gateway.collector import freeze_startup_objects
-    from gpu_runtime.gateway.server import bounded_protocol
     from keel.policies.gateway import GatewayPolicy
     from keel.usecase import UseCaseError, installed, resolve
 
@@ -174,49 +170,55 @@ def main(argv: list[str] | None = None) -> int:
         return serve_with_workers(args, refs, port, server, supervisor, endpoints, admin_key, announced, policy,
                                   watchdog, layout)  # fmt: skip
     gateway = Gateway(first, policy, runtime=supervisor.status, also=also)
-    config = uvicorn.Config(
-        gateway, host=args.gateway_host, port=port, log_level="warning", access_log=False, lifespan="on",
-        http=bounded_protocol(gateway, args.header_timeout_s, args.max_connections),
-        timeout_keep_alive=args.keepalive_s,
-    )  # fmt: skip
-    uv = uvicorn.Server(config)
 
-    def on_started() -> None:
-        write_endpoints(
-            endpoints,
-            {
-                "pid": os.getpid(),
-                "triton_grpc": f"{announced}:{server.grpc_port}",
-                "triton_http": server.http_url,
-                "triton_metrics": f"127.0.0.1:{server.metrics_port}",
-                "gateway": f"{announced if args.gateway_host in ('0.0.0.0', '::') else args.gateway_host}:{port}",
-                "admin_key": admin_key,
-                "triton_version": server.info.triton_version if server.info else None,
-                "policy": policy.to_dict(),
-            },
-        )
-        models = ", ".join(gateway.served_models())
-        print(
-            f"keel serve: gateway on http://127.0.0.1:{port} serving {models} "
-            "(POST /v1/models/{model}/predict, /metrics, /readyz)",
-            flush=True,
-        )
+    def on_up() -> None:
+        write_endpoints(endpoints, endpoints_record(args, server, announced, port, admin_key, policy))
+        print(f"keel serve: gateway on http://127.0.0.1:{port} serving {', '.join(gateway.served_models())} "
+              "(POST /v1/models/{model}/predict, /metrics, /readyz)", flush=True)  # fmt: skip
 
-    original_startup = uv.startup
-
-    async def startup(sockets=None):
-        await original_startup(sockets=sockets)
-        freeze_startup_objects()  # before the first request: collections walk only what requests allocate
-        on_started()
-
-    uv.startup = startup  # type: ignore[method-assign]
-    signal.signal(signal.SIGTERM, lambda *_: setattr(uv, "should_exit", True))
+    uv = gateway_server(gateway, args, on_up, host=args.gateway_host, port=port)
     supervisor.start()
     try:
         uv.run()
     finally:
         stop_runtime(supervisor, endpoints, server, watchdog)
     return 0
+
+
+def gateway_server(gateway, args, on_up, **bind):
+    """The gateway's uvicorn server (bounded protocol, keep-alive): on start-up the start-up objects are frozen out of
+    the garbage collector before the first request (collections walk only what requests allocate), then ``on_up``;
+    TERM asks it to exit."""
+    import uvicorn
+
+    from gpu_runtime.gateway.collector import freeze_startup_objects
+    from gpu_runtime.gateway.server import bounded_protocol
+
+    config = uvicorn.Config(
+        gateway, log_level="warning", access_log=False, lifespan="on", timeout_keep_alive=args.keepalive_s,
+        http=bounded_protocol(gateway, args.header_timeout_s, args.max_connections), **bind,
+    )  # fmt: skip
+    uv = uvicorn.Server(config)
+    original_startup = uv.startup
+
+    async def startup(sockets=None):
+        await original_startup(sockets=sockets)
+        freeze_startup_objects()
+        on_up()
+
+    uv.startup = startup  # type: ignore[method-assign]
+    signal.signal(signal.SIGTERM, lambda *_: setattr(uv, "should_exit", True))
+    return uv
+
+
+def endpoints_record(args, server, announced: str, port: int, admin_key: str, policy, **extra) -> dict:
+    """What endpoints.json says: where Triton and the gateway are reached, the admin key, the policy served."""
+    host = announced if args.gateway_host in ("0.0.0.0", "::") else args.gateway_host
+    return {
+        "pid": os.getpid(), "triton_grpc": f"{announced}:{server.grpc_port}", "triton_http": server.http_url,
+        "triton_metrics": f"127.0.0.1:{server.metrics_port}", "gateway": f"{host}:{port}", "admin_key": admin_key,
+        "triton_version": server.info.triton_version if server.info else None, "policy": policy.to_dict(), **extra,
+    }  # fmt: skip
 
 
 def stop_runtime(supervisor, endpoints: Path, server, watchdog) -> None:
@@ -277,11 +279,7 @@ def worker_argv(args, refs: list[str], port: int, triton_url: str) -> list[str]:
 
 def run_worker(args, served, refs, home, layout, device: str, policy) -> int:
     """One gateway worker: the gateway on the shared port, the runtime's state read from the serving process."""
-    import uvicorn
-
     from gpu_runtime.gateway.app import Gateway, WorkerShare
-    from gpu_runtime.gateway.collector import freeze_startup_objects
-    from gpu_runtime.gateway.server import bounded_protocol
     from gpu_runtime.gateway.shared import SharedRuntimeStatus
 
     index = args.worker_index
@@ -290,21 +288,7 @@ def run_worker(args, served, refs, home, layout, device: str, policy) -> int:
     runtime = SharedRuntimeStatus(directory / "runtime.json")
     gateway = Gateway(first, policy, runtime=runtime, also=also, worker=WorkerShare(index, directory))
     sock = reuseport_socket(args.gateway_host, args.gateway_port)
-    config = uvicorn.Config(
-        gateway, log_level="warning", access_log=False, lifespan="on",
-        http=bounded_protocol(gateway, args.header_timeout_s, args.max_connections),
-        timeout_keep_alive=args.keepalive_s,
-    )  # fmt: skip
-    uv = uvicorn.Server(config)
-    original_startup = uv.startup
-
-    async def startup(sockets=None):
-        await original_startup(sockets=sockets)
-        freeze_startup_objects()  # before the first request: collections walk only what requests allocate
-        (directory / f"w{index}.up").write_text(str(os.getpid()))
-
-    uv.startup = startup  # type: ignore[method-assign]
-    signal.signal(signal.SIGTERM, lambda *_: setattr(uv, "should_exit", True))
+    uv = gateway_server(gateway, args, lambda: (directory / f"w{index}.up").write_text(str(os.getpid())))
     uv.run(sockets=[sock])
     return 0
 
@@ -332,13 +316,9 @@ def serve_with_workers(args, refs, port, server, supervisor, endpoints, admin_ke
     try:
         pool.start()
         pool.wait_up()
-        write_endpoints(endpoints, {
-            "pid": os.getpid(), "triton_grpc": f"{announced}:{server.grpc_port}", "triton_http": server.http_url,
-            "triton_metrics": f"127.0.0.1:{server.metrics_port}",
-            "gateway": f"{announced if args.gateway_host in ('0.0.0.0', '::') else args.gateway_host}:{port}",
-            "admin_key": admin_key, "triton_version": server.info.triton_version if server.info else None,
-            "policy": policy.to_dict(), "workers": pool.pids(),
-        })  # fmt: skip
+        write_endpoints(
+            endpoints, endpoints_record(args, server, announced, port, admin_key, policy, workers=pool.pids())
+        )
         print(f"keel serve: gateway on http://127.0.0.1:{port} in {args.workers} worker processes serving "
               f"{', '.join(r.strip() for r in refs)} (POST /v1/models/{{model}}/predict, /metrics, /readyz)",
               flush=True)  # fmt: skip

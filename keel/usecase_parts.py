@@ -92,6 +92,12 @@ class Monitoring:
     thresholds: dict[str, float] = field(default_factory=dict)
 
 
+# The names of the candidate recipes a drift decision can train (keel/loop/candidates.py builds them): the words a
+# declaration's ``Loop.candidates`` is checked against here, without the statistics (scipy) the recipes import — the
+# Flink environment imports use cases and has none.
+RECIPES = ("rolling", "expanding", "recency", "committee", "recalibrated")
+
+
 @dataclass(frozen=True)
 class Loop:
     """How the self-retraining loop (keel/loop, docs/live.md) fits the use case's volume and label delay — the same
@@ -103,7 +109,7 @@ class Loop:
     - ``label_delay``: how long after a request its label may still be on its way — the loop's canary gives realized
       labels this much time beyond its progress deadline (flights: none, its labels land the next day; a rate
       quote's price only once its stay is over and landed, weeks on);
-    - ``candidates``: the recipes a drift decision trains (keel/loop/recipes.py ``RECIPES``): all of them by
+    - ``candidates``: the recipes a drift decision trains (``RECIPES`` below; keel/loop/candidates.py builds them): all of them by
       default; a use case leaves out those that cannot serve it — hotels, whose quotes are for stays up to a year
       ahead, leaves out the windows of recent months only (a rolling window of three winter months prices next
       summer from winter) and the recalibration (one month's bias applied to quotes of every season);
@@ -119,7 +125,7 @@ class Loop:
     gate_from_day: int = 22
     gate_min_rows: int = 1000
     label_delay: timedelta = timedelta(0)
-    candidates: tuple[str, ...] = ("rolling", "expanding", "recency", "committee", "recalibrated")
+    candidates: tuple[str, ...] = RECIPES
     early_stopping_rounds: int = 20
     committee_previous: bool = True
 
@@ -130,8 +136,6 @@ class Loop:
             raise UseCaseError(f"loop: gate_min_rows below 30 judges on noise, got {self.gate_min_rows}")
         if self.label_delay < timedelta(0):
             raise UseCaseError(f"loop: label_delay must not be negative, got {self.label_delay}")
-        from keel.loop.recipes import RECIPES
-
         unknown = sorted(set(self.candidates) - set(RECIPES))
         if unknown or not self.candidates:
             raise UseCaseError(f"loop: candidates {unknown or '()'} — each must be one of {', '.join(RECIPES)}")

@@ -10,11 +10,10 @@ import pytest
 
 from keel.contracts.engine import CompiledContract
 from keel.contracts.spec import parse_contract
+from tests import REPO
 from tests.control_plane import CONTROL_PLANES, TEST_KEY, fresh_location
 from tests.leftovers import kill_all, restore_default_signals, wait_for_leftovers
 
-REPO = Path(__file__).resolve().parent.parent
-CONTRACTS = REPO / "usecases" / "flights" / "contracts"
 # Signals the session was started ignoring get their defaults back, so no process a test starts inherits them
 # (tests/leftovers.py); the session fails if any process of its homes is still alive at its end.
 RESTORED_SIGNALS = restore_default_signals()

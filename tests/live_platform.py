@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.conftest import REPO
+from tests import REPO
 from tests.test_webserver import DAGSTER, free_port, home_env
 
 DRILL_SPEED = (

@@ -144,7 +144,7 @@ def test_every_alert_carries_the_heads_and_they_catch_a_rollback_of_every_local_
 
     from keel.home import KeelHome
     from keel.policies import PolicyStore
-    from tests.conftest import REPO
+    from tests import REPO
 
     monkeypatch.delenv("KEEL_CHAIN_KEY", raising=False)
     monkeypatch.delenv("KEEL_CONTROL_PLANE", raising=False)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from tests.conftest import REPO
+from tests import REPO
 
 COMMAND = re.compile(r"(\.venv/bin/(python|pip)|scripts/[\w-]+|bench/\w+\.py|python3? -m |pytest)")
 

@@ -18,7 +18,7 @@ import pytest
 from keel.chain import ChainKeyError, ChainTruncatedError, key_path
 from keel.ledger import Ledger, entry_hash
 from keel.policies import PolicyStore, commit_hash
-from tests.conftest import REPO
+from tests import REPO
 from tests.control_plane import TEST_KEY, Raw, env_for, fresh_location, url_of
 
 LIMIT = {"default": {"rps": 100, "burst": 200}}

@@ -10,7 +10,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from tests.conftest import CONTRACTS
+from tests import CONTRACTS
 
 KEEL = str(Path(sys.executable).with_name("keel"))
 

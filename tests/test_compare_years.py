@@ -7,7 +7,7 @@ import sys
 from copy import deepcopy
 from datetime import date
 
-from tests.conftest import REPO
+from tests import REPO
 
 sys.path.insert(0, str(REPO / "scripts"))
 import compare_years  # noqa: E402

@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from tests.conftest import REPO
+from tests import REPO
 from tests.live_platform import stop_groups, wait_until, webserver_up
 from tests.test_webserver import DAGSTER, free_port
 

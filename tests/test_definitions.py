@@ -9,7 +9,7 @@ import json
 import os
 
 import definitions
-from tests.conftest import REPO
+from tests import REPO
 
 SNAPSHOT = REPO / "tests" / "snapshots" / "definitions.json"
 

@@ -9,7 +9,7 @@ from importlib.metadata import requires, version
 import pytest
 from packaging.requirements import Requirement
 
-from tests.conftest import REPO
+from tests import REPO
 
 DAGSTER_RELEASE = "1.13.27"
 DAGSTER_K8S_RELEASE = "0.29.27"

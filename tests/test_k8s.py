@@ -21,7 +21,7 @@ from keel.deploy.k8s import (
     run_job,
     runtime_manifests,
 )
-from tests.conftest import REPO
+from tests import REPO
 
 
 @pytest.fixture

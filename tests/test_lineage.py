@@ -12,7 +12,7 @@ from definitions import defs
 from keel.ledger import Ledger
 from keel.lineage import LineageError, LineageGraph
 from keel.release import release_manifest
-from tests.conftest import REPO
+from tests import REPO
 
 
 @pytest.fixture(scope="module")

@@ -145,7 +145,7 @@ def test_a_replayer_whose_span_is_over_is_never_behind_and_a_failed_one_stops_th
     import subprocess
     import sys
 
-    from tests.conftest import REPO
+    from tests import REPO
 
     monkeypatch.syspath_prepend(str(REPO / "scripts"))
     import live_steps

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from keel.uiguard import allowed_hosts, forwarded_head, refusal
-from tests.conftest import REPO
+from tests import REPO
 
 HOSTS = allowed_hosts(3000, ["keel.internal:443"])
 

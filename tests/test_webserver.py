@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests import REPO
 from usecases.flights.features import FLIGHT_FEATURES
 
 pytestmark = pytest.mark.slow

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from gpu_runtime.gateway.admission import TierAdmission
+from gpu_runtime.gateway.admit import would_shed
 from gpu_runtime.gateway.answers import refusal
 from gpu_runtime.gateway.coarse import CoarsePool
 from gpu_runtime.gateway.collector import CollectionTimer
@@ -50,7 +51,7 @@ from gpu_runtime.gateway.model import GatewayConfig, ServedModel
 from gpu_runtime.gateway.overload import LoadMonitor, StandingQueue
 from gpu_runtime.gateway.request import Answer, RequestContext, client_budget_ms
 from gpu_runtime.gateway.shared import MetricsExchange, SharedBuckets
-from gpu_runtime.gateway.stages import handle, log, would_shed
+from gpu_runtime.gateway.stages import handle, log
 from keel.exposure_log import ExposureLog
 from keel.policies.gateway import GatewayPolicy
 from keel.usecase import only, resolve

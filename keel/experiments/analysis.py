@@ -298,3 +298,38 @@ def with_decision(report: dict[str, Any], decision: dict[str, Any] | None) -> di
     if decision:
         out["guardrail_breached"] = True
     return out
+
+
+def report_markdown(exp_id: str, r: dict) -> str:
+    """One experiment's report (``analyze``'s, with its guardrail decision and impact) as markdown for the UI."""
+    lines = [f"### {exp_id} ({r['status']}): " + ", ".join(f"{k} {v:,}" for k, v in r["arms"].items())]
+    lines += [f"- conclusions withheld: {w}" for w in r["withheld_because"]]
+    lines.append(
+        "\n| metric | control | treatment | lift | 95 % CI | p (BH) | verdict |\n|---|---:|---:|---:|---|---:|---|"
+    )
+    for m in r["metrics"]:
+        if "error" in m:
+            continue
+        lines.append(
+            f"| {m['name']} | {m['control']:.4g} | {m['treatment']:.4g} | {m['lift']:+.2%} | "
+            f"[{m['lift_ci'][0]:+.2%}, {m['lift_ci'][1]:+.2%}] | {m['p_adjusted']:.3g} | {m['verdict']} |"
+        )
+    decision = r.get("guardrail_decision")
+    if decision:
+        lines.append(
+            f"- **{decision['action']}** by the guardrail sensor at {decision['at']} (policy version "
+            f"{decision['version']}), on this evidence:"
+        )
+        lines += [f"  - BREACHED when it acted: {g['reason']}" for g in decision["evidence"].get("guardrails", [])]
+    lines += [f"- guardrail {'BREACHED' if g['breached'] else 'ok'} now: {g['reason']}" for g in r["guardrails"]]
+    lines += [f"- drill-down: {d['explanation']}" for d in r["drilldown"].values()]
+    impact = r.get("impact")
+    if impact:
+        lo, hi = impact["interval_80"]
+        said = f"- impact: predicted {impact['predicted_lift']:+.1%} (80 % interval {lo:+.1%} … {hi:+.1%})"
+        if impact.get("realized_lift") is None:
+            lines.append(said + "; not measured yet")
+        else:
+            inside = "inside" if impact["inside_interval"] else "OUTSIDE"
+            lines.append(said + f"; realized {impact['realized_lift']:+.1%} — {inside} the interval")
+    return "\n".join(lines)

@@ -27,8 +27,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from keel.loop.recipes import RECIPES
 from keel.loop.shadow import DEFAULT_SHADOW, ShadowPolicy, ShadowVerdict, shadow_verdict
+from keel.usecase_parts import RECIPES
 
 RECENCY_HALF_LIFE_DAYS = 60.0  # the recency-weighted candidate: a row two months older counts half
 PREFER = ("committee",)  # among surely-better candidates, these first (in this order); then the lowest difference

@@ -9,7 +9,7 @@ import pytest
 
 from keel.contracts.engine import SOURCE_ROW, CompiledContract, PartitionWindow
 from keel.contracts.spec import load_contract
-from tests.conftest import CONTRACTS
+from tests import CONTRACTS
 from usecases.flights.data import MONTHS, read_raw, read_raw_month
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from keel.contracts.spec import load_contract, parse_contract
 from keel.errors import ContractError
-from tests.conftest import CONTRACTS
+from tests import CONTRACTS
 
 BASE = """\
 contract: demo

@@ -15,7 +15,7 @@ from keel.experiments.analysis import ExperimentDataError, aggregate, analyze
 from keel.experiments.drilldown import drilldown
 from keel.experiments.simulator import simulate_offers, synthetic_exposures
 from keel.experiments.spec import ExperimentSpecError, parse_spec
-from tests.conftest import REPO
+from tests import REPO
 from tests.features.conftest import validated  # noqa: F401 - shared session fixture
 from usecases.flights.experiments import flight_units
 

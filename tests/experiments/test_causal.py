@@ -13,7 +13,7 @@ from keel.experiments.causal import (
     parse_causal_spec,
     run_causal,
 )
-from tests.conftest import REPO
+from tests import REPO
 from tests.features.conftest import validated  # noqa: F401 - shared session fixture
 from usecases.flights.experiments import low_visibility_frame
 

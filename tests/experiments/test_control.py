@@ -20,7 +20,8 @@ from keel.ledger import Ledger
 from keel.policies import PolicyStore
 from keel.registry import ModelRegistry, versions_lookup
 from resources import keel_resources
-from tests.conftest import REPO, evaluate_sensor
+from tests import REPO
+from tests.conftest import evaluate_sensor
 from tests.features.conftest import validated  # noqa: F401 - shared session fixture
 from usecases.flights.features import FLIGHT, FLIGHT_FEATURES
 

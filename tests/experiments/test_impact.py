@@ -64,7 +64,7 @@ def test_a_prediction_is_recorded_at_start_and_compared_with_the_realized_lift(u
     from keel.experiments.impact import predictor_path, train_predictor, true_lift
     from keel.experiments.lake import wide_rows
     from keel.exposures import read_exposure_frame, realized_labels
-    from tests.conftest import REPO
+    from tests import REPO
     from tests.experiments.test_control import SPEC, exposures_of_real_flights, open_store
     from usecases.flights import usecase as FLIGHTS
     from usecases.flights.features import FLIGHT_FEATURES

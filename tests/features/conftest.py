@@ -9,7 +9,7 @@ import pytest
 
 from keel.contracts.engine import CompiledContract
 from keel.contracts.spec import load_contract
-from tests.conftest import CONTRACTS
+from tests import CONTRACTS
 from usecases.flights.data import read_raw, read_raw_month
 from usecases.flights.features import FLIGHT_FEATURES
 

@@ -3,7 +3,7 @@
 import polars as pl
 
 from keel.contracts.spec import load_contract
-from tests.conftest import CONTRACTS
+from tests import CONTRACTS
 from usecases.flights.features import COLUMN_SOURCES, offline_features
 
 

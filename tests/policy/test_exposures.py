@@ -11,7 +11,7 @@ import pytest
 from keel.contracts.engine import CompiledContract
 from keel.contracts.spec import load_contract
 from keel.exposures import arm_stats, exposure_frame, outcome_labels
-from tests.conftest import CONTRACTS
+from tests import CONTRACTS
 from tests.features.conftest import validated  # noqa: F401 - shared session fixture
 from usecases.flights.features import FLIGHT, FLIGHT_FEATURES
 

@@ -27,7 +27,7 @@ from keel.policies.gateway import DEFAULT_TIERS
 from keel.registry import ModelRegistry
 from keel.training.model import TrainingConfig, train_model
 from resources.triton import TritonResource
-from tests.conftest import REPO
+from tests import REPO
 from tests.features.conftest import validated  # noqa: F401 - shared session fixture
 from usecases.flights.features import FEATURE_NAMES, FLIGHT_FEATURES, build_views, offline_features
 

@@ -38,7 +38,7 @@ from keel.registry import ModelRegistry, versions_lookup
 from keel.release import release_manifest
 from keel.training.model import TrainingConfig, train_model
 from resources import TritonResource, keel_resources
-from tests.conftest import CONTRACTS, REPO
+from tests import CONTRACTS, REPO
 from tests.flights import MODEL_PROMOTION, model_deployment
 from tests.serving.conftest import MODEL, PATIENT, start_serve, stop_serve
 from usecases.flights.data import read_raw, read_raw_month

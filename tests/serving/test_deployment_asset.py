@@ -14,7 +14,7 @@ from keel.ledger import Ledger
 from keel.registry import ModelRegistry
 from keel.release import release_manifest
 from resources import TritonResource, keel_resources
-from tests.conftest import REPO
+from tests import REPO
 from tests.flights import MODEL_DEPLOYMENT, MODEL_PROMOTION, model_deployment
 from tests.serving.conftest import MODEL, Runtime, request_body, start_serve, stop_serve
 

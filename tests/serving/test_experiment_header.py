@@ -16,7 +16,7 @@ from keel.experiments import control
 from keel.experiments.lake import wide_rows
 from keel.exposure_log import read_exposures
 from keel.policies import PolicyStore
-from tests.conftest import REPO
+from tests import REPO
 from tests.serving.conftest import MODEL, request_body, serving_version_1
 
 SPEC = """\

@@ -29,7 +29,7 @@ from keel.ledger import Ledger
 from keel.policies import PolicyStore
 from keel.registry import versions_lookup
 from resources import keel_resources
-from tests.conftest import REPO
+from tests import REPO
 from tests.serving.conftest import MODEL, PATIENT, Runtime, start_serve, stop_serve
 from usecases.flights import usecase as FLIGHTS
 

@@ -10,7 +10,7 @@ import time
 
 from keel.exposure_log import ExposureLog, read_exposures, scan_exposures
 from keel.exposures import read_exposure_scan
-from tests.conftest import REPO
+from tests import REPO
 
 WRITER = """
 import json, resource, sys, time

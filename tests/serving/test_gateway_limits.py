@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from keel.exposure_log import read_exposures, scan_exposures
-from tests.conftest import REPO
+from tests import REPO
 from tests.serving.conftest import request_body, serving_version_1
 
 POLICY = {"version": "limits-1", "tenant_rate_limits": {"ops": {"rps": 1000, "burst": 1000}}}

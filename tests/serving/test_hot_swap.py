@@ -13,7 +13,7 @@ import pytest
 from gpu_runtime.repository import triton_name
 from gpu_runtime.triton import TritonError
 from keel.exposure_log import read_exposures
-from tests.conftest import REPO
+from tests import REPO
 from tests.serving.conftest import MODEL, PATIENT, Runtime, start_serve, stop_serve
 
 pytestmark = pytest.mark.slow

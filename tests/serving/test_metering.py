@@ -26,7 +26,8 @@ from keel.metering.compute import compute_ns, read_compute_samples
 from keel.policies import PolicyStore
 from keel.policies.types import Cost
 from resources import keel_resources
-from tests.conftest import REPO, evaluate_sensor
+from tests import REPO
+from tests.conftest import evaluate_sensor
 from tests.serving.conftest import MODEL, PATIENT, request_body, serving_version_1, start_serve, stop_serve
 
 DAY = "2013-06-01"

@@ -25,7 +25,7 @@ import lightgbm as lgb
 import numpy as np
 import pytest
 
-from gpu_runtime.gateway import stages
+from gpu_runtime.gateway import admit
 from gpu_runtime.gateway.app import Gateway, GatewayConfig
 from gpu_runtime.gateway.overload import LoadSignals, blame_timeout
 from keel.deploy.fake import FakeDeployer
@@ -209,13 +209,13 @@ def test_a_lower_tier_waits_a_tenth_of_its_timeout_for_a_place_and_the_highest_t
     top = Gateway(deploy(tmp_path / "l1", FLIGHTS, "127.0.0.1:1"),
                   GatewayPolicy(model_tiers={"flight-delay": "L1"})).model()  # fmt: skip
     ctx = gateway.context(top, {}, None, time.monotonic())
-    assert stages.admit_wait_s(gateway, top, "L1", ctx) == pytest.approx(top.timeout_ms() / 1000, abs=0.01)
+    assert admit.admit_wait_s(gateway, top, "L1", ctx) == pytest.approx(top.timeout_ms() / 1000, abs=0.01)
     ctx = gateway.context(model, {}, None, time.monotonic())
-    assert stages.admit_wait_s(gateway, model, "L2", ctx) == pytest.approx(0.1 * timeout_ms / 1000, abs=0.001)
+    assert admit.admit_wait_s(gateway, model, "L2", ctx) == pytest.approx(0.1 * timeout_ms / 1000, abs=0.001)
     for _ in range(40):  # a flood of the lower tiers: they wait no more (the door refuses them at once)
         gateway.guard.arrive(1)
-    assert gateway.guard.flooded() and stages.admit_wait_s(gateway, model, "L2", ctx) == 0.0
-    assert stages.admit_wait_s(gateway, top, "L1", ctx) > 0
+    assert gateway.guard.flooded() and admit.admit_wait_s(gateway, model, "L2", ctx) == 0.0
+    assert admit.admit_wait_s(gateway, top, "L1", ctx) > 0
 
 
 def test_the_http_protocol_refuses_a_request_its_tier_would_shed_at_the_door_and_keeps_the_connection(tmp_path):

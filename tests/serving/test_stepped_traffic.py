@@ -13,11 +13,11 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from gpu_runtime.replay import day_sample, entities_by_day
+from gpu_runtime.live_traffic import day_sample, entities_by_day
 from keel.clock import TRAFFIC, SimClock
 from keel.exposure_log import read_exposures
 from keel.usecase import get
-from tests.conftest import REPO
+from tests import REPO
 from tests.serving.conftest import PATIENT, serving_version_1
 
 NOON = datetime(2013, 6, 1, 12, tzinfo=UTC)

@@ -41,7 +41,7 @@ from keel.registry import ModelRegistry, versions_lookup
 from keel.release import release_manifest
 from keel.training.model import TrainingConfig, train_model
 from resources import TritonResource, keel_resources
-from tests.conftest import CONTRACTS, REPO
+from tests import CONTRACTS, REPO
 from tests.control_plane import TEST_KEY, fresh_location, url_of
 from tests.features.conftest import REDIS_URL
 from tests.flights import MODEL_PROMOTION, model_deployment

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from tests.conftest import REPO
+from tests import REPO
 
 FLINK_PY = Path(os.environ.get("KEEL_FLINK_PYTHON", REPO / ".venv-flink" / "bin" / "python"))
 

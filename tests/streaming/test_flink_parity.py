@@ -20,7 +20,7 @@ import pytest
 from keel.contracts.engine import CompiledContract
 from keel.contracts.spec import load_contract
 from keel.streaming.drift_windows import batch_windows, reference_bins
-from tests.conftest import CONTRACTS, REPO
+from tests import CONTRACTS, REPO
 from tests.streaming.flink_env import FLINK_PY, require_flink_environment
 from usecases.flights.data import read_raw_month
 

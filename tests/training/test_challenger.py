@@ -11,10 +11,11 @@ import lightgbm as lgb
 import polars as pl
 import pytest
 
-from assets.challengers import CHALLENGER_GATE, ChallengerConfig, _training, committee_members
+from assets.challengers import CHALLENGER_GATE, ChallengerConfig
 from assets.models import training_config
 from keel.home import KeelHome
 from keel.loop.candidates import CandidateSpec, choose_candidate
+from keel.loop.fit import candidate_training, committee_members
 from keel.loop.shadow import ShadowPolicy
 from keel.registry import ModelRegistry
 from keel.storage import write_parquet_atomic
@@ -164,7 +165,7 @@ def test_a_candidate_early_stops_with_the_patience_its_use_case_declares(feature
     patient = dataclasses.replace(flights, loop=dataclasses.replace(flights.loop, early_stopping_rounds=200))
     fits = {}
     for uc in (flights, patient):
-        training = _training(spec, config, training_config(uc).params, uc)
+        training = candidate_training(spec, config, training_config(uc).params, uc)
         assert training.early_stopping_rounds == uc.loop.early_stopping_rounds
         assert training.valid_month == "2013-04" and training.valid_days == (1, 21)
         fits[uc.loop.early_stopping_rounds] = train_model(feature_months, training, FLIGHT_FEATURES).best_iteration

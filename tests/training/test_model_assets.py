@@ -114,7 +114,7 @@ def test_editing_a_contract_marks_the_model_stale(setup, tmp_path):
     from dagster._core.definitions.data_version import StaleStatus
     from dagster._utils.test.data_versions import get_stale_status_resolver
 
-    from tests.conftest import CONTRACTS
+    from tests import CONTRACTS
 
     all_assets, resources, instance, _ = setup
     copies = []
@@ -143,7 +143,7 @@ def test_a_new_release_diffs_to_the_partition_and_the_model_that_changed(
     import subprocess
     import sys
 
-    from tests.conftest import REPO
+    from tests import REPO
 
     monkeypatch.setattr(models, "GATE", GatePolicy(max_ece=0.1, max_auc_drop=0.05))
     all_assets, resources, instance, _ = setup

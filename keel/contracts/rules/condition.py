@@ -6,7 +6,7 @@ from __future__ import annotations
 import polars as pl
 
 from keel.contracts.dsl import DslError, parse_condition
-from keel.contracts.rules import RuleType
+from keel.contracts.rules.base import RuleType
 from keel.contracts.values import dsl_sql
 
 

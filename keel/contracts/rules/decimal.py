@@ -8,7 +8,7 @@ import math
 import polars as pl
 
 from keel.contracts.model import NUMERIC
-from keel.contracts.rules import RuleType
+from keel.contracts.rules.base import RuleType
 
 
 class Decimal(RuleType):

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 import polars as pl
 
 from keel.contracts.model import parse_duration
-from keel.contracts.rules import RuleType
+from keel.contracts.rules.base import RuleType
 
 
 class Freshness(RuleType):

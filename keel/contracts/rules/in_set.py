@@ -7,7 +7,7 @@ import re
 import polars as pl
 
 from keel.contracts.model import DTYPES, kind
-from keel.contracts.rules import NoStreamForm, RuleType
+from keel.contracts.rules.base import NoStreamForm, RuleType
 from keel.contracts.values import sql_literal
 from keel.errors import InvalidNameError
 from keel.names import validate_name

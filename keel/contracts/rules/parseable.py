@@ -5,7 +5,7 @@ from __future__ import annotations
 import polars as pl
 
 from keel.contracts.model import DTYPES
-from keel.contracts.rules import RuleType
+from keel.contracts.rules.base import RuleType
 from keel.contracts.values import cast_expr, polars_text, polars_value
 
 

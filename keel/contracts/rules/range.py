@@ -6,7 +6,7 @@ import polars as pl
 
 from keel.contracts.dsl import compare_values
 from keel.contracts.model import NUMERIC, is_iso
-from keel.contracts.rules import RuleType
+from keel.contracts.rules.base import RuleType
 from keel.contracts.values import literal_for, literal_value, sql_literal
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import polars as pl
 
 from keel.contracts.model import regex_error
-from keel.contracts.rules import RuleType
+from keel.contracts.rules.base import RuleType
 from keel.contracts.values import regex_matches
 
 

@@ -17,7 +17,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import polars as pl
 
-from keel.contracts.rules import RuleType
+from keel.contracts.rules.base import RuleType
 from keel.contracts.values import sql_column, sql_string
 
 INTEGER = frozenset({"int8", "int16", "int32", "int64"})
