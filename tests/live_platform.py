@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests import REPO
-from tests.test_webserver import DAGSTER, free_port, home_env
+from tests.dagster_support import DAGSTER, free_port, home_env
 
 DRILL_SPEED = (
     2000.0  # a simulated day every 43 s: a delivery's redelivery and a canary's labels come in a minute or two

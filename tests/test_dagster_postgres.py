@@ -12,8 +12,8 @@ import uuid
 import pytest
 
 from tests import REPO
+from tests.dagster_support import DAGSTER, free_port
 from tests.live_platform import stop_groups, wait_until, webserver_up
-from tests.test_webserver import DAGSTER, free_port
 
 pytestmark = pytest.mark.slow
 SERVER = "postgresql://postgres@127.0.0.1:5432"

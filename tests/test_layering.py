@@ -24,14 +24,16 @@ RULES = {
 }
 
 
-def imported_modules(path: Path) -> list[tuple[int, str]]:
+def import_statements(path: Path) -> list[tuple[int, str, int, tuple[str, ...]]]:
+    """Every import of ``path``, anywhere in it: (line, module, relative level, the names a ``from`` import takes) —
+    ``import a.b`` is ``(line, "a.b", 0, ())``, ``importlib.import_module("a")`` is ``(line, "a", 0, ())``."""
     tree = ast.parse(path.read_text(), filename=str(path))
-    found: list[tuple[int, str]] = []
+    found: list[tuple[int, str, int, tuple[str, ...]]] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            found += [(node.lineno, alias.name) for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            found.append((node.lineno, node.module))
+            found += [(node.lineno, alias.name, 0, ()) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            found.append((node.lineno, node.module or "", node.level, tuple(a.name for a in node.names)))
         elif (
             isinstance(node, ast.Call)
             and getattr(node.func, "attr", getattr(node.func, "id", None)) in ("import_module", "__import__")
@@ -39,8 +41,13 @@ def imported_modules(path: Path) -> list[tuple[int, str]]:
             and isinstance(node.args[0], ast.Constant)
             and isinstance(node.args[0].value, str)
         ):
-            found.append((node.lineno, node.args[0].value))
+            found.append((node.lineno, node.args[0].value, 0, ()))
     return found
+
+
+def imported_modules(path: Path) -> list[tuple[int, str]]:
+    """(line, module) of every absolute import of ``path`` (a relative one stays inside its own package)."""
+    return [(line, module) for line, module, level, _ in import_statements(path) if not level and module]
 
 
 def violations(package: str) -> list[str]:

@@ -27,8 +27,8 @@ from pathlib import Path
 import pytest
 
 from keel.chaos import invert_model, twin_model
+from tests.dagster_support import home_env
 from tests.live_platform import instance_of, wait_until
-from tests.test_webserver import home_env
 from usecases.flights.features import FLIGHT_FEATURES
 
 # The year runs in the first test's set-up, on the session's live platform (tests/conftest.py year_platform), after

@@ -1,6 +1,6 @@
 """The UI's guard (keel/uiguard.py): which requests pass to the Dagster webserver, decided on the request head, and the
 proxy itself in front of a real HTTP server (the gateway's /healthz, a real uvicorn app). The guard in front of the
-real Dagster webserver — a forged launchRun refused, the WebSocket — is tested in tests/test_webserver.py."""
+real Dagster webserver — a forged launchRun refused, the WebSocket — is tested in tests/webserver/test_ui_guard.py."""
 
 from __future__ import annotations
 

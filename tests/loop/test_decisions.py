@@ -1,5 +1,6 @@
 """The loop's decisions as tables: drift → a challenger or not (and on which months), challenger → through the gate
-or not, a feature frozen or not and when its freeze ends. No Dagster, no clock: values in, values out."""
+or not, a feature frozen or not and when its freeze ends. No Dagster, no clock: values in, values out. (Which landed
+days rebuild which month: tests/loop/test_arrivals.py.)"""
 
 from __future__ import annotations
 
@@ -9,14 +10,12 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import pytest
 
-from keel.loop.arrivals import Landed, arrivals
 from keel.loop.freeze import ActiveFreeze, decide_freeze, freezes_to_clear
 from keel.loop.gate import ChallengerGatePolicy, bootstrap_upper, challenger_gate
 from keel.loop.promote import GateResult, NoCanary, StartCanary, start_canary
 from keel.loop.reference import reference_window
 from keel.loop.report import Release, champion_at, naive_window
 from keel.loop.retrain import LoopState, NoRetrain, RetrainPlan, RetrainPolicy, plan_retrain
-from keel.loop.why import explain, from_loop
 from keel.policies.types import validate_policy
 
 Q1 = ("2013-01", "2013-02", "2013-03")
@@ -170,46 +169,6 @@ def test_freezes_end_on_expiry_or_when_a_promoted_model_learned_their_drift(acti
 
 
 @pytest.mark.parametrize(
-    "landed, seen, expected",
-    [
-        # nothing new: nothing to build
-        ({"2013-04": Landed((3, 4))}, {"2013-04": Landed((3, 4))}, []),
-        # a new day of flights: the month is rebuilt, not yet complete
-        ({"2013-04": Landed((4, 5))}, {"2013-04": Landed((3, 4))}, [("2013-04", "landing:2013-04:4-5", False)]),
-        # weather only, no flights yet in May: nothing for May
-        ({"2013-04": Landed((30, 30)), "2013-05": Landed((0, 1))}, {"2013-04": Landed((29, 30))},
-         [("2013-04", "landing:2013-04:30-30", True)]),
-        # several months at once (a restart after a long pause): in calendar order
-        ({"2013-06": Landed((2, 3)), "2013-05": Landed((31, 31))}, {},
-         [("2013-05", "landing:2013-05:31-31", True), ("2013-06", "landing:2013-06:2-3", False)]),
-    ],
-)  # fmt: skip
-def test_new_days_in_the_landing_zone_rebuild_their_month_once(landed, seen, expected):
-    got = [(r.month, r.run_key, r.complete) for r in arrivals(landed, seen)]
-    assert got == expected
-
-
-@pytest.mark.parametrize(
-    "landed, seen, expected",
-    [
-        # a stepped replay builds a week of new days together: six wait, the seventh goes
-        ({"2013-04": Landed((6, 7))}, {}, []),
-        ({"2013-04": Landed((7, 8))}, {}, ["landing:2013-04:7-8"]),
-        ({"2013-04": Landed((13, 14))}, {"2013-04": Landed((7, 8))}, []),
-        ({"2013-04": Landed((14, 15))}, {"2013-04": Landed((7, 8))}, ["landing:2013-04:14-15"]),
-        # the month's last days go at once: it is complete (its drift report waits for them)
-        ({"2013-04": Landed((30, 30))}, {"2013-04": Landed((28, 29))}, ["landing:2013-04:30-30"]),
-        # new weather only is no new day of the outcomes table
-        ({"2013-04": Landed((7, 9))}, {"2013-04": Landed((7, 8))}, []),
-    ],
-)  # fmt: skip
-def test_a_stepped_replay_builds_new_days_a_week_at_a_time(landed, seen, expected):
-    assert [r.run_key for r in arrivals(landed, seen, batch_days=7)] == expected
-    with pytest.raises(ValueError, match="batch_days"):
-        arrivals(landed, seen, batch_days=0)
-
-
-@pytest.mark.parametrize(
     "metadata, expected",
     [
         (None, Q1),  # no champion yet: the initial window
@@ -265,57 +224,6 @@ def test_a_passing_challenger_starts_one_canary(gate, champion, canaries, expect
     assert body["origin"]["drift_window"] == "2013-06" and body["origin"]["gate_month"] == "2013-06"
     assert (body["origin"]["drift_event"], body["origin"]["challenger_run"]) == (42, "run-9")
     validate_policy(decision.name, "canary", body)  # the policy store accepts it as it is
-
-
-def test_why_links_drift_training_gate_canary_and_release():
-    meta = {
-        "trigger": {"drift_window": "2013-06", "drift_event": 41},
-        "run_id": "run-9",
-        "train_months": ["2013-03", "2013-04"],
-        "valid_month": "2013-05",
-        "challenger_gate": {"passed": True, "gate_month": "2013-06", "champion_version": 1, "reason": "better by 0.01",
-                            "run_id": "run-9"},
-    }  # fmt: skip
-    commits = [
-        (5, "2026-12-01T01:00:00+00:00", "loop", "challenger v3 passed its gate on 2013-06; canary started"),
-        (6, "2026-12-01T01:00:01+00:00", "canary-controller", '{"action": "start", "percent": 1.0, "reasons": ["rollout started"]}'),
-        (9, "2026-12-01T01:03:00+00:00", "canary-controller", '{"action": "promote", "percent": 100.0, "reasons": ["all 5 steps passed"]}'),
-    ]  # fmt: skip
-    chain = explain("rel-abc", "2013-07-20T10:00:00+00:00", 3, meta, commits)
-    assert [link.step for link in chain] == [
-        "drift report", "training run", "gate", "policy v5", "policy v6", "policy v9", "ledger",
-    ]  # fmt: skip
-    assert "drift_report[2013-06], event 41" in chain[0].detail
-    assert "fitted on 2013-03, 2013-04, early-stopped on 2013-05" in chain[1].detail
-    assert chain[2].detail.startswith("passed on 2013-06 against v1")
-    assert "promote at 100.0 %: all 5 steps passed" in chain[5].detail
-    assert chain[-1].when == "2013-07-20T10:00:00+00:00" and "serving v3" in chain[-1].detail
-    assert from_loop(meta) and not from_loop({"train_months": ["2013-01"]})
-    # the first model: no drift, no gate, no canary — only its release
-    assert [link.step for link in explain("rel-1", "2013-04-01T12:00:00+00:00", 1, {}, [])] == ["ledger"]
-
-
-def test_why_names_a_recalibration_and_the_candidate_choice():
-    meta = {
-        "trigger": {"drift_window": "2013-12", "drift_event": 77}, "run_id": "run-12", "candidate": "recalibrated",
-        "train_months": ["2013-08", "2013-09", "2013-10"], "valid_month": "2013-11",
-        "recalibration": {"of_version": 6, "fitted_on": "2013-12 days 1–21", "describe": "platt on 4,000 rows: raw × "
-                          "0.9500 +0.4000; loss 0.6100 → 0.5800"},
-        "challenger_gate": {"candidate": "recalibrated", "chosen": True, "surely_better": True, "gate_month": "2013-12",
-                            "champion_version": 6, "reason": "log-loss better by 0.0200", "run_id": "run-13"},
-    }  # fmt: skip
-    chain = explain("rel-x", "2014-01-03T12:00:00+00:00", 9, meta, [])
-    assert "v9 is v6 recalibrated on 2013-12 days 1–21 (platt on 4,000 rows" in chain[1].detail
-    assert chain[2].detail.startswith("chosen among the candidates on 2013-12 against v6")
-    weighted = meta | {"candidate": "recency", "half_life_days": 60.0, "recalibration": None}
-    assert "with recency weights (half-life 60 days)" in explain("r", "t", 8, weighted, [])[1].detail
-    committee = meta | {"candidate": "committee", "recalibration": None, "committee": [
-        {"role": "first model", "version": 1}, {"role": "previous expanding refit", "version": 4},
-        {"role": "this decision's expanding refit", "version": 7}]}  # fmt: skip
-    assert (
-        "v9 is the mean of v1 (first model), v4 (previous expanding refit), v7 (this decision's expanding refit)"
-        in explain("r", "t", 9, committee, [])[1].detail
-    )
 
 
 @pytest.mark.parametrize(

@@ -19,33 +19,7 @@ from keel.policies import PolicyStore
 from keel.registry import ModelRegistry
 from tests.conftest import evaluate_sensor
 from tests.features.conftest import validated  # noqa: F401 - shared session fixture
-
-T0 = 1_900_000_000.0  # 2030-03-17: the exposure log's day files follow it
-CANARY = {
-    "model": "flight-delay",
-    "champion_version": 1,
-    "challenger_version": 2,
-    "steps": [10, 100],
-    "interval_s": 60,
-    "min_samples": 50,
-    "error_ratio": 1.2,
-    "alpha": 0.05,
-    "progress_deadline_s": 3600,
-}
-
-
-@pytest.fixture
-def world(tmp_path):
-    registry = ModelRegistry(tmp_path / "registry")
-    shas = [registry.register("flight-delay", f"model text {i}", {}).sha256 for i in (1, 2)]
-    registry.promote("flight-delay", shas[0], "initial")
-    store = PolicyStore(tmp_path / "policies.sqlite", versions_of=lambda m: set(registry.versions(m)))
-    store.apply({"rollout": ("canary", CANARY)}, author="ops", reason="roll out model 2")
-    log = ExposureLog(tmp_path / "exposures")
-    yield store, registry, log, tmp_path / "exposures", shas
-    log.close()
-    store.close()
-    registry.close()
+from tests.policy.canary_world import CANARY, T0, january_outcomes, split
 
 
 def traffic(log, start, challenger_ok=100, challenger_failed=0, champion=1000, champion_ms=4.0):
@@ -82,19 +56,6 @@ def traffic(log, start, challenger_ok=100, challenger_failed=0, champion=1000, c
                 "latency_ms": 9.0,
             }
         )
-
-
-def split(store):
-    return {v["name"]: v["weight"] for v in store.state()["rollout.split"].body["variants"]}
-
-
-def january_outcomes(tmp_path, validated):  # noqa: F811
-    """Real January flights with their outcomes, in storage as the pipeline writes them (the labels' source)."""
-    flights = validated["flights"].filter(pl.col("time_hour").dt.month() == 1, pl.col("arr_delay").is_not_null())
-    storage = tmp_path / "storage"
-    (storage / "flights" / "validated_flights").mkdir(parents=True)
-    flights.write_parquet(storage / "flights" / "validated_flights" / "2013-01.parquet")
-    return storage, flights
 
 
 def labelled_traffic(log, start, rows, score_of) -> None:
@@ -357,70 +318,3 @@ def test_without_a_tier_policy_the_latency_target_is_the_tier_the_use_case_decla
     assert control.sla_p99_target({}, "room-rate") == DEFAULT_TIERS["L1"].p99_ms
     monkeypatch.undo()
     assert control.sla_p99_target({}, "no-such-model") == DEFAULT_TIERS["L2"].p99_ms
-
-
-SHADOW_CANARY = CANARY | {"steps": [0, 100], "shadow": {"min_labelled": 200, "min_clusters": 5},
-                          "shadow_max_s": 10 * 86400.0, "progress_deadline_s": 30 * 86400.0}  # fmt: skip
-
-
-def shadowed_traffic(log, start, rows, champion_score, shadow_score, days: int = 6) -> None:
-    """The champion answers every flight (v1), the challenger (v2) scores each in shadow; spread over ``days``."""
-    from usecases.flights.features import FLIGHT
-
-    for i, row in enumerate(rows):
-        key = FLIGHT.key.of({**row, "time_hour": row["time_hour"].strftime("%Y-%m-%dT%H:%M:%SZ")})
-        log.append({"ts": start + (i % days) * 86400 + i * 0.01, "model": "flight-delay", "routed_version": 1,
-                    "model_version": 1, "status": 200, "latency_ms": 4.0, "score": champion_score(row),
-                    "shadow_version": 2, "shadow_score": shadow_score(row), "entity_key": key})  # fmt: skip
-
-
-@pytest.mark.parametrize(
-    ("shadow_quality", "action", "percent", "reason"),
-    [
-        ("better", "advance", 100.0, "better in shadow"),  # surely better on the same flights: served next
-        ("worse", "rollback", 0.0, "surely worse in shadow"),  # never served a single request
-    ],
-)
-def test_a_shadow_canary_is_judged_paired_before_it_serves(
-    world,
-    tmp_path,
-    validated,  # noqa: F811 - the shared session fixture
-    shadow_quality,
-    action,
-    percent,
-    reason,
-):
-    store, registry, log, exposures, shas = world
-    storage, flights = january_outcomes(tmp_path, validated)
-    store.apply({"rollout": ("canary", SHADOW_CANARY)}, author="ops", reason="shadow first")
-    [start] = tick(store, registry, exposures, T0, storage_dir=storage)
-    body = store.state()["rollout.split"].body
-    assert start["percent"] == 0.0 and split(store) == {"champion": 1.0, "challenger": 0.0} and body["shadow"] == 2
-    base = float((flights["arr_delay"] > 15).mean())
-
-    def informed(row):  # knows a little about each flight's outcome
-        return min(0.95, max(0.05, base + (0.15 if row["arr_delay"] > 15 else -0.05)))
-
-    champion, shadow = (lambda r: base, informed) if shadow_quality == "better" else (informed, lambda r: base)
-    rows = flights.head(1200).to_dicts()
-    shadowed_traffic(log, T0 + 1, rows[:600], champion, shadow, days=1)  # one day: one observation, not 600
-    assert tick(store, registry, exposures, T0 + 2, storage_dir=storage) == []  # holds: 1 day of 5
-    shadowed_traffic(log, T0 + 2, rows[600:], champion, shadow)
-    [decision] = tick(store, registry, exposures, T0 + 7 * 86400, storage_dir=storage)
-    assert (decision["action"], decision["percent"]) == (action, percent)
-    assert reason in decision["reasons"][0]
-    evidence = json.loads(store.commit(decision["version"]).reason)["evidence"]["shadow"]
-    assert evidence["labelled"] == 1200 and evidence["clusters"] >= 5 and evidence["loss"] == "log_loss"
-    assert "shadow" not in store.state()["rollout.split"].body  # a served step (or none): no shadow scoring
-
-
-def test_a_shadow_that_is_never_surely_better_is_rolled_back_at_its_deadline(world, tmp_path, validated):  # noqa: F811
-    store, registry, log, exposures, shas = world
-    storage, flights = january_outcomes(tmp_path, validated)
-    store.apply({"rollout": ("canary", SHADOW_CANARY)}, author="ops", reason="shadow first")
-    tick(store, registry, exposures, T0, storage_dir=storage)
-    base = float((flights["arr_delay"] > 15).mean())
-    shadowed_traffic(log, T0 + 1, flights.head(900).to_dicts(), lambda r: base, lambda r: base)  # the same answers
-    assert tick(store, registry, exposures, T0 + 9 * 86400, storage_dir=storage) == []  # holding, in shadow
-    [late] = tick(store, registry, exposures, T0 + 11 * 86400, storage_dir=storage)
-    assert late["action"] == "rollback" and "not better in shadow within 10 days" in late["reasons"][0]

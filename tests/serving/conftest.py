@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
+import threading
 import time
 from contextlib import contextmanager
 from dataclasses import replace
@@ -220,3 +222,37 @@ def local_scores(text: str, feature_rows: pl.DataFrame) -> np.ndarray:
     defaults = np.array([f.default for f in FEATURES])
     x = np.where(np.isnan(x), defaults, x).astype(np.float32).astype(np.float64)
     return lgb.Booster(model_str=text).predict(x)
+
+
+SETTINGS = b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"  # an HTTP/2 SETTINGS frame, empty
+SETTINGS_ACK = b"\x00\x00\x00\x04\x01\x00\x00\x00\x00"
+
+
+@pytest.fixture
+def silent_endpoint():
+    """An HTTP/2 endpoint that completes the connection's handshake and never answers a call: a hung Triton, as the
+    gRPC client meets it (each call runs into its timeout: DEADLINE_EXCEEDED)."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(64)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        server.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                conn = server.accept()[0]
+                conn.sendall(SETTINGS + SETTINGS_ACK)
+                held.append(conn)
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield f"127.0.0.1:{server.getsockname()[1]}"
+    stop.set()
+    thread.join()
+    for s in held:
+        s.close()
+    server.close()

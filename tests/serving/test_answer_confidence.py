@@ -17,7 +17,7 @@ from keel.deploy.routing import Route, Target
 from keel.intervals import confidence
 from keel.policies.gateway import DEFAULT_TIERS, GatewayPolicy
 from keel.usecase import resolve
-from tests.serving.test_stages import body_of, small_model
+from tests.serving.asgi_gateway import body_of, small_model
 
 HOTELS, FLIGHTS = resolve("hotels"), resolve("flights")
 # Deadlines no busy machine runs into (the first coarse answer loads the booster): the answer's shape is the point.

@@ -114,12 +114,16 @@ def canary(champion: int, challenger: int, interval_s: float) -> dict:
         "min_samples": 20,
         "error_ratio": 1.2,
         "alpha": 0.01,
-        # A step here is a few seconds of replayed May flights in time order: a few hundred labels from an hour or
-        # two, where one model's per-flight losses move together (the same weather, the same delays), which the
-        # z-test takes as independent. At the production margin (0.02) the good challenger was once rolled back
-        # on +0.13 over 159 labels. The quality verdict still runs at every labelled step (asserted below), with a
-        # margin this test's samples can resolve; a quality rollback end to end is the bad-challenger chaos drill's
-        # (an inverted model, rolled back on realized labels), the test itself is table-tested in test_canary.py.
+        # Why not the declared margin (CanaryPlan's 0.02): a step here is a few seconds of replayed May flights in
+        # time order — a few hundred labels from an hour or two, where one model's per-flight losses move together
+        # (the same weather, the same delays), which the unpaired Welch z-test takes as independent: at 0.02 the
+        # good challenger was once rolled back on +0.13 over 159 labels. The guard that holds at the declared
+        # margin is the paired one the loop's canaries use (``paired: True``, keel/loop/promote.py), clustered by
+        # the hour of each exposure's timestamp — here wall time, so a step of seconds is one cluster: no variance,
+        # never judged, and the rollout would hold before 100 % until its deadline. So this test drives the
+        # unpaired guard at a margin its samples resolve, and asserts it ran at the labelled steps (below); the
+        # paired guard at the declared margin is table-tested (tests/policy/test_canary.py) and a quality rollback
+        # end to end is the bad-challenger chaos drill's (an inverted model, rolled back on realized labels).
         "max_log_loss_increase": 0.15,
         "min_labelled": 100,
         "progress_deadline_s": 600,

@@ -15,7 +15,7 @@ from keel.exposure_log import read_exposures
 from keel.features.online import get_online_features
 from keel.features.sqlite_store import SQLiteOnlineStore
 from tests.serving.conftest import MODEL, request_body, serving_version_1
-from usecases.flights.features import FLIGHT_FEATURES
+from usecases.flights.features import FEATURE_NAMES, FEATURES, FLIGHT_FEATURES
 
 POLICY = {
     "version": "test-1",
@@ -42,8 +42,6 @@ def test_triton_serves_the_registered_model_exactly(runtime, serving_models):
 
 
 def local_x(rows):
-    from usecases.flights.features import FEATURE_NAMES, FEATURES
-
     x = rows.select(FEATURE_NAMES).to_numpy().astype(np.float64)
     return np.where(np.isnan(x), [f.default for f in FEATURES], x).astype(np.float32)
 
@@ -62,8 +60,6 @@ def test_gateway_answers_with_online_features_and_says_which_model(runtime, serv
     store = SQLiteOnlineStore(runtime.home / "online" / "flights.sqlite", features=FLIGHT_FEATURES)
     batch = get_online_features(store, [row])
     store.close()
-    from usecases.flights.features import FEATURES
-
     x = np.where(np.isnan(batch.matrix.T), [f.default for f in FEATURES], batch.matrix.T).astype(np.float32)
     expected = lgb.Booster(model_str=runtime.texts[0]).predict(x.astype(np.float64))[0]
     assert body["score"] == pytest.approx(expected, abs=1e-6)
@@ -87,14 +83,14 @@ def test_a_batch_scores_every_flight(runtime, serving_models):
 def test_direct_features_are_range_checked(runtime, serving_models):
     _, feb = serving_models
     feats = {
-        k: (0.0 if v is None else float(v)) for k, v in feb.select(local_feature_names()).row(0, named=True).items()
+        k: (0.0 if v is None else float(v)) for k, v in feb.select(list(FEATURE_NAMES)).row(0, named=True).items()
     }
     ok = runtime.post({"features": feats, "unit_id": "u1"})
     assert ok.status_code == 200
-    x = np.array([[feats[n] for n in local_feature_names()]], dtype=np.float32).astype(np.float64)
+    x = np.array([[feats[n] for n in list(FEATURE_NAMES)]], dtype=np.float32).astype(np.float64)
     expected = lgb.Booster(model_str=runtime.texts[0]).predict(x)[0]
     assert ok.json()["score"] == pytest.approx(expected, abs=1e-6)
-    names = list(reversed(local_feature_names()))  # any column order
+    names = list(reversed(list(FEATURE_NAMES)))  # any column order
     columnar = runtime.post({"features": {"columns": names, "rows": [[feats[n] for n in names]] * 3}})
     assert columnar.status_code == 200
     assert [p["score"] for p in columnar.json()["predictions"]] == pytest.approx([expected] * 3, abs=1e-6)
@@ -105,12 +101,6 @@ def test_direct_features_are_range_checked(runtime, serving_models):
     assert bad.json()["error"]["feature"] == "wind_speed"
     missing = runtime.post({"features": {k: v for k, v in feats.items() if k != "temp"}})
     assert missing.status_code == 422 and missing.json()["error"]["missing"] == ["temp"]
-
-
-def local_feature_names():
-    from usecases.flights.features import FEATURE_NAMES
-
-    return list(FEATURE_NAMES)
 
 
 def test_invalid_requests_get_structured_errors(runtime, serving_models):

@@ -3,133 +3,26 @@ the real gateway app (its ASGI interface, as uvicorn calls it) and the real gRPC
 
 - a request past its deadline does no work and is a fast structured 503 ``deadline_exceeded``;
 - a request whose client has gone is dropped before any work (logged, nothing sent);
-- a request its tier would shed is answered before its body is read, with Retry-After;
 - a Triton call that times out counts against the version only when the process and the machine were not
   overloaded (``blame_timeout``'s table, and a real timeout against an endpoint that never answers);
 - the coarse fallback of two models in fallback at once: each model's booster is loaded once, scored off the event
   loop.
 
-Triton stand-ins, both real sockets: 127.0.0.1:1 (nothing listens: every call fails at once) and ``silent_endpoint``
+(The admit stage's own tests: tests/serving/test_admit.py.) Triton stand-ins, both real sockets: 127.0.0.1:1 (nothing listens: every call fails at once) and ``silent_endpoint``
 (accepts connections and never answers: every call runs into its timeout)."""
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
-import socket
 import threading
 import time
 
-import lightgbm as lgb
-import numpy as np
 import pytest
 
-from gpu_runtime.gateway import admit
-from gpu_runtime.gateway.app import Gateway, GatewayConfig
+from gpu_runtime.gateway.app import Gateway
 from gpu_runtime.gateway.overload import LoadSignals, blame_timeout
-from keel.deploy.fake import FakeDeployer
-from keel.deploy.routing import Route, Target
 from keel.exposure_log import read_exposures
-from keel.policies.gateway import GatewayPolicy
-from keel.usecase import resolve
-
-FLIGHTS = resolve("flights")
-HOTELS = resolve("hotels")
-
-
-def small_model(n_features: int, objective: str) -> str:
-    rng = np.random.default_rng(7)
-    x = rng.normal(size=(200, n_features))
-    y = (x[:, 0] > 0).astype(float) if objective == "binary" else x[:, 0] * 10 + 100
-    params = {"objective": objective, "num_leaves": 4, "verbose": -1, "seed": 1, "num_threads": 1}
-    return lgb.train(params, lgb.Dataset(x, y), num_boost_round=5).model_to_string()
-
-
-def deploy(tmp_path, usecase, triton_url: str, coarse: bool = False) -> GatewayConfig:
-    model = usecase.model.name
-    n = len(usecase.features.names)
-    deployer = FakeDeployer(tmp_path / "routing" / f"{model}.json", n_features=n)
-    main = Target(Route("champion", 1, hashlib.sha256(b"main").hexdigest(), 1.0, "rel-1"), "main")
-    c = None
-    if coarse:
-        text = small_model(n, "binary" if usecase.features.label.task == "binary" else "regression")
-        c = Target(Route("coarse", 9, hashlib.sha256(text.encode()).hexdigest(), 0.0, "rel-1"), text)
-    deployer.deploy(model, [main], coarse=c)
-    return GatewayConfig(triton_url=triton_url, routing_path=deployer.routing_path, usecase=usecase.name,
-                         exposure_dir=tmp_path / "exposures")  # fmt: skip
-
-
-def body_of(usecase) -> bytes:
-    values = dict(zip(usecase.features.names, usecase.features.defaults.tolist(), strict=True))
-    return json.dumps({"features": values, "unit_id": "u1"}).encode()
-
-
-class Asgi:
-    """One request through the app's ASGI interface, as uvicorn makes it (scope state from server.py)."""
-
-    def __init__(self, app: Gateway):
-        self.app = app
-        self.body_reads = 0
-
-    async def post(self, path: str, body: bytes, *, arrived: float | None = None, gone: bool = False,
-                   headers: dict[str, str] | None = None) -> tuple[int, dict, dict]:  # fmt: skip
-        sent: list[dict] = []
-
-        async def receive():
-            self.body_reads += 1
-            return {"type": "http.request", "body": body, "more_body": False}
-
-        async def send(message):
-            sent.append(message)
-
-        raw = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-        raw += [(k.encode(), v.encode()) for k, v in (headers or {}).items()]
-        scope = {
-            "type": "http", "method": "POST", "path": path, "headers": raw,
-            "state": {"keel_arrived": time.monotonic() if arrived is None else arrived,
-                      "keel_client_gone": lambda: gone},
-        }  # fmt: skip
-        await self.app(scope, receive, send)
-        if not sent:
-            return 0, {}, {}
-        start = next(m for m in sent if m["type"] == "http.response.start")
-        payload = json.loads(b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body"))
-        return start["status"], payload, {k.decode(): v.decode() for k, v in start["headers"]}
-
-
-SETTINGS = b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"  # an HTTP/2 SETTINGS frame, empty
-SETTINGS_ACK = b"\x00\x00\x00\x04\x01\x00\x00\x00\x00"
-
-
-@pytest.fixture
-def silent_endpoint():
-    """An HTTP/2 endpoint that completes the connection's handshake and never answers a call: a hung Triton, as the
-    gRPC client meets it (each call runs into its timeout: DEADLINE_EXCEEDED)."""
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(64)
-    held: list[socket.socket] = []
-    stop = threading.Event()
-
-    def accept() -> None:
-        server.settimeout(0.1)
-        while not stop.is_set():
-            try:
-                conn = server.accept()[0]
-                conn.sendall(SETTINGS + SETTINGS_ACK)
-                held.append(conn)
-            except OSError:
-                continue
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    yield f"127.0.0.1:{server.getsockname()[1]}"
-    stop.set()
-    thread.join()
-    for s in held:
-        s.close()
-    server.close()
+from tests.serving.asgi_gateway import FLIGHTS, HOTELS, Asgi, body_of, deploy
 
 
 def test_a_request_past_its_deadline_does_no_work_and_is_a_fast_structured_503(tmp_path):
@@ -170,119 +63,6 @@ def test_a_request_whose_client_has_gone_is_dropped_before_any_work(tmp_path):
     assert not gateway.model().scorer.breakers
     [line] = read_exposures(tmp_path / "exposures")
     assert (line["status"], line["error"]) == (499, "client_gone")
-
-
-async def post_with_l2_full(gateway: Gateway, asgi: Asgi):
-    """A flights (L2) request while L2's two places are taken by requests in flight."""
-    for _ in range(2):
-        await gateway.admission.acquire("L2", 1, 2, 0)
-    return await asgi.post("/v1/models/flight-delay/predict", body_of(FLIGHTS))
-
-
-def test_a_request_its_tier_would_shed_is_answered_before_its_body_is_read(tmp_path):
-    policy = GatewayPolicy(admit_in_flight={"L1": 4, "L2": 2, "L3": 1}, admit_wait_ms={"L2": 0})
-    gateway = Gateway(deploy(tmp_path, FLIGHTS, "127.0.0.1:1"), policy)
-    assert gateway.model().tier() == "L2"
-    asgi = Asgi(gateway)
-
-    status, payload, headers = asyncio.run(post_with_l2_full(gateway, asgi))
-    assert status == 503 and payload["error"]["code"] == "shed" and payload["error"]["tier"] == "L2"
-    assert headers["retry-after"] == "1"
-    assert asgi.body_reads == 0  # refused on the route alone
-    assert 'keel_gateway_shed_before_body_total{tier="L2"} 1' in gateway.render_metrics()
-
-
-def test_a_lower_tier_waits_a_tenth_of_its_timeout_for_a_place_and_the_highest_tier_its_whole_timeout(tmp_path):
-    """Without admit_wait_ms, an L2 request that finds no place is shed after a tenth of its timeout — not after its
-    whole deadline, in a stage after admission, too late to go elsewhere — while L1 may wait its timeout."""
-    policy = GatewayPolicy(admit_in_flight={"L1": 4, "L2": 2, "L3": 1})
-    gateway = Gateway(deploy(tmp_path, FLIGHTS, "127.0.0.1:1"), policy)
-    model = gateway.model()
-    timeout_ms = model.timeout_ms()
-    asgi = Asgi(gateway)
-
-    status, payload, _ = asyncio.run(post_with_l2_full(gateway, asgi))
-    assert status == 503 and payload["error"]["code"] == "shed" and payload["error"]["tier"] == "L2"
-    line = read_exposures(tmp_path / "exposures")[-1]
-    assert line["error"] == "shed" and line["stage"] == "admit"
-    assert line["latency_ms"] >= 0.1 * timeout_ms  # it waited its tenth (how much longer: the machine's speed)
-    top = Gateway(deploy(tmp_path / "l1", FLIGHTS, "127.0.0.1:1"),
-                  GatewayPolicy(model_tiers={"flight-delay": "L1"})).model()  # fmt: skip
-    ctx = gateway.context(top, {}, None, time.monotonic())
-    assert admit.admit_wait_s(gateway, top, "L1", ctx) == pytest.approx(top.timeout_ms() / 1000, abs=0.01)
-    ctx = gateway.context(model, {}, None, time.monotonic())
-    assert admit.admit_wait_s(gateway, model, "L2", ctx) == pytest.approx(0.1 * timeout_ms / 1000, abs=0.001)
-    for _ in range(40):  # a flood of the lower tiers: they wait no more (the door refuses them at once)
-        gateway.guard.arrive(1)
-    assert gateway.guard.flooded() and admit.admit_wait_s(gateway, model, "L2", ctx) == 0.0
-    assert admit.admit_wait_s(gateway, top, "L1", ctx) > 0
-
-
-def test_the_http_protocol_refuses_a_request_its_tier_would_shed_at_the_door_and_keeps_the_connection(tmp_path):
-    """Through the real server (uvicorn + server.py's protocol) on a raw socket: a shed request is answered from its
-    request line alone — the gateway's ASGI app never runs for it, its body is dropped — and the same connection
-    then serves the next request; with ``connection: close`` the server closes it after the 503."""
-    import uvicorn
-
-    from gpu_runtime.gateway.server import bounded_protocol
-
-    policy = GatewayPolicy(admit_in_flight={"L1": 4, "L2": 0, "L3": 1})  # L2: no room at all
-    gateway = Gateway(deploy(tmp_path, FLIGHTS, "127.0.0.1:1"), policy)
-    app_calls: list[str] = []
-
-    async def counting(scope, receive, send):
-        if scope["type"] == "http":
-            app_calls.append(scope["path"])
-        await gateway(scope, receive, send)
-
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(counting, http=bounded_protocol(gateway), log_level="warning"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    try:
-        deadline = time.monotonic() + 60
-        while not server.started:
-            assert time.monotonic() < deadline and thread.is_alive()
-            time.sleep(0.01)
-        body = body_of(FLIGHTS)
-        post = (f"POST /v1/models/flight-delay/predict HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
-                f"content-length: {len(body)}\r\n").encode()  # fmt: skip
-        with socket.create_connection(("127.0.0.1", port), timeout=30) as conn:
-            reader = conn.makefile("rb")
-
-            def answer() -> tuple[int, dict[str, str], bytes]:
-                status = int(reader.readline().split()[1])
-                headers = {}
-                while (line := reader.readline().strip()) != b"":
-                    name, value = line.decode().split(":", 1)
-                    headers[name.lower()] = value.strip()
-                return status, headers, reader.read(int(headers["content-length"]))
-
-            conn.sendall(post + b"\r\n" + body)
-            status, headers, payload = answer()
-            assert status == 503 and headers["retry-after"] == "1" and "connection" not in headers
-            assert json.loads(payload)["error"]["code"] == "shed"
-            conn.sendall(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")  # the same connection, the next request
-            status, _, payload = answer()
-            assert status == 200 and json.loads(payload)["status"] == "ok"
-            conn.sendall(post + b"connection: close\r\n\r\n" + body)
-            status, headers, _ = answer()
-            assert status == 503 and headers["connection"] == "close"
-            assert reader.read() == b""  # closed by the server
-        with socket.create_connection(("127.0.0.1", port), timeout=30) as conn:  # waits for "100 Continue": none
-            reader = conn.makefile("rb")
-            conn.sendall(post + b"expect: 100-continue\r\n\r\n")  # the body is never sent
-            status, headers, _ = answer()
-            assert status == 503 and headers["connection"] == "close" and reader.read() == b""
-        assert app_calls == ["/healthz"]  # the refused requests never reached the ASGI app
-        lines = read_exposures(tmp_path / "exposures")
-        assert [(line["status"], line["error"], line["tier"]) for line in lines] == [(503, "shed", "L2")] * 3
-        assert 'keel_gateway_shed_before_body_total{tier="L2"} 3' in gateway.render_metrics()
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
 
 
 @pytest.mark.parametrize(

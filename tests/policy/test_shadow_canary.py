@@ -1,0 +1,79 @@
+"""A canary whose first step is the shadow (0 %): the challenger scores every request beside the champion, unserved,
+and is judged paired on the same flights' realized labels before it serves — advanced when surely better, rolled
+back when surely worse or never surely better within its limit. Real policy store, registry, exposure log."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from keel.canary_control import tick
+from tests.features.conftest import validated  # noqa: F401 - shared session fixture
+from tests.policy.canary_world import CANARY, T0, january_outcomes, split
+
+SHADOW_CANARY = CANARY | {"steps": [0, 100], "shadow": {"min_labelled": 200, "min_clusters": 5},
+                          "shadow_max_s": 10 * 86400.0, "progress_deadline_s": 30 * 86400.0}  # fmt: skip
+
+
+def shadowed_traffic(log, start, rows, champion_score, shadow_score, days: int = 6) -> None:
+    """The champion answers every flight (v1), the challenger (v2) scores each in shadow; spread over ``days``."""
+    from usecases.flights.features import FLIGHT
+
+    for i, row in enumerate(rows):
+        key = FLIGHT.key.of({**row, "time_hour": row["time_hour"].strftime("%Y-%m-%dT%H:%M:%SZ")})
+        log.append({"ts": start + (i % days) * 86400 + i * 0.01, "model": "flight-delay", "routed_version": 1,
+                    "model_version": 1, "status": 200, "latency_ms": 4.0, "score": champion_score(row),
+                    "shadow_version": 2, "shadow_score": shadow_score(row), "entity_key": key})  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("shadow_quality", "action", "percent", "reason"),
+    [
+        ("better", "advance", 100.0, "better in shadow"),  # surely better on the same flights: served next
+        ("worse", "rollback", 0.0, "surely worse in shadow"),  # never served a single request
+    ],
+)
+def test_a_shadow_canary_is_judged_paired_before_it_serves(
+    world,
+    tmp_path,
+    validated,  # noqa: F811 - the shared session fixture
+    shadow_quality,
+    action,
+    percent,
+    reason,
+):
+    store, registry, log, exposures, shas = world
+    storage, flights = january_outcomes(tmp_path, validated)
+    store.apply({"rollout": ("canary", SHADOW_CANARY)}, author="ops", reason="shadow first")
+    [start] = tick(store, registry, exposures, T0, storage_dir=storage)
+    body = store.state()["rollout.split"].body
+    assert start["percent"] == 0.0 and split(store) == {"champion": 1.0, "challenger": 0.0} and body["shadow"] == 2
+    base = float((flights["arr_delay"] > 15).mean())
+
+    def informed(row):  # knows a little about each flight's outcome
+        return min(0.95, max(0.05, base + (0.15 if row["arr_delay"] > 15 else -0.05)))
+
+    champion, shadow = (lambda r: base, informed) if shadow_quality == "better" else (informed, lambda r: base)
+    rows = flights.head(1200).to_dicts()
+    shadowed_traffic(log, T0 + 1, rows[:600], champion, shadow, days=1)  # one day: one observation, not 600
+    assert tick(store, registry, exposures, T0 + 2, storage_dir=storage) == []  # holds: 1 day of 5
+    shadowed_traffic(log, T0 + 2, rows[600:], champion, shadow)
+    [decision] = tick(store, registry, exposures, T0 + 7 * 86400, storage_dir=storage)
+    assert (decision["action"], decision["percent"]) == (action, percent)
+    assert reason in decision["reasons"][0]
+    evidence = json.loads(store.commit(decision["version"]).reason)["evidence"]["shadow"]
+    assert evidence["labelled"] == 1200 and evidence["clusters"] >= 5 and evidence["loss"] == "log_loss"
+    assert "shadow" not in store.state()["rollout.split"].body  # a served step (or none): no shadow scoring
+
+
+def test_a_shadow_that_is_never_surely_better_is_rolled_back_at_its_deadline(world, tmp_path, validated):  # noqa: F811
+    store, registry, log, exposures, shas = world
+    storage, flights = january_outcomes(tmp_path, validated)
+    store.apply({"rollout": ("canary", SHADOW_CANARY)}, author="ops", reason="shadow first")
+    tick(store, registry, exposures, T0, storage_dir=storage)
+    base = float((flights["arr_delay"] > 15).mean())
+    shadowed_traffic(log, T0 + 1, flights.head(900).to_dicts(), lambda r: base, lambda r: base)  # the same answers
+    assert tick(store, registry, exposures, T0 + 9 * 86400, storage_dir=storage) == []  # holding, in shadow
+    [late] = tick(store, registry, exposures, T0 + 11 * 86400, storage_dir=storage)
+    assert late["action"] == "rollback" and "not better in shadow within 10 days" in late["reasons"][0]
