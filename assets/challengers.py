@@ -21,7 +21,7 @@ from assets.models import run_id_of, training_config
 from assets.usecase import wiring
 from keel.home import KeelHome, asset_file
 from keel.loop.candidates import candidate_specs, choose_candidate
-from keel.loop.fit import candidate_training, fit_candidate, gate_rows, labelled_days, newest_rows
+from keel.loop.fit import FitError, candidate_training, fit_candidate, gate_rows, labelled_days, newest_rows
 from keel.loop.gate import DEFAULT_GATE
 from keel.loop.shadow import ShadowPolicy
 from keel.metrics import LOSS_NAMES
@@ -108,7 +108,10 @@ def build_challenger_assets(uc: UseCase) -> list[dg.AssetsDefinition]:
         newest = newest_rows(uc, features, config)  # early stopping's days: each candidate's interval is fitted there
         with registry.open() as reg:
             for spec in specs:
-                text, record = fit_candidate(uc, spec, config, features, reg, first.params, fitted)
+                try:
+                    text, record = fit_candidate(uc, spec, config, features, reg, first.params, fitted)
+                except FitError as exc:  # the run fails with the reason in the UI, not a traceback
+                    raise dg.Failure(f"candidate {spec.name}: {exc}") from exc
                 fitted[spec] = text
                 record |= {"candidate": spec.name, "candidate_of": spec.describe(), "run_id": run_id,
                            "window": "expanding" if spec.expanding else None,
