@@ -8,7 +8,8 @@ holds the outcomes, once every outcome of the day is known, so an outcome is nev
 
 ``deliver(now)`` writes every day due by ``now`` that is not there yet (atomically; a second call with the same
 ``now`` writes nothing), so a restarted replay picks up where it stopped. Every raw row of a day lands in exactly
-that day's file.
+that day's file — a data drill's planted change (``$KEEL_HOME/landing/plants.json``, keel/data/plants.py) changes
+values of the rows it chose, never which rows land.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import polars as pl
 
+from keel.data.plants import check_plants, read_plants
 from keel.loop.arrivals import Landed
 from keel.storage import write_parquet_atomic
 from keel.usecase import Source, UseCase
@@ -44,6 +46,9 @@ class LandingZone:
         self.usecase = usecase
         self.first_day, self.last_day = usecase.period
         self.tables = tuple(src.name for src in usecase.landed)  # the outcomes table first
+        # a data drill's planted changes (keel/data/plants.py), applied as the days land
+        self.plants = tuple(p for p in read_plants(Path(root)) if p.usecase == usecase.name)
+        check_plants(self.plants, usecase.name, self.tables, Path(root))
 
     def _source(self, table: str) -> Source:
         if table not in self.tables:
@@ -91,7 +96,11 @@ class LandingZone:
     def day_rows(self, table: str, day: date) -> pl.DataFrame:
         """The rows of ``table`` that land as local ``day``'s file."""
         src = self._source(table)
-        return src.read().filter(src.day_rows(day))
+        rows = src.read().filter(src.day_rows(day))
+        for plant in self.plants:
+            if plant.applies(self.usecase.name, table, day):
+                rows = plant.apply(rows)
+        return rows
 
     def delivered(self, table: str) -> list[date]:
         folder = self.root / table
