@@ -5,13 +5,11 @@ from __future__ import annotations
 
 from datetime import date, timedelta
 
-import dagster as dg
 import numpy as np
 import polars as pl
 
 import tests.usecases.rooms as rooms
-from assets.pipeline import usecase_assets
-from resources import TritonResource, keel_resources
+from tests.usecases.pipeline_runner import pipeline_runner
 
 MONTHS = ("2009-10", "2009-11", "2009-12", "2010-01")  # before the platform's other calendars
 BASE = {"h1": 80.0, "h2": 150.0, "h3": 260.0}
@@ -50,21 +48,7 @@ def build(home, data, instance=None):
     bookings = write_bookings(data)
     rooms.DATA = data
     uc = rooms.usecase
-    graph = list(usecase_assets(uc))
-    resources = keel_resources(home, triton=TritonResource(home=str(home), drain_s=0.3))
-    instance = instance or dg.DagsterInstance.ephemeral()
-    by_name = {k.path[-1]: k for a in graph for k in ([a.key] if isinstance(a, dg.AssetSpec) else a.keys)}
-
-    def run(names, partition=None):
-        result = dg.materialize(
-            graph,
-            selection=[by_name[n] for n in names],
-            partition_key=partition,
-            resources=resources,
-            instance=instance,
-        )
-        assert result.success
-        return result
+    run, by_name = pipeline_runner(uc, home, instance)
 
     run(["raw_cities"])
     for month in MONTHS[:3]:

@@ -8,12 +8,10 @@ from __future__ import annotations
 
 from datetime import UTC, date, datetime
 
-import dagster as dg
 import numpy as np
 import polars as pl
 import pytest
 
-from assets.pipeline import usecase_assets
 from keel.features.offline import offline_features
 from keel.features.online import get_online_features
 from keel.features.sqlite_store import SQLiteOnlineStore
@@ -21,7 +19,7 @@ from keel.ledger import Ledger
 from keel.registry import ModelRegistry
 from keel.training.model import predict
 from keel.usecase import from_module
-from resources import TritonResource, keel_resources
+from tests.usecases.pipeline_runner import pipeline_runner
 from usecases.hotels import replay
 from usecases.hotels.data import read_bookings
 
@@ -38,21 +36,7 @@ def built(tmp_path_factory):
     """The hotels pipeline's history months and its first model, materialized on a fresh KEEL_HOME."""
     home = tmp_path_factory.mktemp("hotels") / "home"
     uc = from_module("usecases.hotels")
-    graph = list(usecase_assets(uc))
-    by_name = {k.path[-1]: k for a in graph for k in ([a.key] if isinstance(a, dg.AssetSpec) else a.keys)}
-    resources = keel_resources(home, triton=TritonResource(home=str(home), drain_s=0.3))
-    instance = dg.DagsterInstance.ephemeral()
-
-    def run(names, partition=None):
-        result = dg.materialize(
-            graph,
-            selection=[by_name[n] for n in names],
-            partition_key=partition,
-            resources=resources,
-            instance=instance,
-        )
-        assert result.success
-        return result
+    run, _ = pipeline_runner(uc, home)
 
     checks = {}
     for month in HISTORY:
