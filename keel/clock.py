@@ -159,6 +159,28 @@ class ClockState:
             raise ClockError(f"clock state is not valid: {exc}") from None
 
 
+def instant(text: str) -> datetime:
+    """A simulated instant as a user types it (``--end``, ``keel live run --to``): a date (its midnight) or an ISO
+    date-time; UTC when it names no zone, converted to UTC when it does."""
+    try:
+        t = datetime.fromisoformat(text)
+    except ValueError:
+        raise ClockError(
+            f"{text!r} is not a date (YYYY-MM-DD) or an ISO date-time (e.g. 2013-07-01T12:00:00+00:00)"
+        ) from None
+    return t.replace(tzinfo=UTC) if t.tzinfo is None else t.astimezone(UTC)
+
+
+def instant_arg(text: str) -> datetime:
+    """``instant`` as an argparse type: a bad value is the parser's error, naming the option."""
+    import argparse
+
+    try:
+        return instant(text)
+    except ClockError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _utc(text: str) -> datetime:
     t = datetime.fromisoformat(text)
     if t.tzinfo is None:

@@ -50,6 +50,7 @@ from dagster_graphql import DagsterGraphQLClient  # noqa: E402
 from live_follow import TERMINAL, Follower, pipeline_hold, summary, why_requests_failed  # noqa: E402
 
 from assets.jobs import AFTER, HISTORY  # noqa: E402
+from keel.clock import instant_arg  # noqa: E402
 from keel.signals import restore_default_signals  # noqa: E402
 from keel.usecase import UseCase, UseCaseError, get, installed  # noqa: E402
 from sensors.drift import IN_PROGRESS  # noqa: E402
@@ -139,8 +140,8 @@ def run_live(args, ucs: list[UseCase], client: DagsterGraphQLClient) -> int:
         start, end, spans = shared_spans(
             {n: z.history_landed() for n, z in zones.items()}, {n: z.landed_by(z.last_day) for n, z in zones.items()}
         )
-        clock.start(start, speed=args.speed or DEFAULT_SPEED, sim_end=datetime.fromisoformat(args.end) if args.end
-                    else end, spans=spans, stepped=args.stepped, batch_days=BATCH_DAYS if args.stepped else 1)  # fmt: skip
+        clock.start(start, speed=args.speed or DEFAULT_SPEED, sim_end=args.end or end, spans=spans,
+                    stepped=args.stepped, batch_days=BATCH_DAYS if args.stepped else 1)  # fmt: skip
         clock.pause()  # the sensors wait while the histories are built
         for name in zones:
             print(f"keel: live replay of {name}: its clock set to {clock.state().of(name).sim_anchor:%Y-%m-%d %H:%M} "
@@ -310,7 +311,8 @@ def main() -> int:
     parser.add_argument("--partitions", help="comma-separated month keys (default: all of the use case's period)")
     parser.add_argument("--live", action="store_true", help="play the period after the history live (docs/live.md)")
     parser.add_argument("--speed", type=float, help="simulated seconds per wall second (default: Apr–Dec in 20 min)")
-    parser.add_argument("--end", help="where the live clock stops (default: when the period's last day has landed)")
+    parser.add_argument("--end", type=instant_arg, help="where the live clock stops: a date or an ISO date-time, UTC "
+                        "when it names no zone (default: when the period's last day has landed)")  # fmt: skip
     parser.add_argument("--rps", type=float, default=40.0, help="live traffic, requests per second (default 40)")
     parser.add_argument("--stepped", action="store_true", help="--live on a stepped clock: reproducible, a simulated "
                         "day at a time once its work is done (docs/live.md)")  # fmt: skip

@@ -15,14 +15,18 @@ import time
 from datetime import UTC, datetime
 
 from keel.cli.common import EXIT_OK, add_usecase_option, home_layout
+from keel.clock import instant_arg
 
 
 def register(sub) -> None:
     live = sub.add_parser("live", help="replay a use case's period as a live year: the simulated clock and landing")
     cmds = live.add_subparsers(dest="live_command", required=True)
     run = cmds.add_parser("run", help="start (or resume) the clock and deliver each day as it comes due")
-    run.add_argument("--from", dest="start", help="simulated start (default: when the history's last day has landed)")
-    run.add_argument("--to", dest="end", help="simulated end (default: when the period's last day has landed)")
+    run.add_argument("--from", dest="start", type=instant_arg,
+                     help="simulated start, a date or an ISO date-time, UTC when it names no zone (default: when the "
+                     "history's last day has landed)")  # fmt: skip
+    run.add_argument("--to", dest="end", type=instant_arg,
+                     help="simulated end, as --from (default: when the period's last day has landed)")  # fmt: skip
     run.add_argument(
         "--speed", type=float, default=None, help="simulated seconds per wall second (default: Apr–Dec in 20 min)"
     )
@@ -32,10 +36,6 @@ def register(sub) -> None:
     status = cmds.add_parser("status", help="the clock and what has landed")
     add_usecase_option(status, required=False, every="every installed use case with landed sources")
     status.set_defaults(func=_status)
-
-
-def _day(text: str) -> datetime:
-    return datetime.fromisoformat(text).replace(tzinfo=UTC)
 
 
 def _zones(home, args: argparse.Namespace) -> list:
@@ -62,8 +62,8 @@ def _run(args: argparse.Namespace) -> int:
             {z.usecase.name: z.history_landed() for z in zones},
             {z.usecase.name: z.landed_by(z.last_day) for z in zones},
         )
-        start = _day(args.start) if args.start else start
-        end = _day(args.end) if args.end else end
+        start = args.start or start
+        end = args.end or end
         state = clock.start(start, speed=args.speed or DEFAULT_SPEED, sim_end=end, spans=spans)
         print(f"keel live: clock started at {state.sim_anchor:%Y-%m-%d %H:%M} (×{state.speed:,.0f})", flush=True)
     else:
