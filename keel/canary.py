@@ -38,13 +38,11 @@ from typing import Any
 
 from scipy.stats import binom
 
-# the plan, the state and the decision a rollout is judged with (imported from here by their users)
-from keel.canary_plan import (  # noqa: F401
+from keel.canary_plan import (
     FINISHED,
     PAUSED,
     PROMOTED,
     ROLLED_BACK,
-    RUNNING,
     ArmStats,
     CanaryPlan,
     CanaryState,

@@ -18,7 +18,8 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from keel.canary import FINISHED, PROMOTED, RUNNING, ArmStats, CanaryPlan, CanaryState, decide
+from keel.canary import decide
+from keel.canary_plan import FINISHED, PROMOTED, RUNNING, ArmStats, CanaryPlan, CanaryState
 from keel.exposures import arm_stats, read_exposure_scan, realized_labels
 from keel.loop.shadow import ShadowPolicy, ShadowVerdict, shadow_verdict
 from keel.policies.gateway import GatewayPolicy, effective_policy

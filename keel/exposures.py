@@ -21,7 +21,7 @@ from typing import Any
 
 import polars as pl
 
-from keel.canary import ArmStats
+from keel.canary_plan import ArmStats
 from keel.entity_key import EntityKey
 from keel.exposure_log import scan_exposures
 from keel.features.spec import FeatureSet

@@ -141,7 +141,7 @@ def test_bad_challenger_is_rolled_back_on_realized_labels(platform):
     print(f"bad challenger rolled back {seconds(incident['injected_at'], incident['detected_at']) / 86400:.1f} "
           "simulated days after it was injected")  # fmt: skip
     assert "log-loss" in incident["located"]
-    from keel.canary import CanaryPlan
+    from keel.canary_plan import CanaryPlan
     from keel.policies import PolicyStore
     from keel.registry import ModelRegistry
 

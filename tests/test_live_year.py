@@ -235,7 +235,7 @@ def test_a_challenger_exactly_as_good_as_the_champion_is_promoted(live):
 
 def test_a_challenger_with_inverted_scores_is_rolled_back_on_its_labels(live):
     home, _, planted = live
-    from keel.canary import CanaryPlan
+    from keel.canary_plan import CanaryPlan
     from keel.policies import PolicyStore
 
     name = planted["inverted"]

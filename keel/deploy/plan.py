@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from keel.canary import FINISHED
+from keel.canary_plan import FINISHED
 from keel.deploy.routing import DeployReport, ModelDeployer, Route, Target
 from keel.intervals import Interval
 from keel.ledger import Ledger, LedgerEntry, model_line

@@ -112,8 +112,8 @@ def test_consecutive_experiments_assign_units_independently(home):
 def test_consecutive_canaries_assign_units_independently():
     """Each canary rollout has its own salt too; within one rollout a unit never moves back to the champion."""
     from gpu_runtime.gateway.control import choose_route
-    from keel.canary import CanaryState
     from keel.canary_control import canary_salt, split_for
+    from keel.canary_plan import CanaryState
     from keel.deploy.routing import Route, RoutingTable
     from keel.policies.gateway import Split
 

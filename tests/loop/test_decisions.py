@@ -257,7 +257,7 @@ def test_a_canary_waits_as_long_as_its_labels_take_to_come_in():
     slow = start_canary(gate, "room-rate", 1, {}, label_delay_s=60 * 86400.0)
     assert slow.body["progress_deadline_s"] - quick.body["progress_deadline_s"] == 60 * 86400.0
     regression = start_canary(gate, "room-rate", 1, {}, loss="squared-error")
-    from keel.canary import CanaryPlan
+    from keel.canary_plan import CanaryPlan
 
     assert CanaryPlan.from_policy(regression.body).loss == "squared-error"  # how its quality verdicts name the loss
     from usecases.hotels import usecase as hotels

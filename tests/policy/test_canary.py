@@ -9,18 +9,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from keel.canary import (
-    PAUSED,
-    PROMOTED,
-    ROLLED_BACK,
-    RUNNING,
-    ArmStats,
-    CanaryPlan,
-    CanaryState,
-    decide,
-    log_loss_pvalue,
-    rate_ratio_pvalue,
-)
+from keel.canary import decide, log_loss_pvalue, rate_ratio_pvalue
+from keel.canary_plan import PAUSED, PROMOTED, ROLLED_BACK, RUNNING, ArmStats, CanaryPlan, CanaryState
 from keel.policies import validate_policy
 
 PLAN = CanaryPlan(
@@ -234,7 +224,8 @@ def test_slower_than_the_objective_is_judged_as_a_rate_not_by_a_few_requests_p99
 
 
 def test_the_shadow_step_decides_on_the_paired_verdict_alone():
-    from keel.canary import CanaryPlan, CanaryState, decide
+    from keel.canary import decide
+    from keel.canary_plan import CanaryPlan, CanaryState
     from keel.loop.shadow import ShadowPolicy, ShadowVerdict
 
     plan = CanaryPlan(steps=(0, 25, 100), shadow=ShadowPolicy(), shadow_max_s=100.0, min_samples=30)
@@ -257,7 +248,8 @@ def test_the_shadows_clock_starts_when_the_challenger_first_scores_not_at_the_co
     """On a busy machine the deployment that loads the challenger may run days after the canary's commit: its
     shadow is judged over ``shadow_max_s`` from its first score, and it is rolled back as never answering only past
     the progress deadline from the commit."""
-    from keel.canary import CanaryPlan, CanaryState, decide
+    from keel.canary import decide
+    from keel.canary_plan import CanaryPlan, CanaryState
     from keel.loop.shadow import ShadowPolicy, ShadowVerdict
 
     plan = CanaryPlan(steps=(0, 25, 100), shadow=ShadowPolicy(), shadow_max_s=100.0, progress_deadline_s=300.0)
@@ -279,7 +271,8 @@ def test_a_shadow_whose_labels_lag_the_clock_is_judged_on_the_days_they_cover():
     cover; surely better or worse is decided at once, as always."""
     from dataclasses import replace
 
-    from keel.canary import CanaryPlan, CanaryState, decide
+    from keel.canary import decide
+    from keel.canary_plan import CanaryPlan, CanaryState
     from keel.loop.shadow import ShadowPolicy, ShadowVerdict
 
     plan = CanaryPlan(steps=(0, 25, 100), shadow=ShadowPolicy(), shadow_max_s=100.0, progress_deadline_s=300.0)
@@ -299,7 +292,8 @@ def test_a_shadow_whose_labels_lag_the_clock_is_judged_on_the_days_they_cover():
 
 
 def test_a_paired_plan_judges_quality_on_the_same_requests():
-    from keel.canary import ArmStats, CanaryPlan, CanaryState, decide
+    from keel.canary import decide
+    from keel.canary_plan import ArmStats, CanaryPlan, CanaryState
     from keel.loop.shadow import ShadowVerdict
 
     plan = CanaryPlan(steps=(10, 100), interval_s=10, min_samples=20, min_labelled=30, paired=True)
