@@ -19,6 +19,7 @@ from assets.drift import build_drift_assets
 from assets.features import build_feature_assets, feature_code_version
 from assets.models import run_id_of, training_config
 from assets.usecase import wiring
+from keel.faults import gate_verdict
 from keel.home import KeelHome, asset_file
 from keel.loop.candidates import candidate_specs, choose_candidate
 from keel.loop.fit import FitError, candidate_training, fit_candidate, gate_rows, labelled_days, newest_rows
@@ -208,12 +209,12 @@ def build_challenger_assets(uc: UseCase) -> list[dg.AssetsDefinition]:
                 reg.annotate(name, candidates[c]["sha256"], {CHALLENGER_GATE: row.as_row() | {
                     "gate_month": config.gate_month, "champion_version": champion_version,
                     "run_id": run_id_of(context)}})  # fmt: skip
-            passed = choice.chosen is not None
+            passed, reason = gate_verdict(choice.chosen is not None, choice.reason, shown)  # keel/faults.py
             if passed:  # only a candidate its gate passed becomes the challenger: a refused one never answers
                 reg.set_alias(
                     name, "challenger", chosen["sha256"], f"{shown}: chosen on drift in {config.drift_window}"
                 )
-        context.log.info(f"candidates vs champion v{champion_version} on {config.gate_month}: {choice.reason}")
+        context.log.info(f"candidates vs champion v{champion_version} on {config.gate_month}: {reason}")
         best = rows[shown].verdict
         yield dg.Output(
             pl.DataFrame(
@@ -227,7 +228,7 @@ def build_challenger_assets(uc: UseCase) -> list[dg.AssetsDefinition]:
             ),  # fmt: skip
             metadata={
                 "passed": passed,
-                "reason": choice.reason,
+                "reason": reason,
                 "candidate": shown,
                 "challenger_version": int(chosen["version"]),
                 "champion_version": champion_version,
@@ -256,7 +257,7 @@ def build_challenger_assets(uc: UseCase) -> list[dg.AssetsDefinition]:
             # A candidate that is not better is the loop working, not a fault: the champion stays.
             severity=dg.AssetCheckSeverity.WARN,
             metadata={
-                "reason": choice.reason,
+                "reason": reason,
                 "challenger_version": int(chosen["version"]),
                 "champion_version": champion_version,
             },  # fmt: skip

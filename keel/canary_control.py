@@ -21,6 +21,7 @@ import polars as pl
 from keel.canary import decide
 from keel.canary_plan import FINISHED, PROMOTED, RUNNING, ArmStats, CanaryPlan, CanaryState
 from keel.exposures import arm_stats, read_exposure_scan, realized_labels
+from keel.faults import fault
 from keel.loop.shadow import ShadowPolicy, ShadowVerdict, shadow_verdict
 from keel.policies.gateway import GatewayPolicy, effective_policy
 from keel.usecase import UseCaseError, by_model
@@ -189,6 +190,8 @@ def _tick_one(policies, registry, current, name, body, exposures_dir, now, stora
             paired = shadow_evidence(body, plan, state, exposures_dir, storage_dir, 3600.0) if plan.paired else None
             d = decide(plan, state, challenger, champion, now, paired=paired, first_answer=first)
         if d.action in ("hold", "none"):
+            return None
+        if d.action == "promote" and fault("KEEL_FAULT_PROMOTION"):  # a failing control (keel/faults.py): held
             return None
         action, percent, reasons, evidence, state = d.action, d.percent, d.reasons, d.evidence, d.state
     if action == "promote":

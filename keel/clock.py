@@ -308,6 +308,28 @@ class SimClock:
         return self._write(replace(state, sim_anchor=state.sim_anchor + (sim - mine.sim_anchor), wall_anchor=wall,
                                    step=state.step + 1, phase=SETTLE, phase_wall=wall))  # fmt: skip
 
+    def to_stepped(self, grid: datetime, batch_days: int = 1, wall: datetime | None = None) -> ClockState:
+        """A paused wall-clock replay goes on stepped: the clock moves forward to the first instant of the day grid
+        through ``grid`` (the clock's own time: where its steps fall, ``grid`` + whole days) not before where it
+        stopped, and stands there settling its step 0, still paused. Forward only; a stepped clock stays stepped."""
+        state = self._require()
+        if state.stepped:
+            raise ClockError("the clock is stepped already")
+        if state.running:
+            raise ClockError("pause the clock before it goes on stepped")
+        if batch_days < 1:
+            raise ClockError(f"batch_days must be ≥ 1, got {batch_days}")
+        if grid.tzinfo is None:
+            raise ClockError("the day grid needs a time zone (UTC)")
+        behind = state.sim_anchor - grid
+        days = -(-behind // timedelta(days=1)) if behind > timedelta(0) else 0  # whole days, rounded up
+        at = grid + timedelta(days=days)
+        if state.sim_end is not None and at > state.sim_end:
+            raise ClockError(f"the next step {at.isoformat()} is past the clock's end {state.sim_end.isoformat()}")
+        wall = _wall(wall)
+        return self._write(replace(state, sim_anchor=at, wall_anchor=wall, stepped=True, step=0, phase=SETTLE,
+                                   phase_wall=wall, batch_days=batch_days))  # fmt: skip
+
     def set_phase(self, phase: str, wall: datetime | None = None) -> ClockState:
         """A stepped clock's step moves from settling to its traffic (or back, after a restart)."""
         if phase not in (SETTLE, TRAFFIC):

@@ -12,12 +12,13 @@ does not.
 from __future__ import annotations
 
 import json
+import sys
 import time
 from datetime import UTC, datetime, timedelta
 
 import dagster as dg
 
-from keel.clock import TRAFFIC, SimClock
+from keel.clock import DEFAULT_SPEED, TRAFFIC, SimClock, shared_spans
 from keel.steps import deciding_sensors, read_ticks, settled
 from sensors.drift import IN_PROGRESS
 
@@ -143,3 +144,48 @@ def run_steps(clock: SimClock, deliver, instance, home, ucs, traffic, follow, sa
             at = min(at, state.sim_end)
         deliver(at)  # before the step begins: its first ticks already see what is due at it
         clock.step_to(at)
+
+
+def set_clock(clock: SimClock, home, zones: dict, args) -> int:
+    """The live replay's clock: started (paused) on a new home, else checked and, with ``args.stepped`` on a wall-clock
+    replay, switched to stepped from the next day's step. A non-zero exit status when the replay cannot go on as
+    asked (said on stderr); 0 when it can."""
+    from keel.ledger import Ledger
+
+    # Each use case on its own time span of the one clock (docs/live.md): its history is the first model's months
+    # (and any before them), complete; its span starts when their last day has landed in every table (flights:
+    # March 31's flights and weather land at noon on April 1) and ends when its period's last day has landed.
+    start, end, spans = shared_spans(
+        {n: z.history_landed() for n, z in zones.items()}, {n: z.landed_by(z.last_day) for n, z in zones.items()}
+    )
+    if clock.state() is None:
+        if home.ledger.exists() and Ledger(home.ledger).log():
+            print(
+                f"keel: {home.root} already holds a backfill's releases (its ledger is on the wall clock): a live "
+                "replay needs a KEEL_HOME of its own (KEEL_HOME=... scripts/up, or remove it)",
+                file=sys.stderr,
+            )
+            return 2
+        clock.start(start, speed=args.speed or DEFAULT_SPEED, sim_end=args.end or end, spans=spans,
+                    stepped=args.stepped, batch_days=BATCH_DAYS if args.stepped else 1)  # fmt: skip
+        clock.pause(wall=clock.state().wall_anchor)  # at its start: the sensors wait while the histories are built
+        for name in zones:
+            print(f"keel: live replay of {name}: its clock set to {clock.state().of(name).sim_anchor:%Y-%m-%d %H:%M} "
+                  "(paused)", flush=True)  # fmt: skip
+    else:
+        missing = sorted(set(zones) - set(clock.state().spans)) if clock.state().spans else []
+        if missing:
+            print(f"keel: {home.root}'s live replay was started without {', '.join(missing)}: a use case cannot join "
+                  "a replay under way (a KEEL_HOME of its own, or KEEL_USECASES as before)", file=sys.stderr)  # fmt: skip
+            return 2
+        if clock.state().stepped and not args.stepped:
+            print(f"keel: {home.root}'s live replay is stepped (KEEL_LIVE_CLOCK=stepped): it goes on stepped (or a "
+                  "KEEL_HOME of its own)", file=sys.stderr)  # fmt: skip
+            return 2
+        if args.stepped and not clock.state().stepped:  # from here on reproducible: on at the next day's step
+            at = clock.pause().sim_anchor  # the steps fall where a replay stepped from the start has them
+            print(f"keel: the live replay, on the wall clock until {at:%Y-%m-%d %H:%M}, goes on stepped from "
+                  f"{clock.to_stepped(start, BATCH_DAYS).sim_anchor:%Y-%m-%d %H:%M}", flush=True)  # fmt: skip
+        if args.speed:
+            clock.set_speed(args.speed)
+    return 0

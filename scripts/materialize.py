@@ -110,12 +110,11 @@ def run_live(args, ucs: list[UseCase], client: DagsterGraphQLClient) -> int:
     import subprocess
     from datetime import UTC, datetime, timedelta
 
-    from live_steps import BATCH_DAYS, StepError, commit_replay_sla, run_steps
+    from live_steps import StepError, commit_replay_sla, run_steps, set_clock
 
-    from keel.clock import DEFAULT_SPEED, PipelineHold, SimClock, shared_spans
+    from keel.clock import PipelineHold, SimClock
     from keel.data.landing import LandingZone
     from keel.home import KeelHome
-    from keel.ledger import Ledger
 
     home = KeelHome.from_env()
     instance = dg.DagsterInstance.get()
@@ -126,39 +125,9 @@ def run_live(args, ucs: list[UseCase], client: DagsterGraphQLClient) -> int:
                   file=sys.stderr)  # fmt: skip
             return 2
     zones = {uc.name: LandingZone(home.landing, uc) for uc in ucs}
-    # Each use case on its own time span of the one clock (docs/live.md): its history is the first model's months
-    # (and any before them), complete; its span starts when their last day has landed in every table (flights:
-    # March 31's flights and weather land at noon on April 1) and ends when its period's last day has landed.
-    if clock.state() is None:
-        if home.ledger.exists() and Ledger(home.ledger).log():
-            print(
-                f"keel: {home.root} already holds a backfill's releases (its ledger is on the wall clock): a live "
-                "replay needs a KEEL_HOME of its own (KEEL_HOME=... scripts/up, or remove it)",
-                file=sys.stderr,
-            )
-            return 2
-        start, end, spans = shared_spans(
-            {n: z.history_landed() for n, z in zones.items()}, {n: z.landed_by(z.last_day) for n, z in zones.items()}
-        )
-        clock.start(start, speed=args.speed or DEFAULT_SPEED, sim_end=args.end or end, spans=spans,
-                    stepped=args.stepped, batch_days=BATCH_DAYS if args.stepped else 1)  # fmt: skip
-        clock.pause()  # the sensors wait while the histories are built
-        for name in zones:
-            print(f"keel: live replay of {name}: its clock set to {clock.state().of(name).sim_anchor:%Y-%m-%d %H:%M} "
-                  "(paused)", flush=True)  # fmt: skip
-    else:
-        missing = sorted(set(zones) - set(clock.state().spans)) if clock.state().spans else []
-        if missing:
-            print(f"keel: {home.root}'s live replay was started without {', '.join(missing)}: a use case cannot join "
-                  "a replay under way (a KEEL_HOME of its own, or KEEL_USECASES as before)", file=sys.stderr)  # fmt: skip
-            return 2
-        if clock.state().stepped != args.stepped:
-            kind = "stepped (KEEL_LIVE_CLOCK=stepped)" if clock.state().stepped else "on the wall clock"
-            print(f"keel: {home.root}'s live replay was started {kind}: it goes on that way (the same "
-                  "KEEL_LIVE_CLOCK, or a KEEL_HOME of its own)", file=sys.stderr)  # fmt: skip
-            return 2
-        if args.speed:
-            clock.set_speed(args.speed)
+    refused = set_clock(clock, home, zones, args)
+    if refused:
+        return refused
 
     def deliver(wall: datetime) -> dict[str, dict]:
         state = clock.state()

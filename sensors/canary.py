@@ -16,6 +16,7 @@ from assets.usecase import wiring
 from keel.alerts import Alert
 from keel.canary_control import tick
 from keel.clock import SimClock
+from keel.faults import fault, injected
 from keel.loop.promote import LOOP_AUTHOR, GateResult, StartCanary, start_canary
 from keel.metrics import LOSS_NAMES
 from keel.usecase import UseCase
@@ -113,6 +114,7 @@ def canary_tick(
         asset_events=automation_problems(deployment, name, problems),
         skip_reason=None if requests else dg.SkipReason(
             "no canary decision this tick (none running, or holding)" + (f"; {len(problems)} skipped" if problems else "")
+            + (f"; {injected('KEEL_FAULT_PROMOTION')}: no promotion" if fault("KEEL_FAULT_PROMOTION") else "")
         ),
     )  # fmt: skip
 

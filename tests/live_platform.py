@@ -3,12 +3,14 @@
 clock with replayed traffic), into a throwaway KEEL_HOME.
 
 One such platform serves every slow test that needs a live one (the ``year_platform`` session fixture,
-tests/conftest.py): tests/test_live_drills.py runs the chaos drills on it first, in a quiet April (no canary of the
-loop yet), then tests/test_live_year.py plays the rest of the year on it (its module name sorts after the drills':
-the live year's checks count the traffic from where it took over, after every drill had recovered)."""
+tests/conftest.py): tests/test_live_drills.py runs the chaos drills on it first, on the wall clock in a quiet April (no
+canary of the loop yet), then tests/test_live_year.py goes on stepped — the reproducible clock — through the known
+outcome that ``KNOWN_OUTCOME`` plants in what lands (its module name sorts after the drills': the live year's checks
+count the traffic from where it took over, after every drill had recovered)."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -28,6 +30,19 @@ from tests.dagster_support import DAGSTER, free_port, home_env
 DRILL_SPEED = (
     2000.0  # a simulated day every 43 s: a delivery's redelivery and a canary's labels come in a minute or two
 )
+# The data drill of the shared live platform (keel/data/plants.py; tests/test_live_year.py asserts what the loop must
+# do with it). From April 1 a fifth of the flights land an hour late — the label's rate shifts, the features do not:
+# April's drift report (on May 1) finds it, and the champion recalibrated on the newest days is the challenger that
+# must pass its gate, beat the champion in shadow and be promoted. May 1–10 (the next gate month's early-stopping and
+# recalibration days) half of the flights more land late, and from May 11 no longer: every challenger fitted on those
+# days is worse on May 11–31 than the champion, and May's gate (on June 1) must refuse them all.
+KNOWN_OUTCOME = [
+    {"usecase": "flights", "table": "flights", "from_day": "2013-04-01", "column": "arr_delay", "value": "60",
+     "share": 0.2, "seed": 46, "why": "known outcome: from April a fifth of the flights an hour late"},
+    {"usecase": "flights", "table": "flights", "from_day": "2013-05-01", "until_day": "2013-05-10",
+     "column": "arr_delay", "value": "60", "share": 0.5, "seed": 47,
+     "why": "known outcome: May 1-10 half late, the worse challenger's days"},
+]  # fmt: skip
 
 
 def wait_until(what: str, condition, timeout_s: float, every_s: float = 2.0, on_timeout=lambda: ""):
@@ -54,6 +69,7 @@ class LivePlatform:
     env: dict[str, str]
     year: subprocess.Popen  # scripts/materialize.py --live
     procs: list[subprocess.Popen]
+    replay: list[str]  # how ``year`` was started (the command line)
     phase: str = "start"  # then "drills" (tests/test_live_drills.py), then "year" (tests/test_live_year.py)
     marks: dict[str, int] = field(default_factory=dict)  # where the drills began in the alert records
     traffic_before_year: dict = field(default_factory=dict)  # the traffic totals when the live-year test took over
@@ -65,22 +81,25 @@ class LivePlatform:
         """Stop every process of the platform (what the block's end does; for a user of it that is done early)."""
         stop_groups(self.procs)
 
+    def go_on_stepped(self) -> None:
+        """As an operator would: Ctrl-C to the wall-clock replay (the clock pauses, the traffic stops), then the replay
+        again with ``--stepped`` — it goes on from the next day's step on the reproducible clock (docs/live.md)."""
+        self.year.send_signal(signal.SIGINT)
+        assert self.year.wait(timeout=120) == 130, self.log()
+        self.year = _start(self.home, self.env, self.procs, [*self.replay, "--stepped"], "live.log")
+
 
 @contextmanager
-def live_platform(home: Path, *live_args: str) -> Iterator[LivePlatform]:
-    """Start the runtime, `dagster dev` and the live year (``live_args`` added to materialize.py's); stop them all
-    when the block ends (SIGTERM to each process group, SIGKILL after a minute)."""
+def live_platform(home: Path, *live_args: str, env: dict[str, str] | None = None) -> Iterator[LivePlatform]:
+    """Start the runtime, `dagster dev` and the live year (``live_args`` added to materialize.py's; ``env`` added to
+    the environment); stop them all when the block ends (SIGTERM to each process group, SIGKILL after a minute)."""
     (home / "dagster_home").mkdir()
     shutil.copy(REPO / "scripts" / "dagster.yaml", home / "dagster_home" / "dagster.yaml")
-    env = home_env(home)
+    env = home_env(home) | (env or {})
     procs: list[subprocess.Popen] = []
 
     def start(args, log: str) -> subprocess.Popen:
-        proc = subprocess.Popen(
-            args, cwd=REPO, env=env, stdout=open(home / log, "wb"), stderr=subprocess.STDOUT, start_new_session=True
-        )
-        procs.append(proc)
-        return proc
+        return _start(home, env, procs, args, log)
 
     try:
         gateway_port, port, internal = free_port(), free_port(), free_port()
@@ -95,14 +114,21 @@ def live_platform(home: Path, *live_args: str) -> Iterator[LivePlatform]:
         start([sys.executable, "-m", "keel.uiguard", "--listen", f"127.0.0.1:{port}", "--upstream",
                f"127.0.0.1:{internal}"], "uiguard.log")  # fmt: skip
         wait_until("dagster dev is up", lambda: webserver_up(port, dev, home / "dagster_dev.log"), 300, 1)
-        year = start(
-            [sys.executable, "scripts/materialize.py", "--port", str(port), "--live",
-             "--gateway", f"http://127.0.0.1:{gateway_port}", *live_args],
-            "live.log",
-        )  # fmt: skip
-        yield LivePlatform(home, env, year, procs)
+        replay = [sys.executable, "scripts/materialize.py", "--port", str(port), "--live",
+                  "--gateway", f"http://127.0.0.1:{gateway_port}", *live_args]  # fmt: skip
+        yield LivePlatform(home, env, start(replay, "live.log"), procs, replay)
     finally:
         stop_groups(procs)
+
+
+def _start(home: Path, env: dict, procs: list[subprocess.Popen], args: list[str], log: str) -> subprocess.Popen:
+    """A process of the platform in a session of its own (so its whole group can be stopped), its output appended to
+    ``home/log``."""
+    proc = subprocess.Popen(
+        args, cwd=REPO, env=env, stdout=open(home / log, "ab"), stderr=subprocess.STDOUT, start_new_session=True
+    )
+    procs.append(proc)
+    return proc
 
 
 def stop_groups(procs: list[subprocess.Popen]) -> None:
@@ -130,12 +156,15 @@ def webserver_up(port: int, proc: subprocess.Popen, log: Path) -> bool:
 @contextmanager
 def shared_year(home: Path, receiver_url: str) -> Iterator[LivePlatform]:
     """The session's live platform: its alerts go to the on-call's webhooks at ``receiver_url`` (the page as
-    Alertmanager's API, the chat Slack-compatible), and it plays the whole year."""
+    Alertmanager's API, the chat Slack-compatible), and what lands carries the ``KNOWN_OUTCOME`` data drill."""
     home.mkdir(parents=True, exist_ok=True)
     (home / "alerts.yaml").write_text(
         f'channels:\n  page: {{format: alertmanager, url: "{receiver_url}/page"}}\n'
         f'  chat: {{format: slack, url: "{receiver_url}/chat"}}\n  mail: {{format: log}}\n'
     )
-    # April at the drills' speed (tests/test_live_drills.py), then tests/test_live_year.py sets the year's speeds
-    with live_platform(home, "--speed", str(DRILL_SPEED)) as platform:
+    (home / "landing").mkdir()
+    (home / "landing" / "plants.json").write_text(json.dumps(KNOWN_OUTCOME))
+    # April on the wall clock at the drills' speed (tests/test_live_drills.py), then tests/test_live_year.py goes on
+    # stepped: its deciding sensors tick every second from the start (as scripts/up's stepped replay sets them)
+    with live_platform(home, "--speed", str(DRILL_SPEED), env={"KEEL_SENSOR_INTERVAL_S": "1"}) as platform:
         yield platform

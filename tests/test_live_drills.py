@@ -1,9 +1,9 @@
 """The six chaos drills against the whole running platform: the model runtime (Triton + gateway), `dagster dev`
 (webserver + daemon, every sensor) and a live April with its traffic — the session's live platform
-(tests/conftest.py ``year_platform``), before tests/test_live_year.py plays the rest of the year on it. Each drill is
-run as an operator runs it (`keel chaos run <drill> --json`) and only injects; the assertions are on what the
-platform did by itself: the incident it opened, the root cause it named, its action, the recovery, and what the live
-traffic got while the fault lasted."""
+(tests/conftest.py ``year_platform``), before tests/test_live_year.py goes on stepped through a known outcome. Each
+drill is run as an operator runs it (`keel chaos run <drill> --json`) and only injects; the assertions are on what
+the platform did by itself: the incident it opened, the root cause it named, its action, the recovery, and what the
+live traffic got while the fault lasted."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def platform(year_platform, alert_receiver):
     """The session's live platform once its history is built and April's traffic flows, its clock at the drills'
     speed; what the on-call had received before the drills began is marked (``year_platform.marks``), so the
     assertions are about what the drills caused. The drills run first on it (April: no canary of the loop yet); the
-    live year then goes on on the same platform (tests/test_live_year.py)."""
+    known-outcome span then goes on stepped on the same platform (tests/test_live_year.py)."""
     live = year_platform
     assert live.phase == "start", (
         "the live year already ran on the shared live platform: the drills run first (tests/test_live_drills.py "

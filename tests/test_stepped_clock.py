@@ -175,3 +175,64 @@ def test_a_replayer_whose_span_is_over_is_never_behind_and_a_failed_one_stops_th
         alive.kill()
     with pytest.raises(live_steps.StepError, match="hotels did not finish step 277"):
         live_steps.wait_traffic(None, 277, summaries, [finished], print)
+
+
+def test_a_paused_wall_clock_replay_goes_on_stepped_from_the_next_days_step(tmp_path):
+    clock = SimClock(tmp_path / "clock.json")
+    start = datetime(2013, 4, 1, 12, tzinfo=UTC)
+    clock.start(start, sim_end=datetime(2013, 4, 20, 12, tzinfo=UTC), wall=WALL)
+    with pytest.raises(ClockError, match="pause the clock"):
+        clock.to_stepped(start)
+    clock.advance_to(datetime(2013, 4, 9, 7, 13, tzinfo=UTC), wall=WALL)
+    clock.pause(wall=WALL)
+    state = clock.to_stepped(start, batch_days=7, wall=WALL + timedelta(hours=1))
+    # where a replay stepped from the start has its step: noon (the day's flights are in), never back in time
+    assert (state.sim_anchor, state.stepped, state.step, state.phase, state.batch_days, state.running) == (
+        datetime(2013, 4, 9, 12, tzinfo=UTC), True, 0, SETTLE, 7, False)  # fmt: skip
+    assert clock.now(WALL + timedelta(days=3)) == datetime(2013, 4, 9, 12, tzinfo=UTC)  # it stands, resumed or not
+    with pytest.raises(ClockError, match="stepped already"):
+        clock.to_stepped(start)
+    on_grid = SimClock(tmp_path / "on_grid.json")
+    on_grid.start(start, wall=WALL)
+    on_grid.advance_to(datetime(2013, 4, 19, 12, tzinfo=UTC), wall=WALL)
+    on_grid.pause(wall=WALL)
+    assert on_grid.to_stepped(start).sim_anchor == datetime(2013, 4, 19, 12, tzinfo=UTC)  # on a step: stays there
+    late = SimClock(tmp_path / "late.json")
+    late.start(start, sim_end=datetime(2013, 4, 20, tzinfo=UTC), wall=WALL)
+    late.advance_to(datetime(2013, 4, 19, 13, tzinfo=UTC), wall=WALL)
+    late.pause(wall=WALL)
+    with pytest.raises(ClockError, match="past the clock's end"):
+        late.to_stepped(start)
+
+
+def test_the_replays_clock_is_set_checked_and_switched_to_stepped(tmp_path, monkeypatch, capsys):
+    """scripts/live_steps.py set_clock, as scripts/materialize.py --live calls it on flights' real landing zone: a new
+    home starts its clock on the wall clock (paused, when the history has landed); run again with --stepped it goes on
+    stepped from the next day's noon; a stepped replay refuses to go back to the wall clock."""
+    from argparse import Namespace
+
+    from keel.data.landing import LandingZone
+    from keel.home import KeelHome
+    from keel.usecase import get
+    from tests import REPO
+
+    monkeypatch.syspath_prepend(str(REPO / "scripts"))
+    import live_steps
+
+    home = KeelHome(tmp_path)
+    zones = {"flights": LandingZone(home.landing, get("flights"))}
+    clock = SimClock(home.clock)
+    wall = Namespace(stepped=False, speed=None, end=None)
+    assert live_steps.set_clock(clock, home, zones, wall) == 0
+    state = clock.state()
+    assert (state.sim_anchor, state.running, state.stepped) == (datetime(2013, 4, 1, 12, tzinfo=UTC), False, False)
+    clock.advance_to(datetime(2013, 4, 9, 7, 13, tzinfo=UTC))  # the wall-clock replay ran to here and was stopped
+    assert live_steps.set_clock(clock, home, zones, Namespace(stepped=True, speed=None, end=None)) == 0
+    state = clock.state()
+    assert (state.sim_anchor, state.stepped, state.step) == (datetime(2013, 4, 9, 12, tzinfo=UTC), True, 0)
+    assert (
+        "on the wall clock until 2013-04-09 07:13, goes on stepped from 2013-04-09 12:00" in capsys.readouterr().out
+    )
+    assert live_steps.set_clock(clock, home, zones, wall) == 2
+    assert "it goes on stepped" in capsys.readouterr().err
+    assert clock.state().stepped

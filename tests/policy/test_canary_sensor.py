@@ -70,7 +70,7 @@ def labelled_traffic(log, start, rows, score_of) -> None:
                     "entity_key": key})  # fmt: skip
 
 
-def test_start_hold_advance_promote(world, tmp_path, validated):  # noqa: F811
+def test_start_hold_advance_promote(world, tmp_path, validated, monkeypatch):  # noqa: F811
     store, registry, log, exposures, shas = world
     storage, flights = january_outcomes(tmp_path, validated)
     [start] = tick(store, registry, exposures, T0, storage_dir=storage)
@@ -92,6 +92,9 @@ def test_start_hold_advance_promote(world, tmp_path, validated):  # noqa: F811
     assert "error_rate_pvalue" in evidence["evidence"] and evidence["evidence"]["log_loss_pvalue"] >= 0.05
     assert tick(store, registry, exposures, T0 + 73) == []  # a duplicate tick: the new step has no data yet
     traffic(log, T0 + 73)
+    monkeypatch.setenv("KEEL_FAULT_PROMOTION", "off")  # a failing control's switch (keel/faults.py): it holds
+    assert tick(store, registry, exposures, T0 + 135) == [] and registry.alias("flight-delay", "champion") == shas[0]
+    monkeypatch.delenv("KEEL_FAULT_PROMOTION")
     [promote] = tick(store, registry, exposures, T0 + 135)
     assert promote["action"] == "promote" and registry.alias("flight-delay", "champion") == shas[1]
     assert store.state()["rollout"].body["state"]["status"] == "promoted"
