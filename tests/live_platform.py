@@ -31,17 +31,17 @@ DRILL_SPEED = (
     2000.0  # a simulated day every 43 s: a delivery's redelivery and a canary's labels come in a minute or two
 )
 # The data drill of the shared live platform (keel/data/plants.py; tests/test_live_year.py asserts what the loop must
-# do with it). From April 1 a fifth of the flights land an hour late — the label's rate shifts, the features do not:
-# April's drift report (on May 1) finds it, and the champion recalibrated on the newest days is the challenger that
-# must pass its gate, beat the champion in shadow and be promoted. May 1–10 (the next gate month's early-stopping and
-# recalibration days) half of the flights more land late, and from May 11 no longer: every challenger fitted on those
-# days is worse on May 11–31 than the champion, and May's gate (on June 1) must refuse them all.
+# do with it). April 1–10 half of the flights land an hour late, then no longer: April's drift report (May 1) finds the
+# label's shift, but every candidate early-stopped or recalibrated on those days is worse on April 11–30 than the
+# champion, and the gate must refuse them all. From May 1 a share of the flights land an hour late for good: May's
+# drift report (June 1) finds it, the champion recalibrated on May 1–10 must pass its gate, beat the champion in
+# shadow on June's flights and be promoted.
 KNOWN_OUTCOME = [
-    {"usecase": "flights", "table": "flights", "from_day": "2013-04-01", "column": "arr_delay", "value": "60",
-     "share": 0.2, "seed": 46, "why": "known outcome: from April a fifth of the flights an hour late"},
-    {"usecase": "flights", "table": "flights", "from_day": "2013-05-01", "until_day": "2013-05-10",
+    {"usecase": "flights", "table": "flights", "from_day": "2013-04-01", "until_day": "2013-04-10",
      "column": "arr_delay", "value": "60", "share": 0.5, "seed": 47,
-     "why": "known outcome: May 1-10 half late, the worse challenger's days"},
+     "why": "known outcome: April 1-10 half of the flights late, then no longer: the gate must refuse"},
+    {"usecase": "flights", "table": "flights", "from_day": "2013-05-01", "column": "arr_delay", "value": "60",
+     "share": 0.35, "seed": 46, "why": "known outcome: from May a third of the flights an hour late: promoted"},
 ]  # fmt: skip
 
 

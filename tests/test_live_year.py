@@ -5,20 +5,20 @@ same platform, then, as an operator would (Ctrl-C, and the replay again with ``-
 clock: a simulated day at a time, each once its work is done, so every decision below falls on the same day on any
 machine, however busy.
 
-What lands carries a data drill planted on known days (tests/live_platform.py ``KNOWN_OUTCOME``, keel/data/plants.py):
-from April a fifth of the flights land an hour late (the label's rate shifts); May 1–10 half of them more. The test is
-the operator: it waits (on events, bounded generously) until the clock has passed June 1's decision, then presses
-Ctrl-C (the clock pauses, the traffic stops) and lets the sensors settle. What the loop must have done, *through*
-drift, gate, shadow and canary and nothing planted in the policy store:
+What lands carries a data drill planted on known days (tests/live_platform.py ``KNOWN_OUTCOME``, keel/data/plants.py).
+The test is the operator: it waits (on events, bounded generously) until the clock has passed the known days, then
+presses Ctrl-C (the clock pauses, the traffic stops) and lets the sensors settle. What the loop must have done,
+*through* drift, gate, shadow and canary and nothing planted in the policy store:
 
-- April's drift report (May 1) finds the label's shift; a challenger is trained and passes its gate; its canary judges
-  it better in shadow, widens and promotes it on ``PROMOTED_ON`` ± 2 days (the day two stepped runs from scratch
-  promoted it: 2013-05-17).
-- May's gate (June 1) refuses every candidate — each was fitted or recalibrated on May 1–10 and is worse on May 11–31
-  — so no canary starts for it and the promoted champion stays.
+- April 1–10 half of the flights land late, then no longer: April's drift report (May 1) finds the label's shift, and
+  the gate refuses every candidate — the one recalibrated on those days is far worse on April 11–30, the refits no
+  better than the champion — so no canary starts and the first model stays.
+- From May 1 a third of the flights land late for good: May's drift report (June 1) finds it, the champion recalibrated
+  on May 1–10 passes its gate, is judged better in shadow on June's flights, widened and promoted, live on
+  ``PROMOTED_ON`` ± 2 days (the day a stepped run from scratch promoted it).
 
 The failing controls (keel/faults.py; docs/live.md "The data drill"): with ``KEEL_FAULT_PROMOTION=off`` the canary
-never promotes and the promotion tests fail; with ``KEEL_FAULT_GATE=always-pass`` May's worse challenger gets a canary
+never promotes and the promotion tests fail; with ``KEEL_FAULT_GATE=always-pass`` April's worse challenger gets a canary
 and the gate test fails. Besides: the challengers came from drift on the right months, the release's chain prints from
 its drift report to the ledger, no stale freeze outlives the promotion, no replayed request failed.
 """
@@ -43,10 +43,11 @@ from usecases.flights.features import FLIGHT_FEATURES
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]
 
 LOOP_CANARY = "flight-delay.loop-v"
-PROMOTED_ON = date(2013, 5, 17)  # the known outcome: the recalibrated challenger of April's drift is live that day
-REFUSED_GATE = "2013-05"  # the known outcome: the gate of May's drift refuses every candidate
-SETTLED_PAST = datetime(2013, 6, 3, 12, tzinfo=UTC)  # June 1's decision and the canary sensor after it have settled
-WAIT_FOR_SPAN_S = 45 * 60  # the stepped span April → June 3: ~10 minutes on 2 cores, each step its work done
+REFUSED_GATE = "2013-04"  # the known outcome: the gate of April's drift refuses every candidate
+PROMOTED_GATE = "2013-05"  # the known outcome: the challenger of May's drift is promoted …
+PROMOTED_ON = date(2013, 6, 10)  # … live that day (± 2)
+SETTLED_PAST = datetime(2013, 6, 20, 12, tzinfo=UTC)  # past the promotion's last allowed day: the clock stops here
+WAIT_FOR_SPAN_S = 45 * 60  # the stepped span April → June: ~12 minutes on 2 cores, each step its work done
 
 
 def loop_canaries(home: Path) -> dict[str, dict]:
@@ -89,7 +90,7 @@ def live(year_platform):
         state = clock.state()
         return state.stepped and state.sim_anchor >= SETTLED_PAST
 
-    wait_until("the stepped span has passed June 1's decision", past_the_known_days, WAIT_FOR_SPAN_S, 5,
+    wait_until("the stepped span has passed the known days", past_the_known_days, WAIT_FOR_SPAN_S, 5,
                on_timeout=platform.log)  # fmt: skip
     platform.year.send_signal(signal.SIGINT)  # Ctrl-C: the clock pauses, the traffic stops
     assert platform.year.wait(timeout=120) == 130, platform.log(tail=3000)
@@ -129,7 +130,7 @@ def gate_verdicts(home: Path) -> dict[str, dict]:
 
 
 def promoted_canary(home: Path) -> tuple[str, dict]:
-    """The loop's one canary of the span: April's drift decision's."""
+    """The loop's one canary of the span: May's drift decision's."""
     canaries = loop_canaries(home)
     assert len(canaries) == 1, {n: (b["origin"], b.get("state")) for n, b in canaries.items()}
     [(name, body)] = canaries.items()
@@ -167,25 +168,37 @@ def test_challengers_come_from_drift_on_the_three_months_before_their_gate_month
             == f"challenger:{config['train_months'][0]}..{config['train_months'][-1]}|{gate}"
         )
         assert config["label_drift"] is True  # the planted change is in the label's rate
-    assert gates == {"2013-04", REFUSED_GATE}  # the two planted changes, each one decision; nothing before April
+    assert gates == {REFUSED_GATE, PROMOTED_GATE}  # the two planted changes, one decision each; nothing before April
     keys = [r.tags["dagster/run_key"] for r in runs]
     assert len(keys) == len(set(keys))  # the same data never trained twice
 
 
-def test_aprils_label_shift_is_promoted_through_gate_shadow_and_canary_on_the_known_day(live):
-    """The known outcome: April's drift → a challenger its gate chose → better in shadow → 25 % → 100 % → promoted,
+def test_aprils_worse_challengers_are_refused_by_the_gate_and_no_canary_starts(live):
+    """The known outcome: every candidate of April's decision was early-stopped or recalibrated on April 1–10, half
+    late, and none is surely better on April 11–30 — the recalibrated one far worse. The gate refuses, no canary
+    starts for it. Fails with the gate switched to always-pass (KEEL_FAULT_GATE=always-pass)."""
+    home = live
+    verdict = gate_verdicts(home)[REFUSED_GATE]
+    rows = {r.data["candidate"]: r.data for r in verdict["candidates"].records}
+    assert verdict["passed"] is False, verdict["reason"]
+    assert not any(r["surely_better"] for r in rows.values()) and rows["recalibrated"]["delta"] > 0.05, rows
+    assert [b for b in loop_canaries(home).values() if b["origin"]["gate_month"] == REFUSED_GATE] == []
+
+
+def test_mays_label_shift_is_promoted_through_gate_shadow_and_canary_on_the_known_day(live):
+    """The known outcome: May's drift → a challenger its gate chose → better in shadow → 25 % → 100 % → promoted,
     live on PROMOTED_ON ± 2 days. Fails with the loop's promotion switched off (KEEL_FAULT_PROMOTION=off)."""
     from keel.ledger import Ledger
 
     home = live
     name, body = promoted_canary(home)
-    assert body["origin"]["drift_window"] == "2013-04" and body["origin"]["gate_month"] == "2013-04"
+    assert body["origin"]["drift_window"] == PROMOTED_GATE and body["origin"]["gate_month"] == PROMOTED_GATE
     with registry_of(home) as reg:
         sha = reg.sha_of_version("flight-delay", body["challenger_version"])
         meta = reg.get("flight-delay", sha).metadata
         champion = reg.alias("flight-delay", "champion")
-    assert meta["challenger_gate"]["chosen"] is True and meta["trigger"]["drift_window"] == "2013-04"
-    assert gate_verdicts(home)["2013-04"]["passed"] is True
+    assert meta["challenger_gate"]["chosen"] is True and meta["trigger"]["drift_window"] == PROMOTED_GATE
+    assert gate_verdicts(home)[PROMOTED_GATE]["passed"] is True
     decisions = canary_decisions(home, name)
     actions = [(d["action"], d["percent"]) for d in decisions]
     assert actions == [("start", 0.0), ("advance", 25.0), ("advance", 100.0), ("promote", 100.0)], decisions[-1]
@@ -194,22 +207,6 @@ def test_aprils_label_shift_is_promoted_through_gate_shadow_and_canary_on_the_kn
     with Ledger(home / "ledger.sqlite") as ledger:
         [entry] = [e for e in ledger.log() if e.manifest["model"]["parts"]["sha256"] == sha]
     assert abs((entry.live_from.date() - PROMOTED_ON).days) <= 2, (entry.live_from, PROMOTED_ON)
-
-
-def test_mays_worse_challengers_are_refused_by_the_gate_and_the_champion_stays(live):
-    """The known outcome: every candidate of May's decision was fitted or recalibrated on May 1–10 and is worse on
-    May 11–31 — the gate refuses them, no canary starts, April's challenger stays the champion. Fails with the gate
-    switched to always-pass (KEEL_FAULT_GATE=always-pass)."""
-    home = live
-    verdict = gate_verdicts(home)[REFUSED_GATE]
-    assert verdict["passed"] is False and verdict["delta"] > 0, verdict["reason"]  # the best of them is worse
-    assert [b for b in loop_canaries(home).values() if b["origin"]["gate_month"] == REFUSED_GATE] == []
-    _, body = promoted_canary(home)
-    with registry_of(home) as reg:
-        assert reg.version("flight-delay", reg.alias("flight-delay", "champion")) == body["challenger_version"]
-        assert reg.alias("flight-delay", "challenger") == reg.sha_of_version(
-            "flight-delay", body["challenger_version"]
-        )
 
 
 def test_the_promotions_chain_prints_from_its_drift_report_to_the_ledger(live):
@@ -240,7 +237,7 @@ def test_no_request_failed_and_the_challenger_met_the_traffic(live):
 
     home = live
     summary = json.loads((home / "serving" / "live_traffic" / "flights.json").read_text())
-    assert summary["failed"] == 0 and summary["ok"] > 5000, summary  # ~55 steps of 175 requests
+    assert summary["failed"] == 0 and summary["ok"] > 5000, summary  # ~70 steps of 175 requests
     _, body = promoted_canary(home)
     challenger = body["challenger_version"]
     shadowed = [r for r in read_exposures(home / "serving" / "exposures") if r.get("shadow_version") == challenger]
@@ -273,5 +270,6 @@ def test_loop_report_measures_each_complete_live_month(live):
     by_month = {r.asset_materialization.partition: r.asset_materialization.metadata for r in records}
     for month in ("2013-04", "2013-05"):
         meta = by_month[month]
-        assert 0.6 < meta["served_auc"].value < 0.9 and 0.6 < meta["static_auc"].value < 0.9
+        # better than chance, if not by much: a planted share of each month's flights is late whatever they are like
+        assert 0.55 < meta["served_auc"].value < 0.9 and 0.55 < meta["static_auc"].value < 0.9
         assert meta["labelled_flights"].value > 20_000
