@@ -13,9 +13,9 @@ presses Ctrl-C (the clock pauses, the traffic stops) and lets the sensors settle
 - April 1–10 half of the flights land late, then no longer: April's drift report (May 1) finds the label's shift, and
   the gate refuses every candidate — the one recalibrated on those days is far worse on April 11–30, the refits no
   better than the champion — so no canary starts and the first model stays.
-- From May 1 a third of the flights land late for good: May's drift report (June 1) finds it, the champion recalibrated
-  on May 1–10 passes its gate, is judged better in shadow on June's flights, widened and promoted, live on
-  ``PROMOTED_ON`` ± 2 days (the day a stepped run from scratch promoted it).
+- From May 1 a third of the flights land late for good: May's drift report (June 1) finds it, every candidate is surely
+  better than the champion on May 11–31, the chosen one is judged better in shadow on June's flights, widened and
+  promoted, live on ``PROMOTED_ON`` ± 2 days (the day a stepped run of this test promoted it: 2013-06-10).
 
 The failing controls (keel/faults.py; docs/live.md "The data drill"): with ``KEEL_FAULT_PROMOTION=off`` the canary
 never promotes and the promotion tests fail; with ``KEEL_FAULT_GATE=always-pass`` April's worse challenger gets a canary
@@ -46,7 +46,7 @@ LOOP_CANARY = "flight-delay.loop-v"
 REFUSED_GATE = "2013-04"  # the known outcome: the gate of April's drift refuses every candidate
 PROMOTED_GATE = "2013-05"  # the known outcome: the challenger of May's drift is promoted …
 PROMOTED_ON = date(2013, 6, 10)  # … live that day (± 2)
-SETTLED_PAST = datetime(2013, 6, 20, 12, tzinfo=UTC)  # past the promotion's last allowed day: the clock stops here
+SETTLED_PAST = datetime(2013, 6, 13, 12, tzinfo=UTC)  # past the promotion's last allowed day: the clock stops here
 WAIT_FOR_SPAN_S = 45 * 60  # the stepped span April → June: ~12 minutes on 2 cores, each step its work done
 
 
