@@ -33,9 +33,9 @@ DRILL_SPEED = (
 # The data drill of the shared live platform (keel/data/plants.py; tests/test_live_year.py asserts what the loop must
 # do with it). April 1–10 half of the flights land an hour late, then no longer: April's drift report (May 1) finds the
 # label's shift, but no candidate is better on April 11–30 than the champion — the one recalibrated on April 1–10 is
-# far worse, the refits (early-stopped on those days) no better — and the gate must refuse them all. From May 1 a third of the flights land an hour late for good: May's
-# drift report (June 1) finds it, its candidates must pass the gate, the chosen one beat the champion in shadow on
-# June's flights and be promoted.
+# far worse, the refits (early-stopped on those days) no better — and the gate must refuse them all. From May 1 a
+# third of the flights land an hour late for good: May's drift report (June 1) finds it, its candidates must pass the
+# gate, the chosen one beat the champion in shadow on June's flights and be promoted.
 KNOWN_OUTCOME = [
     {"usecase": "flights", "table": "flights", "from_day": "2013-04-01", "until_day": "2013-04-10",
      "column": "arr_delay", "value": "60", "share": 0.5, "seed": 47,
