@@ -217,7 +217,11 @@ def test_the_promotions_chain_prints_from_its_drift_report_to_the_ledger(live):
     with registry_of(home) as reg:
         sha = reg.sha_of_version("flight-delay", body["challenger_version"])
     with Ledger(home / "ledger.sqlite") as ledger:
-        [entry] = [e for e in ledger.log() if e.manifest["model"]["parts"]["sha256"] == sha][:1]
+        releases = [e for e in ledger.log() if e.manifest["model"]["parts"]["sha256"] == sha]
+    assert releases, (
+        f"the loop's challenger v{body['challenger_version']} was never released (its canary: {body['state']})"
+    )
+    entry = releases[0]
     keel = str(Path(sys.executable).with_name("keel"))
     out = subprocess.run(
         [keel, "ledger", "why", entry.release_id], env=home_env(home), capture_output=True, text=True, timeout=120
