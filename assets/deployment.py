@@ -49,6 +49,10 @@ def build_deployment_assets(uc: UseCase) -> list[dg.AssetsDefinition]:
         with policies.open() as store:
             state, store_version = store.state(), store.version()
             decision = _decision(store, context.run.tags.get("keel/policy_version"))
+        if decision is not None:  # a run the canary sensor launched: its log says what was decided, and why
+            canary = context.run.tags.get("keel/canary", "the canary")
+            context.log.info(f"{canary}: {decision.get('action')} at {decision.get('percent')} % — "
+                             + "; ".join(decision.get("reasons") or ["no reason recorded"]))  # fmt: skip
         with registry.open() as reg:
             try:
                 plan = plan_deployment(

@@ -47,11 +47,12 @@ class Stage:
 class UseCaseJobs:
     """A use case's jobs. ``build_order``: the set-up runs them in this order, one run at a time (tests/test_jobs.py
     proves every parent comes first); months in calendar order, since a month's history features read every earlier
-    month and the drift sensor acts on the reports in the order they arrive. ``challenger`` is not a stage: the
-    drift sensor launches it in a live replay."""
+    month and the drift sensor acts on the reports in the order they arrive. ``challenger`` and ``deploy`` are not
+    stages: the drift sensor launches the one, the canary sensor the other, in a live replay."""
 
     build_order: tuple[Stage, ...]
     challenger: dg.UnresolvedAssetJobDefinition
+    deploy: dg.UnresolvedAssetJobDefinition  # a canary decision's deployment (the canary sensor's job)
 
     def stage(self, name: str) -> Stage:
         """The stage whose job is ``<use case>_<name>``."""
@@ -70,7 +71,7 @@ class UseCaseJobs:
 
     @property
     def all(self) -> list[dg.UnresolvedAssetJobDefinition]:
-        return [s.job for s in self.build_order] + [self.challenger]
+        return [s.job for s in self.build_order] + [self.challenger, self.deploy]
 
 
 def _job(name: str, selection: dg.AssetSelection, description: str) -> dg.UnresolvedAssetJobDefinition:
@@ -171,7 +172,14 @@ def build_jobs(uc: UseCase, assets: tuple[dg.AssetsDefinition | dg.AssetSpec, ..
         "against the champion on the newest labelled month (run config: train_months, gate_month). Not part of the "
         "set-up: the drift sensor launches it in a live replay.",
     )
-    return UseCaseJobs(tuple(stages), challenger)
+    deploy = _job(
+        f"{name}_deploy",
+        dg.AssetSelection.assets(*present("model_deployment")),
+        f"{uc.title}: a canary decision carried out — {uc.model.name} deployed as the policy store now says (a "
+        "rollout's start, a step, its promotion or its rollback), the run's log stating the decision and its reasons. "
+        "Not part of the set-up: the canary sensor launches it, one run per decision.",
+    )
+    return UseCaseJobs(tuple(stages), challenger, deploy)
 
 
 def _keys(a: dg.AssetsDefinition | dg.AssetSpec) -> list[dg.AssetKey]:

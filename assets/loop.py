@@ -2,7 +2,8 @@
 
     drift_report ─► challenger_model ─► challenger_evaluation (check: challenger_gate) ─► canary (policy store)
                                                                                           ─► model_deployment
-    features (month) + ledger ─► loop_report: served vs static vs naive vs the expanding-window reference
+    features + drift_report (month) + ledger ─► loop_report: served vs static vs naive vs the expanding-window
+    reference (its only dependencies are its month's: the ledger and the instance say what served and what the loop did)
 
 The drift sensor decides *whether* and *on which months* (keel.loop.retrain.plan_retrain) and launches
 ``<use case>_challenger`` with those months as run config; the canary sensor starts a canary (shadow first) for the
@@ -16,7 +17,6 @@ import dagster as dg
 import polars as pl
 
 from assets.challengers import build_challenger_assets, read_months
-from assets.deployment import build_deployment_assets
 from assets.drift import build_drift_assets
 from assets.features import build_feature_assets
 from assets.models import training_config
@@ -39,12 +39,7 @@ def build_loop_assets(uc: UseCase) -> list[dg.AssetsDefinition]:
     entity = fs.entity.name
     table = build_feature_assets(uc)[0].key
     drift_report = build_drift_assets(uc)[1].key
-    deployment = build_deployment_assets(uc)[0].key
-    challenger_key, evaluation_key, report_key = (
-        w.key("challenger_model"),
-        w.key("challenger_evaluation"),
-        w.key("loop_report"),
-    )
+    challenger_key, report_key = w.key("challenger_model"), w.key("loop_report")
     metrics = uc.metrics
     first = training_config(uc)
 
@@ -54,13 +49,15 @@ def build_loop_assets(uc: UseCase) -> list[dg.AssetsDefinition]:
         group_name=w.group("loop"),
         kinds={"lightgbm", "polars"},
         ins={"features": dg.AssetIn(table)},
-        deps=[drift_report, deployment, evaluation_key],
+        # Only its month's inputs: the releases come from the ledger and the loop's actions from the instance, so an
+        # unpartitioned deployment or gate built later never marks a past month's report out of date (Unsynced).
+        deps=[drift_report],
         description=f"The year, measured: on the month's realized labels, the {' and '.join(metrics)} of what was "
         f"served (the model of the release live each day, from the ledger), of the static first model "
         f"({', '.join(first.train_months)}), of a naive "
         "baseline retrained every month without a gate and of the expanding-window reference (all labelled history, "
         "refitted at the month's start with no delay: what the best simple policy would have done) — both refitted at the "
-        "start of the month each row was scored as of (a booking's quote, not its stay); the releases "
+        "start of the month each row was scored as of (when it was asked about, not when its label came); the releases "
         "that went live in the month with their delay from the end of the drift month that caused them; and the "
         "loop's actions with their simulated and wall times; for a regression, the share of served answers whose "
         "label fell inside the interval they carried (interval_coverage) against the declared coverage. The Plots "

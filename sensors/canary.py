@@ -11,7 +11,7 @@ import time
 
 import dagster as dg
 
-from assets.jobs import PRIORITY_ACT
+from assets.jobs import PRIORITY_ACT, UseCaseJobs
 from assets.usecase import wiring
 from keel.alerts import Alert
 from keel.canary_control import tick
@@ -28,8 +28,9 @@ from sensors.problems import automation_problems
 from sensors.stepping import interval_s, stepped_tick
 
 
-def build_canary_sensor(uc: UseCase) -> dg.SensorDefinition:
-    """``<use case>_canary_sensor``: the canaries of the use case's model, one decision per tick."""
+def build_canary_sensor(uc: UseCase, jobs: UseCaseJobs) -> dg.SensorDefinition:
+    """``<use case>_canary_sensor``: the canaries of the use case's model, one decision per tick, each carried out by
+    a run of the use case's ``<use case>_deploy`` job (assets/jobs.py)."""
     w = wiring(uc)
     deployment, evaluation = w.key("model_deployment"), w.key("challenger_evaluation")
     name = f"{uc.name}_canary_sensor"
@@ -38,7 +39,7 @@ def build_canary_sensor(uc: UseCase) -> dg.SensorDefinition:
         name=name,
         minimum_interval_seconds=interval_s(),
         default_status=dg.DefaultSensorStatus.RUNNING,
-        target=dg.AssetSelection.assets(deployment),
+        jobs=[jobs.deploy],
         description=f"Drives the canary rollouts of {uc.model.name} one decision per tick: advance, hold, promote, "
         "roll back or pause — each decision a policy commit with its evidence, and a model_deployment run.",
     )
@@ -51,6 +52,7 @@ def build_canary_sensor(uc: UseCase) -> dg.SensorDefinition:
         return stepped_tick(context, name, uc.name, keel_home, lambda: canary_tick(
             context, uc.model.name, deployment, evaluation, name, policies, registry, keel_home, usecase=uc.name,
             label_delay_s=uc.loop.label_delay.total_seconds(), loss=LOSS_NAMES[uc.task].replace("_", "-"),
+            job=jobs.deploy.name,
         ))  # fmt: skip
 
     return _sensor
@@ -58,7 +60,7 @@ def build_canary_sensor(uc: UseCase) -> dg.SensorDefinition:
 
 def canary_tick(
     context, model: str, deployment, evaluation, name: str, policies, registry, keel_home, usecase: str | None = None,
-    label_delay_s: float = 0.0, loss: str = "log-loss",
+    label_delay_s: float = 0.0, loss: str = "log-loss", job: str | None = None,
 ):  # fmt: skip
     problems: list[str] = []
     home = keel_home.layout()
@@ -96,7 +98,7 @@ def canary_tick(
     requests = [
         dg.RunRequest(
             run_key=f"canary:{a['name']}:{a['version']}",
-            asset_selection=[deployment],
+            job_name=job,
             tags={
                 "keel/canary": a["name"],
                 "keel/canary_action": a["action"],

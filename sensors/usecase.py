@@ -18,7 +18,7 @@ from sensors.schedules import build_nightly_drift
 
 
 def usecase_sensors(uc: UseCase, jobs: UseCaseJobs) -> list[dg.SensorDefinition]:
-    sensors = [build_drift_sensor(uc, jobs), build_canary_sensor(uc), build_guardrail_sensor(uc)]
+    sensors = [build_drift_sensor(uc, jobs), build_canary_sensor(uc, jobs), build_guardrail_sensor(uc)]
     if uc.period is not None and uc.landed:
         sensors.append(build_landing_sensor(uc, jobs))
     return sensors

@@ -118,11 +118,16 @@ def test_a_breach_rolls_back_once_and_never_promotes(world):
 
 def test_the_daemon_path_launches_a_deployment_run(world, tmp_path, monkeypatch):
     """evaluate_tick (what the daemon calls) resolves the sensor's run request against its target."""
+    import definitions
 
     data = evaluate_sensor("flights_canary_sensor", tmp_path, monkeypatch)
     [request] = data.run_requests
-    assert request.asset_selection == [dg.AssetKey(["flights", "model_deployment"])]
+    # the use case's defined deploy job (named on the timeline, in-process), not an anonymous asset job
+    assert request.job_name == "flights_deploy"
     assert request.tags["keel/canary_action"] == "start" and request.run_key.startswith("canary:rollout:")
+    job = definitions.defs.resolve_job_def("flights_deploy")
+    assert set(job.asset_layer.executable_asset_keys) == {dg.AssetKey(["flights", "model_deployment"])}
+    assert job.executor_def.name == "in_process"
 
 
 def test_quality_on_realized_labels_rolls_back_a_badly_calibrated_challenger(world, tmp_path, validated):  # noqa: F811

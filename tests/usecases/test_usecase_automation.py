@@ -58,6 +58,8 @@ def test_rooms_gets_its_own_jobs_sensors_and_schedule_beside_flights(generated):
         assert not keys & built, f"{stage.job.name} builds an asset an earlier stage built"
         built |= keys
     assert merged.resolve_job_def("rooms_challenger")  # its selection resolves in the merged graph
+    assert jobs.deploy.name == "rooms_deploy"  # the canary sensor's defined job: rooms' deployment only
+    assert set(jobs.deploy.selection.resolve(graph)) == {dg.AssetKey(["rooms", "model_deployment"])}
 
 
 def tick(merged, name: str, home, instance, cursor=None):
@@ -135,5 +137,5 @@ def test_flights_canary_sensor_leaves_a_rooms_canary_alone(generated, tmp_path, 
     with dg.instance_for_test() as instance:
         started = tick(merged, "rooms_canary_sensor", home, instance)
     [request] = started.run_requests  # rooms' own sensor starts it, and deploys rooms' model
-    assert request.asset_selection == [dg.AssetKey(["rooms", "model_deployment"])]
+    assert request.job_name == "rooms_deploy"  # rooms' own deploy job, which deploys rooms' model
     assert request.tags["keel/canary_action"] == "start"
