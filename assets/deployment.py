@@ -12,6 +12,7 @@ from keel.deploy.plan import NoChampionError, RunningCanary, plan_deployment, re
 from keel.policies import PolicyError
 from keel.release import infra_snapshot
 from keel.usecase import UseCase, by_model, installed
+from resources import simulated
 from resources.home import KeelHomeResource
 from resources.ledger import LedgerResource
 from resources.policy import PolicyStoreResource
@@ -82,6 +83,7 @@ def build_deployment_assets(uc: UseCase) -> list[dg.AssetsDefinition]:
         )
         return dg.MaterializeResult(
             metadata={
+                **simulated.of_run(context),
                 "release_id": done.manifest["release_id"],
                 "ledger_seq": done.entry.seq,
                 "routing_generation": report.generation,

@@ -31,6 +31,7 @@ from keel.exposures import read_exposure_scan, realized_labels
 from keel.factories.markdown import frame_to_markdown
 from keel.storage import write_json_atomic
 from keel.usecase import CausalQuestion, UseCase, first_day
+from resources import simulated
 from resources.home import KeelHomeResource
 from resources.parquet_io import ALLOW_MISSING_PARTITIONS
 from resources.policy import PolicyStoreResource
@@ -205,6 +206,7 @@ def build_experiment_assets(uc: UseCase) -> list[dg.AssetsDefinition]:
                 flagged.append(f"{exp_id}: {report['withheld_because'][0]}")
         yield dg.MaterializeResult(
             metadata={
+                **simulated.of_run(context),
                 "experiments": len(reports),
                 "report": dg.MetadataValue.md(
                     "\n\n".join(report_markdown(i, r) for i, r in reports.items()) or "no data yet"
@@ -275,6 +277,7 @@ def _impact_predictor(uc: UseCase, key: dg.AssetKey) -> dg.AssetsDefinition:
         )
         return dg.MaterializeResult(
             metadata={
+                **simulated.of_run(context),
                 "held_out_coverage_80": round(check["coverage_80"], 3),
                 "median_abs_error": round(check["median_abs_error"], 4),
                 "always_the_mean_error": round(check["always_the_mean_error"], 4),
@@ -316,6 +319,7 @@ def _causal_asset(uc: UseCase, q: CausalQuestion) -> dg.AssetsDefinition:
         context.log.info(f"{spec.id}: {report['estimate']:.4g} {report['ci']}")
         return dg.MaterializeResult(
             metadata={
+                **simulated.of_run(context),
                 "estimate": report["estimate"],
                 "ci": dg.MetadataValue.json(report["ci"]),
                 "rows": report["rows"],

@@ -21,6 +21,7 @@ from keel.features.offline import entity_frame, offline_features
 from keel.features.online import build_views, get_online_features
 from keel.features.spec import FeatureSet
 from keel.usecase import UseCase
+from resources import simulated
 from resources.online_store import OnlineStoreResource
 
 SKEW_CHECK = "training_serving_skew"
@@ -260,6 +261,7 @@ def build_feature_assets(uc: UseCase) -> list[dg.AssetsDefinition]:
             yield dg.MaterializeResult(
                 asset_key=online_key,
                 metadata={
+                    **simulated.of_run(context),
                     "as_of": as_of.isoformat(),
                     "store": online_store.shown(uc),
                     "rows_per_view": dg.MetadataValue.json({k: v.height for k, v in views.items()}),

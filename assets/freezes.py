@@ -35,8 +35,11 @@ def build_freezes_spec(uc: UseCase) -> dg.AssetSpec:
     )
 
 
-def freeze_observation(store: OnlineStore, sensor: str, key: dg.AssetKey) -> dg.AssetObservation:
-    """What ``store`` serves frozen now and its recent changes, as an observation of the freezes asset ``key``."""
+def freeze_observation(
+    store: OnlineStore, sensor: str, key: dg.AssetKey, simulated: dict[str, str] | None = None
+) -> dg.AssetObservation:
+    """What ``store`` serves frozen now and its recent changes, as an observation of the freezes asset ``key``;
+    ``simulated``: a live replay's simulated time of it (resources/simulated.py)."""
     frozen = store.frozen()
     log = store.freeze_log()
     since = {}
@@ -69,6 +72,7 @@ def freeze_observation(store: OnlineStore, sensor: str, key: dg.AssetKey) -> dg.
     return dg.AssetObservation(
         asset_key=key,
         metadata={
+            **(simulated or {}),
             "frozen": len(frozen),
             "frozen_features": ", ".join(sorted(frozen)) or "none",
             "freezes": dg.MetadataValue.table(

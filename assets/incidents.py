@@ -10,6 +10,7 @@ from datetime import datetime
 import dagster as dg
 
 from keel.incidents import IncidentLog
+from resources import simulated
 from resources.home import KeelHomeResource
 
 INCIDENTS = dg.AssetKey("incidents")
@@ -60,7 +61,7 @@ def timeline_markdown(incidents) -> str:
     "detected, acted on, recovered, on the shared clock), the root cause as the platform located it, its action and "
     "the requests failed and degraded during it. `keel incidents` lists the same.",
 )
-def incidents(keel_home: KeelHomeResource) -> dg.MaterializeResult:
+def incidents(context: dg.AssetExecutionContext, keel_home: KeelHomeResource) -> dg.MaterializeResult:
     home = keel_home.layout()
     with IncidentLog(home.incidents) as log:
         rows = log.list()
@@ -73,6 +74,7 @@ def incidents(keel_home: KeelHomeResource) -> dg.MaterializeResult:
     to_recover = [s for i in rows if (s := _seconds(i.detected_at, i.recovered_at)) is not None]
     return dg.MaterializeResult(
         metadata={
+            **simulated.of_run(context),
             "incidents": len(rows),
             "open": sum(i.open for i in rows),
             "drills": sum(i.injected_at is not None for i in rows),

@@ -42,6 +42,7 @@ from keel.training.model import (
     valid_rows_named,
 )
 from keel.usecase import Coarse, UseCase
+from resources import simulated
 from resources.registry import ModelRegistryResource
 
 GATE_CHECK = "quality_gate"
@@ -302,6 +303,7 @@ def build_model_assets(
         )
         return dg.MaterializeResult(
             metadata={
+                **simulated.of_run(context),
                 "champion": sha,
                 # Not yet a release: model_deployment completes the manifest (the Triton server's version, the
                 # policies in force) and records the release id that goes live.

@@ -14,6 +14,7 @@ import polars as pl
 
 from keel.home import KeelHome, asset_file
 from keel.storage import write_parquet_atomic
+from resources.simulated import simulated_metadata
 
 ALLOW_MISSING_PARTITIONS = "keel/allow_missing_partitions"  # AssetIn metadata: read the partitions that exist
 PARTITION_COLUMN = "keel/partition_column"  # asset metadata: the column a run over several partitions splits by
@@ -45,7 +46,15 @@ class ParquetIOManager(dg.ConfigurableIOManager):
         path = self.path_for(context.asset_key, partition)
         write_parquet_atomic(obj, path)
         shown = KeelHome.of(self.home).shown(path) if not self.base_dir else str(path)
-        context.add_output_metadata({"path": shown, "dagster/row_count": obj.height})
+        context.add_output_metadata({"path": shown, "dagster/row_count": obj.height} | self._simulated(context))
+
+    def _simulated(self, context: dg.OutputContext) -> dict[str, str]:
+        """A live replay's run: the simulated time of the materialization (resources/simulated.py)."""
+        try:
+            tags = context.step_context.dagster_run.tags
+        except Exception:  # noqa: BLE001 - an output context built outside a run (tests) has no run to read
+            return {}
+        return simulated_metadata(tags, KeelHome.of(self.home).root)
 
     def _write_range(self, context: dg.OutputContext, obj: pl.DataFrame) -> None:
         """A run over several partitions (a single-run backfill): the frame is split by the column the asset names
@@ -66,7 +75,9 @@ class ParquetIOManager(dg.ConfigurableIOManager):
             write_parquet_atomic(
                 obj.filter(pl.col(column).cast(pl.Utf8) == key), self.path_for(context.asset_key, key)
             )
-        context.add_output_metadata({"dagster/row_count": obj.height, "partitions_written": len(keys)})
+        context.add_output_metadata(
+            {"dagster/row_count": obj.height, "partitions_written": len(keys)} | self._simulated(context)
+        )
 
     def load_input(self, context: dg.InputContext) -> pl.DataFrame:
         key = context.asset_key

@@ -232,7 +232,7 @@ def run_live(args, ucs: list[UseCase], client: DagsterGraphQLClient) -> int:
         if len(zones[uc.name].complete_months()) == len(uc.months):
             print(f"keel: {uc.name}: its live span is in; the analyses of its whole period:", flush=True)
             for stage in [s for s in build_order(uc) if s.live == AFTER]:
-                failures += run_stage(client, instance, uc, stage, [None])
+                failures += run_stage(client, instance, uc, stage, [None], {None: sim_tag(home, uc)})
         else:
             print(f"keel: {uc.name}: the clock stopped before its period was in: its whole-period analyses are not run",
                   flush=True)  # fmt: skip
@@ -249,6 +249,14 @@ def run_live(args, ucs: list[UseCase], client: DagsterGraphQLClient) -> int:
     return 1 if failures or failed_requests else 0
 
 
+def sim_tag(home, uc: UseCase) -> dict[str, str]:
+    """A live replay's run tag: the simulated instant in ``uc``'s time (every event of the run carries it:
+    resources/simulated.py)."""
+    from keel.clock import SimClock
+
+    return {"keel/sim_now": SimClock(home.clock, uc.name).now().isoformat(timespec="seconds")}
+
+
 def build_history(client, instance, home, uc: UseCase, zone) -> int:
     """The use case's history stages over its landed history months (once: not when a champion serves already)."""
     from keel.registry import ModelRegistry
@@ -258,7 +266,9 @@ def build_history(client, instance, home, uc: UseCase, zone) -> int:
             return 0
     landed = zone.landed_by_month()
     history = list(zone.complete_months())
-    delivery = {m: {"keel/delivery": f"landing:{m}:{'-'.join(map(str, landed[m].days))}"} for m in history}
+    sim = sim_tag(home, uc)  # the simulated instant the history is built at (the clock stands there, paused)
+    delivery = {m: {"keel/delivery": f"landing:{m}:{'-'.join(map(str, landed[m].days))}"} | sim for m in history}
+    delivery[None] = sim
     print(f"keel: {uc.name}: history {history[0]}…{history[-1]} landed; building it and the first model", flush=True)
     stages = [s for s in build_order(uc) if s.live == HISTORY]
     failures = 0

@@ -43,6 +43,7 @@ from resources.home import KeelHomeResource
 from resources.online_store import OnlineStoreResource
 from resources.policy import PolicyStoreResource
 from resources.registry import ModelRegistryResource
+from resources.simulated import SIM_TAG, simulated_metadata
 from sensors.alerting import send_alerts
 from sensors.deliveries import built_from
 from sensors.problems import automation_problems
@@ -171,7 +172,8 @@ def drift_tick(context, t: DriftTargets, online_store, registry, policies, keel_
             cursor.freezes.pop(feature, None)
         # What is served frozen now, on the feature_freezes asset (first tick, and whenever it changed).
         changed = store.frozen() != frozen_before or context.cursor is None
-        observations = [freeze_observation(store, t.sensor_name, t.freezes)] if changed else []
+        sim = simulated_metadata({SIM_TAG: now.isoformat(timespec="seconds")}, home.root)
+        observations = [freeze_observation(store, t.sensor_name, t.freezes, sim)] if changed else []
         alerts = freeze_alerts(frozen_before, store.frozen(), now, t.sensor_name)
     if records:
         cursor.after = max(cursor.after, records[-1].storage_id)

@@ -21,6 +21,7 @@ from keel.metering.cost import policy_of_type
 from keel.metering.usage import MeteredDays, day_groups, finished_days, logged_days, spend_by_tenant
 from keel.policies import PolicyStore
 from resources.home import KeelHomeResource
+from resources.simulated import SIM_TAG
 from sensors.problems import automation_problems
 
 # Dagster's tags for a run over a range of partitions (a single-run backfill); not exported by the public API.
@@ -97,13 +98,14 @@ def todays(home) -> list[str]:
 def metering_run(days: list[str]) -> dg.RunRequest:
     """One run for the days finished since the last tick: the day itself, or the range from the first to the last
     (days between them without traffic are metered as empty). The run key names the range: metered once."""
+    ended = {SIM_TAG: f"{days[-1]}T23:59:59+00:00"}  # in a live replay: metered once its last day had ended
     if len(days) == 1:
         return dg.RunRequest(
-            run_key=f"metering-{days[0]}", partition_key=days[0], tags={"keel/metered_days": days[0]}
+            run_key=f"metering-{days[0]}", partition_key=days[0], tags={"keel/metered_days": days[0]} | ended
         )
     span = f"{days[0]}..{days[-1]}"
     return dg.RunRequest(
         run_key=f"metering-{span}",
         tags={RANGE_START: days[0], RANGE_END: days[-1],
-              "keel/metered_days": span},
+              "keel/metered_days": span} | ended,
     )  # fmt: skip

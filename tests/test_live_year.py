@@ -277,3 +277,19 @@ def test_loop_report_measures_each_complete_live_month(live):
         # better than chance, if not by much: a planted share of each month's flights is late whatever they are like
         assert 0.55 < meta["served_auc"].value < 0.9 and 0.55 < meta["static_auc"].value < 0.9
         assert meta["labelled_flights"].value > 20_000
+
+
+def test_every_materialization_of_the_replay_says_when_in_the_year_it_happened(live):
+    """Dagster stamps events with the wall clock; a replay's materializations carry the simulated time too
+    (``simulated_at``, ``simulated_month``: resources/simulated.py), so the UI can tell the year as it happened."""
+    home = live
+    missing, seen = [], 0
+    with instance_of(home) as instance:
+        for key in instance.get_asset_keys():
+            for record in instance.fetch_materializations(key, limit=1000).records:
+                seen += 1
+                meta = record.asset_materialization.metadata
+                if "simulated_at" not in meta or not meta["simulated_month"].value.startswith("2013-"):
+                    run = instance.get_run_by_id(record.run_id)
+                    missing.append((key.to_user_string(), run.job_name if run else None))
+    assert seen > 100 and not missing, sorted(set(missing))
