@@ -61,7 +61,7 @@ def timeline_markdown(incidents) -> str:
     "detected, acted on, recovered, on the shared clock), the root cause as the platform located it, its action and "
     "the requests failed and degraded during it. `keel incidents` lists the same.",
 )
-def incidents(context: dg.AssetExecutionContext, keel_home: KeelHomeResource) -> dg.MaterializeResult:
+def incidents(context, keel_home: KeelHomeResource) -> dg.MaterializeResult:
     home = keel_home.layout()
     with IncidentLog(home.incidents) as log:
         rows = log.list()
