@@ -1,0 +1,60 @@
+"""What actually answered (keel/serving_health.py): every request ends one of four ways, counted per model and day,
+and a day is judged against the model's tier — a day the coarse model answered for a broken runtime is a breach
+even though every status was 200."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from keel.policies.gateway import DEFAULT_TIERS
+from keel.serving_health import UNROUTED, day_health, outcome
+
+MAY_1 = datetime(2013, 5, 1, 12, tzinfo=UTC).timestamp()
+L2 = DEFAULT_TIERS["L2"]  # p99 50 ms, availability 99.5 %
+
+
+def scored(i: int, version: int = 3, ms: float = 4.0, model: str = "flight-delay") -> dict:
+    return {"ts": MAY_1 + i, "status": 200, "model": model, "model_version": version, "latency_ms": ms}
+
+
+def coarse(i: int) -> dict:
+    return {"ts": MAY_1 + i, "status": 200, "model": "flight-delay", "model_version": None, "variant": "coarse",
+            "degraded": ["breaker_open", "coarse_fallback"], "latency_ms": 2.0}  # fmt: skip
+
+
+def test_each_request_ends_one_way():
+    assert [outcome(r) for r in (scored(0), coarse(1))] == ["scored", "coarse"]
+    assert outcome({"status": 200, "model_version": None, "score": 0.2}) == "last_resort"
+    assert outcome({"status": 504, "error": "deadline_exceeded"}) == "failed"
+
+
+def test_a_healthy_day_meets_its_tier():
+    [day] = day_health([scored(i, version=3 if i % 4 else 4) for i in range(1000)])
+    assert (day.model, day.day, day.requests, day.scored) == ("flight-delay", "2013-05-01", 1000, 1000)
+    assert day.versions == {3: 750, 4: 250} and day.breaches(L2) == []
+    assert day.as_row()["versions"] == "v3: 75.0%, v4: 25.0%" and day.p99_ms == 4.0
+
+
+def test_a_day_answered_by_the_fallback_is_a_breach_though_every_status_was_200():
+    records = [scored(i) for i in range(850)] + [coarse(1000 + i) for i in range(120)]
+    records += [{"ts": MAY_1 + 2000 + i, "status": 504, "model": "flight-delay", "error": "deadline_exceeded",
+                 "latency_ms": 300.0} for i in range(30)]  # fmt: skip
+    [day] = day_health(records)
+    assert (day.scored, day.coarse, day.failed, day.breaker_open) == (850, 120, 30, 120)
+    assert day.errors == {"deadline_exceeded": 30}
+    why = day.breaches(L2)
+    assert len(why) == 3, why
+    assert why[0] == "the model answered 85.0% of 1,000 requests, below the tier's availability 99.5%"
+    assert why[1].startswith("12.0% answered by a fallback (coarse 120, last resort 0; breaker open on 120)")
+    assert why[2] == "30 requests failed (deadline_exceeded 30)"
+    assert day.as_row()["coarse_share"] == 0.12 and day.as_row()["failed_share"] == 0.03
+
+
+def test_slow_answers_breach_the_p99_and_days_and_models_are_apart():
+    records = [scored(i, ms=80.0 if i % 50 == 0 else 5.0) for i in range(200)]
+    records += [scored(86400 + i, model="room-price") for i in range(10)]
+    records += [{"ts": MAY_1 + 5, "status": 422, "error": "invalid_input"}]  # refused before a model was known
+    days = {(d.model, d.day): d for d in day_health(records)}
+    assert set(days) == {("flight-delay", "2013-05-01"), ("room-price", "2013-05-02"), (UNROUTED, "2013-05-01")}
+    assert days[("flight-delay", "2013-05-01")].breaches(L2) == ["p99 80.0 ms above the tier's 50 ms"]
+    assert days[(UNROUTED, "2013-05-01")].errors == {"invalid_input": 1}
