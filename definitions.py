@@ -16,6 +16,7 @@ from assets.incidents import incidents, incidents_job
 from assets.jobs import UseCaseJobs, build_jobs
 from assets.metering import metering_assets, metering_job
 from assets.pipeline import usecase_assets
+from assets.serving_health import serving_health
 from keel.usecase import UseCase, installed
 from resources import keel_resources
 from sensors.drills import chaos_drill_job, weekly_chaos_drill
@@ -39,7 +40,7 @@ def usecase_definitions(uc: UseCase) -> tuple[UseCaseJobs, dg.Definitions]:
 def platform_definitions() -> dg.Definitions:
     """The parts of the platform that are single, whatever the use cases, and the resources they all share."""
     return dg.Definitions(
-        assets=with_group_metadata([*metering_assets, incidents]),
+        assets=with_group_metadata([*metering_assets, serving_health, incidents]),
         jobs=[rollback_job, incidents_job, chaos_drill_job, metering_job],
         sensors=[watchdog_sensor, metering_sensor],
         schedules=[weekly_chaos_drill],  # the weekly drill (sensors/drills.py); each use case has its nightly drift

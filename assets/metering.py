@@ -28,6 +28,7 @@ from resources.policy import PolicyStoreResource
 METERING_GROUP = "metering"
 USAGE = dg.AssetKey("usage")
 COST_REPORT = dg.AssetKey("cost_report")
+SERVING_HEALTH = dg.AssetKey("serving_health")  # assets/serving_health.py: built with each metered day
 # From the first day of the earliest installed use case's period (keel.usecase.first_day): a live replay meters its
 # use cases' simulated days, a use case dated 2009 included.
 METERING_DAYS = dg.DailyPartitionsDefinition(start_date=first_day(installed().values()).isoformat(), end_offset=1)
@@ -183,7 +184,8 @@ usage, cost_report = metering_assets
 metering_job = dg.define_asset_job(
     "keel_metering",
     executor_def=dg.in_process_executor,
-    selection=dg.AssetSelection.assets(USAGE, COST_REPORT),
-    description="Meter one day: usage from the gateway's exposure and compute logs, then its cost report (launched "
-    "by metering_sensor for each finished day of the gateway's clock).",
+    selection=dg.AssetSelection.assets(USAGE, COST_REPORT, SERVING_HEALTH),
+    description="Meter one day: usage from the gateway's exposure and compute logs, then its cost report, and what "
+    "actually answered against each model's tier (serving_health; launched by metering_sensor for each finished day "
+    "of the gateway's clock).",
 )

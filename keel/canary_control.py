@@ -23,8 +23,8 @@ from keel.canary_plan import FINISHED, PROMOTED, RUNNING, ArmStats, CanaryPlan, 
 from keel.exposures import arm_stats, read_exposure_scan, realized_labels
 from keel.faults import fault
 from keel.loop.shadow import ShadowPolicy, ShadowVerdict, shadow_verdict
-from keel.policies.gateway import GatewayPolicy, effective_policy
-from keel.usecase import UseCaseError, by_model
+from keel.serving_health import tier_for
+from keel.usecase import by_model
 
 AUTHOR = "canary-controller"
 
@@ -127,17 +127,8 @@ def evidence_for(
 
 
 def sla_p99_target(policies: dict, model: str) -> float:
-    """The p99 target of ``model``'s SLA tier, read as the gateways read it (committed policies over defaults, else
-    the tier its use case declares)."""
-    try:
-        policy, _, _ = effective_policy(GatewayPolicy(), policies, None, set(), 0)
-    except Exception:  # noqa: BLE001 - an invalid store state: the gateways keep their defaults, so do we
-        policy = GatewayPolicy()
-    try:
-        declared = by_model(model).serving.tier
-    except UseCaseError:  # a model no installed use case serves (a test's): the default tier
-        declared = "L2"
-    return policy.tier_of(model, declared).p99_ms
+    """The p99 target of ``model``'s SLA tier, read as the gateways read it (keel.serving_health.tier_for)."""
+    return tier_for(policies, model).p99_ms
 
 
 def tick(

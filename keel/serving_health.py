@@ -26,7 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from keel.policies.gateway import SlaTier
+from keel.policies.gateway import GatewayPolicy, SlaTier, effective_policy
+from keel.usecase import UseCaseError, by_model
 
 FALLBACK_LIMIT = 0.05  # a day on which more than 5 % of the answers were not the model's is degraded serving
 UNROUTED = "(unrouted)"  # requests that ended before a model was known (a malformed request, one shed at the door)
@@ -89,6 +90,21 @@ class DayHealth:
             "versions": ", ".join(f"v{v}: {self.share(n):.1%}" for v, n in sorted(self.versions.items())),
             "errors": ", ".join(f"{k}: {n}" for k, n in sorted(self.errors.items())),
         }
+
+
+def tier_for(policies: dict[str, Any], model: str) -> SlaTier:
+    """``model``'s SLA tier as the gateways read it: the committed policies (keel.policies.store.Policy by name) over
+    the defaults, the model in the tier its use case declares unless an ``sla_tier`` policy moves it (L2 for a model
+    no installed use case serves). An invalid store state: the gateways keep their defaults, so does this."""
+    try:
+        policy, _, _ = effective_policy(GatewayPolicy(), policies, None, set(), 0)
+    except Exception:  # noqa: BLE001 - what the gateways do with a store they cannot apply
+        policy = GatewayPolicy()
+    try:
+        declared = by_model(model).serving.tier
+    except UseCaseError:
+        declared = "L2"
+    return policy.tier_of(model, declared)
 
 
 def outcome(record: dict[str, Any]) -> str:

@@ -58,3 +58,48 @@ def test_slow_answers_breach_the_p99_and_days_and_models_are_apart():
     assert set(days) == {("flight-delay", "2013-05-01"), ("room-price", "2013-05-02"), (UNROUTED, "2013-05-01")}
     assert days[("flight-delay", "2013-05-01")].breaches(L2) == ["p99 80.0 ms above the tier's 50 ms"]
     assert days[(UNROUTED, "2013-05-01")].errors == {"invalid_input": 1}
+
+
+def test_the_asset_fails_its_check_and_opens_an_incident_for_a_degraded_day_and_closes_it_when_healthy(tmp_path):
+    """serving_health materialized (the real asset, its check, the real incident log) on a home whose exposure log
+    has a day the coarse model answered a tenth of (the breaker open) and some requests timed out, then a healthy day."""
+    import dagster as dg
+
+    from assets.serving_health import SERVING_OBJECTIVE, serving_health
+    from keel.exposure_log import ExposureLog
+    from keel.home import KeelHome
+    from keel.incidents import IncidentLog
+    from resources import keel_resources
+
+    home = KeelHome.of(tmp_path)
+    log = ExposureLog(home.serving.exposures)
+    planted = [scored(i) for i in range(850)] + [coarse(1000 + i) for i in range(120)]
+    planted += [{"ts": MAY_1 + 2000 + i, "status": 504, "model": "flight-delay", "error": "deadline_exceeded",
+                 "latency_ms": 300.0} for i in range(30)]  # fmt: skip
+    for r in planted + [scored(86400 + i) for i in range(500)]:  # May 2: every request scored by the model
+        assert log.append(r)
+    log.close()
+
+    def run(day: str):
+        result = dg.materialize([serving_health], partition_key=day, resources=keel_resources(home.root))
+        [check] = result.get_asset_check_evaluations()
+        [mat] = result.get_asset_materialization_events()
+        return check, {k: v.value for k, v in mat.materialization.metadata.items()}
+
+    check, meta = run("2013-05-01")
+    assert check.check_name == SERVING_OBJECTIVE and check.passed is False
+    assert meta["requests"] == 1000 and meta["degraded_days"] == 1 and meta["scored_share"] == 0.85
+    why = check.metadata["why"].value
+    assert (
+        "flight-delay 2013-05-01" in why and "12.0% answered by a fallback" in why and "deadline_exceeded 30" in why
+    )
+    with IncidentLog(home.incidents) as incidents:
+        [incident] = incidents.open_incidents("degraded_serving")
+    assert incident.key == "degraded_serving:flight-delay:2013-05-01" and incident.requests_failed == 30
+    assert incident.requests_degraded == 120 and "below the tier's availability" in incident.located
+    check, meta = run("2013-05-02")
+    assert check.passed is True and meta["degraded_days"] == 0
+    with IncidentLog(home.incidents) as incidents:
+        assert incidents.open_incidents("degraded_serving") == []
+        closed = incidents.get("degraded_serving:flight-delay:2013-05-01")
+    assert closed.recovered_at and closed.action == "served as its tier promises again on 2013-05-02"
