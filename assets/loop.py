@@ -21,12 +21,17 @@ from assets.drift import build_drift_assets
 from assets.features import build_feature_assets
 from assets.models import training_config
 from assets.usecase import wiring
+from keel.home import asset_file
 from keel.intervals import Interval
 from keel.loop.report import Promotion, Release, expanding_window, month_report, naive_window
+from keel.loop.year import shorten, step_words, year_markdown, year_so_far
+from keel.plots import lines_svg, svg_markdown
+from keel.policies.errors import PolicyError
 from keel.training.model import TrainingConfig, train_model
 from keel.usecase import UseCase
 from resources.home import KeelHomeResource
 from resources.ledger import LedgerResource
+from resources.policy import PolicyStoreResource
 from resources.registry import ModelRegistryResource
 
 
@@ -59,9 +64,10 @@ def build_loop_assets(uc: UseCase) -> list[dg.AssetsDefinition]:
         "refitted at the month's start with no delay: what the best simple policy would have done) — both refitted at the "
         "start of the month each row was scored as of (when it was asked about, not when its label came); the releases "
         "that went live in the month with their delay from the end of the drift month that caused them; and the "
-        "loop's actions with their simulated and wall times; for a regression, the share of served answers whose "
-        "label fell inside the interval they carried (interval_coverage) against the declared coverage. The Plots "
-        "tab shows the series across months. Built with each month's drift report.",
+        "loop's actions with their simulated and wall times and their reasons; for a regression, the share of served "
+        "answers whose label fell inside the interval they carried (interval_coverage) against the declared "
+        "coverage. `year`: every month so far at a glance — a table and a chart of the headline metric with the "
+        "releases and the canaries' decisions on their months. Built with each month's drift report.",
     )
     def loop_report(
         context: dg.AssetExecutionContext,
@@ -69,6 +75,7 @@ def build_loop_assets(uc: UseCase) -> list[dg.AssetsDefinition]:
         registry: ModelRegistryResource,
         ledger: LedgerResource,
         keel_home: KeelHomeResource,
+        policies: PolicyStoreResource,
     ) -> dg.Output[pl.DataFrame]:
         month = context.partition_key
         with ledger.open() as led:
@@ -94,7 +101,7 @@ def build_loop_assets(uc: UseCase) -> list[dg.AssetsDefinition]:
 
             report = month_report(month, features, releases, reg.load, static_text, naive, fs, expanding, half_width)
             versions = {sha: reg.version(name, sha) for sha in report.served_by}
-            promotions = [
+            changes = [
                 Promotion(
                     e.live_from,
                     e.release_id,
@@ -102,10 +109,12 @@ def build_loop_assets(uc: UseCase) -> list[dg.AssetsDefinition]:
                     (reg.get(name, sha).metadata.get("trigger") or {}).get("drift_window"),
                 )  # fmt: skip
                 for e, sha in model_changes(entries)
-                if e.live_from.strftime("%Y-%m") == month
             ]
+        promotions = [p for p in changes if p.live_from.strftime("%Y-%m") == month]
         naive_note, expanding_note = naive.note(), expanding.note()
-        actions = _loop_actions(context.instance, month, challenger_key, name)
+        with policies.open() as store:
+            year_actions = _loop_actions(context.instance, month, challenger_key, name, store)
+        actions = [a for a in year_actions if a["simulated"].startswith(month)]
         rows = [("served", report.served), ("static", report.static), ("naive", report.naive),
                 ("expanding", report.expanding)]  # fmt: skip
         frame = pl.DataFrame(
@@ -115,6 +124,7 @@ def build_loop_assets(uc: UseCase) -> list[dg.AssetsDefinition]:
         )
         head = metrics[0]  # the headline metric: AUC, RMSE
         served, static = report.served.metrics[head], report.static.metrics[head]
+        year = year_at_a_glance(home, report_key, uc.months, month, frame, head, changes, year_actions)
 
         def num(x: float | None) -> dg.MetadataValue:
             return dg.MetadataValue.float(_round(x)) if x is not None else dg.MetadataValue.null()
@@ -161,6 +171,7 @@ def build_loop_assets(uc: UseCase) -> list[dg.AssetsDefinition]:
                     records=[dg.TableRecord(a) for a in actions], schema=ACTIONS_SCHEMA
                 ),
                 "action_count": len(actions),
+                **year,
                 **(
                     {
                         "interval_coverage": num(report.interval_coverage),
@@ -251,28 +262,63 @@ ACTIONS_SCHEMA = dg.TableSchema(
         dg.TableColumn("wall", "string", description="wall time the run was created (UTC)"),
         dg.TableColumn("action", "string"),
         dg.TableColumn("detail", "string"),
+        dg.TableColumn(
+            "reason", "string", description="why: the drift decision's, or the canary decision's evidence"
+        ),
         dg.TableColumn("status", "string"),
     ]
 )
+
+
+def commit_reasons(store, version: str | None) -> str:
+    """The reasons a policy commit (a canary decision) carried, joined; "" when there is none to read."""
+    import json
+
+    try:
+        return "; ".join(json.loads(store.commit(int(version)).reason).get("reasons") or [])
+    except (TypeError, ValueError, KeyError, AttributeError, PolicyError):
+        return ""
 
 
 def _round(x: float | None) -> float | None:
     return None if x is None else round(x, 4)
 
 
-def _loop_actions(instance: dg.DagsterInstance, month: str, challenger: dg.AssetKey, model: str) -> list[dict]:
-    """The loop's runs whose simulated time falls in ``month``: challengers trained (runs configuring the
-    ``challenger`` asset's op), canary decisions deployed (of canaries of ``model``: ``<model>.<tag>-v<version>``)."""
+def year_at_a_glance(home, key: dg.AssetKey, months, month: str, frame: pl.DataFrame, head: str,
+                     changes: list[Promotion], actions: list[dict]) -> dict:  # fmt: skip
+    """The year so far (keel/loop/year.py): every built month's report up to ``month`` (this one's ``frame``) as a
+    table and a chart of ``head``, with the model changes and the canaries' decisions on their months."""
+    earlier = [pl.read_parquet(p) for m in months if m < month and (p := asset_file(home.storage, list(key.path), m))
+               .exists()]  # fmt: skip
+    xs, series = year_so_far(pl.concat([*earlier, frame], how="vertical_relaxed"), head)
+    marks = [(p.live_from.strftime("%Y-%m"), f"v{p.version} live {p.live_from:%m-%d}") for p in changes]
+    marks += [(a["simulated"][:7], f"{a['action']} {a['simulated'][5:10]}") for a in actions
+              if a["action"] in ("canary rollback", "canary promote")]  # fmt: skip
+    notes: dict[str, list[str]] = {}
+    for x, text in marks:
+        notes.setdefault(x, []).append(text)
+    table = year_markdown(xs, series, head, {m: "; ".join(t) for m, t in notes.items()})
+    chart = lines_svg(f"{head} by month, {xs[0]} … {xs[-1]}: served vs the references", xs, series, marks)
+    return {"year": dg.MetadataValue.md(f"{table}\n\n{svg_markdown(chart)}"), "year_months": len(xs)}
+
+
+def _loop_actions(instance: dg.DagsterInstance, month: str, challenger: dg.AssetKey, model: str, store) -> list[dict]:
+    """The loop's runs whose simulated time falls in ``month`` or before it: challengers trained (runs configuring
+    the ``challenger`` asset's op), canary decisions deployed (of canaries of ``model``: ``<model>.<tag>-v<version>``),
+    each with its reason (a canary's from the policy commit it carried out, in ``store``)."""
     out = []
     for run in instance.get_runs(limit=5000):
         sim = run.tags.get("keel/sim_now", "")
-        if not sim.startswith(month):
+        if not sim or sim[:7] > month:
             continue
         if challenger.to_python_identifier() in (run.run_config or {}).get("ops", {}):  # its config is required
-            action, detail = "challenger", f"plan {run.tags.get('keel/plan')} ({run.tags.get('keel/reason', '')})"
+            action, detail = "challenger", f"plan {run.tags.get('keel/plan')}"
+            reason = run.tags.get("keel/reason", "")
         elif "keel/canary_action" in run.tags and run.tags.get("keel/canary", "").startswith(f"{model}."):
             action = f"canary {run.tags['keel/canary_action']}"
-            detail = f"{run.tags.get('keel/canary')} at {run.tags.get('keel/canary_percent')} %"
+            detail = f"{run.tags.get('keel/canary')}: " + step_words(run.tags["keel/canary_action"],
+                                                                     run.tags.get("keel/canary_percent"))  # fmt: skip
+            reason = commit_reasons(store, run.tags.get("keel/policy_version"))
         else:
             continue
         wall = instance.get_run_record_by_id(run.run_id).create_timestamp
@@ -282,6 +328,7 @@ def _loop_actions(instance: dg.DagsterInstance, month: str, challenger: dg.Asset
                 "wall": wall.astimezone(UTC).isoformat(timespec="seconds"),
                 "action": action,
                 "detail": detail,
+                "reason": shorten(reason),
                 "status": run.status.value,
             }
         )

@@ -1,5 +1,6 @@
-"""Stacked bars as SVG, embedded in Dagster markdown metadata (no plotting library needed): one bar per group
-(a tenant, or a day), its segments by a second key (model version, or tenant)."""
+"""Charts as SVG, embedded in Dagster markdown metadata (no plotting library needed): stacked bars (one bar per group
+— a tenant, or a day — its segments by a second key), and lines over a calendar with markers (the year at a glance:
+a metric per month and model, the releases and rollbacks on the months they happened)."""
 
 from __future__ import annotations
 
@@ -52,6 +53,66 @@ def stacked_bars_svg(
         lx, ly = 4 + (j % 4) * (width // 4), y0 + 18 * (j // 4)
         out.append(f'<rect x="{lx}" y="{ly}" width="12" height="12" fill="{colour[seg]}"/>')
         out.append(f'<text x="{lx + 16}" y="{ly + 11}">{escape(seg)}</text>')
+    out.append("</svg>")
+    return "".join(out)
+
+
+def lines_svg(
+    title: str,
+    xs: list[str],
+    series: dict[str, list[float | None]],
+    markers: list[tuple[str, str]] = (),
+    width: int = 640,
+    height: int = 260,
+) -> str:
+    """``series``: line label → one value per ``xs`` label (None: no point there); ``markers``: (x label, text)
+    drawn as a dashed vertical line at that x with the text above it (several on one x stack). A legend below."""
+    values = [v for vs in series.values() for v in vs if v is not None]
+    lo, hi = (min(values), max(values)) if values else (0.0, 1.0)
+    if hi - lo < 1e-9:
+        lo, hi = lo - 0.5, hi + 0.5
+    pad = (hi - lo) * 0.1
+    lo, hi = lo - pad, hi + pad
+    left, right, top, bottom = 56, 16, 44, 48
+    plot_w, plot_h = width - left - right, height - top - bottom
+    step = plot_w / max(len(xs) - 1, 1)
+
+    def px(i: int) -> float:
+        return left + i * step if len(xs) > 1 else left + plot_w / 2
+
+    def py(v: float) -> float:
+        return top + plot_h * (1 - (v - lo) / (hi - lo))
+
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" '
+        f'font-size="11"><text x="4" y="14" font-weight="bold" font-size="12">{escape(title)}</text>',
+        f'<rect x="{left}" y="{top}" width="{plot_w}" height="{plot_h}" fill="none" stroke="#ccc"/>',
+    ]
+    for v in (lo + pad, (lo + hi) / 2, hi - pad):
+        out.append(f'<text x="{left - 4}" y="{py(v) + 4:.1f}" text-anchor="end">{v:.3f}</text>')
+    for i, x in enumerate(xs):
+        out.append(f'<text x="{px(i):.1f}" y="{top + plot_h + 14}" text-anchor="middle">{escape(x)}</text>')
+    stacked: dict[str, int] = {}
+    for x, text in markers:
+        if x not in xs:
+            continue
+        i, k = xs.index(x), stacked.get(x, 0)
+        stacked[x] = k + 1
+        out.append(f'<line x1="{px(i):.1f}" y1="{top}" x2="{px(i):.1f}" y2="{top + plot_h}" stroke="#888" '
+                   f'stroke-dasharray="3,3"><title>{escape(text)}</title></line>')  # fmt: skip
+        out.append(f'<text x="{px(i) + 3:.1f}" y="{top - 4 - 11 * k}" fill="#555">{escape(text)}</text>')
+    for j, (name, vs) in enumerate(series.items()):
+        colour = PALETTE[j % len(PALETTE)]
+        points = [(px(i), py(v)) for i, v in enumerate(vs) if v is not None]
+        if len(points) > 1:
+            path = " ".join(f"{x:.1f},{y:.1f}" for x, y in points)
+            out.append(f'<polyline points="{path}" fill="none" stroke="{colour}" stroke-width="2"/>')
+        for (x, y), v in zip(points, [v for v in vs if v is not None], strict=True):
+            out.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3" fill="{colour}"><title>{escape(name)}: {v:.4f}'
+                       "</title></circle>")  # fmt: skip
+        lx = 4 + (j % 5) * (width // 5)
+        out.append(f'<rect x="{lx}" y="{height - 16}" width="12" height="3" fill="{colour}"/>')
+        out.append(f'<text x="{lx + 16}" y="{height - 12}">{escape(name)}</text>')
     out.append("</svg>")
     return "".join(out)
 

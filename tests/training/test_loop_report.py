@@ -73,6 +73,9 @@ def log_loss_of(s: np.ndarray, y: np.ndarray) -> float:
 
 def test_the_report_is_what_the_ledger_and_the_labels_say(home):
     may = labelled(pl.read_parquet(home.asset_file("flights/flight_features", "2013-05")))
+    april = pl.DataFrame({"month": ["2013-04"] * 4, "model": ["served", "static", "naive", "expanding"],
+                          "auc": [0.70, 0.69, None, None], "log_loss": [0.5, 0.51, None, None]})  # fmt: skip
+    write_parquet_atomic(april, home.asset_file("flights/loop_report", "2013-04"))  # as the asset stored it
     with dg.instance_for_test() as instance:
         context = dg.build_asset_context(
             partition_key="2013-05", resources=keel_resources(home.root), instance=instance
@@ -121,6 +124,11 @@ def test_the_report_is_what_the_ledger_and_the_labels_say(home):
     [promotion] = [r.data for r in out.metadata["promotions"].value.records]
     assert (promotion["release"], promotion["version"], promotion["drift_window"]) == ("rel-later", 2, "2013-04")
     assert promotion["delay_days"] == meta["promotion_delay_days"] == pytest.approx(14.125)  # May 15 03:00
+    # the year at a glance: April's report (built before) and May's, with the model changes on their months
+    assert meta["year_months"] == 2
+    year = meta["year"]
+    assert "| 2013-04 | 0.7000 | 0.6900 | – | – |" in year and f"| 2013-05 | {meta['served_auc']:.4f} |" in year
+    assert "v2 live 05-15" in year and "![plot](data:image/svg+xml;base64," in year
 
 
 def test_a_month_before_any_release_is_a_clear_failure(tmp_path, feature_months):

@@ -1,0 +1,58 @@
+"""The year at a glance, as the newest ``loop_report`` partition shows it (assets/loop.py): every month so far in one
+table and one chart — what was served against the static first model, the naive retrain and the expanding-window
+reference — with the releases and the canaries' decisions on the months they happened; and the loop's actions in
+words a person reads (a shadow step is "shadow (0 % of traffic)", long text shortened with what was left out).
+
+Pure: frames and records in, text and values out.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+MODELS = ("served", "static", "naive", "expanding")  # the rows of each month's loop_report frame
+
+
+def shorten(text: str, limit: int = 160) -> str:
+    """``text`` cut at a word boundary to at most ``limit`` characters, saying how many were left out."""
+    if len(text) <= limit:
+        return text
+    cut = text[:limit].rsplit(" ", 1)[0] if " " in text[:limit] else text[:limit]
+    return f"{cut.rstrip(' ,;')} … (+{len(text) - len(cut)} chars)"
+
+
+def step_words(action: str, percent: str | float | None) -> str:
+    """A canary decision as a person reads it: ``start at 0 %`` is a shadow step, nobody served by the challenger."""
+    try:
+        share = float(percent) if percent is not None else None
+    except ValueError:
+        share = None
+    if share == 0.0 and action in ("start", "advance", "hold"):
+        return f"{action}: shadow (0 % of traffic)"
+    return f"{action} at {share:g} %" if share is not None else action
+
+
+def year_so_far(frame: pl.DataFrame, metric: str) -> tuple[list[str], dict[str, list[float | None]]]:
+    """The months of ``frame`` (loop_report frames of several months, concatenated) in order, and for each model
+    (served, static, naive, expanding) its ``metric`` per month (None where a month has none)."""
+    months = sorted(frame["month"].unique().to_list())
+    series: dict[str, list[float | None]] = {}
+    for model in MODELS:
+        rows = {r["month"]: r[metric] for r in frame.filter(pl.col("model") == model).iter_rows(named=True)}
+        series[model] = [rows.get(m) for m in months]
+    return months, series
+
+
+def year_markdown(
+    months: list[str], series: dict[str, list[float | None]], metric: str, notes: dict[str, str]
+) -> str:
+    """The year as a markdown table: a row per month, a column per model's ``metric``, and what happened that month
+    (``notes``: releases, canary decisions)."""
+    head = f"| month | {' | '.join(f'{m} {metric}' for m in series)} | what happened |"
+    rule = "|" + "---|" * (len(series) + 2)
+    rows = [
+        f"| {m} | " + " | ".join("–" if vs[i] is None else f"{vs[i]:.4f}" for vs in series.values())
+        + f" | {notes.get(m, '')} |"
+        for i, m in enumerate(months)
+    ]  # fmt: skip
+    return "\n".join([head, rule, *rows])
