@@ -8,7 +8,7 @@ import dagster as dg
 import polars as pl
 
 from assets.features import build_feature_assets, feature_code_version
-from assets.partitions import MONTHLY_CADENCE
+from assets.partitions import monthly_cadence
 from assets.usecase import wiring
 from keel.clock import SimClock
 from keel.drift import DriftConfig, DriftReport, ReferenceProfile, build_reference, compare
@@ -134,7 +134,7 @@ def build_drift_assets(uc: UseCase) -> list[dg.AssetsDefinition]:
     @dg.asset(
         key=report_key,
         partitions_def=w.monthly,
-        freshness_policy=MONTHLY_CADENCE,
+        freshness_policy=monthly_cadence(),
         group_name=w.group("drift"),
         kinds={"numpy", "parquet"},
         code_version=feature_code_version(uc),

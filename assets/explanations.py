@@ -13,7 +13,7 @@ import dagster as dg
 import lightgbm as lgb
 import polars as pl
 
-from assets.partitions import MONTHLY_CADENCE
+from assets.partitions import monthly_cadence
 from assets.usecase import wiring
 from keel.explanations import (
     SHIFT_THRESHOLD,
@@ -88,7 +88,7 @@ def build_explanation_assets(uc: UseCase) -> list[dg.AssetsDefinition]:
     @dg.asset(
         key=key,
         partitions_def=w.monthly,
-        freshness_policy=MONTHLY_CADENCE,
+        freshness_policy=monthly_cadence(),
         group_name=w.group("models"),
         kinds={"lightgbm", "parquet"},
         ins={"features": dg.AssetIn(table_key)},

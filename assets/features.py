@@ -12,7 +12,7 @@ import polars as pl
 
 import keel.features.offline as offline_module
 import keel.features.spec as spec_module
-from assets.partitions import MONTHLY_CADENCE
+from assets.partitions import monthly_cadence
 from assets.usecase import Wiring, wiring
 from keel.contracts.spec import load_contract
 from keel.factories.checks import partitioned_check
@@ -214,7 +214,7 @@ def build_feature_assets(uc: UseCase) -> list[dg.AssetsDefinition]:
     @dg.asset(
         key=online_key,
         partitions_def=w.monthly,
-        freshness_policy=MONTHLY_CADENCE,
+        freshness_policy=monthly_cadence(),
         group_name=w.group("features"),
         kinds={"sqlite"},
         code_version=code_version,

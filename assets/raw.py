@@ -11,7 +11,7 @@ from functools import cache
 import dagster as dg
 import polars as pl
 
-from assets.partitions import MONTHLY_CADENCE
+from assets.partitions import monthly_cadence
 from assets.usecase import wiring
 from keel.clock import SimClock
 from keel.data.delivery import DeliveryGate
@@ -39,7 +39,7 @@ def _monthly_table(uc: UseCase, src: Source) -> dg.AssetsDefinition:
     @dg.asset(
         key=w.key(f"raw_{src.name}"),
         partitions_def=w.monthly,
-        freshness_policy=MONTHLY_CADENCE,
+        freshness_policy=monthly_cadence(),
         group_name=w.group("raw"),
         kinds={"csv", "polars"},
         code_version="1",

@@ -39,6 +39,7 @@ def home_env(home: Path) -> dict[str, str]:
         "KEEL_HOME": str(home),
         "DAGSTER_HOME": str(home / "dagster_home"),
         "KEEL_USECASES": "flights",
+        "KEEL_REPLAY": "1",  # a past period replayed, as scripts/up says (no wall-clock freshness: docs/ui.md)
     }
     env.pop("KEEL_TRITON_ADMIN_KEY", None)
     return env
