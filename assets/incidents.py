@@ -9,12 +9,13 @@ from datetime import datetime
 
 import dagster as dg
 
-from keel.incidents import IncidentLog
+from keel.incidents import IncidentLog, usecase_of
+from keel.usecase import installed
 from resources import simulated
 from resources.home import KeelHomeResource
 
 INCIDENTS = dg.AssetKey("incidents")
-COLUMNS = ("key", "kind", "severity", "injected_at", "detected_at", "acted_at", "recovered_at", "requests_failed",
+COLUMNS = ("usecase", "key", "kind", "severity", "injected_at", "detected_at", "acted_at", "recovered_at", "requests_failed",
            "requests_degraded", "located")  # fmt: skip
 
 
@@ -59,17 +60,25 @@ def timeline_markdown(incidents) -> str:
     description="Every incident: a fault the platform detected (a delivery held back, a canary rolled back, the "
     "model runtime restarted, the control plane tampered with) or a chaos drill — with its timeline (injected, "
     "detected, acted on, recovered, on the shared clock), the root cause as the platform located it, its action and "
-    "the requests failed and degraded during it. `keel incidents` lists the same.",
+    "the requests failed and degraded during it; the table by use case, each in its own simulated time. `keel "
+    "incidents` lists the same.",
 )
 def incidents(context, keel_home: KeelHomeResource) -> dg.MaterializeResult:
     home = keel_home.layout()
     with IncidentLog(home.incidents) as log:
         rows = log.list()
+    names = {n: uc.name for uc in installed().values() for n in (uc.name, uc.model.name)}
+    owner = {i.key: usecase_of(i, names) for i in rows}
+    # each use case's incidents together, in its own simulated time (the use cases of one replay live in other years)
+    ordered = sorted(rows, key=lambda i: (owner[i.key], i.detected_at or i.injected_at or "", i.id))
     schema = dg.TableSchema(
         columns=[dg.TableColumn(c, "int" if c.startswith("requests") else "string") for c in COLUMNS]
     )
     table = dg.MetadataValue.table(
-        records=[dg.TableRecord({c: getattr(i, c) for c in COLUMNS}) for i in reversed(rows)], schema=schema
+        records=[
+            dg.TableRecord({"usecase": owner[i.key]} | {c: getattr(i, c) for c in COLUMNS[1:]}) for i in ordered
+        ],
+        schema=schema,
     )
     to_recover = [s for i in rows if (s := _seconds(i.detected_at, i.recovered_at)) is not None]
     return dg.MaterializeResult(
@@ -78,6 +87,9 @@ def incidents(context, keel_home: KeelHomeResource) -> dg.MaterializeResult:
             "incidents": len(rows),
             "open": sum(i.open for i in rows),
             "drills": sum(i.injected_at is not None for i in rows),
+            "by_usecase": dg.MetadataValue.json(
+                {u: sum(o == u for o in owner.values()) for u in sorted(set(owner.values()))}
+            ),
             "by_kind": dg.MetadataValue.json(
                 {k: sum(i.kind == k for i in rows) for k in sorted({i.kind for i in rows})}
             ),

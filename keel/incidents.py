@@ -11,6 +11,7 @@ duplicate sensor tick or a restarted daemon updates the same record instead of o
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -107,6 +108,28 @@ class IncidentLog(Closing):
     def list(self) -> list[Incident]:
         rows = self._db.execute(f"SELECT {', '.join(COLUMNS)} FROM incidents ORDER BY id").fetchall()
         return [_incident(r) for r in rows]
+
+
+PLATFORM = "platform"  # an incident of no one use case: the control plane, the model runtime
+
+
+def usecase_of(incident: Incident, names: Mapping[str, str]) -> str:
+    """The use case ``incident`` belongs to. ``names`` maps each use case's name and its model's name to the use case
+    (built from the installed use cases by the caller: keel names none). Looked for in its details' ``usecase``, its
+    source (``<use case>_landing_sensor``), then its key's parts (``delivery:<use case>:…``, ``canary:<model>.…``,
+    ``degraded_serving:<model>:…``); ``PLATFORM`` when none names one."""
+    details = incident.details or {}
+    if details.get("usecase") in names:
+        return names[details["usecase"]]
+    source = incident.source or ""
+    for name in sorted(names, key=len, reverse=True):
+        if source.startswith(f"{name}_"):
+            return names[name]
+    for part in incident.key.split(":"):
+        for candidate in (part, part.split(".", 1)[0]):
+            if candidate in names:
+                return names[candidate]
+    return PLATFORM
 
 
 def _incident(row) -> Incident:

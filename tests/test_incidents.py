@@ -50,3 +50,34 @@ def test_what_users_felt_is_counted_from_the_exposure_log_within_the_incident(tm
     # 10:00:05–10:00:45 holds requests 1–4: two 503s failed, one degraded answer
     assert requests_during(tmp_path, "2013-04-05T10:00:05+00:00", "2013-04-05T10:00:45+00:00") == (2, 1)
     assert requests_during(tmp_path, "2013-04-06T10:00:00+00:00", "2013-04-06T11:00:00+00:00") == (0, 0)
+
+
+def test_each_incident_belongs_to_its_use_case_or_the_platform(tmp_path):
+    """Named from its details, its source sensor or its key's parts — a delivery of a use case, a canary or a
+    degraded day of its model — and the incidents asset lists each use case's together in its own simulated time."""
+    import dagster as dg
+
+    from assets.incidents import incidents
+    from keel.incidents import PLATFORM, usecase_of
+    from resources import keel_resources
+
+    names = {"flights": "flights", "flight-delay": "flights", "hotels": "hotels", "room-price": "hotels"}
+    with IncidentLog(tmp_path / "incidents.sqlite") as log:
+        log.open_incident("degraded_serving:room-price:2017-01-05", "degraded_serving", "critical", "slow",
+                          detected_at="2017-01-06T00:00:00+00:00")  # fmt: skip
+        log.open_incident("canary:flight-delay.loop-v6", "canary_rollback", "warning", "rolled back",
+                          detected_at="2013-06-20T12:00:00+00:00")  # fmt: skip
+        log.open_incident("delivery:flights:2013-04-05", "delivery_held_back", "critical", "held",
+                          source="flights_landing_sensor", detected_at="2013-04-06T12:00:00+00:00")  # fmt: skip
+        log.open_incident("runtime:restart:1", "runtime_restarted", "critical", "restarted",
+                          detected_at="2026-12-05T10:00:00+00:00")  # fmt: skip
+        owners = {i.key: usecase_of(i, names) for i in log.list()}
+    assert owners == {"degraded_serving:room-price:2017-01-05": "hotels", "canary:flight-delay.loop-v6": "flights",
+                      "delivery:flights:2013-04-05": "flights", "runtime:restart:1": PLATFORM}  # fmt: skip
+    [mat] = dg.materialize([incidents], resources=keel_resources(tmp_path)).get_asset_materialization_events()
+    rows = [(r.data["usecase"], r.data["key"]) for r in mat.materialization.metadata["table"].value.records]
+    # flights (installed) before the platform; hotels' model is installed too when its package is
+    assert rows.index(("flights", "delivery:flights:2013-04-05")) < rows.index(
+        ("flights", "canary:flight-delay.loop-v6")
+    )
+    assert ("platform", "runtime:restart:1") in rows
