@@ -17,6 +17,7 @@ from keel.factories.checks import partitioned_check
 from keel.home import asset_file
 from keel.loop.freeze import FreezeDecision, freeze_evidence
 from keel.loop.reference import reference_window, window_label
+from keel.metrics import LOSS_NAMES
 from keel.usecase import UseCase
 from resources.home import KeelHomeResource
 from resources.pools import MemoryPoolsResource
@@ -32,36 +33,42 @@ def _num(value: float | None, digits: int = 4) -> float | None:
     return None if value is None or not math.isfinite(value) else round(value, digits)
 
 
-FEATURES_SCHEMA = dg.TableSchema(
-    columns=[
-        dg.TableColumn("feature", "string"),
-        dg.TableColumn("drifted", "bool"),
-        dg.TableColumn("severity", "string", description="none | warn | error"),
-        dg.TableColumn("metric", "string", description="the statistic the verdict uses"),
-        dg.TableColumn("value", "float"),
-        dg.TableColumn("threshold", "float"),
-        dg.TableColumn("ratio", "float", description="value ÷ threshold: drifted above 1 (the chart's bars)"),
-        dg.TableColumn("psi", "float"),
-        dg.TableColumn("ks_pvalue", "float"),
-        dg.TableColumn("reference_mean", "float", description="the value a frozen feature is served with"),
-        dg.TableColumn("status", "string", description="ok | drift | no_data | missing"),
-        dg.TableColumn(
-            "freeze",
-            "bool",
-            description="the evidence's verdict for a drifted served feature: does the serving model score better on "
-            "this month's labelled rows with it frozen? (null: not drifted, not served, or no model yet)",
-        ),
-        dg.TableColumn("live_log_loss", "float", description="the serving model's log-loss, the feature as it is"),
-        dg.TableColumn("frozen_log_loss", "float", description="… and with it frozen at reference_mean"),
-        dg.TableColumn(
-            "freeze_expires", "string", description="when a freeze on this evidence ends (simulated time)"
-        ),
-        dg.TableColumn("freeze_reason", "string"),
-    ]
-)
+def features_schema(loss: str = "log_loss") -> dg.TableSchema:
+    """The per-feature table's columns; the freeze evidence's loss columns named for the model's task (``loss``:
+    keel.metrics.LOSS_NAMES — log_loss for a binary label, squared_error for a regression)."""
+    words = loss.replace("_", "-")
+    return dg.TableSchema(
+        columns=[
+            dg.TableColumn("feature", "string"),
+            dg.TableColumn("drifted", "bool"),
+            dg.TableColumn("severity", "string", description="none | warn | error"),
+            dg.TableColumn("metric", "string", description="the statistic the verdict uses"),
+            dg.TableColumn("value", "float"),
+            dg.TableColumn("threshold", "float"),
+            dg.TableColumn("ratio", "float", description="value ÷ threshold: drifted above 1 (the chart's bars)"),
+            dg.TableColumn("psi", "float"),
+            dg.TableColumn("ks_pvalue", "float"),
+            dg.TableColumn("reference_mean", "float", description="the value a frozen feature is served with"),
+            dg.TableColumn("status", "string", description="ok | drift | no_data | missing"),
+            dg.TableColumn(
+                "freeze",
+                "bool",
+                description="the evidence's verdict for a drifted served feature: does the serving model score better on "
+                "this month's labelled rows with it frozen? (null: not drifted, not served, or no model yet)",
+            ),
+            dg.TableColumn(f"live_{loss}", "float", description=f"the serving model's {words}, the feature as it is"),
+            dg.TableColumn(f"frozen_{loss}", "float", description="… and with it frozen at reference_mean"),
+            dg.TableColumn(
+                "freeze_expires", "string", description="when a freeze on this evidence ends (simulated time)"
+            ),
+            dg.TableColumn("freeze_reason", "string"),
+        ]
+    )
 
 
-def report_metadata(report: DriftReport, evidence: dict[str, FreezeDecision] | None = None) -> dict:
+def report_metadata(
+    report: DriftReport, evidence: dict[str, FreezeDecision] | None = None, loss: str = "log_loss"
+) -> dict:
     """What the UI shows of a report: the verdict, numbers Dagster plots across partitions, a per-feature table
     (the drift sensor reads it too, with the freeze evidence of each drifted served feature) and the chart."""
     evidence = evidence or {}
@@ -84,8 +91,8 @@ def report_metadata(report: DriftReport, evidence: dict[str, FreezeDecision] | N
                     "reference_mean": _num(f.reference_mean, 6),
                     "status": f.status,
                     "freeze": e.freeze if e else None,
-                    "live_log_loss": _num(e.live_log_loss, 5) if e and e.live_log_loss is not None else None,
-                    "frozen_log_loss": _num(e.frozen_log_loss, 5) if e and e.frozen_log_loss is not None else None,
+                    f"live_{loss}": _num(e.live_log_loss, 5) if e and e.live_log_loss is not None else None,
+                    f"frozen_{loss}": _num(e.frozen_log_loss, 5) if e and e.frozen_log_loss is not None else None,
                     "freeze_expires": e.expires_at.isoformat(timespec="seconds") if e and e.expires_at else None,
                     "freeze_reason": e.reason if e else None,
                 }
@@ -97,7 +104,7 @@ def report_metadata(report: DriftReport, evidence: dict[str, FreezeDecision] | N
         "drifted_share": dg.MetadataValue.float(round(share, 4)) if share is not None else dg.MetadataValue.null(),
         "drifted_count": len(report.drifted_features),
         "drifted_features": ", ".join(report.drifted_features) or "none",
-        "features": dg.MetadataValue.table(records=records, schema=FEATURES_SCHEMA),
+        "features": dg.MetadataValue.table(records=records, schema=features_schema(loss)),
         "plot": dg.MetadataValue.md(drift_svg_markdown(report)),
     }
 
@@ -174,7 +181,9 @@ def build_drift_assets(uc: UseCase) -> list[dg.AssetsDefinition]:
         evidence = _freeze_evidence(uc, context, report, features, registry, keel_home)
         yield dg.Output(
             report.to_frame(),
-            metadata=report_metadata(report, evidence) | {"dagster/row_count": len(report.features)} | pool_md,
+            metadata=report_metadata(report, evidence, LOSS_NAMES[uc.task])
+            | {"dagster/row_count": len(report.features)}
+            | pool_md,
         )
         for f in report.features:
             yield dg.AssetCheckResult(

@@ -151,6 +151,10 @@ def test_november_drifts_from_the_summer_it_was_trained_on_and_the_loop_reports_
     report = run(["drift_report"], "2016-11")
     checks = {c.check_name: c.passed for c in report.get_asset_check_evaluations()}
     assert checks["drift_label_price"] is False
+    # the freeze evidence's columns are named for the regression's loss, not a binary label's
+    table = report.get_asset_materialization_events()[0].materialization.metadata["features"].value
+    columns = {c.name for c in table.schema.columns}
+    assert {"live_squared_error", "frozen_squared_error"} <= columns and not any("log_loss" in c for c in columns)
     sha = {e.asset_key.path[-1]: e.materialization for e in model.get_asset_materialization_events()}["rate_model"]
     with Ledger(home / "ledger.sqlite") as ledger:
         ledger.append(
