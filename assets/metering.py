@@ -148,13 +148,18 @@ def price_usage(
         mtd = cost_frame(mtd_usage, price_tables(store, mtd_usage["price_version"].to_list()))
     currency = next((c for c in cost["currency"].to_list() if c), None)
     unit = currency or "(unpriced)"
+
+    def amount(frame: pl.DataFrame) -> dg.MetadataValue:  # nothing priced is said, never shown as a cost of 0
+        priced = frame["cost"].drop_nulls()
+        return dg.MetadataValue.float(round(float(priced.sum()), 6)) if priced.len() else dg.MetadataValue.null()
+
     context.add_output_metadata(
         {
             "days": _span(days),
-            "cost": dg.MetadataValue.float(round(float(cost["cost"].fill_null(0).sum()), 6)),
-            "currency": currency or "none",
+            "cost": amount(cost),
+            "currency": currency or "unpriced: no cost policy (price table) in force — docs/metering.md",
             "unpriced_rows": int(cost["cost"].is_null().sum()),
-            "month_to_date_cost": dg.MetadataValue.float(round(float(mtd["cost"].fill_null(0).sum()), 6)),
+            "month_to_date_cost": amount(mtd),
             "by_tenant": dg.MetadataValue.md(_shown(totals(cost, ["tenant_id"]))),
             "by_model_version": dg.MetadataValue.md(_shown(totals(cost, ["model_version"]))),
             "month_to_date": dg.MetadataValue.md(_shown(totals(mtd, ["tenant_id"]))),

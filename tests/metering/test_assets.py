@@ -68,3 +68,16 @@ def test_one_day_and_its_month_to_date_from_earlier_days(home):
     assert meta["cost"].value == pytest.approx(0.05 + 1.0)
     assert meta["month_to_date_cost"].value == pytest.approx(0.6 + 1.05)  # June 1st read from its usage partition
     assert third.asset_materializations_for_node("usage")[0].metadata["requests"].value == 50
+
+
+def test_without_a_price_table_the_cost_is_said_unpriced_not_zero(home):
+    """A home with no cost policy in force (a replay before anyone set prices): every row is unpriced, and the report
+    says so instead of a cost of 0 in currency "none"."""
+    import shutil
+
+    bare = home.parent / "bare"
+    shutil.copytree(home / "serving", bare / "serving")  # the same traffic, no policy store
+    result = dg.materialize([usage, cost_report], resources=keel_resources(bare), partition_key="2013-06-01")
+    meta = result.asset_materializations_for_node("cost_report")[0].metadata
+    assert meta["cost"].value is None and meta["month_to_date_cost"].value is None
+    assert meta["currency"].value.startswith("unpriced") and meta["unpriced_rows"].value >= 1
