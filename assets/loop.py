@@ -10,6 +10,7 @@ The drift sensor decides *whether* and *on which months* (keel.loop.retrain.plan
 candidate the gate chose.
 """
 
+from calendar import monthrange
 from datetime import UTC
 from functools import cache
 
@@ -21,12 +22,14 @@ from assets.drift import build_drift_assets
 from assets.features import build_feature_assets
 from assets.models import training_config
 from assets.usecase import wiring
+from keel.exposure_log import scan_exposures
 from keel.home import asset_file
 from keel.intervals import Interval
 from keel.loop.report import Promotion, Release, expanding_window, month_report, naive_window
 from keel.loop.year import shorten, step_words, year_markdown, year_so_far
 from keel.plots import lines_svg, svg_markdown
 from keel.policies.errors import PolicyError
+from keel.serving_health import DayHealth, answered_words, combined, day_health
 from keel.training.model import TrainingConfig, train_model
 from keel.usecase import UseCase
 from resources.home import KeelHomeResource
@@ -64,9 +67,10 @@ def build_loop_assets(uc: UseCase) -> list[dg.AssetsDefinition]:
         "refitted at the month's start with no delay: what the best simple policy would have done) — both refitted at the "
         "start of the month each row was scored as of (when it was asked about, not when its label came); the releases "
         "that went live in the month with their delay from the end of the drift month that caused them; and the "
-        "loop's actions with their simulated and wall times and their reasons; for a regression, the share of served "
-        "answers whose label fell inside the interval they carried (interval_coverage) against the declared "
-        "coverage. `year`: every month so far at a glance — a table and a chart of the headline metric with the "
+        "loop's actions with their simulated and wall times and their reasons; what actually answered the month's "
+        "requests (the model, its coarse fallback, the last resort, failures: `answered`); for a regression, the "
+        "share of served answers whose label fell inside the interval they carried (interval_coverage) against the "
+        "declared coverage. `year`: every month so far at a glance — a table and a chart of the headline metric with the "
         "releases and the canaries' decisions on their months. Built with each month's drift report.",
     )
     def loop_report(
@@ -125,6 +129,7 @@ def build_loop_assets(uc: UseCase) -> list[dg.AssetsDefinition]:
         head = metrics[0]  # the headline metric: AUC, RMSE
         served, static = report.served.metrics[head], report.static.metrics[head]
         year = year_at_a_glance(home, report_key, uc.months, month, frame, head, changes, year_actions)
+        answered = what_answered(home, name, month)
 
         def num(x: float | None) -> dg.MetadataValue:
             return dg.MetadataValue.float(_round(x)) if x is not None else dg.MetadataValue.null()
@@ -137,6 +142,9 @@ def build_loop_assets(uc: UseCase) -> list[dg.AssetsDefinition]:
                     served - static if served is not None and static is not None else None
                 ),
                 f"labelled_{entity}s": report.rows,
+                # what answered the month's requests (the exposure log), beside what the ledger says was served
+                "answered": answered_words(answered),
+                "answered_by_model_share": num(answered.share(answered.scored) if answered.requests else None),
                 "served_by": ", ".join(f"v{versions[s]}: {n:,} {entity}s" for s, n in report.served_by.items())
                 or "none",
                 "naive": naive_note,
@@ -282,6 +290,13 @@ def commit_reasons(store, version: str | None) -> str:
 
 def _round(x: float | None) -> float | None:
     return None if x is None else round(x, 4)
+
+
+def what_answered(home, model: str, month: str) -> DayHealth:
+    """How the month's requests to ``model`` ended (keel/serving_health.py), from every runtime's exposure log."""
+    days = [f"{month}-{d:02d}" for d in range(1, monthrange(int(month[:4]), int(month[5:]))[1] + 1)]
+    records = [r for rt in home.serving_dirs() for day in days for r in scan_exposures(rt.exposures, day=day).records]
+    return combined(day_health(records), model, month)
 
 
 def year_at_a_glance(home, key: dg.AssetKey, months, month: str, frame: pl.DataFrame, head: str,

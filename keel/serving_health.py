@@ -150,3 +150,28 @@ def day_health(records: list[dict[str, Any]]) -> list[DayHealth]:
             )
         )
     return out
+
+
+def combined(days: list[DayHealth], model: str, label: str) -> DayHealth:
+    """``model``'s days of ``days`` as one (``label`` in place of a day: a month): the counts added (percentiles do not
+    add: None)."""
+    mine = [d for d in days if d.model == model]
+    versions: Counter[int] = Counter()
+    errors: Counter[str] = Counter()
+    for d in mine:
+        versions.update(d.versions)
+        errors.update(d.errors)
+    return DayHealth(
+        model, label, *(sum(getattr(d, f) for d in mine) for f in ("requests", "scored", "coarse", "last_resort",
+                                                                    "failed", "breaker_open")),
+        errors=dict(errors), versions=dict(versions),
+    )  # fmt: skip
+
+
+def answered_words(h: DayHealth) -> str:
+    """How ``h``'s requests ended, in one line a person reads."""
+    if not h.requests:
+        return "no request logged"
+    parts = [f"the model {h.share(h.scored):.1%}", f"coarse {h.share(h.coarse):.1%}",
+             f"last resort {h.share(h.last_resort):.1%}", f"failed {h.share(h.failed):.1%}"]  # fmt: skip
+    return f"of {h.requests:,} requests: " + ", ".join(parts)

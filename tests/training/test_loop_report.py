@@ -12,6 +12,7 @@ import polars as pl
 import pytest
 from scipy.stats import mannwhitneyu
 
+from keel.exposure_log import ExposureLog
 from keel.home import KeelHome
 from keel.ledger import Ledger
 from keel.registry import ModelRegistry
@@ -76,6 +77,13 @@ def test_the_report_is_what_the_ledger_and_the_labels_say(home):
     april = pl.DataFrame({"month": ["2013-04"] * 4, "model": ["served", "static", "naive", "expanding"],
                           "auc": [0.70, 0.69, None, None], "log_loss": [0.5, 0.51, None, None]})  # fmt: skip
     write_parquet_atomic(april, home.asset_file("flights/loop_report", "2013-04"))  # as the asset stored it
+    log = ExposureLog(home.serving.exposures)  # May 10: three answers by the model, one by its coarse fallback
+    may_10 = datetime(2013, 5, 10, 12, tzinfo=UTC).timestamp()
+    for i, coarse in enumerate((False, False, False, True)):
+        log.append({"ts": may_10 + i, "status": 200, "model": "flight-delay", "model_version": None if coarse else 1,
+                    "variant": "coarse" if coarse else None, "latency_ms": 3.0})  # fmt: skip
+    log.append({"ts": may_10, "status": 200, "model": "room-rate", "model_version": 1, "latency_ms": 3.0})  # not ours
+    log.close()
     with dg.instance_for_test() as instance:
         context = dg.build_asset_context(
             partition_key="2013-05", resources=keel_resources(home.root), instance=instance
@@ -129,6 +137,9 @@ def test_the_report_is_what_the_ledger_and_the_labels_say(home):
     year = meta["year"]
     assert "| 2013-04 | 0.7000 | 0.6900 | – | – |" in year and f"| 2013-05 | {meta['served_auc']:.4f} |" in year
     assert "v2 live 05-15" in year and "![plot](data:image/svg+xml;base64," in year
+    # what answered May's requests, from the exposure log (whatever the ledger says served)
+    assert meta["answered"] == "of 4 requests: the model 75.0%, coarse 25.0%, last resort 0.0%, failed 0.0%"
+    assert meta["answered_by_model_share"] == 0.75
 
 
 def test_a_month_before_any_release_is_a_clear_failure(tmp_path, feature_months):
