@@ -65,13 +65,27 @@ def shadow_evidence(
         labels = realized_labels(uc.features, both["entity_key"], storage_dir and Path(storage_dir) / uc.name)
     except Exception:  # noqa: BLE001 - a provider failure is "no data": the controller holds
         return None
+    pairs = both.height
     both = both.filter(pl.col("entity_key").is_in(list(labels)))
     y = both["entity_key"].replace_strict(dict(labels), return_dtype=pl.Float64).to_numpy()
     clusters = (both["ts"].to_numpy() // cluster_s).astype(np.int64)
     policy = plan.shadow or ShadowPolicy(min_labelled=plan.min_labelled, min_clusters=2)
     verdict = shadow_verdict(y, both["score"].to_numpy(), both["shadow_score"].to_numpy(), clusters, policy, uc.task)
     span = float((clusters.max() - clusters.min() + 1) * cluster_s) if clusters.size else 0.0
-    return replace(verdict, labelled_span_s=span)
+    return replace(verdict, labelled_span_s=span, reason=verdict.reason + missing_labels(verdict, pairs, policy))
+
+
+def missing_labels(verdict: ShadowVerdict, pairs: int, policy: ShadowPolicy) -> str:
+    """Why a shadow has too few labelled pairs to be judged, said beside its verdict (a rollback for lack of labels
+    then says where they went): no pair at all, or pairs whose outcomes are not in yet."""
+    if verdict.labelled >= policy.min_labelled:
+        return ""
+    if pairs == 0:
+        return (" — no request was scored by both since the step began: the challenger scored none in shadow (not "
+                "deployed yet, or its shadow scoring failed), or the champion answered none")  # fmt: skip
+    return (f" — {pairs:,} requests scored by both, {verdict.labelled:,} of them with a realized label: the others' "
+            "outcomes are not built yet (they land the day after, and a month's new days are built a week at a time "
+            "on the stepped clock)")  # fmt: skip
 
 
 def first_answer(body: dict, state: CanaryState, exposures_dir) -> float | None:

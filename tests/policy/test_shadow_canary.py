@@ -77,3 +77,20 @@ def test_a_shadow_that_is_never_surely_better_is_rolled_back_at_its_deadline(wor
     assert tick(store, registry, exposures, T0 + 9 * 86400, storage_dir=storage) == []  # holding, in shadow
     [late] = tick(store, registry, exposures, T0 + 11 * 86400, storage_dir=storage)
     assert late["action"] == "rollback" and "not better in shadow within 10 days" in late["reasons"][0]
+
+
+def test_a_shadow_rolled_back_for_lack_of_labels_says_where_they_went(world, tmp_path, validated):  # noqa: F811
+    """The challenger scored every request in shadow, but none of those flights' outcomes was ever built: the
+    rollback's reason says so — requests scored by both, none labelled, and why — not just "0 labelled rows"."""
+    store, registry, log, exposures, shas = world
+    storage, _ = january_outcomes(tmp_path, validated)
+    store.apply({"rollout": ("canary", SHADOW_CANARY)}, author="ops", reason="shadow first")
+    tick(store, registry, exposures, T0, storage_dir=storage)
+    for i in range(300):  # flights of a day whose outcomes are not in storage
+        log.append({"ts": T0 + 1 + (i % 6) * 86400 + i * 0.01, "model": "flight-delay", "routed_version": 1,
+                    "model_version": 1, "status": 200, "latency_ms": 4.0, "score": 0.2, "shadow_version": 2,
+                    "shadow_score": 0.3, "entity_key": f"2099-01-01|XX|{i}|JFK"})  # fmt: skip
+    [late] = tick(store, registry, exposures, T0 + 21 * 86400, storage_dir=storage)
+    assert late["action"] == "rollback", late
+    assert "300 requests scored by both, 0 of them with a realized label" in late["reasons"][0]
+    assert "outcomes are not built yet" in late["reasons"][0]
