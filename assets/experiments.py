@@ -83,7 +83,7 @@ def build_experiment_assets(uc: UseCase) -> list[dg.AssetsDefinition]:
             context.log.warning(
                 f"{scan.skipped} exposure-log lines were not whole records and were skipped: {scan.examples}"
             )
-        frame = frame.filter(pl.col("model") == model)
+        frame = frame.filter((pl.col("model") == model) & (pl.col("status") == 200))  # the answered requests
         by_version = frame.group_by("routed_version").len().sort("routed_version")
         context.add_output_metadata(
             {

@@ -151,9 +151,11 @@ class RequestContext:
             "routed_version": self.routed_version, "entity_key": self.entity_key,
         }  # fmt: skip
         rec.update({k: v for k, v in optional.items() if v is not None})
+        if self.table is not None:  # the model asked about, answered or not: a failure counts against it too
+            rec["model"] = self.table.model
         answered = self.scores is not None or self.last_resort is not None
         if answered:
-            rec["model"] = self.table.model if self.table is not None else None
+            rec.setdefault("model", None)
             if self.last_resort is not None:
                 rec.update(score=self.last_resort, variant=None)
             else:

@@ -387,4 +387,6 @@ def test_a_version_at_weight_zero_never_answers_for_a_failing_champion(runtime, 
     ids = {a.headers["x-request-id"] for a in answers}
     logged = [e for e in read_exposures(runtime.home / "serving" / "exposures") if e["request_id"] in ids]
     assert len(logged) == len(answers) and all(e.get("model_version") != 2 for e in logged)
+    # a failed request names the model it was for: what answered (keel/serving_health.py) counts it against it
+    assert all(e["model"] == MODEL and e["status"] in (502, 503) for e in logged), logged[:2]
     deployer.deploy(MODEL, [runtime.target(1)])
