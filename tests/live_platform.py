@@ -31,17 +31,15 @@ DRILL_SPEED = (
     2000.0  # a simulated day every 43 s: a delivery's redelivery and a canary's labels come in a minute or two
 )
 # The data drill of the shared live platform (keel/data/plants.py; tests/test_live_year.py asserts what the loop must
-# do with it). April 1–10 half of the flights land an hour late, then no longer: April's drift report (May 1) finds the
-# label's shift, but no candidate is better on April 11–30 than the champion — the one recalibrated on April 1–10 is
-# far worse, the refits (early-stopped on those days) no better — and the gate must refuse them all. From May 1 a
-# third of the flights land an hour late for good: May's drift report (June 1) finds it, its candidates must pass the
-# gate, the chosen one beat the champion in shadow on June's flights and be promoted.
+# do with it). From April 13 — after the drills' days: a label planted under the bad-challenger drill's canary would
+# judge it on noise — half of the flights land on time whatever happened, for good. April's drift report (May 1) finds
+# the label's shift, but every candidate was fitted or recalibrated on April 1–10, before it: none is better on April
+# 11–30 than the champion (the recalibrated one, moved toward early April's lateness, is worse), and the gate must
+# refuse them all. May's drift report (June 1) finds it again; the candidates fitted on May 1–10 know the change and
+# must pass the gate, the chosen one beat the champion in shadow on June's flights and be promoted.
 KNOWN_OUTCOME = [
-    {"usecase": "flights", "table": "flights", "from_day": "2013-04-01", "until_day": "2013-04-10",
-     "column": "arr_delay", "value": "60", "share": 0.5, "seed": 47,
-     "why": "known outcome: April 1-10 half of the flights late, then no longer: the gate must refuse"},
-    {"usecase": "flights", "table": "flights", "from_day": "2013-05-01", "column": "arr_delay", "value": "60",
-     "share": 0.35, "seed": 46, "why": "known outcome: from May a third of the flights an hour late: promoted"},
+    {"usecase": "flights", "table": "flights", "from_day": "2013-04-13", "column": "arr_delay", "value": "0",
+     "share": 0.5, "seed": 47, "why": "known outcome: from April 13 half of the flights on time: April refused, May promoted"},
 ]  # fmt: skip
 
 
