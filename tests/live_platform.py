@@ -31,15 +31,18 @@ DRILL_SPEED = (
     2000.0  # a simulated day every 43 s: a delivery's redelivery and a canary's labels come in a minute or two
 )
 # The data drill of the shared live platform (keel/data/plants.py; tests/test_live_year.py asserts what the loop must
-# do with it). From April 13 — after the drills' days: a label planted under the bad-challenger drill's canary would
-# judge it on noise — half of the flights land on time whatever happened, for good. April's drift report (May 1) finds
-# the label's shift, but every candidate was fitted or recalibrated on April 1–10, before it: none is better on April
-# 11–30 than the champion (the recalibrated one, moved toward early April's lateness, is worse), and the gate must
-# refuse them all. May's drift report (June 1) finds it again; the candidates fitted on May 1–10 know the change and
-# must pass the gate, the chosen one beat the champion in shadow on June's flights and be promoted.
+# do with it), clear of the drills' days (a label planted under the bad-challenger drill's canary judges it on noise).
+# April 13–30 half of the flights land on time whatever happened: April's drift report (May 1) asks for a challenger,
+# but every candidate was fitted on April 1–10, before the change — none is surely better on April 11–30, and the gate
+# must refuse them all. From May 1 a third of the flights land an hour late, for good: May's drift report (June 1)
+# finds the label's shift, its candidates (fitted or recalibrated on May 1–10) must pass the gate, the chosen one beat
+# the champion in shadow on June's flights and be promoted.
 KNOWN_OUTCOME = [
-    {"usecase": "flights", "table": "flights", "from_day": "2013-04-13", "column": "arr_delay", "value": "0",
-     "share": 0.5, "seed": 47, "why": "known outcome: from April 13 half of the flights on time: April refused, May promoted"},
+    {"usecase": "flights", "table": "flights", "from_day": "2013-04-13", "until_day": "2013-04-30",
+     "column": "arr_delay", "value": "0", "share": 0.5, "seed": 47,
+     "why": "known outcome: April 13-30 half of the flights on time: the gate must refuse April's candidates"},
+    {"usecase": "flights", "table": "flights", "from_day": "2013-05-01", "column": "arr_delay", "value": "60",
+     "share": 0.35, "seed": 46, "why": "known outcome: from May a third of the flights an hour late: promoted"},
 ]  # fmt: skip
 
 
@@ -52,6 +55,19 @@ def wait_until(what: str, condition, timeout_s: float, every_s: float = 2.0, on_
         if time.monotonic() > deadline:
             raise AssertionError(f"{what}: not within {timeout_s:.0f} s. {on_timeout()}")
         time.sleep(every_s)
+
+
+def no_run_in_progress(home: Path) -> bool:
+    import dagster as dg
+
+    with instance_of(home) as instance:
+        busy = [
+            dg.DagsterRunStatus.QUEUED,
+            dg.DagsterRunStatus.NOT_STARTED,
+            dg.DagsterRunStatus.STARTING,
+            dg.DagsterRunStatus.STARTED,
+        ]
+        return not instance.get_runs(filters=dg.RunsFilter(statuses=busy), limit=1)
 
 
 def instance_of(home: Path):
@@ -68,6 +84,9 @@ class LivePlatform:
     year: subprocess.Popen  # scripts/materialize.py --live
     procs: list[subprocess.Popen]
     replay: list[str]  # how ``year`` was started (the command line)
+    dev: subprocess.Popen  # `dagster dev` (webserver, daemon, code server)
+    dev_args: list[str]
+    port: int  # the UI's (keel's guard in front of the webserver)
     phase: str = "start"  # then "drills" (tests/test_live_drills.py), then "year" (tests/test_live_year.py)
     marks: dict[str, int] = field(default_factory=dict)  # where the drills began in the alert records
     traffic_before_year: dict = field(default_factory=dict)  # the traffic totals when the live-year test took over
@@ -80,10 +99,24 @@ class LivePlatform:
         stop_groups(self.procs)
 
     def go_on_stepped(self) -> None:
-        """As an operator would: Ctrl-C to the wall-clock replay (the clock pauses, the traffic stops), then the replay
-        again with ``--stepped`` — it goes on from the next day's step on the reproducible clock (docs/live.md)."""
+        """As an operator does with ``KEEL_LIVE_CLOCK=stepped scripts/up`` after a Ctrl-C: the wall-clock replay
+        stopped (the clock pauses, the traffic stops), its runs let finish, `dagster dev` started again with the
+        deciding sensors ticking every second (each step waits for their ticks; the drills before ran at their normal
+        interval), then the replay again with ``--stepped`` — on from the next day's step (docs/live.md)."""
         self.year.send_signal(signal.SIGINT)
         assert self.year.wait(timeout=120) == 130, self.log()
+        quiet = []  # no run in progress twice, 10 s apart: the paused clock asks for nothing more
+
+        def settled() -> bool:
+            quiet.append(no_run_in_progress(self.home))
+            return quiet[-2:] == [True, True]
+
+        wait_until("the wall-clock replay's runs have finished", settled, 900, 10)
+        stop_groups([self.dev])
+        self.env = self.env | {"KEEL_SENSOR_INTERVAL_S": "1"}
+        self.dev = _start(self.home, self.env, self.procs, self.dev_args, "dagster_dev.log")
+        wait_until("dagster dev is up again", lambda: webserver_up(self.port, self.dev, self.home / "dagster_dev.log"),
+                   300, 1)  # fmt: skip
         self.year = _start(self.home, self.env, self.procs, [*self.replay, "--stepped"], "live.log")
 
 
@@ -106,15 +139,14 @@ def live_platform(home: Path, *live_args: str, env: dict[str, str] | None = None
                    lambda: (home / "serving" / "endpoints.json").exists() or serve.poll() is not None, 180, 0.2)  # fmt: skip
         assert serve.poll() is None, (home / "serve.log").read_text()[-3000:]
         # as scripts/up: the webserver on an internal port, the UI's port is keel's guard in front of it
-        dev = start(
-            [DAGSTER, "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(internal)], "dagster_dev.log"
-        )
+        dev_args = [DAGSTER, "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(internal)]
+        dev = start(dev_args, "dagster_dev.log")
         start([sys.executable, "-m", "keel.uiguard", "--listen", f"127.0.0.1:{port}", "--upstream",
                f"127.0.0.1:{internal}"], "uiguard.log")  # fmt: skip
         wait_until("dagster dev is up", lambda: webserver_up(port, dev, home / "dagster_dev.log"), 300, 1)
         replay = [sys.executable, "scripts/materialize.py", "--port", str(port), "--live",
                   "--gateway", f"http://127.0.0.1:{gateway_port}", *live_args]  # fmt: skip
-        yield LivePlatform(home, env, start(replay, "live.log"), procs, replay)
+        yield LivePlatform(home, env, start(replay, "live.log"), procs, replay, dev, dev_args, port)
     finally:
         stop_groups(procs)
 
@@ -163,6 +195,6 @@ def shared_year(home: Path, receiver_url: str) -> Iterator[LivePlatform]:
     (home / "landing").mkdir()
     (home / "landing" / "plants.json").write_text(json.dumps(KNOWN_OUTCOME))
     # April on the wall clock at the drills' speed (tests/test_live_drills.py), then tests/test_live_year.py goes on
-    # stepped: its deciding sensors tick every second from the start (as scripts/up's stepped replay sets them)
-    with live_platform(home, "--speed", str(DRILL_SPEED), env={"KEEL_SENSOR_INTERVAL_S": "1"}) as platform:
+    # stepped (LivePlatform.go_on_stepped)
+    with live_platform(home, "--speed", str(DRILL_SPEED)) as platform:
         yield platform

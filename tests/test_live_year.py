@@ -10,13 +10,12 @@ The test is the operator: it waits (on events, bounded generously) until the clo
 presses Ctrl-C (the clock pauses, the traffic stops) and lets the sensors settle. What the loop must have done,
 *through* drift, gate, shadow and canary and nothing planted in the policy store:
 
-- From April 13 half of the flights land on time whatever happened, for good. April's drift report (May 1) finds the
-  label's shift, and the gate refuses every candidate — each was fitted or recalibrated on April 1–10, before the
-  change, and none is surely better on April 11–30 than the champion (the recalibrated one is worse) — so no canary
-  starts and the first model stays.
-- May's drift report (June 1) finds it again; the candidates fitted on May 1–10 know the change: they pass the gate,
-  the chosen one is judged better in shadow on June's flights, widened and promoted, live on ``PROMOTED_ON`` ± 2 days
-  (the day a stepped run of this test promoted it).
+- April 13–30 half of the flights land on time whatever happened. April's drift report (May 1) asks for a
+  challenger, and the gate refuses every candidate — each was fitted on April 1–10, before the change, and none is
+  surely better on April 11–30 than the champion — so no canary starts and the first model stays.
+- From May 1 a third of the flights land an hour late, for good. May's drift report (June 1) finds the label's shift;
+  its candidates, fitted or recalibrated on May 1–10, pass the gate; the chosen one is judged better in shadow on
+  June's flights, widened and promoted, live on ``PROMOTED_ON`` ± 2 days.
 
 The failing controls (keel/faults.py; docs/live.md "The data drill"): with ``KEEL_FAULT_PROMOTION=off`` the canary
 never promotes and the promotion tests fail; with ``KEEL_FAULT_GATE=always-pass`` April's worse challenger gets a canary
@@ -36,7 +35,7 @@ from pathlib import Path
 import pytest
 
 from tests.dagster_support import home_env
-from tests.live_platform import instance_of, wait_until
+from tests.live_platform import instance_of, no_run_in_progress, wait_until
 from usecases.flights.features import FLIGHT_FEATURES
 
 # The span runs in the first test's set-up, on the session's live platform (tests/conftest.py year_platform), after
@@ -47,7 +46,7 @@ LOOP_CANARY = "flight-delay.loop-v"
 REFUSED_GATE = "2013-04"  # the known outcome: the gate of April's drift refuses every candidate
 PROMOTED_GATE = "2013-05"  # the known outcome: the challenger of May's drift is promoted …
 PROMOTED_ON = date(2013, 6, 10)  # … live that day (± 2)
-SETTLED_PAST = datetime(2013, 6, 22, 12, tzinfo=UTC)  # past the promotion's last allowed day: the clock stops here
+SETTLED_PAST = datetime(2013, 6, 13, 12, tzinfo=UTC)  # past the promotion's last allowed day: the clock stops here
 WAIT_FOR_SPAN_S = 45 * 60  # the stepped span April → June: ~12 minutes on 2 cores, each step its work done
 
 
@@ -58,19 +57,6 @@ def loop_canaries(home: Path) -> dict[str, dict]:
         return {}
     with PolicyStore(home / "policies.sqlite") as store:
         return {n: dict(p.body) for n, p in store.state().items() if p.type == "canary" and n.startswith(LOOP_CANARY)}
-
-
-def no_run_in_progress(home: Path) -> bool:
-    import dagster as dg
-
-    with instance_of(home) as instance:
-        busy = [
-            dg.DagsterRunStatus.QUEUED,
-            dg.DagsterRunStatus.NOT_STARTED,
-            dg.DagsterRunStatus.STARTING,
-            dg.DagsterRunStatus.STARTED,
-        ]
-        return not instance.get_runs(filters=dg.RunsFilter(statuses=busy), limit=1)
 
 
 @pytest.fixture(scope="module")
@@ -168,27 +154,29 @@ def test_challengers_come_from_drift_on_the_three_months_before_their_gate_month
             run.tags["dagster/run_key"]
             == f"challenger:{config['train_months'][0]}..{config['train_months'][-1]}|{gate}"
         )
-        assert config["label_drift"] is True  # the planted change is in the label's rate
+        if gate == PROMOTED_GATE:  # a whole month of the planted change: the label's rate drifted
+            assert config["label_drift"] is True
     assert gates == {REFUSED_GATE, PROMOTED_GATE}  # the two planted changes, one decision each; nothing before April
     keys = [r.tags["dagster/run_key"] for r in runs]
     assert len(keys) == len(set(keys))  # the same data never trained twice
 
 
 def test_aprils_worse_challengers_are_refused_by_the_gate_and_no_canary_starts(live):
-    """The known outcome: every candidate of April's decision was early-stopped or recalibrated on April 1–10, before
-    the change, and none is surely better on April 11–30 — the recalibrated one worse. The gate refuses, no canary
-    starts for it. Fails with the gate switched to always-pass (KEEL_FAULT_GATE=always-pass)."""
+    """The known outcome: every candidate of April's decision was fitted on April 1–10, before the change, and none is
+    surely better on April 11–30. The gate refuses, no canary starts for it. Fails with the gate switched to
+    always-pass (KEEL_FAULT_GATE=always-pass)."""
     home = live
     verdict = gate_verdicts(home)[REFUSED_GATE]
     rows = {r.data["candidate"]: r.data for r in verdict["candidates"].records}
     assert verdict["passed"] is False, verdict["reason"]
-    assert not any(r["surely_better"] for r in rows.values()) and rows["recalibrated"]["delta"] > 0, rows
+    assert rows and not any(r["surely_better"] for r in rows.values()), rows
     assert [b for b in loop_canaries(home).values() if b["origin"]["gate_month"] == REFUSED_GATE] == []
 
 
 def test_mays_label_shift_is_promoted_through_gate_shadow_and_canary_on_the_known_day(live):
     """The known outcome: May's drift → a challenger its gate chose → better in shadow → 25 % → 100 % → promoted,
-    live on PROMOTED_ON ± 2 days. Fails with the loop's promotion switched off (KEEL_FAULT_PROMOTION=off)."""
+    live on PROMOTED_ON ± 2 days (2013-06-10: the day a stepped run with this May promoted it). Fails with the loop's
+    promotion switched off (KEEL_FAULT_PROMOTION=off)."""
     from keel.ledger import Ledger
 
     home = live

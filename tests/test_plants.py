@@ -45,6 +45,9 @@ def test_from_its_day_the_declared_share_of_rows_carries_the_planted_value_and_n
             chosen,
             rows.height,
         )  # ~a fifth (the rows already at 60 aside)
+    # a missing value stays missing: a cancelled flight gets no arrival delay (the contracts would refuse it)
+    cancelled = both.filter(pl.col("day").is_in(["3", "4"]) & pl.col("arr_delay").is_null())
+    assert cancelled.height > 0 and cancelled["arr_delay_landed"].null_count() == cancelled.height
     # the same rows on another run, in another home
     again = planted(tmp_path / "again", LATE | {"until_day": "2013-01-04"})
     again.deliver(datetime(2013, 1, 6, 12, tzinfo=UTC))

@@ -9,7 +9,8 @@ the flights landing late), a feature whose meaning changes (a city's index doubl
       "share": 0.2, "seed": 46, "why": "known outcome: April's flights a fifth later"}]
 
 From ``from_day`` (to ``until_day``, when given), ``share`` of each day's rows of ``table`` land with ``column`` set to
-``value`` (text, as every raw column is). The rows are chosen by their ``_source_row`` and ``seed`` with a fixed
+``value`` (text, as every raw column is) — where the column has a value: a missing one stays missing (a cancelled
+flight keeps no arrival delay). The rows are chosen by their ``_source_row`` and ``seed`` with a fixed
 arithmetic hash — the same rows on every run and every machine. Rows are changed, never added or dropped: every raw
 row still lands exactly once. A plant that names an unknown use case's table or column, or a share outside 0–1, is an
 error naming the file, the entry and the field.
@@ -60,7 +61,12 @@ class Plant:
         if self.column not in rows.columns:
             raise PlantError(f"plant on {self.usecase}.{self.table}: no column {self.column!r} in the landed rows "
                              f"(columns: {', '.join(c for c in rows.columns if not c.startswith('_'))})")  # fmt: skip
-        changed = pl.when(self.chosen()).then(pl.lit(self.value, dtype=pl.String)).otherwise(pl.col(self.column))
+        # a value is replaced, a missing one stays missing: a cancelled flight has no arrival delay to change (giving
+        # it one would break the very contracts that guard the data, not plant a change in the world)
+        present = pl.col(self.column).is_not_null() & (pl.col(self.column) != "")
+        changed = (
+            pl.when(self.chosen() & present).then(pl.lit(self.value, dtype=pl.String)).otherwise(pl.col(self.column))
+        )
         return rows.with_columns(changed.alias(self.column))
 
 
