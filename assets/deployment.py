@@ -49,7 +49,7 @@ def build_deployment_assets(uc: UseCase) -> list[dg.AssetsDefinition]:
     ) -> dg.MaterializeResult:
         with policies.open() as store:
             state, store_version = store.state(), store.version()
-            decision = _decision(store, context.run.tags.get("keel/policy_version"))
+            decision = canary_decision(store, context.run.tags.get("keel/policy_version"))
         if decision is not None:  # a run the canary sensor launched: its log says what was decided, and why
             canary = context.run.tags.get("keel/canary", "the canary")
             context.log.info(f"{canary}: {decision.get('action')} at {decision.get('percent')} % — "
@@ -123,7 +123,7 @@ def build_deployment_assets(uc: UseCase) -> list[dg.AssetsDefinition]:
     return [model_deployment]
 
 
-def _decision(store, version: str | None) -> dict | None:
+def canary_decision(store, version: str | None) -> dict | None:
     """The canary decision a run was launched for: the commit's reason is its evidence (JSON)."""
     if not version:
         return None

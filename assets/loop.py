@@ -18,6 +18,7 @@ import dagster as dg
 import polars as pl
 
 from assets.challengers import build_challenger_assets, read_months
+from assets.deployment import canary_decision
 from assets.drift import build_drift_assets
 from assets.features import build_feature_assets
 from assets.models import training_config
@@ -28,7 +29,6 @@ from keel.intervals import Interval
 from keel.loop.report import Promotion, Release, expanding_window, month_report, naive_window
 from keel.loop.year import shorten, step_words, year_markdown, year_so_far
 from keel.plots import lines_svg, svg_markdown
-from keel.policies.errors import PolicyError
 from keel.serving_health import DayHealth, answered_words, combined, day_health
 from keel.training.model import TrainingConfig, train_model
 from keel.usecase import UseCase
@@ -280,12 +280,7 @@ ACTIONS_SCHEMA = dg.TableSchema(
 
 def commit_reasons(store, version: str | None) -> str:
     """The reasons a policy commit (a canary decision) carried, joined; "" when there is none to read."""
-    import json
-
-    try:
-        return "; ".join(json.loads(store.commit(int(version)).reason).get("reasons") or [])
-    except (TypeError, ValueError, KeyError, AttributeError, PolicyError):
-        return ""
+    return "; ".join((canary_decision(store, version) or {}).get("reasons") or [])
 
 
 def _round(x: float | None) -> float | None:

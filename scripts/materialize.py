@@ -253,8 +253,9 @@ def sim_tag(home, uc: UseCase) -> dict[str, str]:
     """A live replay's run tag: the simulated instant in ``uc``'s time (every event of the run carries it:
     resources/simulated.py)."""
     from keel.clock import SimClock
+    from resources.simulated import SIM_TAG
 
-    return {"keel/sim_now": SimClock(home.clock, uc.name).now().isoformat(timespec="seconds")}
+    return {SIM_TAG: SimClock(home.clock, uc.name).now().isoformat(timespec="seconds")}
 
 
 def build_history(client, instance, home, uc: UseCase, zone) -> int:
