@@ -6,8 +6,8 @@ usage` / `keel cost`.
 
 A run may cover several days (a single-run backfill: the sensor meters every day finished since its last tick in one
 run — a live replay finishes a simulated day every few seconds, and a run per day would be a run every few seconds).
-Each day is still its own partition and file (the IO manager splits the frame by ``day``); the run's metadata covers
-its days.
+Each day is still its own partition and file (the IO manager splits the frame by ``day``), with that day's own
+numbers as its metadata (``run_days`` says which run built it with which other days).
 """
 
 import warnings
@@ -78,26 +78,31 @@ def meter_usage(
         frame, skipped = read_usage([d.root for d in keel_home.layout().serving_dirs()], days[0], days[-1], store)
     if skipped:
         context.log.warning(f"{skipped} exposure-log lines of {_span(days)} were not whole records: not metered")
+    context.add_asset_metadata({"run_days": _span(days), "skipped_lines": skipped})
+    for day in days:  # each day's partition shows its own numbers, not the run's
+        context.add_asset_metadata(
+            {"day": day, **_usage_metadata(frame.filter(pl.col("day") == day))}, partition_key=day
+        )
+    return frame
+
+
+def _usage_metadata(frame: pl.DataFrame) -> dict:
+    """One day's usage as the UI shows it: totals, per tenant, and the rows."""
     by_tenant = (
         frame.group_by("tenant_id")
         .agg(pl.col("requests", "rows_scored", "scored", "fallback", "client_errors", "server_errors").sum(),
              pl.col("gateway_s", "compute_s").sum().round(4))
         .sort("tenant_id")
     )  # fmt: skip
-    context.add_output_metadata(
-        {
-            "days": _span(days),
-            "requests": int(frame["requests"].sum()),
-            "rows_scored": int(frame["rows_scored"].sum()),
-            "compute_s": dg.MetadataValue.float(round(float(frame["compute_s"].sum()), 6)),
-            "gateway_s": dg.MetadataValue.float(round(float(frame["gateway_s"].sum()), 3)),
-            "tenants": frame.filter(pl.col("requests") > 0)["tenant_id"].n_unique(),
-            "skipped_lines": skipped,
-            "by_tenant": dg.MetadataValue.md(_shown(by_tenant)),
-            "usage": dg.MetadataValue.md(_shown(frame)),
-        }
-    )
-    return frame
+    return {
+        "requests": int(frame["requests"].sum()),
+        "rows_scored": int(frame["rows_scored"].sum()),
+        "compute_s": dg.MetadataValue.float(round(float(frame["compute_s"].sum()), 6)),
+        "gateway_s": dg.MetadataValue.float(round(float(frame["gateway_s"].sum()), 3)),
+        "tenants": frame.filter(pl.col("requests") > 0)["tenant_id"].n_unique(),
+        "by_tenant": dg.MetadataValue.md(_shown(by_tenant)),
+        "usage": dg.MetadataValue.md(_shown(frame)),
+    }
 
 
 def _shown(frame: pl.DataFrame) -> str:
@@ -135,52 +140,55 @@ def price_usage(
     policies: PolicyStoreResource,
 ) -> pl.DataFrame:  # fmt: skip
     days = context.partition_keys
-    day = days[-1]  # the month to date is the last day's
     storage = keel_home.layout().storage
-    earlier = [f"{day[:8]}{d:02d}" for d in range(1, int(day[8:])) if f"{day[:8]}{d:02d}" < days[0]]
-    month = [  # the month's days before this run's whose usage was materialized
-        pl.read_parquet(p) for d in earlier if (p := asset_file(storage, list(USAGE.path), d)).exists()
-    ]
+    stored: dict[str, pl.DataFrame | None] = {}  # the usage partitions materialized before this run, read once
+
+    def before_run(month: str) -> list[pl.DataFrame]:
+        """The month's days before this run's whose usage was materialized."""
+        for d in (f"{month}-{n:02d}" for n in range(1, 32)):
+            if d < days[0] and d not in stored:
+                path = asset_file(storage, list(USAGE.path), d)
+                stored[d] = pl.read_parquet(path) if path.exists() else None
+        return [f for d, f in sorted(stored.items()) if d.startswith(month) and f is not None]
+
     with policies.open() as store:
         cost = cost_frame(usage, price_tables(store, usage["price_version"].to_list()))
-        this_month = usage.filter(pl.col("day").str.starts_with(day[:8]))
-        mtd_usage = pl.concat([*month, this_month], how="vertical_relaxed")
-        mtd = cost_frame(mtd_usage, price_tables(store, mtd_usage["price_version"].to_list()))
-    currency = next((c for c in cost["currency"].to_list() if c), None)
+        for day in days:  # each day's partition: that day's cost and its month to date
+            month = before_run(day[:7])
+            this_month = usage.filter(pl.col("day").str.starts_with(day[:8]) & (pl.col("day") <= day))
+            mtd_usage = pl.concat([*month, this_month], how="vertical_relaxed")
+            mtd = cost_frame(mtd_usage, price_tables(store, mtd_usage["price_version"].to_list()))
+            context.add_asset_metadata(_cost_metadata(day, cost.filter(pl.col("day") == day), mtd), partition_key=day)
+    context.add_asset_metadata({"run_days": _span(days)})
+    return cost
+
+
+def _cost_metadata(day: str, cost: pl.DataFrame, mtd: pl.DataFrame) -> dict:
+    """One day's cost report as the UI shows it: the day's cost, its month to date, totals and two plots."""
+    currency = next((c for c in [*cost["currency"].to_list(), *mtd["currency"].to_list()] if c), None)
     unit = currency or "(unpriced)"
 
     def amount(frame: pl.DataFrame) -> dg.MetadataValue:  # nothing priced is said, never shown as a cost of 0
         priced = frame["cost"].drop_nulls()
         return dg.MetadataValue.float(round(float(priced.sum()), 6)) if priced.len() else dg.MetadataValue.null()
 
-    context.add_output_metadata(
-        {
-            "days": _span(days),
-            "cost": amount(cost),
-            "currency": currency or "unpriced: no cost policy (price table) in force — docs/metering.md",
-            "unpriced_rows": int(cost["cost"].is_null().sum()),
-            "month_to_date_cost": amount(mtd),
-            "by_tenant": dg.MetadataValue.md(_shown(totals(cost, ["tenant_id"]))),
-            "by_model_version": dg.MetadataValue.md(_shown(totals(cost, ["model_version"]))),
-            "month_to_date": dg.MetadataValue.md(_shown(totals(mtd, ["tenant_id"]))),
-            "plot": dg.MetadataValue.md(
-                svg_markdown(
-                    stacked_bars_svg(
-                        f"{_span(days)}: cost by tenant and model version",
-                        _bars(cost, "tenant_id", "model_version"),
-                        unit,
-                    )
-                )
-                + "\n\n"
-                + svg_markdown(
-                    stacked_bars_svg(
-                        f"{day[:7]} to date: cost by day and tenant", _bars(mtd, "day", "tenant_id"), unit
-                    )
-                )
-            ),
-        }
+    by_version = svg_markdown(
+        stacked_bars_svg(f"{day}: cost by tenant and model version", _bars(cost, "tenant_id", "model_version"), unit)
     )
-    return cost
+    by_day = svg_markdown(
+        stacked_bars_svg(f"{day[:7]} to {day}: cost by day and tenant", _bars(mtd, "day", "tenant_id"), unit)
+    )
+    return {
+        "day": day,
+        "cost": amount(cost),
+        "currency": currency or "unpriced: no cost policy (price table) in force — docs/metering.md",
+        "unpriced_rows": int(cost["cost"].is_null().sum()),
+        "month_to_date_cost": amount(mtd),
+        "by_tenant": dg.MetadataValue.md(_shown(totals(cost, ["tenant_id"]))),
+        "by_model_version": dg.MetadataValue.md(_shown(totals(cost, ["model_version"]))),
+        "month_to_date": dg.MetadataValue.md(_shown(totals(mtd, ["tenant_id"]))),
+        "plot": dg.MetadataValue.md(f"{by_version}\n\n{by_day}"),
+    }
 
 
 metering_assets = build_metering_assets(METERING_DAYS)

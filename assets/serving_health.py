@@ -36,7 +36,7 @@ KIND = "degraded_serving"
 SCHEMA = {
     "model": pl.String, "day": pl.String, "requests": pl.Int64, "scored_share": pl.Float64,
     "coarse_share": pl.Float64, "last_resort_share": pl.Float64, "failed_share": pl.Float64,
-    "breaker_open": pl.Int64, "p50_ms": pl.Float64, "p99_ms": pl.Float64, "versions": pl.String,
+    "breaker_open": pl.Int64, "breaker_open_s": pl.Float64, "p50_ms": pl.Float64, "p99_ms": pl.Float64, "versions": pl.String,
     "errors": pl.String, "breaches": pl.String,
 }  # fmt: skip
 
@@ -63,7 +63,7 @@ with warnings.catch_warnings():
         ],
         description="What actually answered, per model and day, from the gateway's exposure log: the share the model "
         "scored (and each version's), the coarse fallback's, the last resort's and the failed requests' (by error "
-        "code), answers given while the breaker was open, p50/p99 — whatever status the client saw. Judged against "
+        "code), answers given while the breaker was open and for how long, p50/p99 — whatever status the client saw. Judged against "
         "each model's SLA tier by its check; a missed day opens a `degraded_serving` incident. See docs/ui.md.",
     )
     def serving_health(context, keel_home: KeelHomeResource, policies: PolicyStoreResource):
@@ -85,21 +85,25 @@ with warnings.catch_warnings():
         record_incidents(home, judged, when)
         for h, b in missed:
             context.log.warning(f"{h.model} on {h.day}: {'; '.join(b)}")
-        shown = frame_to_markdown(frame.drop("breaches"), max_rows=50)
-        yield dg.Output(
-            frame,
-            metadata={
-                **simulated.of_run(context),
-                "days": days[0] if len(days) == 1 else f"{days[0]} … {days[-1]} ({len(days)} days)",
-                "requests": len(records),
-                "scored_share": dg.MetadataValue.float(
-                    round(sum(h.scored for h in health) / len(records), 4) if records else 0.0
-                ),
-                "degraded_days": len(missed),
-                "skipped_lines": skipped,
-                "health": dg.MetadataValue.md(shown),
-            },
-        )
+        for day in days:  # each day's partition shows its own numbers, not the run's
+            mine = [h for h in health if h.day == day]
+            requests = sum(h.requests for h in mine)
+            context.add_asset_metadata(
+                {
+                    "day": day,
+                    "requests": requests,
+                    "scored_share": dg.MetadataValue.float(
+                        round(sum(h.scored for h in mine) / requests, 4) if requests else 0.0
+                    ),
+                    "degraded_models": sum(1 for h, b in missed if h.day == day),
+                    "health": dg.MetadataValue.md(
+                        frame_to_markdown(frame.filter(pl.col("day") == day).drop("breaches", "day"), max_rows=50)
+                    ),
+                },
+                partition_key=day,
+            )
+        run_days = days[0] if len(days) == 1 else f"{days[0]} … {days[-1]} ({len(days)} days)"
+        yield dg.Output(frame, metadata={**simulated.of_run(context), "run_days": run_days, "skipped_lines": skipped})
         yield dg.AssetCheckResult(
             check_name=SERVING_OBJECTIVE,
             passed=not missed,

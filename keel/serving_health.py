@@ -47,6 +47,7 @@ class DayHealth:
     versions: dict[int, int] = field(default_factory=dict)  # scored answers by model version
     p50_ms: float | None = None
     p99_ms: float | None = None
+    breaker_open_s: float = 0.0  # how long the breaker was seen open (breaker_open_seconds)
 
     def share(self, count: int) -> float:
         return count / self.requests if self.requests else 0.0
@@ -66,7 +67,7 @@ class DayHealth:
                        f"availability {tier.availability:.1%}")  # fmt: skip
         if self.share(self.fallback) > fallback_limit:
             out.append(f"{self.share(self.fallback):.1%} answered by a fallback (coarse {self.coarse:,}, last resort "
-                       f"{self.last_resort:,}; breaker open on {self.breaker_open:,}), above {fallback_limit:.0%}")  # fmt: skip
+                       f"{self.last_resort:,}; breaker open on {self.breaker_open:,}, for {self.breaker_open_s:,.0f} s), above {fallback_limit:.0%}")  # fmt: skip
         if self.failed:
             kinds = ", ".join(f"{k} {n:,}" for k, n in sorted(self.errors.items(), key=lambda kv: -kv[1]))
             out.append(f"{self.failed:,} requests failed ({kinds})")
@@ -85,6 +86,7 @@ class DayHealth:
             "last_resort_share": round(self.share(self.last_resort), 4),
             "failed_share": round(self.share(self.failed), 4),
             "breaker_open": self.breaker_open,
+            "breaker_open_s": round(self.breaker_open_s, 1),
             "p50_ms": None if self.p50_ms is None else round(self.p50_ms, 2),
             "p99_ms": None if self.p99_ms is None else round(self.p99_ms, 2),
             "versions": ", ".join(f"v{v}: {self.share(n):.1%}" for v, n in sorted(self.versions.items())),
@@ -114,6 +116,24 @@ def outcome(record: dict[str, Any]) -> str:
     if record.get("variant") == "coarse":
         return "coarse"
     return "scored" if record.get("model_version") is not None else "last_resort"
+
+
+def breaker_open_seconds(rows: list[dict[str, Any]]) -> float:
+    """How long the breaker was seen open in ``rows`` (one model's requests): in time order, each stretch of answers
+    flagged ``breaker_open`` lasts from its first answer to the first request after it that was not (or to its own
+    last answer when the day ends open). A lone open answer between closed ones counts the time to the next request."""
+    total, opened = 0.0, None
+    ordered = sorted(rows, key=lambda r: float(r["ts"]))
+    for r in ordered:
+        is_open = "breaker_open" in (r.get("degraded") or ())
+        if is_open and opened is None:
+            opened = float(r["ts"])
+        elif not is_open and opened is not None:
+            total += float(r["ts"]) - opened
+            opened = None
+    if opened is not None:
+        total += float(ordered[-1]["ts"]) - opened
+    return total
 
 
 def day_health(records: list[dict[str, Any]]) -> list[DayHealth]:
@@ -147,6 +167,7 @@ def day_health(records: list[dict[str, Any]]) -> list[DayHealth]:
                 versions=dict(Counter(int(r["model_version"]) for r in rows if outcome(r) == "scored")),
                 p50_ms=p50,
                 p99_ms=p99,
+                breaker_open_s=breaker_open_seconds(rows),
             )
         )
     return out
@@ -164,7 +185,7 @@ def combined(days: list[DayHealth], model: str, label: str) -> DayHealth:
     return DayHealth(
         model, label, *(sum(getattr(d, f) for d in mine) for f in ("requests", "scored", "coarse", "last_resort",
                                                                     "failed", "breaker_open")),
-        errors=dict(errors), versions=dict(versions),
+        errors=dict(errors), versions=dict(versions), breaker_open_s=sum(d.breaker_open_s for d in mine),
     )  # fmt: skip
 
 

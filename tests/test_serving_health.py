@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from keel.policies.gateway import DEFAULT_TIERS
-from keel.serving_health import UNROUTED, day_health, outcome
+from keel.serving_health import UNROUTED, breaker_open_seconds, day_health, outcome
 
 MAY_1 = datetime(2013, 5, 1, 12, tzinfo=UTC).timestamp()
 L2 = DEFAULT_TIERS["L2"]  # p99 50 ms, availability 99.5 %
@@ -35,6 +35,12 @@ def test_a_healthy_day_meets_its_tier():
     assert day.as_row()["versions"] == "v3: 75.0%, v4: 25.0%" and day.p99_ms == 4.0
 
 
+def test_the_breakers_open_time_is_each_stretch_of_open_answers_to_the_next_closed_request():
+    records = [scored(0), coarse(10), coarse(20), scored(70), coarse(100), scored(101), coarse(500), coarse(530)]
+    assert breaker_open_seconds(list(reversed(records))) == (70 - 10) + (101 - 100) + (530 - 500)  # any order
+    assert breaker_open_seconds([scored(i) for i in range(5)]) == 0.0
+
+
 def test_a_day_answered_by_the_fallback_is_a_breach_though_every_status_was_200():
     records = [scored(i) for i in range(850)] + [coarse(1000 + i) for i in range(120)]
     records += [{"ts": MAY_1 + 2000 + i, "status": 504, "model": "flight-delay", "error": "deadline_exceeded",
@@ -45,7 +51,10 @@ def test_a_day_answered_by_the_fallback_is_a_breach_though_every_status_was_200(
     why = day.breaches(L2)
     assert len(why) == 3, why
     assert why[0] == "the model answered 85.0% of 1,000 requests, below the tier's availability 99.5%"
-    assert why[1].startswith("12.0% answered by a fallback (coarse 120, last resort 0; breaker open on 120)")
+    assert why[1].startswith(
+        "12.0% answered by a fallback (coarse 120, last resort 0; breaker open on 120, for 1,000 s)"
+    )
+    assert day.breaker_open_s == 1000.0  # open from its first coarse answer (1000) to the next request not (2000)
     assert why[2] == "30 requests failed (deadline_exceeded 30)"
     assert day.as_row()["coarse_share"] == 0.12 and day.as_row()["failed_share"] == 0.03
 
@@ -70,6 +79,7 @@ def test_the_asset_fails_its_check_and_opens_an_incident_for_a_degraded_day_and_
     from keel.home import KeelHome
     from keel.incidents import IncidentLog
     from resources import keel_resources
+    from sensors.metering import metering_run
 
     home = KeelHome.of(tmp_path)
     log = ExposureLog(home.serving.exposures)
@@ -88,7 +98,7 @@ def test_the_asset_fails_its_check_and_opens_an_incident_for_a_degraded_day_and_
 
     check, meta = run("2013-05-01")
     assert check.check_name == SERVING_OBJECTIVE and check.passed is False
-    assert meta["requests"] == 1000 and meta["degraded_days"] == 1 and meta["scored_share"] == 0.85
+    assert meta["requests"] == 1000 and meta["degraded_models"] == 1 and meta["scored_share"] == 0.85
     why = check.metadata["why"].value
     assert (
         "flight-delay 2013-05-01" in why and "12.0% answered by a fallback" in why and "deadline_exceeded 30" in why
@@ -98,8 +108,20 @@ def test_the_asset_fails_its_check_and_opens_an_incident_for_a_degraded_day_and_
     assert incident.key == "degraded_serving:flight-delay:2013-05-01" and incident.requests_failed == 30
     assert incident.requests_degraded == 120 and "below the tier's availability" in incident.located
     check, meta = run("2013-05-02")
-    assert check.passed is True and meta["degraded_days"] == 0
+    assert check.passed is True and meta["degraded_models"] == 0
     with IncidentLog(home.incidents) as incidents:
         assert incidents.open_incidents("degraded_serving") == []
         closed = incidents.get("degraded_serving:flight-delay:2013-05-01")
     assert closed.recovered_at and closed.action == "served as its tier promises again on 2013-05-02"
+    # one run over both days (as the metering sensor launches them): each day's partition shows its own numbers
+    both = dg.materialize([serving_health], resources=keel_resources(home.root),
+                          tags=dict(metering_run(["2013-05-01", "2013-05-02"]).tags))  # fmt: skip
+    per_day = {
+        e.partition: {k: v.value for k, v in e.materialization.metadata.items()}
+        for e in both.get_asset_materialization_events()
+    }
+    assert [per_day[d]["requests"] for d in ("2013-05-01", "2013-05-02")] == [1000, 500]
+    assert [per_day[d]["degraded_models"] for d in ("2013-05-01", "2013-05-02")] == [1, 0]
+    assert per_day["2013-05-02"]["run_days"] == "2013-05-01 … 2013-05-02 (2 days)"
+    [check] = both.get_asset_check_evaluations()
+    assert check.passed is False and check.metadata["days_missed"].value == 1

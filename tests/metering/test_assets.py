@@ -56,9 +56,18 @@ def test_a_run_over_three_days_writes_each_days_partition(home):
     assert costs["2013-06-02"].is_empty()
     materialized = {e.partition for e in result.get_asset_materialization_events() if e.asset_key == usage.key}
     assert materialized == set(days)
-    meta = result.asset_materializations_for_node("cost_report")[0].metadata
-    assert meta["days"].value == "2013-06-01 … 2013-06-03 (3 days)"
-    assert meta["month_to_date_cost"].value == pytest.approx(0.6 + 0.05 + 2.0 * 0.5)
+    # each day's partition shows that day's numbers (not the run's), its month to date up to that day
+    meta = {e.partition: e.materialization.metadata for e in result.get_asset_materialization_events()
+            if e.asset_key == cost_report.key}  # fmt: skip
+    assert {d: m["run_days"].value for d, m in meta.items()} == dict.fromkeys(
+        days, "2013-06-01 … 2013-06-03 (3 days)"
+    )
+    assert meta["2013-06-01"]["cost"].value == pytest.approx(0.6) and meta["2013-06-02"]["cost"].value is None
+    assert meta["2013-06-03"]["cost"].value == pytest.approx(0.05 + 2.0 * 0.5)
+    assert [meta[d]["month_to_date_cost"].value for d in days] == pytest.approx([0.6, 0.6, 0.6 + 0.05 + 2.0 * 0.5])
+    requests = {e.partition: e.materialization.metadata["requests"].value
+                for e in result.get_asset_materialization_events() if e.asset_key == usage.key}  # fmt: skip
+    assert requests == {"2013-06-01": 100, "2013-06-02": 0, "2013-06-03": 50}
 
 
 def test_one_day_and_its_month_to_date_from_earlier_days(home):

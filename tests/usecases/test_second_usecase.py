@@ -180,4 +180,4 @@ def test_its_loop_gates_a_challenger_and_reports_the_month_on_squared_errors(bui
                              resources=keel_resources(home, triton=TritonResource(home=str(home), drain_s=0.3)))  # fmt: skip
     assert metered.success
     usage = {e.asset_key.path[-1]: e.materialization.metadata for e in metered.get_asset_materialization_events()}
-    assert usage["usage"]["days"].value == "2009-12-15" and usage["usage"]["requests"].value == 0  # nothing served
+    assert usage["usage"]["day"].value == "2009-12-15" and usage["usage"]["requests"].value == 0  # nothing served
