@@ -81,7 +81,9 @@ def freeze_observation(
                     columns=[
                         dg.TableColumn("feature", "string"),
                         dg.TableColumn("value", "float", description="what every answer uses instead"),
-                        dg.TableColumn("since", "string", description="UTC"),
+                        dg.TableColumn(
+                            "since", "string", description="UTC, the shared clock's (simulated in a live replay)"
+                        ),
                         dg.TableColumn("decision", "string", description="the drift decision and its report"),
                     ]
                 ),
@@ -90,7 +92,9 @@ def freeze_observation(
                 records=changes,
                 schema=dg.TableSchema(
                     columns=[
-                        dg.TableColumn("at", "string", description="UTC"),
+                        dg.TableColumn(
+                            "at", "string", description="UTC, the shared clock's (simulated in a live replay)"
+                        ),
                         dg.TableColumn("feature", "string"),
                         dg.TableColumn("action", "string"),
                         dg.TableColumn("value", "float"),

@@ -157,7 +157,7 @@ def drift_tick(context, t: DriftTargets, online_store, registry, policies, keel_
         for record in records:
             window = record.asset_materialization.partition or "unpartitioned"
             try:
-                ask = act_on_report(context, store, record, window, cursor, t.uc.features.names)
+                ask = act_on_report(context, store, record, window, cursor, t.uc.features.names, now)
             except Exception as exc:  # noqa: BLE001 - one bad report or freeze must not stop every later tick
                 problems.append(
                     f"drift report {window} (event {record.storage_id}) skipped: {type(exc).__name__}: {exc}"
@@ -167,7 +167,7 @@ def drift_tick(context, t: DriftTargets, online_store, registry, policies, keel_
                 asks.append((window, record.storage_id, ask, label_drifted(record, t.uc.features.label.column)))
         for feature, why in freezes_to_clear(cursor.active(), now, champion_months).items():
             if feature in store.frozen():
-                store.unfreeze(feature, why)
+                store.unfreeze(feature, why, at=now)
                 context.log.info(f"unfroze {feature}: {why}")
             cursor.freezes.pop(feature, None)
         # What is served frozen now, on the feature_freezes asset (first tick, and whenever it changed).
@@ -239,9 +239,12 @@ def label_drifted(record, label: str) -> bool:
     return bool((features.get(label) or {}).get("drifted"))
 
 
-def act_on_report(context, store, record, window: str, cursor: DriftCursor, freezable: tuple[str, ...]) -> str:
+def act_on_report(
+    context, store, record, window: str, cursor: DriftCursor, freezable: tuple[str, ...], now: datetime
+) -> str:
     """The decision for one drift report, carried out: freezes (only on the report's evidence) and unfreezes in the
-    online store, each on its own. Returns why it asks for a challenger ("" when it does not)."""
+    online store, each on its own, logged at ``now`` (the shared clock's: simulated in a live replay, on the calendar
+    of the freeze's expiry). Returns why it asks for a challenger ("" when it does not)."""
     features = report_features(record.asset_materialization.metadata["features"])
     decision = decide(window, features, DRIFT_POLICY, set(store.frozen()), freezable=set(freezable))
     context.log.info(f"drift decision for {window}: {decision}")
@@ -259,10 +262,11 @@ def act_on_report(context, store, record, window: str, cursor: DriftCursor, free
             f"{f.reason}; {evidence['freeze_reason']} (drift_report {window}, event {record.storage_id}; "
             f"expires {evidence['freeze_expires']})",
             f.value,
+            at=now,
         )
         cursor.freezes[f.feature] = (window, evidence["freeze_expires"])
     for name in decision.unfreeze:
-        store.unfreeze(name, f"no drift in {window}")
+        store.unfreeze(name, f"no drift in {window}", at=now)
         cursor.freezes.pop(name, None)
     return decision.retrain_reason if decision.retrain else ""
 

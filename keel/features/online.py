@@ -93,10 +93,13 @@ class OnlineStore(Closing, ABC):
     def frozen(self) -> dict[str, float]: ...
 
     @abstractmethod
-    def freeze(self, feature: str, reason: str, value: float | None = None) -> None: ...
+    def freeze(self, feature: str, reason: str, value: float | None = None, at: datetime | None = None) -> None:
+        """Serve ``feature`` frozen at ``value`` (its default when None), logged at ``at`` (now when None; a live
+        replay passes its simulated time, so that the log reads on the same calendar as the freeze's expiry)."""
 
     @abstractmethod
-    def unfreeze(self, feature: str, reason: str) -> None: ...
+    def unfreeze(self, feature: str, reason: str, at: datetime | None = None) -> None:
+        """Serve ``feature`` live again (nothing when it was not frozen), logged at ``at`` (now when None)."""
 
     @abstractmethod
     def freeze_log(self) -> list[FreezeEvent]: ...

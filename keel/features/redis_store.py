@@ -167,10 +167,10 @@ class RedisOnlineStore(OnlineStore):
 
     # -- freezes ----------------------------------------------------------------------------------------------
 
-    def freeze(self, feature: str, reason: str, value: float | None = None) -> None:
+    def freeze(self, feature: str, reason: str, value: float | None = None, at: datetime | None = None) -> None:
         default = self.feature_default(feature)  # an unknown feature is an error even with a value
         value = default if value is None else value
-        now = datetime.now(UTC).isoformat()
+        now = (at or datetime.now(UTC)).isoformat()
         event = {"feature": feature, "action": "freeze", "reason": reason, "at": now, "value": value}
         try:
             pipe = self._r.pipeline(transaction=True)
@@ -182,8 +182,8 @@ class RedisOnlineStore(OnlineStore):
         except self._errors as exc:
             raise OnlineStoreError(f"online store {self._where()}: freezing {feature} failed: {exc}") from None
 
-    def unfreeze(self, feature: str, reason: str) -> None:
-        now = datetime.now(UTC).isoformat()
+    def unfreeze(self, feature: str, reason: str, at: datetime | None = None) -> None:
+        now = (at or datetime.now(UTC)).isoformat()
         event = json.dumps({"feature": feature, "action": "unfreeze", "reason": reason, "at": now, "value": None})
         # Removed and logged in one step, only when it was frozen (a Lua script: atomic on the server).
         script = (

@@ -159,10 +159,10 @@ class SQLiteOnlineStore(OnlineStore):
         )
 
     # -- freezes
-    def freeze(self, feature: str, reason: str, value: float | None = None) -> None:
+    def freeze(self, feature: str, reason: str, value: float | None = None, at: datetime | None = None) -> None:
         default = self.feature_default(feature)  # an unknown feature is an error even with a value
         value = default if value is None else value
-        now = datetime.now(UTC).isoformat()
+        now = (at or datetime.now(UTC)).isoformat()
         with immediate(self._db):
             self._db.execute(
                 "INSERT INTO freezes (feature, value, reason, frozen_at) VALUES (?, ?, ?, ?) "
@@ -174,8 +174,8 @@ class SQLiteOnlineStore(OnlineStore):
                 (feature, reason, now, value),
             )
 
-    def unfreeze(self, feature: str, reason: str) -> None:
-        now = datetime.now(UTC).isoformat()
+    def unfreeze(self, feature: str, reason: str, at: datetime | None = None) -> None:
+        now = (at or datetime.now(UTC)).isoformat()
         with immediate(self._db):
             deleted = self._db.execute("DELETE FROM freezes WHERE feature = ?", (feature,)).rowcount
             if deleted:

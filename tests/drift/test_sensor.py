@@ -161,7 +161,10 @@ def test_a_freeze_expires_on_the_shared_clock(home, instance):
     from keel.features.sqlite_store import SQLiteOnlineStore
 
     with SQLiteOnlineStore(home.online_store_of("flights"), features=FLIGHT_FEATURES) as store:
-        assert "expired at 2013-07-31T12:00:00" in store.freeze_log()[-1].reason
+        frozen_at, expired = store.freeze_log()
+    assert "expired at 2013-07-31T12:00:00" in expired.reason
+    # logged on the replay's calendar, as the expiry is: frozen on July 2nd, live again on the tick after August 1st
+    assert frozen_at.at.date() == JULY_2.date() and expired.at.date() == date(2013, 8, 1)
 
 
 def test_promoting_a_model_trained_on_the_drift_clears_its_freeze(home, instance):

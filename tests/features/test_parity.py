@@ -3,7 +3,7 @@ each backend of the online store (embedded SQLite, and the real Redis server), w
 
 from __future__ import annotations
 
-from datetime import date, timedelta
+from datetime import UTC, date, datetime, timedelta
 
 import polars as pl
 import pytest
@@ -121,7 +121,8 @@ def frozen_feature_changes_what_online_serves(validated, s):
         offline_features(flights, validated["weather"], validated["planes"], validated["flights"]), flights
     )
     before = get_online_features(s, rows)
-    s.freeze("temp", reason="drift: temp normalised W1 0.9 > 0.15 in 2013-07", value=41.5)
+    replayed = datetime(2013, 8, 1, 12, tzinfo=UTC)  # a live replay logs the freeze at its simulated time
+    s.freeze("temp", reason="drift: temp normalised W1 0.9 > 0.15 in 2013-07", value=41.5, at=replayed)
     after = get_online_features(s, rows)
     assert {r["temp"] for r in after} == {41.5} and {r["temp"] for r in before} != {41.5}
     assert all(r["degraded"] == ["temp"] for r in after)
@@ -129,9 +130,9 @@ def frozen_feature_changes_what_online_serves(validated, s):
     s.unfreeze("temp", reason="drift resolved")
     assert get_online_features(s, rows) == before
     log = s.freeze_log()
-    assert [(e.feature, e.action) for e in log] == [("temp", "freeze"), ("temp", "unfreeze")] and "2013-07" in log[
-        0
-    ].reason
+    assert [(e.feature, e.action) for e in log] == [("temp", "freeze"), ("temp", "unfreeze")]
+    assert "2013-07" in log[0].reason and log[0].at == replayed
+    assert log[1].at.year == datetime.now(UTC).year  # no time given: now
 
 
 def test_unknown_entities_are_missing_not_zero(store):
