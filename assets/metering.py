@@ -11,6 +11,7 @@ numbers as its metadata (``run_days`` says which run built it with which other d
 """
 
 import warnings
+from datetime import UTC, datetime, time, timedelta
 
 import dagster as dg
 import polars as pl
@@ -20,7 +21,7 @@ from keel.home import asset_file
 from keel.metering.cost import cost_frame, price_tables, totals
 from keel.metering.usage import read_usage
 from keel.plots import stacked_bars_svg, svg_markdown
-from keel.usecase import first_day, installed
+from keel.usecase import first_day, installed, served_spans
 from resources.home import KeelHomeResource
 from resources.parquet_io import PARTITION_COLUMN
 from resources.policy import PolicyStoreResource
@@ -29,9 +30,29 @@ METERING_GROUP = "metering"
 USAGE = dg.AssetKey("usage")
 COST_REPORT = dg.AssetKey("cost_report")
 SERVING_HEALTH = dg.AssetKey("serving_health")  # assets/serving_health.py: built with each metered day
-# From the first day of the earliest installed use case's period (keel.usecase.first_day): a live replay meters its
-# use cases' simulated days, a use case dated 2009 included.
-METERING_DAYS = dg.DailyPartitionsDefinition(start_date=first_day(installed().values()).isoformat(), end_offset=1)
+
+
+def metering_days(ucs) -> dg.DailyPartitionsDefinition:
+    """The days metering can have: those on which the use cases ``ucs`` can log traffic (keel.usecase.served_spans:
+    each period and the days its replay serves on), the years between two use cases' spans excluded — no partition is
+    "missing" that could never have traffic. A use case without a declared period (production) meters wall-clock
+    days, open-ended, from the earliest first day (keel.usecase.first_day)."""
+    spans = served_spans(ucs)
+    if spans is None:
+        return dg.DailyPartitionsDefinition(start_date=first_day(ucs).isoformat(), end_offset=1)
+    first = min(a for a, _ in spans.values())
+    last = max(b for _, b in spans.values())
+    gaps = [
+        datetime.combine(d, time(), UTC)
+        for n in range((last - first).days + 1)
+        if not any(a <= (d := first + timedelta(days=n)) <= b for a, b in spans.values())
+    ]
+    return dg.DailyPartitionsDefinition(
+        start_date=first.isoformat(), end_date=(last + timedelta(days=1)).isoformat(), exclusions=gaps or None
+    )
+
+
+METERING_DAYS = metering_days(installed().values())
 ON_DEMAND = {"keel/backfill": "skip"}
 BY_DAY = {PARTITION_COLUMN: "day"}  # a run over several days writes each day's rows to its own partition
 

@@ -290,6 +290,27 @@ class UseCase:
 WALL_CLOCK_START = date(2020, 1, 1)
 
 
+def _live_days(uc: UseCase) -> int:
+    """How many days of ``uc``'s period a live replay plays (after its history: ``history_months``)."""
+    first, last = uc.period
+    if uc.history_months:
+        year, month = (int(x) for x in uc.history_months[-1].split("-"))
+        first = date(year + month // 12, month % 12 + 1, 1)
+    return (last - first).days
+
+
+def served_spans(ucs) -> dict[str, tuple[date, date]] | None:
+    """The days on which ``ucs`` can log traffic, per use case: its period's first day to its last, and beyond: on a
+    live replay's shared clock (keel/clock.py ``shared_spans``) a use case whose live part is shorter goes on serving
+    until the longest has landed — a nine-month live part beside a ten-month one serves on for a month — plus a day
+    for the clock's last morning. None when a use case declares no period (production: wall-clock days, open-ended)."""
+    ucs = list(ucs)
+    if not ucs or any(uc.period is None for uc in ucs):
+        return None
+    longest = max(_live_days(uc) for uc in ucs)
+    return {uc.name: (uc.period[0], uc.period[1] + timedelta(days=longest - _live_days(uc) + 2)) for uc in ucs}
+
+
 def first_day(ucs) -> date:
     """Where the platform's daily partitions (metering, each use case's experiment lake) start: the earliest first
     day of ``ucs``' declared periods — a live replay's days are its use cases' days, whatever their calendar."""

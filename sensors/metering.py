@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dagster as dg
 
-from assets.metering import COST_REPORT, metering_job
+from assets.metering import COST_REPORT, METERING_DAYS, metering_job
 from keel.alerts import Alert, AlertConfigError, AlertSender
 from keel.clock import SimClock
 from keel.metering.budget import budget_alert, decide_budget, period_start_day
@@ -80,10 +80,17 @@ def metering_sensor(context: dg.SensorEvaluationContext, keel_home: KeelHomeReso
         exposure_days, sorted({d for r in runtimes for d in logged_days(r.compute, "compute")}),
         todays(home), cursor.days_done(exposure_days),
     )  # fmt: skip
+    outside = [d for d in days if not METERING_DAYS.has_partition_key(d)]
+    if outside:  # traffic on a day no use case's span has (assets/metering.py metering_days): said, not a failed run
+        context.log.warning(
+            f"not metered: traffic logged on {', '.join(outside)}, outside every use case's days (its period and the "
+            "days its replay serves on); `keel usage --from … --to …` reads those days from the exposure log"
+        )
     events = automation_problems(COST_REPORT, "metering_sensor", problems)
     if not days and not events:
         return dg.SkipReason(f"no finished day to meter (metered through {cursor.through or 'none'})")
-    return dg.SensorResult(run_requests=[metering_run(group) for group in day_groups(days)],
+    metered = [d for d in days if d not in outside]
+    return dg.SensorResult(run_requests=[metering_run(group) for group in day_groups(metered)],
                            cursor=cursor.with_days(days, exposure_days).dump(), asset_events=events)  # fmt: skip
 
 
