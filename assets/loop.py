@@ -27,7 +27,7 @@ from keel.exposure_log import scan_exposures
 from keel.home import asset_file
 from keel.intervals import Interval
 from keel.loop.report import Promotion, Release, expanding_window, month_report, naive_window
-from keel.loop.year import shorten, step_words, year_markdown, year_so_far
+from keel.loop.year import on_the_months, shorten, step_words, year_markdown, year_so_far
 from keel.plots import lines_svg, svg_markdown
 from keel.serving_health import DayHealth, answered_words, combined, day_health
 from keel.training.model import TrainingConfig, train_model
@@ -116,9 +116,10 @@ def build_loop_assets(uc: UseCase) -> list[dg.AssetsDefinition]:
             ]
         promotions = [p for p in changes if p.live_from.strftime("%Y-%m") == month]
         naive_note, expanding_note = naive.note(), expanding.note()
+        last = month == uc.months[-1]  # the span's last month also shows what the loop did after it
         with policies.open() as store:
-            year_actions = _loop_actions(context.instance, month, challenger_key, name, store)
-        actions = [a for a in year_actions if a["simulated"].startswith(month)]
+            year_actions = _loop_actions(context.instance, month, challenger_key, name, store, after=last)
+        actions = [a for a in year_actions if a["simulated"][:7] == month or (last and a["simulated"][:7] > month)]
         rows = [("served", report.served), ("static", report.static), ("naive", report.naive),
                 ("expanding", report.expanding)]  # fmt: skip
         frame = pl.DataFrame(
@@ -304,6 +305,7 @@ def year_at_a_glance(home, key: dg.AssetKey, months, month: str, frame: pl.DataF
     marks = [(p.live_from.strftime("%Y-%m"), f"v{p.version} live {p.live_from:%m-%d}") for p in changes]
     marks += [(a["simulated"][:7], f"{a['action']} {a['simulated'][5:10]}") for a in actions
               if a["action"] in ("canary rollback", "canary promote")]  # fmt: skip
+    marks = on_the_months(marks, xs)
     notes: dict[str, list[str]] = {}
     for x, text in marks:
         notes.setdefault(x, []).append(text)
@@ -312,14 +314,15 @@ def year_at_a_glance(home, key: dg.AssetKey, months, month: str, frame: pl.DataF
     return {"year": dg.MetadataValue.md(f"{table}\n\n{svg_markdown(chart)}"), "year_months": len(xs)}
 
 
-def _loop_actions(instance: dg.DagsterInstance, month: str, challenger: dg.AssetKey, model: str, store) -> list[dict]:
-    """The loop's runs whose simulated time falls in ``month`` or before it: challengers trained (runs configuring
+def _loop_actions(instance: dg.DagsterInstance, month: str, challenger: dg.AssetKey, model: str, store,
+                  after: bool = False) -> list[dict]:  # fmt: skip
+    """The loop's runs whose simulated time falls in ``month`` or before it (``after``: or after it): challengers trained (runs configuring
     the ``challenger`` asset's op), canary decisions deployed (of canaries of ``model``: ``<model>.<tag>-v<version>``),
     each with its reason (a canary's from the policy commit it carried out, in ``store``)."""
     out = []
     for run in instance.get_runs(limit=5000):
         sim = run.tags.get("keel/sim_now", "")
-        if not sim or sim[:7] > month:
+        if not sim or (sim[:7] > month and not after):
             continue
         if challenger.to_python_identifier() in (run.run_config or {}).get("ops", {}):  # its config is required
             action, detail = "challenger", f"plan {run.tags.get('keel/plan')}"

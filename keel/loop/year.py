@@ -43,6 +43,21 @@ def year_so_far(frame: pl.DataFrame, metric: str) -> tuple[list[str], dict[str, 
     return months, series
 
 
+def on_the_months(marks: list[tuple[str, str]], months: list[str]) -> list[tuple[str, str]]:
+    """``marks`` ((YYYY-MM, text): releases, canary decisions) placed on ``months``: a mark after the last month (the
+    replay serves on after a use case's period while a longer one lands) is shown on the last month as
+    "then <text> (<its month>)", never dropped; one before the first month is dropped (no row to put it on)."""
+    if not months:
+        return []
+    out = []
+    for month, text in marks:
+        if month > months[-1]:
+            out.append((months[-1], f"then {text} ({month})"))
+        elif month >= months[0]:
+            out.append((month, text))
+    return out
+
+
 def year_markdown(
     months: list[str], series: dict[str, list[float | None]], metric: str, notes: dict[str, str]
 ) -> str:

@@ -8,7 +8,7 @@ import xml.etree.ElementTree as ET
 
 import polars as pl
 
-from keel.loop.year import shorten, step_words, year_markdown, year_so_far
+from keel.loop.year import on_the_months, shorten, step_words, year_markdown, year_so_far
 from keel.plots import lines_svg
 
 
@@ -48,3 +48,13 @@ def test_words_a_person_reads():
     assert len(short) < len(long) and short.endswith(f"(+{len(long) - len(short.split(' …')[0])} chars)")
     assert not short.split(" …")[0].endswith("champio")  # cut at a word, never mid-word
     assert shorten("room_month_price", 160) == "room_month_price"
+
+
+def test_a_decision_after_the_last_month_is_shown_on_it_not_dropped():
+    months = ["2013-11", "2013-12"]
+    marks = [("2013-10", "v2 live 10-03"), ("2013-12", "v4 live 12-05"), ("2014-01", "canary rollback 01-12")]
+    assert on_the_months(marks, months) == [
+        ("2013-12", "v4 live 12-05"),
+        ("2013-12", "then canary rollback 01-12 (2014-01)"),
+    ]
+    assert on_the_months(marks, []) == []
