@@ -27,7 +27,7 @@ from keel.exposure_log import scan_exposures
 from keel.home import asset_file
 from keel.intervals import Interval
 from keel.loop.report import Promotion, Release, expanding_window, month_report, naive_window
-from keel.loop.year import on_the_months, shorten, step_words, year_markdown, year_so_far
+from keel.loop.year import on_the_months, shorten, step_words, year_rows, year_so_far
 from keel.plots import lines_svg, svg_markdown
 from keel.serving_health import DayHealth, answered_words, combined, day_health
 from keel.training.model import TrainingConfig, train_model
@@ -309,9 +309,16 @@ def year_at_a_glance(home, key: dg.AssetKey, months, month: str, frame: pl.DataF
     notes: dict[str, list[str]] = {}
     for x, text in marks:
         notes.setdefault(x, []).append(text)
-    table = year_markdown(xs, series, head, {m: "; ".join(t) for m, t in notes.items()})
+    rows = year_rows(xs, series, head, {m: "; ".join(t) for m, t in notes.items()})
     chart = lines_svg(f"{head} by month, {xs[0]} … {xs[-1]}: served vs the references", xs, series, marks)
-    return {"year": dg.MetadataValue.md(f"{table}\n\n{svg_markdown(chart)}"), "year_months": len(xs)}
+    columns = [dg.TableColumn("month", "string")]
+    columns += [dg.TableColumn(f"{m}_{head}", "float") for m in series]
+    columns += [dg.TableColumn("what_happened", "string", description="releases live, canary decisions")]
+    return {  # the table shown inline on the partition's page, the chart one click away
+        "year": dg.MetadataValue.table([dg.TableRecord(r) for r in rows], dg.TableSchema(columns=columns)),
+        "year_chart": dg.MetadataValue.md(svg_markdown(chart)),
+        "year_months": len(xs),
+    }
 
 
 def _loop_actions(instance: dg.DagsterInstance, month: str, challenger: dg.AssetKey, model: str, store,

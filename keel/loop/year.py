@@ -58,16 +58,14 @@ def on_the_months(marks: list[tuple[str, str]], months: list[str]) -> list[tuple
     return out
 
 
-def year_markdown(
+def year_rows(
     months: list[str], series: dict[str, list[float | None]], metric: str, notes: dict[str, str]
-) -> str:
-    """The year as a markdown table: a row per month, a column per model's ``metric``, and what happened that month
-    (``notes``: releases, canary decisions)."""
-    head = f"| month | {' | '.join(f'{m} {metric}' for m in series)} | what happened |"
-    rule = "|" + "---|" * (len(series) + 2)
-    rows = [
-        f"| {m} | " + " | ".join("–" if vs[i] is None else f"{vs[i]:.4f}" for vs in series.values())
-        + f" | {notes.get(m, '')} |"
+) -> list[dict[str, str | float | None]]:
+    """The year as rows of a table: one per month, a column per model's ``metric`` (``served_auc``, …; None where a
+    month has none; 4 decimals), and what happened that month (``notes``: releases, canary decisions)."""
+    return [
+        {"month": m}
+        | {f"{model}_{metric}": vs[i] for model, vs in series.items()}
+        | {"what_happened": notes.get(m, "")}
         for i, m in enumerate(months)
-    ]  # fmt: skip
-    return "\n".join([head, rule, *rows])
+    ]
