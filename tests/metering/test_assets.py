@@ -126,3 +126,23 @@ def test_a_use_case_without_a_period_meters_wall_clock_days_open_ended():
     production = replace(get("flights"), period=None)
     days = metering_days([production, get("hotels")])
     assert days.has_partition_key(date.today().isoformat()) and days.has_partition_key("2016-07-01")
+
+
+def test_the_sensor_says_which_logged_days_lie_outside_every_use_case_and_meters_the_rest(tmp_path, monkeypatch):
+    """Traffic logged on a day of the years between the two use cases' spans (2015) is not a partition: the sensor
+    launches no run for it (a run for it would fail: no such partition), says so in its log once, and meters a day of
+    a span beside it."""
+    from keel.clock import SimClock
+    from tests.conftest import evaluate_sensor
+
+    log = ExposureLog(tmp_path / "serving" / "exposures")
+    for day in (datetime(2013, 6, 1, 12, tzinfo=UTC), datetime(2015, 3, 1, 12, tzinfo=UTC)):
+        log.append({"ts": day.timestamp(), "tenant_id": "ops", "model_version": 1, "status": 200, "rows": 1,
+                    "latency_ms": 2.0, "policy_version": 1})  # fmt: skip
+    log.close()
+    SimClock(tmp_path / "clock.json").start(datetime(2015, 3, 5, tzinfo=UTC), speed=1.0)
+    tick = evaluate_sensor("metering_sensor", tmp_path, monkeypatch)
+    assert [r.partition_key for r in tick.run_requests] == ["2013-06-01"]
+    from keel.metering.usage import MeteredDays
+
+    assert MeteredDays.parse(tick.cursor).through == "2015-03-01"  # said once: not retried at each tick
