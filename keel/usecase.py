@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from datetime import date, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 from functools import cache
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -290,25 +290,22 @@ class UseCase:
 WALL_CLOCK_START = date(2020, 1, 1)
 
 
-def _live_days(uc: UseCase) -> int:
-    """How many days of ``uc``'s period a live replay plays (after its history: ``history_months``)."""
-    first, last = uc.period
-    if uc.history_months:
-        year, month = (int(x) for x in uc.history_months[-1].split("-"))
-        first = date(year + month // 12, month % 12 + 1, 1)
-    return (last - first).days
-
-
 def served_spans(ucs) -> dict[str, tuple[date, date]] | None:
-    """The days on which ``ucs`` can log traffic, per use case: its period's first day to its last, and beyond: on a
-    live replay's shared clock (keel/clock.py ``shared_spans``) a use case whose live part is shorter goes on serving
-    until the longest has landed — a nine-month live part beside a ten-month one serves on for a month — plus a day
-    for the clock's last morning. None when a use case declares no period (production: wall-clock days, open-ended)."""
+    """The days on which ``ucs`` can log traffic, per use case: its period's first day to the day its last day has
+    landed — a live replay's clock stops each use case there (keel/clock.py ``shared_spans``: its span ends when its
+    period's last day has landed in every table), and what is served after the replay is stamped with that instant.
+    None when a use case declares no period (production: wall-clock days, open-ended)."""
     ucs = list(ucs)
     if not ucs or any(uc.period is None for uc in ucs):
         return None
-    longest = max(_live_days(uc) for uc in ucs)
-    return {uc.name: (uc.period[0], uc.period[1] + timedelta(days=longest - _live_days(uc) + 2)) for uc in ucs}
+    out = {}
+    for uc in ucs:
+        lags = [src.landing_after for src in uc.landed if src.landing_after is not None]
+        out[uc.name] = (
+            uc.period[0],
+            (datetime.combine(uc.period[1], time(0), UTC) + max(lags, default=timedelta(0))).date(),
+        )
+    return out
 
 
 def first_day(ucs) -> date:

@@ -93,26 +93,22 @@ def test_without_a_price_table_the_cost_is_said_unpriced_not_zero(home):
 
 
 def test_the_metering_days_are_the_use_cases_spans_not_the_years_between():
-    """Flights (2013, served into January 2014 while hotels' longer live part lands) and hotels (July 2016 – August
-    2017): every day either can log traffic on is a partition, the two years between them are not, nor today."""
+    """Flights (2013, its replay ending when December 31st's flights and weather have landed: noon on January 1st,
+    2014) and hotels (July 2016 – August 2017, the last stays' bookings landing two weeks later): every day either can
+    log traffic on is a partition, the two years between them are not, nor today."""
     from datetime import date
 
     from assets.metering import METERING_DAYS, metering_days
     from keel.usecase import get, served_spans
 
     spans = served_spans([get("flights"), get("hotels")])
-    # flights' live part (April 1 – December 31: 274 days) is 29 days shorter than hotels' (November 1 – August 31:
-    # 303 days): flights serves on 29 days after its period, and each a day more for the clock's last morning
-    assert spans == {"flights": (date(2013, 1, 1), date(2014, 1, 31)), "hotels": (date(2016, 7, 1), date(2017, 9, 2))}
+    assert spans == {"flights": (date(2013, 1, 1), date(2014, 1, 1)), "hotels": (date(2016, 7, 1), date(2017, 9, 15))}
     days = metering_days([get("flights"), get("hotels")])
-    for day in ("2013-01-01", "2013-06-01", "2014-01-31", "2016-07-01", "2017-09-02"):
+    for day in ("2013-01-01", "2013-06-01", "2014-01-01", "2016-07-01", "2017-09-15"):
         assert days.has_partition_key(day), day
-    for day in ("2012-12-31", "2014-02-01", "2015-06-01", "2017-09-03", date.today().isoformat()):
+    for day in ("2012-12-31", "2014-01-02", "2015-06-01", "2017-09-16", date.today().isoformat()):
         assert not days.has_partition_key(day), day
-    assert (
-        len(days.get_partition_keys())
-        == (date(2014, 1, 31) - date(2013, 1, 1)).days + 1 + (date(2017, 9, 2) - date(2016, 7, 1)).days + 1
-    )
+    assert len(days.get_partition_keys()) == 366 + 442
     assert METERING_DAYS.get_partition_keys() == days.get_partition_keys()  # the installed use cases
 
 
