@@ -65,7 +65,7 @@ def year_rows(
     month has none; 4 decimals), and what happened that month (``notes``: releases, canary decisions)."""
     return [
         {"month": m}
-        | {f"{model}_{metric}": vs[i] for model, vs in series.items()}
+        | {f"{model}_{metric}": None if vs[i] is None else round(vs[i], 4) for model, vs in series.items()}
         | {"what_happened": notes.get(m, "")}
         for i, m in enumerate(months)
     ]

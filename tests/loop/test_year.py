@@ -19,6 +19,7 @@ def frame(month: str, served: float | None, static: float) -> pl.DataFrame:
 
 def test_the_months_in_order_with_each_models_metric():
     months, series = year_so_far(pl.concat([frame("2013-05", 0.71, 0.69), frame("2013-04", None, 0.7)]), "auc")
+    assert year_rows(["2013-04"], {"served": [0.651972471246]}, "auc", {})[0]["served_auc"] == 0.652  # 4 decimals
     assert months == ["2013-04", "2013-05"]
     assert series == {"served": [None, 0.71], "static": [0.7, 0.69], "naive": [None, None], "expanding": [0.7, 0.7]}
     rows = year_rows(months, series, "auc", {"2013-05": "v5 live 05-10"})
