@@ -96,6 +96,11 @@ with warnings.catch_warnings():
                         round(sum(h.scored for h in mine) / requests, 4) if requests else 0.0
                     ),
                     "degraded_models": sum(1 for h, b in missed if h.day == day),
+                    "missed": dg.MetadataValue.md(
+                        "\n".join(f"- **{h.model}**: {'; '.join(b)}" for h, b in missed if h.day == day)
+                        or "every model met its tier"
+                    ),
+                    "dagster/row_count": len(mine),
                     "health": dg.MetadataValue.md(
                         frame_to_markdown(frame.filter(pl.col("day") == day).drop("breaches", "day"), max_rows=50)
                     ),

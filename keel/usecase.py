@@ -291,20 +291,27 @@ WALL_CLOCK_START = date(2020, 1, 1)
 
 
 def served_spans(ucs) -> dict[str, tuple[date, date]] | None:
-    """The days on which ``ucs`` can log traffic, per use case: its period's first day to the day its last day has
-    landed — a live replay's clock stops each use case there (keel/clock.py ``shared_spans``: its span ends when its
-    period's last day has landed in every table), and what is served after the replay is stamped with that instant.
-    None when a use case declares no period (production: wall-clock days, open-ended)."""
+    """The days on which ``ucs`` can log traffic, per use case: a live replay's span of it (keel/clock.py
+    ``shared_spans``), from the day its history has landed (the months before are built at once, nothing is served
+    in them) to the day its period's last day has landed, where the clock stops it — what is served after the replay
+    is stamped with that instant. None when a use case declares no period (production: wall-clock days, open-ended).
+    """
     ucs = list(ucs)
     if not ucs or any(uc.period is None for uc in ucs):
         return None
+
+    def landed(uc: UseCase, day: date) -> date:  # as keel/data/landing.py LandingZone.landed_by, to the day
+        lags = [src.landing_after for src in uc.landed if src.landing_after is not None]
+        return (datetime.combine(day, time(0), UTC) + max(lags, default=timedelta(0))).date()
+
     out = {}
     for uc in ucs:
-        lags = [src.landing_after for src in uc.landed if src.landing_after is not None]
-        out[uc.name] = (
-            uc.period[0],
-            (datetime.combine(uc.period[1], time(0), UTC) + max(lags, default=timedelta(0))).date(),
-        )
+        if uc.history_months:
+            year, month = (int(x) for x in uc.history_months[-1].split("-"))
+            first = landed(uc, date(year + month // 12, month % 12 + 1, 1) - timedelta(days=1))
+        else:
+            first = uc.period[0]
+        out[uc.name] = (first, landed(uc, uc.period[1]))
     return out
 
 

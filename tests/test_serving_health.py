@@ -122,6 +122,11 @@ def test_the_asset_fails_its_check_and_opens_an_incident_for_a_degraded_day_and_
     }
     assert [per_day[d]["requests"] for d in ("2013-05-01", "2013-05-02")] == [1000, 500]
     assert [per_day[d]["degraded_models"] for d in ("2013-05-01", "2013-05-02")] == [1, 0]
+    assert per_day["2013-05-01"]["missed"].startswith(
+        "- **flight-delay**: the model answered 85.0% of 1,000 requests"
+    )
+    assert per_day["2013-05-02"]["missed"] == "every model met its tier"
+    assert [per_day[d]["dagster/row_count"] for d in ("2013-05-01", "2013-05-02")] == [1, 1]  # a model each day
     assert per_day["2013-05-02"]["run_days"] == "2013-05-01 … 2013-05-02 (2 days)"
     [check] = both.get_asset_check_evaluations()
     assert check.passed is False and check.metadata["days_missed"].value == 1

@@ -93,22 +93,26 @@ def test_without_a_price_table_the_cost_is_said_unpriced_not_zero(home):
 
 
 def test_the_metering_days_are_the_use_cases_spans_not_the_years_between():
-    """Flights (2013, its replay ending when December 31st's flights and weather have landed: noon on January 1st,
-    2014) and hotels (July 2016 – August 2017, the last stays' bookings landing two weeks later): every day either can
-    log traffic on is a partition, the two years between them are not, nor today."""
+    """Flights (its replay serving from April 1st, 2013, when March's flights and weather have landed, to January
+    1st, 2014, when December 31st's have) and hotels (from November 15th, 2016, when October's bookings have landed
+    two weeks on, to September 15th, 2017): every day either can log traffic on is a partition; the history months
+    (built at once, nothing served), the years between the spans and today are not."""
     from datetime import date
 
     from assets.metering import METERING_DAYS, metering_days
     from keel.usecase import get, served_spans
 
     spans = served_spans([get("flights"), get("hotels")])
-    assert spans == {"flights": (date(2013, 1, 1), date(2014, 1, 1)), "hotels": (date(2016, 7, 1), date(2017, 9, 15))}
+    assert spans == {
+        "flights": (date(2013, 4, 1), date(2014, 1, 1)),
+        "hotels": (date(2016, 11, 15), date(2017, 9, 15)),
+    }
     days = metering_days([get("flights"), get("hotels")])
-    for day in ("2013-01-01", "2013-06-01", "2014-01-01", "2016-07-01", "2017-09-15"):
+    for day in ("2013-04-01", "2013-06-01", "2014-01-01", "2016-11-15", "2017-09-15"):
         assert days.has_partition_key(day), day
-    for day in ("2012-12-31", "2014-01-02", "2015-06-01", "2017-09-16", date.today().isoformat()):
+    for day in ("2013-03-31", "2014-01-02", "2015-06-01", "2016-11-14", "2017-09-16", date.today().isoformat()):
         assert not days.has_partition_key(day), day
-    assert len(days.get_partition_keys()) == 366 + 442
+    assert len(days.get_partition_keys()) == 276 + 305
     assert METERING_DAYS.get_partition_keys() == days.get_partition_keys()  # the installed use cases
 
 
@@ -121,7 +125,7 @@ def test_a_use_case_without_a_period_meters_wall_clock_days_open_ended():
 
     production = replace(get("flights"), period=None)
     days = metering_days([production, get("hotels")])
-    assert days.has_partition_key(date.today().isoformat()) and days.has_partition_key("2016-07-01")
+    assert days.has_partition_key(date.today().isoformat()) and days.has_partition_key("2016-11-15")
 
 
 def test_the_sensor_says_which_logged_days_lie_outside_every_use_case_and_meters_the_rest(tmp_path, monkeypatch):
