@@ -22,6 +22,7 @@ class Group:
     docs: str
     about: str
     how_to_run: str | None = None  # only for groups the set-up does not materialize
+    live: bool = False  # with how_to_run: a live replay (the default set-up) builds it, a backfill does not
 
 
 GROUPS = {
@@ -56,6 +57,7 @@ GROUPS = {
         how_to_run="Built by the loop in a live replay (scripts/up, or `keel live run`): the drift sensor launches "
         "{uc}_challenger with the months its plan names. By hand: launch {uc}_challenger from the Launchpad with "
         "train_months and gate_month as config.",
+        live=True,
     ),
     "operations": Group(
         "team:ml-serving",
@@ -63,6 +65,7 @@ GROUPS = {
         "incidents: faults the platform detected and undid by itself, and chaos drills, with their timelines",
         how_to_run="Refreshed by watchdog_sensor whenever the incident log changes (job keel_incidents); empty until "
         "something happened. By hand: launch keel_incidents from the Launchpad, or run `keel incidents`.",
+        live=True,
     ),
     "metering": Group(
         "team:ml-serving",
@@ -72,6 +75,7 @@ GROUPS = {
         how_to_run="Materialized by metering_sensor for each finished day of the gateway's clock (job keel_metering) "
         "once traffic has been served; empty before. By hand: materialize a day of usage and cost_report from the "
         "UI, or run `keel usage` / `keel cost`.",
+        live=True,
     ),
     "deployments": Group(
         "team:ml-serving",
@@ -91,7 +95,7 @@ GROUPS = {
         "team:data-platform",
         "docs/streaming.md",
         "the weather contract run as a Flink streaming job, with parity against the batch path",
-        how_to_run="Not built by the set-up (it needs the Flink mini-cluster, ~1 min a month): materialize a "
+        how_to_run="It needs the Flink mini-cluster (~1 min a month): materialize a "
         "month of stream_validated_weather from the UI (select it, Materialize, pick the month), or run the Flink "
         "job by hand (docs/streaming.md).",
     ),
@@ -129,10 +133,15 @@ def _with_group(spec: dg.AssetSpec, uc: UseCase | None) -> dg.AssetSpec:
     spec = spec.merge_attributes(
         owners=[g.owner] if not spec.owners else [], metadata=group_metadata(spec.group_name, uc)
     )
-    if g.how_to_run and spec.tags.get("keel/backfill") == "skip":  # grey in the UI after the set-up: say why
+    if g.how_to_run and spec.tags.get("keel/backfill") == "skip":  # grey until something builds it: say what does
+        built = (
+            "**Not built by the backfill** (`KEEL_LIVE=0 scripts/up`); a live replay (`scripts/up`) builds it"
+            if g.live
+            else "**Not built by the set-up**"
+        )
         spec = spec.replace_attributes(
-            description=f"{spec.description}\n\n**Not built by the set-up** (its checks show no result until it "
-            f"runs). {_filled(g.how_to_run, uc)}"
+            description=f"{spec.description}\n\n{built} (its checks show no result until it runs). "
+            f"{_filled(g.how_to_run, uc)}"
         )
     return spec
 
