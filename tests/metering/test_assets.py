@@ -146,3 +146,44 @@ def test_the_sensor_says_which_logged_days_lie_outside_every_use_case_and_meters
     from keel.metering.usage import MeteredDays
 
     assert MeteredDays.parse(tick.cursor).through == "2015-03-01"  # said once: not retried at each tick
+
+
+def test_two_use_cases_years_apart_meter_every_logged_day_each_partition_its_own_numbers(tmp_path, monkeypatch):
+    """Flights logs June 2013 and hotels January 2017 on one shared clock: one sensor tick asks for a run per use
+    case's days (never a three-year range), and each day's usage and cost_report partition holds that day's requests
+    alone — priced where a price table is in force, said unpriced (never a cost of 0) where none is."""
+    from datetime import timedelta
+
+    from keel.clock import SimClock, Span
+    from tests.conftest import evaluate_sensor
+
+    log = ExposureLog(tmp_path / "serving" / "exposures")
+    logged = {"2013-06-01": 30, "2013-06-02": 20, "2017-01-09": 7, "2017-01-10": 5}
+    for day, n in logged.items():
+        noon = datetime.fromisoformat(f"{day}T12:00:00+00:00").timestamp()
+        tenant = "ops" if day.startswith("2013") else "pricing"
+        for i in range(n):
+            log.append({"ts": noon + i, "tenant_id": tenant, "model_version": 1, "status": 200, "rows": 1,
+                        "latency_ms": 2.0, "policy_version": 1})  # fmt: skip
+    log.close()
+    offset = datetime(2017, 1, 13, tzinfo=UTC) - datetime(2013, 6, 5, tzinfo=UTC)
+    SimClock(tmp_path / "clock.json").start(
+        datetime(2013, 6, 5, tzinfo=UTC), speed=1.0, spans={"flights": Span(timedelta(0)), "hotels": Span(offset)}
+    )
+    tick = evaluate_sensor("metering_sensor", tmp_path, monkeypatch)
+    runs = [
+        dict(r.tags) | ({"dagster/partition": r.partition_key} if r.partition_key else {}) for r in tick.run_requests
+    ]
+    assert [r.get("keel/metered_days") for r in runs] == ["2013-06-01..2013-06-02", "2017-01-09..2017-01-10"]
+    for tags in runs:
+        assert dg.materialize([usage, cost_report], resources=keel_resources(tmp_path), tags=tags).success
+    for day, n in logged.items():
+        assert int(pl.read_parquet(asset_file(tmp_path / "storage", ["usage"], day))["requests"].sum()) == n, day
+        cost = pl.read_parquet(asset_file(tmp_path / "storage", ["cost_report"], day))
+        assert cost["cost"].is_null().all() and cost.height >= 1, day  # no price table: unpriced, not 0
+    with PolicyStore(tmp_path / "policies.sqlite") as store:  # prices set: the same day again is priced
+        store.apply({"prices": ("cost", PRICES)}, author="finance", reason="prices")
+    again = dg.materialize([usage, cost_report], resources=keel_resources(tmp_path), partition_key="2017-01-10")
+    meta = again.asset_materializations_for_node("cost_report")[0].metadata
+    assert meta["day"].value == "2017-01-10" and meta["currency"].value == "USD"
+    assert meta["cost"].value == pytest.approx(5 / 1000 * PRICES["per_1000_requests"])  # its 5 requests alone
