@@ -1,5 +1,5 @@
 """The ``keel`` command line: one module per command group (contracts, drift, ledger and rollback, lineage, policy,
-experiment, k8s, live, incidents, chaos, usage and cost, explain), each with its ``register(sub)``.
+tenant, experiment, k8s, live, incidents, chaos, usage and cost, explain), each with its ``register(sub)``.
 
 Exit codes, the same for every command: 0 ok, 1 the check found a problem, 2 bad input or usage.
 """
@@ -23,13 +23,15 @@ from keel.cli import (
     live,
     metering,
     policy,
+    tenants,
 )
 from keel.cli.common import EXIT_BAD_INPUT, EXIT_OK, EXIT_PROBLEM, Parser
 from keel.cli.contracts import partition_window
 from keel.errors import KeelError
 
 __all__ = ["EXIT_BAD_INPUT", "EXIT_OK", "EXIT_PROBLEM", "build_parser", "main", "partition_window"]
-GROUPS = (contracts, drift, ledger, lineage, policy, experiment, k8s, live, incidents, chaos, metering, explain)
+GROUPS = (contracts, drift, ledger, lineage, policy, tenants, experiment, k8s, live, incidents, chaos, metering,
+          explain)  # fmt: skip
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -338,13 +338,29 @@ class Budget(PolicyType):
                 raise PolicyValidationError(name, "hard_bool", f"tenants.{tenant}.hard is true or false")
 
 
+class TenantType(PolicyType):
+    """A tenant that authenticates (keel/tenants.py): named by its tenant id, its API keys as salted hashes (never a
+    secret), the tiers and risk levels it may claim, its quota share. `keel tenant add | rotate | revoke` commit it."""
+
+    type = "tenant"
+
+    @classmethod
+    def validate(cls, name: str, body: dict[str, Any], versions_of: VersionsOf | None = None) -> None:
+        from keel.tenants import body_problems
+
+        problems = body_problems(name, body)
+        if problems:
+            rule, _, message = problems[0].partition(": ")
+            raise PolicyValidationError(name, rule, message)
+
+
 # Types that existed once: the store refuses new commits of them, gateways skip committed ones with a note.
 RETIRED_TYPES = {
     "feature_freeze": "freezes are the drift sensor's, in the online store (docs/drift.md); nothing read this type",
 }
 
 POLICY_TYPES: dict[str, type[PolicyType]] = {
-    t.type: t for t in (AbTest, Canary, CircuitBreaker, RateLimitType, SlaTierType, Cost, Budget)
+    t.type: t for t in (AbTest, Canary, CircuitBreaker, RateLimitType, SlaTierType, Cost, Budget, TenantType)
 }
 
 
