@@ -38,6 +38,16 @@ def envoy_binary() -> str:
     return found
 
 
+FILTER_MODULE = Path(__file__).parent / "edge_filter" / "build" / "keel_edge.wasm"
+
+
+def edge_filter_module() -> str:
+    """keel's edge filter as scripts/setup built it (gpu_runtime/edge_filter/keel_edge.c → WebAssembly)."""
+    if not FILTER_MODULE.exists():
+        raise RuntimeError(f"{FILTER_MODULE} is not built: run scripts/setup (it compiles keel_edge.c with ziglang)")
+    return str(FILTER_MODULE)
+
+
 def _write_atomic(path: Path, data: dict) -> None:
     tmp = path.parent.parent / f".{path.name}.tmp"  # outside the watched directory: only the rename is seen
     tmp.write_text(json.dumps(data, indent=1))
@@ -99,7 +109,7 @@ class EnvoyEdge:
         log = open(self.dir / "envoy.log", "ab")  # noqa: SIM115 - the child's stdout, closed with it
         self.proc = subprocess.Popen(
             [envoy_binary(), "-c", str(self.dir / "bootstrap.json"), "--disable-hot-restart",
-             "--log-level", "warning", "--concurrency", str(max(1, min(2, os.cpu_count() or 1)))],
+             "--log-level", os.environ.get("KEEL_EDGE_LOG_LEVEL", "warning"), "--concurrency", str(max(1, min(2, os.cpu_count() or 1)))],
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
         log.close()

@@ -40,6 +40,8 @@ CLUSTER = "type.googleapis.com/envoy.config.cluster.v3.Cluster"
 ROUTER = "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"
 BUFFER = "type.googleapis.com/envoy.extensions.filters.http.buffer.v3.Buffer"
 FILE_LOG = "type.googleapis.com/envoy.extensions.access_loggers.file.v3.FileAccessLog"
+WASM = "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm"
+STRING_VALUE = "type.googleapis.com/google.protobuf.StringValue"
 UPSTREAM = "keel_gateway"  # the cluster of the gateway's worker processes
 LISTENER_NAME = "keel_edge"
 DEADLINE_MARGIN_MS = 50  # Envoy's route timeout = the tier's deadline + this: the gateway answers its own first
@@ -89,6 +91,8 @@ class EdgeSpec:
     limits: EdgeLimits = field(default_factory=EdgeLimits)
     access_log: str = "/dev/null"
     host: str = "127.0.0.1"
+    wasm: str | None = None  # the edge filter's module (gpu_runtime/edge_filter/): None, no filter (tests of routing)
+    filter_config: str = ""  # its configuration: edge_filter_config(...)
 
     def __post_init__(self) -> None:
         if not self.workers:
@@ -166,6 +170,7 @@ def listener(spec: EdgeSpec) -> dict[str, Any]:
             "virtual_hosts": [{"name": "keel", "domains": ["*"], "routes": routes(spec)}],
         },
         "http_filters": [
+            *([wasm_filter(spec.wasm, spec.filter_config)] if spec.wasm else []),
             {
                 "name": "envoy.filters.http.buffer",
                 "typed_config": {"@type": BUFFER, "max_request_bytes": lim.max_body_bytes},
@@ -181,6 +186,38 @@ def listener(spec: EdgeSpec) -> dict[str, Any]:
         "filter_chains": [{"filters": [{"name": "envoy.filters.network.http_connection_manager",
                                         "typed_config": manager}]}],
     }  # fmt: skip
+
+
+def wasm_filter(module: str, configuration: str) -> dict[str, Any]:
+    """keel's edge filter (gpu_runtime/edge_filter/keel_edge.c) on Envoy's V8 runtime: authenticates the key, sets
+    the tenant and the tier. ``fail_open`` false: a filter that cannot run answers 503, it never lets a request
+    through unauthenticated."""
+    return {
+        "name": "envoy.filters.http.wasm",
+        "typed_config": {
+            "@type": WASM,
+            "config": {
+                "name": "keel_edge",
+                "root_id": "keel_edge",
+                "fail_open": False,
+                "configuration": {"@type": STRING_VALUE, "value": configuration},
+                "vm_config": {"vm_id": "keel_edge", "runtime": "envoy.wasm.runtime.v8",
+                              "code": {"local": {"filename": module}}},
+            },
+        },
+    }  # fmt: skip
+
+
+def edge_filter_config(token: str, tenants, models: dict[str, str]) -> str:
+    """The edge filter's configuration from the tenants in force (keel.tenants.Tenant: their keys' salted hashes,
+    tiers, risk levels) and the served models' tiers; ``token``: what the filter sets as ``x-keel-edge`` (the gateway
+    trusts ``x-keel-tenant`` only with it)."""
+    lines = [f"edge token {token}"]
+    for t in sorted(tenants, key=lambda t: t.name):
+        lines.append(f"tenant {t.name} {','.join(t.tiers)} {','.join(map(str, t.risk_levels))}")
+        lines += [f"key {k.key_id} {t.name} {k.salt} {k.sha256}" for k in t.keys]
+    lines += [f"model {m} {tier}" for m, tier in sorted(models.items())]
+    return "\n".join(lines) + "\n"
 
 
 def cluster(spec: EdgeSpec) -> dict[str, Any]:

@@ -24,7 +24,9 @@ class StandInWorker(BaseHTTPRequestHandler):
         if "delay=" in self.path:
             time.sleep(int(self.path.split("delay=")[1]) / 1000)
         out = json.dumps({"worker": self.server.server_port, "path": self.path,
-                          "request_id": self.headers.get("x-request-id")}).encode()  # fmt: skip
+                          "request_id": self.headers.get("x-request-id"),
+                          "labels": {h: self.headers.get(h) for h in ("x-keel-tenant", "x-keel-tier", "x-keel-edge")}
+                          }).encode()  # fmt: skip
         self.send_response(200)
         self.send_header("content-length", str(len(out)))
         self.end_headers()

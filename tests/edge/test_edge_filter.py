@@ -1,0 +1,96 @@
+"""keel's edge filter (gpu_runtime/edge_filter/keel_edge.c, built by scripts/setup) in the real Envoy: the tenant
+comes from the API key, never from the request; no key or a wrong, unknown or revoked one is 401; a tier or risk
+level the tenant was not given is 403; revoking or rotating is a new configuration, in force when `apply` returns.
+Behind it, a stand-in worker process (tests/edge/stand_in.py) that echoes the labels it received."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+import pytest
+
+from gpu_runtime.edge import EnvoyEdge, edge_filter_module
+from gpu_runtime.triton import free_port
+from keel.edge.envoy import EdgeSpec, edge_filter_config
+from keel.tenants import Tenant, new_key
+from tests.edge.test_envoy import Worker, post
+
+MODELS = {"flight-delay": "L2", "room-rate": "L1"}
+TOKEN = "edge-token-for-tests"
+
+
+@pytest.fixture
+def keys():
+    return {name: new_key("2013-04-01T00:00:00+00:00") for name in ("ops", "pricing", "spare")}
+
+
+def tenants(keys, revoked=()) -> list[Tenant]:
+    return [
+        Tenant("ops", tuple(s for n, (_, s) in keys.items() if n in ("ops", "spare") and n not in revoked),
+               tiers=("L1", "L2"), risk_levels=(1, 2)),
+        Tenant("pricing", tuple(s for n, (_, s) in keys.items() if n == "pricing" and n not in revoked)),
+    ]  # fmt: skip
+
+
+@pytest.fixture
+def edge(tmp_path, keys):
+    (tmp_path / "workers").mkdir()
+    worker = Worker(tmp_path / "workers")
+    spec = EdgeSpec(port=free_port(), workers=(worker.port,), models=MODELS, wasm=edge_filter_module(),
+                    filter_config=edge_filter_config(TOKEN, tenants(keys), MODELS))  # fmt: skip
+    with EnvoyEdge(tmp_path / "edge", spec) as e:
+        yield e
+    worker.kill()
+
+
+def test_the_tenant_comes_from_the_key_never_from_the_request(edge, keys):
+    key = keys["pricing"][0]
+    status, body = post(f"{edge.url}/v1/models/flight-delay/predict",
+                        headers={"x-api-key": key, "x-keel-tenant": "ops", "x-keel-edge": "forged"})  # fmt: skip
+    assert status == 200
+    assert body["labels"] == {"x-keel-tenant": "pricing", "x-keel-tier": "L2", "x-keel-edge": TOKEN}
+    status, body = post(
+        f"{edge.url}/v1/models/room-rate/predict", headers={"authorization": f"Bearer {keys['ops'][0]}"}
+    )
+    assert status == 200 and body["labels"]["x-keel-tenant"] == "ops" and body["labels"]["x-keel-tier"] == "L1"
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [{}, {"x-api-key": ""}, {"authorization": "Basic b3BzOg=="}, {"x-api-key": "keel_000000000000_" + "A" * 43},
+     {"x-api-key": "not-a-key"}],
+)  # fmt: skip
+def test_no_key_or_an_unknown_one_is_401_and_reaches_no_worker(edge, headers):
+    status, body = post(f"{edge.url}/v1/models/flight-delay/predict", headers=headers)
+    assert status == 401 and '"error": "unauthenticated"' in body["body"]
+
+
+def test_a_wrong_secret_for_a_known_key_id_is_401(edge, keys):
+    key = keys["ops"][0]
+    forged = key[:-1] + ("A" if key[-1] != "A" else "B")
+    status, body = post(f"{edge.url}/v1/models/flight-delay/predict", headers={"x-api-key": forged})
+    assert status == 401 and "unknown or revoked API key" in body["body"]
+
+
+def test_a_tenant_claims_only_the_tiers_and_risk_levels_it_was_given(edge, keys):
+    pricing, ops = {"x-api-key": keys["pricing"][0]}, {"x-api-key": keys["ops"][0]}
+    status, body = post(f"{edge.url}/v1/models/room-rate/predict", headers=pricing)  # an L1 model
+    assert status == 403 and "tenant pricing may use tiers L2,L3, not L1" in body["body"]
+    status, body = post(f"{edge.url}/v1/models/flight-delay/predict", headers={**pricing, "x-keel-tier": "L1"})
+    assert status == 403 and "not L1" in body["body"]
+    status, body = post(f"{edge.url}/v1/models/flight-delay/predict", headers={**pricing, "x-keel-risk-level": "1"})
+    assert status == 403 and "tenant pricing may use risk levels 2,3, not 1" in body["body"]
+    status, body = post(f"{edge.url}/v1/predict", headers={**ops, "x-keel-tier": "L1", "x-keel-risk-level": "1"})
+    assert status == 200 and body["labels"]["x-keel-tier"] == "L1"
+
+
+def test_a_revoked_or_rotated_key_is_refused_once_the_new_configuration_is_applied(edge, keys):
+    url = f"{edge.url}/v1/models/flight-delay/predict"
+    assert post(url, headers={"x-api-key": keys["spare"][0]})[0] == 200
+    started = time.monotonic()
+    edge.apply(replace(edge.spec, filter_config=edge_filter_config(TOKEN, tenants(keys, revoked={"spare"}), MODELS)))
+    status, body = post(url, headers={"x-api-key": keys["spare"][0]})
+    print(f"revoked and refused in {time.monotonic() - started:.3f} s")
+    assert status == 401 and "revoked" in body["body"]
+    assert post(url, headers={"x-api-key": keys["ops"][0]})[0] == 200  # the tenant's other key still works
