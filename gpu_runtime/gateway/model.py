@@ -61,6 +61,10 @@ class GatewayConfig:
     compute_device: str = "cpu"
     # Where this gateway records an overload as an incident (keel/incidents.py; gateway/incident.py). None: not.
     incidents_path: Path | None = None
+    # Behind keel's edge (gpu_runtime/edge.py): the token its filter sets as ``x-keel-edge``. Set, the tenant is the
+    # edge's ``x-keel-tenant`` (from the caller's API key), a request without the token is refused 401 (it did not
+    # come through the edge) and a body ``tenant_id`` naming another tenant 403. None: no edge, the body's tenant_id.
+    edge_token: str | None = None
 
 
 class ServedModel:

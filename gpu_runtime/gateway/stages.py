@@ -22,6 +22,7 @@ gone it drops the request. Every exit builds its answer in answers.py and is log
 from __future__ import annotations
 
 import asyncio
+import hmac
 import time
 from typing import Any
 
@@ -76,7 +77,7 @@ def parse(server: Any, model: Any, ctx: RequestContext, body: bytes) -> None:
     req = parse_json(body)
     ctx.req = req
     ctx.entities = model.inputs.entities_of(req, ctx.generic)
-    ctx.tenant = tenant_identifier(req["tenant_id"]) if req.get("tenant_id") is not None else "default"
+    ctx.tenant = tenant_of(model.config.edge_token, ctx.headers, req)
     risk = req.get("risk_level", 3)
     if not isinstance(risk, int) or isinstance(risk, bool) or risk not in model.lanes:
         raise RequestError(
@@ -88,6 +89,23 @@ def parse(server: Any, model: Any, ctx: RequestContext, body: bytes) -> None:
     ctx.experiment_id = identifier(experiment, "header x-experiment-id") if experiment is not None else None
     ctx.parsed = True  # every identifier is known to be safe to log
     ctx.top_k = requested_top_k(req, model.features.names)
+
+
+def tenant_of(edge_token: str | None, headers: Any, req: dict) -> str:
+    """Who is asking. Behind the edge: the tenant its filter authenticated (``x-keel-tenant``, trusted only with the
+    edge's token: a request that did not come through the edge is 401), and a body ``tenant_id`` naming another
+    tenant is 403 — a caller cannot spend another tenant's budget. Without an edge: the body's ``tenant_id``."""
+    claimed = tenant_identifier(req["tenant_id"]) if req.get("tenant_id") is not None else None
+    if edge_token is None:
+        return claimed or "default"
+    token = headers.get("x-keel-edge") or ""
+    if not hmac.compare_digest(token.encode(), edge_token.encode()) or not headers.get("x-keel-tenant"):
+        raise RequestError(401, "unauthenticated", "requests come through the edge with an API key (docs/serving.md)")
+    tenant = tenant_identifier(headers.get("x-keel-tenant"))
+    if claimed is not None and claimed != tenant:
+        raise RequestError(403, "tenant_mismatch", f"the API key is tenant {tenant}'s; the body names {claimed}",
+                           field="tenant_id")  # fmt: skip
+    return tenant
 
 
 def needs_features(model: Any) -> bool:

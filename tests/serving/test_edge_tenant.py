@@ -1,0 +1,52 @@
+"""Behind the edge (GatewayConfig.edge_token, docs/serving.md "The edge"): the gateway takes the tenant from the edge
+filter's x-keel-tenant, trusted only with the edge's token; a request that did not come through the edge is 401, a
+body tenant_id naming another tenant 403, and the exposure log bills the authenticated tenant. Through the gateway
+app with no Triton listening: the coarse model answers (tests/serving/test_answer_confidence.py's gateway)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import replace
+
+from keel.exposure_log import read_exposures
+from tests.serving.test_answer_confidence import HOTELS, gateway_of
+
+TOKEN = "edge-token"
+
+
+def edged(tmp_path):
+    gateway = gateway_of(tmp_path, HOTELS, (0.9, 12.5))
+    for model in gateway.models.values():
+        model.config = replace(model.config, edge_token=TOKEN)
+    return gateway
+
+
+def body(**extra) -> bytes:
+    values = dict(zip(HOTELS.features.names, HOTELS.features.defaults.tolist(), strict=True))
+    return json.dumps({"features": values, "unit_id": "u1", **extra}).encode()
+
+
+def test_the_tenant_is_the_edges_and_a_body_naming_another_is_403(tmp_path):
+    gateway = edged(tmp_path)
+    through_edge = {"x-keel-edge": TOKEN, "x-keel-tenant": "ops"}
+    status, payload, _ = asyncio.run(gateway.predict(body(tenant_id="pricing"), through_edge))
+    assert status == 403 and payload["error"]["code"] == "tenant_mismatch"
+    assert "tenant ops's; the body names pricing" in payload["error"]["message"]
+    status, _, _ = asyncio.run(gateway.predict(body(tenant_id="ops"), through_edge))
+    assert status == 200
+    status, _, _ = asyncio.run(gateway.predict(body(), through_edge))  # no tenant in the body: the key's
+    assert status == 200
+    for headers in ({}, {"x-keel-tenant": "ops"}, {"x-keel-edge": "guessed", "x-keel-tenant": "ops"},
+                    {"x-keel-edge": TOKEN}):  # fmt: skip
+        status, payload, _ = asyncio.run(gateway.predict(body(tenant_id="ops"), headers))
+        assert status == 401 and payload["error"]["code"] == "unauthenticated", headers
+    billed = [e["tenant_id"] for e in read_exposures(tmp_path / "exposures") if e["status"] == 200]
+    assert billed == ["ops", "ops"]
+
+
+def test_without_an_edge_the_body_names_the_tenant_as_before(tmp_path):
+    gateway = gateway_of(tmp_path, HOTELS, (0.9, 12.5))
+    status, _, _ = asyncio.run(gateway.predict(body(tenant_id="pricing"), {"x-keel-tenant": "ops"}))
+    assert status == 200
+    assert [e["tenant_id"] for e in read_exposures(tmp_path / "exposures")] == ["pricing"]
