@@ -170,3 +170,66 @@ class EnvoyEdge:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+EDGE_TOKEN_ENV = "KEEL_EDGE_TOKEN"  # the edge's token, for the gateway's workers (in their environment, never argv)
+FOLLOW_INTERVAL_S = 0.2
+
+
+class EdgeFollower:
+    """Envoy in front of the gateway's workers, following the policy store: the tenants in force (their keys'
+    hashes, tiers and risk levels) and the served models' tiers make the edge filter's configuration and the routes;
+    a commit (a key revoked, a tenant added, a model moved to another tier) is applied within ``FOLLOW_INTERVAL_S``
+    plus Envoy's few milliseconds — no restart, no request dropped."""
+
+    def __init__(self, directory: Path, port: int, workers: list[int], models: list[str], store, token: str,
+                 limits, host: str = "127.0.0.1"):  # fmt: skip
+        self.dir, self.port, self.workers, self.models = Path(directory), port, tuple(workers), models
+        self.store_path, self.token, self.limits, self.host = store, token, limits, host
+        self.edge: EnvoyEdge | None = None
+        self.version: int | None = None
+        self._next = 0.0
+
+    def spec(self) -> tuple[EdgeSpec, int, int]:
+        """The edge as the store says now; the store's version and how many tenants it names."""
+        from keel.edge.envoy import edge_filter_config
+        from keel.policies import PolicyStore
+        from keel.serving_health import served_tiers
+        from keel.tenants import Tenant
+
+        with PolicyStore(self.store_path) as store:
+            version, state = store.version(), store.state()
+        tenants = [Tenant.from_body(p.name, p.body) for p in state.values() if p.type == "tenant"]
+        policy, tiers = served_tiers(state, self.models)
+        spec = EdgeSpec(port=self.port, workers=self.workers, models=tiers, policy=policy, limits=self.limits,
+                        host=self.host, wasm=edge_filter_module(),
+                        filter_config=edge_filter_config(self.token, tenants, tiers))  # fmt: skip
+        return spec, version, len(tenants)
+
+    def start(self, log) -> EdgeFollower:
+        spec, self.version, tenants = self.spec()
+        self.edge = EnvoyEdge(self.dir, spec).start()
+        log(f"keel serve: the edge (Envoy) on {self.edge.url} in front of workers {list(self.workers)}; admin "
+            f"{self.edge.admin_url} (loopback); {tenants} tenant(s) in force at policy version {self.version}"
+            + ("" if tenants else " — every request is refused 401 until `keel tenant add`"))  # fmt: skip
+        return self
+
+    def tend(self, log) -> None:
+        """From the serving process's loop: a new policy version applied to the edge."""
+        now = time.monotonic()
+        if self.edge is None or now < self._next:
+            return
+        self._next = now + FOLLOW_INTERVAL_S
+        try:
+            spec, version, tenants = self.spec()
+        except Exception as exc:  # noqa: BLE001 - an unreadable store: the edge keeps what it has, and says so
+            log(f"keel serve: the edge keeps policy version {self.version}: the store could not be read ({exc})")
+            return
+        if version != self.version:
+            self.edge.apply(spec)
+            log(f"keel serve: the edge follows policy version {version} ({tenants} tenant(s))")
+            self.version = version
+
+    def stop(self) -> None:
+        if self.edge is not None:
+            self.edge.stop()

@@ -25,11 +25,12 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from gpu_runtime.edge import EDGE_TOKEN_ENV
 from gpu_runtime.process import reap_orphan, serving_priority, start_watchdog
 from gpu_runtime.repository import ModelRepository
 from gpu_runtime.supervisor import TritonSupervisor, restore_routed
 from gpu_runtime.triton import ADMIN_KEY_ENV, TritonServer, free_port
-from gpu_runtime.workers import WorkerPool, default_workers, port_is_free, reuseport_socket
+from gpu_runtime.workers import default_workers, run_worker, serve_with_workers
 from keel.home import KeelHome
 from keel.signals import restore_default_signals
 
@@ -88,7 +89,13 @@ def main(argv: list[str] | None = None) -> int:
         "--workers", type=int, default=default_workers(),
         help="gateway worker processes sharing the port (SO_REUSEPORT; $KEEL_GATEWAY_WORKERS; default one per core)",
     )  # fmt: skip
+    parser.add_argument(
+        "--edge", action="store_true", default=os.environ.get("KEEL_EDGE") == "1",
+        help="Envoy in front of the workers on the gateway's port, the workers on internal loopback ports: tenants "
+        "authenticate with API keys (keel tenant; docs/serving.md \"The edge\"; $KEEL_EDGE=1)",
+    )  # fmt: skip
     parser.add_argument("--worker-index", type=int, help=argparse.SUPPRESS)  # a worker's own command line
+    parser.add_argument("--worker-ports", help=argparse.SUPPRESS)  # behind the edge: each worker's own port
     parser.add_argument("--triton-url", help=argparse.SUPPRESS)  # a worker's: where the serving process's Triton is
     args = parser.parse_args(argv)
     if args.workers < 1:
@@ -166,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     first, also = gateway_configs(args, served, refs, home, layout, server.grpc_url, device)
     port = args.gateway_port or free_port()
-    if args.workers > 1:
+    if args.workers > 1 or args.edge:
         return serve_with_workers(args, refs, port, server, supervisor, endpoints, admin_key, announced, policy,
                                   watchdog, layout)  # fmt: skip
     gateway = Gateway(first, policy, runtime=supervisor.status, also=also)
@@ -255,6 +262,7 @@ def gateway_configs(args, served, refs, home, layout, triton_url: str, device: s
         meter_interval_s=float(os.environ.get("KEEL_METER_INTERVAL_S", "5")),
         compute_device=device,
         incidents_path=home.incidents if compute else None,
+        edge_token=os.environ.get(EDGE_TOKEN_ENV) or None,  # set by the serving process when the edge is in front
     )
     also = tuple(
         replace(first, usecase=ref.strip(), routing_path=layout.routing_of(uc.model.name),
@@ -262,73 +270,6 @@ def gateway_configs(args, served, refs, home, layout, triton_url: str, device: s
         for ref, uc in zip(refs[1:], served[1:], strict=True)
     )  # fmt: skip
     return first, also
-
-
-def worker_argv(args, refs: list[str], port: int, triton_url: str) -> list[str]:
-    """The command line of the gateway's workers (``--worker-index`` added per worker)."""
-    argv = ["--gateway-port", str(port), "--gateway-host", args.gateway_host, "--triton-url", triton_url,
-            "--max-body-bytes", str(args.max_body_bytes), "--header-timeout-s", str(args.header_timeout_s),
-            "--body-timeout-s", str(args.body_timeout_s), "--max-connections", str(args.max_connections),
-            "--keepalive-s", str(args.keepalive_s)]  # fmt: skip
-    for ref in refs:
-        argv += ["--usecase", ref.strip()]
-    if args.policy:
-        argv += ["--policy", str(args.policy)]
-    return argv
-
-
-def run_worker(args, served, refs, home, layout, device: str, policy) -> int:
-    """One gateway worker: the gateway on the shared port, the runtime's state read from the serving process."""
-    from gpu_runtime.gateway.app import Gateway, WorkerShare
-    from gpu_runtime.gateway.shared import SharedRuntimeStatus
-
-    index = args.worker_index
-    directory = layout.root / "workers"
-    first, also = gateway_configs(args, served, refs, home, layout, args.triton_url, device, compute=index == 0)
-    runtime = SharedRuntimeStatus(directory / "runtime.json")
-    gateway = Gateway(first, policy, runtime=runtime, also=also, worker=WorkerShare(index, directory))
-    sock = reuseport_socket(args.gateway_host, args.gateway_port)
-    uv = gateway_server(gateway, args, lambda: (directory / f"w{index}.up").write_text(str(os.getpid())))
-    uv.run(sockets=[sock])
-    return 0
-
-
-def serve_with_workers(args, refs, port, server, supervisor, endpoints, admin_key, announced, policy, watchdog,
-                       layout) -> int:  # fmt: skip
-    """The serving process of a gateway of several workers: Triton, its supervisor and the worker pool."""
-    import time
-
-    from gpu_runtime.gateway.shared import RuntimeStatusWriter
-
-    if not port_is_free(args.gateway_host, port):
-        print(f"keel serve: port {port} is in use: another gateway (or program) listens there", flush=True)
-        server.stop()
-        return 2
-    directory = layout.root / "workers"
-    writer = RuntimeStatusWriter(directory / "runtime.json", supervisor.status,
-                                 lambda: server.proc.pid if server.proc is not None else None)  # fmt: skip
-    pool = WorkerPool(worker_argv(args, refs, port, server.grpc_url), args.workers, directory, writer,
-                      log=lambda m: print(m, flush=True))  # fmt: skip
-    stop = {"now": False}
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.update(now=True))
-    supervisor.start()
-    try:
-        pool.start()
-        pool.wait_up()
-        write_endpoints(
-            endpoints, endpoints_record(args, server, announced, port, admin_key, policy, workers=pool.pids())
-        )
-        print(f"keel serve: gateway on http://127.0.0.1:{port} in {args.workers} worker processes serving "
-              f"{', '.join(r.strip() for r in refs)} (POST /v1/models/{{model}}/predict, /metrics, /readyz)",
-              flush=True)  # fmt: skip
-        while not stop["now"]:
-            pool.tend()
-            time.sleep(0.05)
-    finally:
-        pool.stop()
-        stop_runtime(supervisor, endpoints, server, watchdog)
-    return 0
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ gpu_runtime/gateway/shared.py.
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -135,3 +136,105 @@ def default_workers() -> int:
     worker could not even refuse an L2 flood of 3,700 requests/s (its clients timed out in the listen queue), two
     refused all of it with structured answers — at a cost to L1's latency under the flood (Triton's CPU)."""
     return int(os.environ.get("KEEL_GATEWAY_WORKERS") or os.cpu_count() or 1)
+
+
+def worker_argv(args, refs: list[str], port: int, triton_url: str) -> list[str]:
+    """The command line of the gateway's workers (``--worker-index`` added per worker)."""
+    argv = ["--gateway-port", str(port), "--gateway-host", args.gateway_host, "--triton-url", triton_url,
+            "--max-body-bytes", str(args.max_body_bytes), "--header-timeout-s", str(args.header_timeout_s),
+            "--body-timeout-s", str(args.body_timeout_s), "--max-connections", str(args.max_connections),
+            "--keepalive-s", str(args.keepalive_s)]  # fmt: skip
+    for ref in refs:
+        argv += ["--usecase", ref.strip()]
+    if args.policy:
+        argv += ["--policy", str(args.policy)]
+    return argv
+
+
+def run_worker(args, served, refs, home, layout, device: str, policy) -> int:
+    """One gateway worker: the gateway on the shared port, the runtime's state read from the serving process."""
+    from gpu_runtime.gateway.app import Gateway, WorkerShare
+    from gpu_runtime.gateway.shared import SharedRuntimeStatus
+    from gpu_runtime.serve import gateway_configs, gateway_server
+
+    index = args.worker_index
+    directory = layout.root / "workers"
+    first, also = gateway_configs(args, served, refs, home, layout, args.triton_url, device, compute=index == 0)
+    runtime = SharedRuntimeStatus(directory / "runtime.json")
+    gateway = Gateway(first, policy, runtime=runtime, also=also, worker=WorkerShare(index, directory))
+    port = int(args.worker_ports.split(",")[index]) if args.worker_ports else args.gateway_port  # behind the edge
+    sock = reuseport_socket("127.0.0.1" if args.worker_ports else args.gateway_host, port)
+    uv = gateway_server(gateway, args, lambda: (directory / f"w{index}.up").write_text(str(os.getpid())))
+    uv.run(sockets=[sock])
+    return 0
+
+
+def serve_with_workers(args, refs, port, server, supervisor, endpoints, admin_key, announced, policy, watchdog,
+                       layout) -> int:  # fmt: skip
+    """The serving process of a gateway of several workers: Triton, its supervisor and the worker pool."""
+    from gpu_runtime.edge import EDGE_TOKEN_ENV, EdgeFollower
+    from gpu_runtime.gateway.shared import RuntimeStatusWriter
+    from gpu_runtime.serve import endpoints_record, stop_runtime, write_endpoints
+    from gpu_runtime.triton import free_port
+    from keel.edge.envoy import EdgeLimits
+    from keel.home import KeelHome
+    from keel.usecase import resolve
+
+    if not port_is_free(args.gateway_host, port):
+        print(f"keel serve: port {port} is in use: another gateway (or program) listens there", flush=True)
+        server.stop()
+        return 2
+    directory = layout.root / "workers"
+    writer = RuntimeStatusWriter(directory / "runtime.json", supervisor.status,
+                                 lambda: server.proc.pid if server.proc is not None else None)  # fmt: skip
+    argv, edge = worker_argv(args, refs, port, server.grpc_url), None
+    if args.edge:  # Envoy on the port, each worker on an internal loopback port of its own; the token in their env
+        ports = [free_port() for _ in range(args.workers)]
+        argv += ["--worker-ports", ",".join(map(str, ports))]
+        os.environ[EDGE_TOKEN_ENV] = secrets.token_urlsafe(24)
+        edge = EdgeFollower(
+            layout.root / "edge", port, ports, [resolve(r.strip()).model.name for r in refs], KeelHome.from_env().policies,
+            os.environ[EDGE_TOKEN_ENV], EdgeLimits(max_body_bytes=args.max_body_bytes, header_timeout_s=args.header_timeout_s,
+            max_connections=args.max_connections, idle_timeout_s=float(args.keepalive_s)), host=args.gateway_host,
+        )  # fmt: skip
+    else:
+        os.environ.pop(EDGE_TOKEN_ENV, None)  # no edge: a token left in the environment must not lock callers out
+    log = lambda m: print(m, flush=True)  # noqa: E731
+    pool = WorkerPool(argv, args.workers, directory, writer, log=log)
+    stop = {"now": False}
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.update(now=True))
+    supervisor.start()
+    try:
+        pool.start()
+        pool.wait_up()
+        if edge is not None:
+            edge.start(log)
+        write_endpoints(
+            endpoints,
+            endpoints_record(
+                args,
+                server,
+                announced,
+                port,
+                admin_key,
+                policy,
+                workers=pool.pids(),
+                edge_admin=edge.edge.admin_url if edge else None,
+                worker_ports=list(edge.workers) if edge else None,
+            ),  # fmt: skip
+        )
+        print(f"keel serve: gateway on http://127.0.0.1:{port} in {args.workers} worker processes serving "
+              f"{', '.join(r.strip() for r in refs)} (POST /v1/models/{{model}}/predict, /metrics, /readyz)",
+              flush=True)  # fmt: skip
+        while not stop["now"]:
+            pool.tend()
+            if edge is not None:
+                edge.tend(log)
+            time.sleep(0.05)
+    finally:
+        if edge is not None:
+            edge.stop()
+        pool.stop()
+        stop_runtime(supervisor, endpoints, server, watchdog)
+    return 0

@@ -98,15 +98,24 @@ def tier_for(policies: dict[str, Any], model: str) -> SlaTier:
     """``model``'s SLA tier as the gateways read it: the committed policies (keel.policies.store.Policy by name) over
     the defaults, the model in the tier its use case declares unless an ``sla_tier`` policy moves it (L2 for a model
     no installed use case serves). An invalid store state: the gateways keep their defaults, so does this."""
+    policy, names = served_tiers(policies, [model])
+    return policy.tiers[names[model]]
+
+
+def served_tiers(policies: dict[str, Any], models: list[str]) -> tuple[GatewayPolicy, dict[str, str]]:
+    """The gateway policy in force under ``policies`` and each model's tier name (as ``tier_for`` reads them)."""
     try:
         policy, _, _ = effective_policy(GatewayPolicy(), policies, None, set(), 0)
     except Exception:  # noqa: BLE001 - what the gateways do with a store they cannot apply
         policy = GatewayPolicy()
-    try:
-        declared = by_model(model).serving.tier
-    except UseCaseError:
-        declared = "L2"
-    return policy.tier_of(model, declared)
+    names = {}
+    for model in models:
+        try:
+            declared = by_model(model).serving.tier
+        except UseCaseError:
+            declared = "L2"
+        names[model] = policy.tier_name(model, declared)
+    return policy, names
 
 
 def outcome(record: dict[str, Any]) -> str:

@@ -76,8 +76,8 @@ def parse(server: Any, model: Any, ctx: RequestContext, body: bytes) -> None:
         raise RequestError(404, "unknown_model", f"no model {shown!r} is served here", models=list(server.models))
     req = parse_json(body)
     ctx.req = req
+    ctx.tenant = tenant_of(model.config.edge_token, ctx.headers, req)  # who asks, before what is asked is judged
     ctx.entities = model.inputs.entities_of(req, ctx.generic)
-    ctx.tenant = tenant_of(model.config.edge_token, ctx.headers, req)
     risk = req.get("risk_level", 3)
     if not isinstance(risk, int) or isinstance(risk, bool) or risk not in model.lanes:
         raise RequestError(

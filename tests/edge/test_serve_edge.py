@@ -1,0 +1,75 @@
+"""`python -m gpu_runtime.serve --edge` (slow: Triton and the worker processes): the real Envoy on the gateway's
+port in front of two gateway workers on internal loopback ports, following the policy store — no key → 401, the key
+of a tenant → its requests reach the gateway as that tenant, a body naming another tenant → 403, a worker reached
+directly without the edge → 401, `keel tenant revoke` → the key refused once the edge follows the new version."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+
+from gpu_runtime.triton import free_port
+from tests import REPO
+
+pytestmark = pytest.mark.slow
+
+
+def keel(home, *argv: str) -> str:
+    done = subprocess.run([sys.executable, "-m", "keel.cli", *argv], env=os.environ | {"KEEL_HOME": str(home)},
+                          capture_output=True, text=True, cwd=REPO, check=True)  # fmt: skip
+    return done.stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    home = tmp_path_factory.mktemp("edge-home")
+    key = keel(home, "tenant", "add", "ops", "--tiers", "L1,L2", "--reason", "the edge's test tenant")
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpu_runtime.serve", "--edge", "--workers", "2", "--gateway-port", str(port)],
+        env=os.environ | {"KEEL_HOME": str(home)}, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True, start_new_session=True,
+    )  # fmt: skip
+    endpoints = home / "serving" / "endpoints.json"
+    deadline = time.monotonic() + 300
+    while not endpoints.exists():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read() if proc.poll() else "timeout"
+        time.sleep(0.2)
+    yield home, f"http://127.0.0.1:{port}", key, json.loads(endpoints.read_text())
+    os.killpg(proc.pid, signal.SIGTERM)
+    proc.wait(timeout=60)
+
+
+def predict(url: str, headers: dict | None = None, body: dict | None = None) -> httpx.Response:
+    return httpx.post(f"{url}/v1/models/flight-delay/predict", json=body or {}, headers=headers or {}, timeout=30)
+
+
+def test_only_authenticated_requests_reach_the_gateway_as_their_tenant(served):
+    home, url, key, endpoints = served
+    assert predict(url).status_code == 401
+    answered = predict(url, {"x-api-key": key})  # reached a worker: judged there (no flight in the body)
+    assert answered.status_code == 422 and answered.json()["error"]["code"] == "invalid_input"
+    mismatch = predict(url, {"x-api-key": key}, {"tenant_id": "pricing"})
+    assert mismatch.status_code == 403 and mismatch.json()["error"]["code"] == "tenant_mismatch"
+    for port in endpoints["worker_ports"]:  # straight to a worker, a forged tenant header: refused
+        direct = predict(f"http://127.0.0.1:{port}", {"x-keel-tenant": "ops"})
+        assert direct.status_code == 401 and direct.json()["error"]["code"] == "unauthenticated"
+    assert endpoints["edge_admin"].startswith("http://127.0.0.1:")
+
+
+def test_a_revoked_key_is_refused_once_the_edge_follows_the_store(served):
+    home, url, key, _ = served
+    assert predict(url, {"x-api-key": key}).status_code == 422
+    keel(home, "tenant", "revoke", "ops", "--reason", "the key leaked")
+    revoked_at, deadline = time.monotonic(), time.monotonic() + 30
+    while predict(url, {"x-api-key": key}).status_code != 401:
+        assert time.monotonic() < deadline, "the edge did not follow the revocation"
+        time.sleep(0.05)
+    print(f"refused {time.monotonic() - revoked_at:.2f} s after keel tenant revoke returned")
