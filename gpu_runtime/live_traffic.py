@@ -96,6 +96,7 @@ async def live(
 
     import aiohttp
 
+    from gpu_runtime.replay import key_headers
     from keel.clock import TRAFFIC, SimClock
     from keel.storage import write_json_atomic
 
@@ -104,6 +105,7 @@ async def live(
     summary_path.parent.mkdir(parents=True, exist_ok=True)
     days = entities_by_day(uc)
     route = f"/v1/models/{uc.model.name}/predict"
+    headers = key_headers(tenants)  # behind the edge: each tenant's API key ($KEEL_REPLAY_KEYS)
     totals = LiveTotals()
     cursor: dict[str, int] = {}
     sem = asyncio.Semaphore(max_in_flight)
@@ -120,7 +122,7 @@ async def live(
         async def one(entity: dict, month: str, tenant: str) -> None:
             body = {"entities": [entity], "tenant_id": tenant, "risk_level": 2, "unit_id": uc.replay.unit_of(entity)}
             try:
-                async with client.post(route, json=body) as resp:
+                async with client.post(route, json=body, headers=headers[tenant]) as resp:
                     payload = await resp.json()
                     error = (payload.get("error") or {}).get("code")
                     totals.add(month, resp.status, answered_by(payload), error, payload.get("degraded"))

@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import signal
 import statistics
 import sys
@@ -55,6 +56,16 @@ def percentile(values: list[float], q: float) -> float:
     return s[min(len(s) - 1, int(round(q * (len(s) - 1))))]
 
 
+KEYS_ENV = "KEEL_REPLAY_KEYS"  # tenant=API key pairs, comma-separated: the replay behind the edge (never in argv)
+
+
+def key_headers(tenants: tuple[str, ...]) -> dict[str, dict[str, str]]:
+    """Each tenant's request headers: its API key from ``$KEEL_REPLAY_KEYS`` (``ops=keel_…,pricing=keel_…``), for a
+    gateway behind the edge; none for a tenant without one (a gateway without an edge takes the body's tenant_id)."""
+    keys = dict(pair.split("=", 1) for pair in os.environ.get(KEYS_ENV, "").split(",") if "=" in pair)
+    return {t: ({"x-api-key": keys[t]} if t in keys else {}) for t in tenants}
+
+
 async def run(
     url: str,
     uc,
@@ -72,6 +83,7 @@ async def run(
     total = int(rps * seconds)
     connector = aiohttp.TCPConnector(limit=max_in_flight)
     timeout = aiohttp.ClientTimeout(total=10.0)
+    headers = key_headers(tenants)
     async with aiohttp.ClientSession(base_url=url, connector=connector, timeout=timeout) as client:
         route = f"/v1/models/{uc.model.name}/predict"
 
@@ -85,7 +97,7 @@ async def run(
             }
             t0 = time.perf_counter()
             try:
-                async with client.post(route, json=body) as resp:
+                async with client.post(route, json=body, headers=headers[body["tenant_id"]]) as resp:
                     payload = await resp.json()
                     latency = time.perf_counter() - t0
                     results.append(

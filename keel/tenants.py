@@ -163,3 +163,18 @@ def authenticate(tenants: dict[str, Tenant], key: str) -> Tenant | None:
             if k.key_id == key_id:
                 return tenant if key_matches(k, secret) else None
     return None
+
+
+REPLAY_TENANT = "replay"  # the live replay's traffic (gpu_runtime/replay.py's default tenant)
+
+
+def issue_replay_key(store, now: str) -> str:
+    """A fresh API key for the live replay's tenant, committed to the policy store ``store``: the tenant added with
+    every tier and risk level (it replays every use case's traffic), or its key rotated — a key is shown once, so
+    each replay run takes a new one and the last run's stops working."""
+    key, stored = new_key(now)
+    old = store.get(REPLAY_TENANT)
+    tenant = Tenant(REPLAY_TENANT, (stored,), TIERS, RISK_LEVELS)
+    reason = "the live replay's key for this run" + (" (rotated)" if old is not None else "")
+    store.apply({REPLAY_TENANT: ("tenant", tenant.as_body())}, author="keel live replay", reason=reason)
+    return key

@@ -153,6 +153,18 @@ def run_live(args, ucs: list[UseCase], client: DagsterGraphQLClient) -> int:
     else:
         print(f"keel: the clock runs at ×{state.speed:,.0f} (a simulated day every {86400 / state.speed:.1f} s); "
               f"traffic {args.rps:g} req/s per use case", flush=True)  # fmt: skip
+    env = dict(os.environ)
+    if os.environ.get("KEEL_EDGE") == "1":  # behind the edge: the replay authenticates with a key of its own
+        from gpu_runtime.replay import KEYS_ENV
+        from keel.policies import PolicyStore
+        from keel.tenants import REPLAY_TENANT, issue_replay_key
+
+        with PolicyStore(home.policies) as store:
+            env[KEYS_ENV] = (
+                f"{REPLAY_TENANT}={issue_replay_key(store, datetime.now(UTC).isoformat(timespec='seconds'))}"
+            )
+        print(f"keel: the replay authenticates at the edge as tenant {REPLAY_TENANT} (a key issued for this run)",
+              flush=True)  # fmt: skip
     log = open(home.serving.root / "live_traffic.log", "a")  # noqa: SIM115 - the children hold it
     traffic = [
         subprocess.Popen(
@@ -171,6 +183,7 @@ def run_live(args, ucs: list[UseCase], client: DagsterGraphQLClient) -> int:
             ],
             stdout=log,
             stderr=subprocess.STDOUT,
+            env=env,
         )  # fmt: skip
         for uc in ucs
     ]

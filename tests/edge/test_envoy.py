@@ -163,3 +163,14 @@ def test_a_policy_change_is_applied_without_dropping_a_request(edge):
     status, body = post(f"{edge.url}/v1/models/room-rate/predict")
     assert status == 200 and body["path"] == "/v1/models/room-rate/predict"  # the body-routed /v1/ route took it
     assert edge.counter("listener_manager.listener_modified") >= 6
+
+
+def test_the_replay_sends_each_tenants_key_from_its_environment(monkeypatch):
+    from gpu_runtime.replay import KEYS_ENV, key_headers
+
+    monkeypatch.setenv(KEYS_ENV, "ops=keel_aaaaaaaaaaaa_x,pricing=keel_bbbbbbbbbbbb_y")
+    assert key_headers(("ops", "pricing", "replay")) == {
+        "ops": {"x-api-key": "keel_aaaaaaaaaaaa_x"}, "pricing": {"x-api-key": "keel_bbbbbbbbbbbb_y"}, "replay": {}
+    }  # fmt: skip
+    monkeypatch.delenv(KEYS_ENV)
+    assert key_headers(("ops",)) == {"ops": {}}  # no edge: the body's tenant_id alone, as before

@@ -79,3 +79,16 @@ def test_keel_tenant_add_list_rotate_revoke(tmp_path, monkeypatch, capsys):
     assert main(["tenant", "list"]) == 0
     assert "ops: tiers L1,L2; risk levels 1,2; quota share 1; keys none: every key revoked" in capsys.readouterr().out
     assert main(["tenant", "rotate", "nobody", "--reason", "x"]) == 2
+
+
+def test_each_live_replay_run_takes_a_fresh_key_of_its_own_tenant(tmp_path):
+    from keel.tenants import REPLAY_TENANT, issue_replay_key
+
+    with PolicyStore(tmp_path / "p.sqlite") as store:
+        first = issue_replay_key(store, "2013-04-01T12:00:00+00:00")
+        second = issue_replay_key(store, "2013-04-01T12:05:00+00:00")
+        replay = Tenant.from_body(REPLAY_TENANT, store.get(REPLAY_TENANT).body)
+        reasons = [c.reason for c in store.log()]
+    assert replay.authenticates(second) and not replay.authenticates(first)  # the last run's key stops working
+    assert replay.tiers == ("L1", "L2", "L3") and replay.risk_levels == (1, 2, 3)
+    assert reasons == ["the live replay's key for this run", "the live replay's key for this run (rotated)"]
