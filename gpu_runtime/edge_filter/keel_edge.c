@@ -248,10 +248,21 @@ static void set_header(const char *name, const char *value, size_t n) {
   proxy_replace_header_map_value(REQUEST_HEADERS, name, slen(name), value, n);
 }
 
+/* 403: "tenant <name> may use <what> <given>, not <asked>" */
+static u32 not_given(const record *t, const char *what, const char *given, size_t ngiven, const char *asked,
+                     size_t nasked) {
+  static char msg[256];
+  size_t m = 0;
+  const char *parts[] = {"tenant ", t->f[1], " may use ", what, " ", given, ", not ", asked};
+  size_t sizes[] = {7, t->n[1], 9, slen(what), 1, ngiven, 6, nasked};
+  for (int p = 0; p < 8; p++)
+    for (size_t i = 0; i < sizes[p] && m < sizeof(msg); i++) msg[m++] = parts[p][i];
+  return answer(403, "forbidden", msg, m);
+}
+
 EXPORT(proxy_on_request_headers) u32 proxy_on_request_headers(u32 context_id, u32 nheaders, u32 end_of_stream) {
   const char *v;
   size_t n;
-  static char msg[256];
   arena_used = 0;
   /* what only the edge may say is never taken from the caller */
   proxy_remove_header_map_value(REQUEST_HEADERS, "x-keel-tenant", 13);
@@ -295,26 +306,9 @@ EXPORT(proxy_on_request_headers) u32 proxy_on_request_headers(u32 context_id, u3
     const record *m = find("model", v + s, e - s);
     if (m && m->count >= 3) tier = m->f[2], ntier = m->n[2];
   }
-  if (tier && !listed(t->f[2], t->n[2], tier, ntier)) {
-    size_t m = 0;
-    for (const char *c = "tenant "; *c; c++) msg[m++] = *c;
-    for (size_t i = 0; i < t->n[1] && m < 80; i++) msg[m++] = t->f[1][i];
-    for (const char *c = " may use tiers "; *c; c++) msg[m++] = *c;
-    for (size_t i = 0; i < t->n[2] && m < 200; i++) msg[m++] = t->f[2][i];
-    for (const char *c = ", not "; *c; c++) msg[m++] = *c;
-    for (size_t i = 0; i < ntier && m < 250; i++) msg[m++] = tier[i];
-    return answer(403, "forbidden", msg, m);
-  }
-  if (header("x-keel-risk-level", &v, &n) && !listed(t->f[3], t->n[3], v, n)) {
-    size_t m = 0;
-    for (const char *c = "tenant "; *c; c++) msg[m++] = *c;
-    for (size_t i = 0; i < t->n[1] && m < 80; i++) msg[m++] = t->f[1][i];
-    for (const char *c = " may use risk levels "; *c; c++) msg[m++] = *c;
-    for (size_t i = 0; i < t->n[3] && m < 200; i++) msg[m++] = t->f[3][i];
-    for (const char *c = ", not "; *c; c++) msg[m++] = *c;
-    for (size_t i = 0; i < n && m < 250; i++) msg[m++] = v[i];
-    return answer(403, "forbidden", msg, m);
-  }
+  if (tier && !listed(t->f[2], t->n[2], tier, ntier)) return not_given(t, "tiers", t->f[2], t->n[2], tier, ntier);
+  if (header("x-keel-risk-level", &v, &n) && !listed(t->f[3], t->n[3], v, n))
+    return not_given(t, "risk levels", t->f[3], t->n[3], v, n);
   set_header("x-keel-tenant", t->f[1], t->n[1]);
   set_header("x-keel-edge", edge->f[2], edge->n[2]);
   if (tier) set_header("x-keel-tier", tier, ntier);
