@@ -10,6 +10,7 @@ closed) is dropped (``ClientGone``: logged as 499 ``client_gone``, nothing is se
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -38,6 +39,11 @@ def deadline_exceeded(stage: str, budget_ms: float) -> RequestError:
         503, "deadline_exceeded", f"the request's deadline ({budget_ms:g} ms) passed before {stage}",
         stage=stage, deadline_ms=budget_ms, retry_after_s=1,
     )  # fmt: skip
+
+
+# W3C Trace Context's traceparent (version-trace id-parent id-flags): the one id that follows a request from the edge
+# (Envoy passes it, and logs it beside x-request-id) into the exposure log and from there to the ledger's releases.
+TRACEPARENT = re.compile(r"[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
 
 
 def client_budget_ms(headers: dict[str, str]) -> float | None:
@@ -144,6 +150,9 @@ class RequestContext:
         }  # fmt: skip
         if self.tenant is not None:
             rec["tenant_id"] = self.tenant
+        trace = self.headers.get("traceparent")
+        if trace is not None and TRACEPARENT.fullmatch(trace):  # W3C trace context, kept only when well-formed
+            rec["traceparent"] = trace
         if self.parsed:
             rec.update(risk_level=self.risk_level, unit_id=self.unit_id, experiment_id=self.experiment_id)
         optional = {

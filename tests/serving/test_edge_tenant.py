@@ -35,18 +35,25 @@ def test_the_tenant_is_the_edges_and_a_body_naming_another_is_403(tmp_path):
     assert "tenant ops's; the body names pricing" in payload["error"]["message"]
     status, _, _ = asyncio.run(gateway.predict(body(tenant_id="ops"), through_edge))
     assert status == 200
-    status, _, _ = asyncio.run(gateway.predict(body(), through_edge))  # no tenant in the body: the key's
+    trace = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"  # as Envoy passes it (and logs it)
+    edge_ids = through_edge | {"x-request-id": "5c7d4a2e-1111-4e0f-9bd3-4b4b2f2a9e01", "traceparent": trace}
+    status, _, _ = asyncio.run(gateway.predict(body(), edge_ids))  # no tenant in the body: the key's
     assert status == 200
     for headers in ({}, {"x-keel-tenant": "ops"}, {"x-keel-edge": "guessed", "x-keel-tenant": "ops"},
                     {"x-keel-edge": TOKEN}):  # fmt: skip
         status, payload, _ = asyncio.run(gateway.predict(body(tenant_id="ops"), headers))
         assert status == 401 and payload["error"]["code"] == "unauthenticated", headers
-    billed = [e["tenant_id"] for e in read_exposures(tmp_path / "exposures") if e["status"] == 200]
-    assert billed == ["ops", "ops"]
+    answered = [e for e in read_exposures(tmp_path / "exposures") if e["status"] == 200]
+    assert [e["tenant_id"] for e in answered] == ["ops", "ops"]
+    # one id from the edge to the exposure log: Envoy's request id and the caller's trace context
+    assert answered[1]["request_id"] == edge_ids["x-request-id"] and answered[1]["traceparent"] == trace
+    assert "traceparent" not in answered[0]
 
 
 def test_without_an_edge_the_body_names_the_tenant_as_before(tmp_path):
     gateway = gateway_of(tmp_path, HOTELS, (0.9, 12.5))
-    status, _, _ = asyncio.run(gateway.predict(body(tenant_id="pricing"), {"x-keel-tenant": "ops"}))
+    status, _, _ = asyncio.run(gateway.predict(body(tenant_id="pricing"), {"x-keel-tenant": "ops",
+                                                                          "traceparent": "00-bogus\n"}))  # fmt: skip
     assert status == 200
-    assert [e["tenant_id"] for e in read_exposures(tmp_path / "exposures")] == ["pricing"]
+    [logged] = read_exposures(tmp_path / "exposures")
+    assert logged["tenant_id"] == "pricing" and "traceparent" not in logged  # a malformed trace context is not kept
