@@ -105,7 +105,8 @@ class EnvoyEdge:
     def start(self) -> EnvoyEdge:
         self.xds.mkdir(parents=True, exist_ok=True)
         pending = self._write(self.spec)
-        (self.dir / "bootstrap.json").write_text(json.dumps(bootstrap(self.admin_port, str(self.xds)), indent=1))
+        start_file = bootstrap(self.admin_port, str(self.xds), self.spec.limits.max_connections)
+        (self.dir / "bootstrap.json").write_text(json.dumps(start_file, indent=1))
         log = open(self.dir / "envoy.log", "ab")  # noqa: SIM115 - the child's stdout, closed with it
         self.proc = subprocess.Popen(
             [envoy_binary(), "-c", str(self.dir / "bootstrap.json"), "--disable-hot-restart",

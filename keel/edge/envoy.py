@@ -42,6 +42,9 @@ BUFFER = "type.googleapis.com/envoy.extensions.filters.http.buffer.v3.Buffer"
 FILE_LOG = "type.googleapis.com/envoy.extensions.access_loggers.file.v3.FileAccessLog"
 WASM = "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm"
 STRING_VALUE = "type.googleapis.com/google.protobuf.StringValue"
+DOWNSTREAM_CONNECTIONS = (
+    "type.googleapis.com/envoy.extensions.resource_monitors.downstream_connections.v3.DownstreamConnectionsConfig"
+)
 UPSTREAM = "keel_gateway"  # the cluster of the gateway's worker processes
 LISTENER_NAME = "keel_edge"
 DEADLINE_MARGIN_MS = 50  # Envoy's route timeout = the tier's deadline + this: the gateway answers its own first
@@ -134,6 +137,10 @@ def routes(spec: EdgeSpec) -> list[dict[str, Any]]:
         {"name": f"model:{model}", "match": {"prefix": f"/v1/models/{model}/"}, "route": to_workers(tier)}
         for model, tier in sorted(spec.models.items())
     ]
+    # the body-routed predict: a request the edge filter let claim L1 (its tenant was given L1) at priority HIGH
+    l1 = {"name": "x-keel-tier", "string_match": {"exact": "L1"}}
+    high = to_workers(slowest) | {"priority": "HIGH"}
+    out.append({"name": "predict:L1", "match": {"prefix": "/v1/", "headers": [l1]}, "route": high})
     out.append({"name": "predict", "match": {"prefix": "/v1/"}, "route": to_workers(slowest)})
     out.append({"name": "operations", "match": {"prefix": "/"}, "route": to_workers(slowest)})
     return out
@@ -271,9 +278,10 @@ def cluster(spec: EdgeSpec) -> dict[str, Any]:
     }
 
 
-def bootstrap(admin_port: int, xds_dir: str, node: str = "keel-edge") -> dict[str, Any]:
-    """Envoy's start-up file: its admin endpoint (loopback only), and the listener and cluster read from the files of
-    ``xds_dir`` (``lds.json``, ``cds.json``), re-read whenever one is renamed into it."""
+def bootstrap(admin_port: int, xds_dir: str, max_connections: int = 1024, node: str = "keel-edge") -> dict[str, Any]:
+    """Envoy's start-up file: its admin endpoint (loopback only), the limit of open downstream connections across
+    its listeners (the overload manager: one more is refused at accept), and the listener and cluster read from the
+    files of ``xds_dir`` (``lds.json``, ``cds.json``), re-read whenever one is renamed into it."""
 
     def source(name: str) -> dict[str, Any]:
         return {"path_config_source": {"path": f"{xds_dir}/{name}", "watched_directory": {"path": xds_dir}},
@@ -283,7 +291,11 @@ def bootstrap(admin_port: int, xds_dir: str, node: str = "keel-edge") -> dict[st
         "node": {"id": node, "cluster": "keel"},
         "admin": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": admin_port}}},
         "dynamic_resources": {"lds_config": source("lds.json"), "cds_config": source("cds.json")},
-    }
+        "overload_manager": {"resource_monitors": [{
+            "name": "envoy.resource_monitors.global_downstream_max_connections",
+            "typed_config": {"@type": DOWNSTREAM_CONNECTIONS, "max_active_downstream_connections": max_connections},
+        }]},
+    }  # fmt: skip
 
 
 def discovery(resources: list[dict[str, Any]], version: str) -> dict[str, Any]:

@@ -88,6 +88,13 @@ def test_each_model_has_its_route_with_its_tiers_timeout_and_priority():
     with pytest.raises(ValueError, match="at least one gateway worker"):
         EdgeSpec(port=1, workers=(), models=MODELS)
     assert bootstrap(9901, "/x")["admin"]["address"]["socket_address"]["address"] == "127.0.0.1"  # loopback only
+    [monitor] = bootstrap(9901, "/x", max_connections=7)["overload_manager"]["resource_monitors"]
+    assert monitor["typed_config"]["max_active_downstream_connections"] == 7
+    # the body-routed predict: HIGH only for a request claiming L1 (which the edge filter allows only to its tenants)
+    assert by_name["predict:L1"]["match"]["headers"] == [{"name": "x-keel-tier", "string_match": {"exact": "L1"}}]
+    assert (
+        by_name["predict:L1"]["route"]["priority"] == "HIGH" and by_name["predict"]["route"]["priority"] == "DEFAULT"
+    )
 
 
 def test_requests_reach_a_worker_by_their_models_route_with_one_request_id(edge, workers):
