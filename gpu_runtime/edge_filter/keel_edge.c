@@ -5,7 +5,8 @@
  *      salted SHA-256 the policy store keeps (keel/tenants.py) — no key → 401, an unknown, wrong or revoked key → 401;
  *   2. the tenant comes from the key, never from the request: any `x-keel-tenant` / `x-keel-edge` the caller sent is
  *      removed, and the filter sets `x-keel-tenant` and `x-keel-edge` (the edge's token: the gateway trusts the
- *      tenant header only with it);
+ *      tenant header only with it) and `x-keel-risk-levels` (the tenant's: the gateway holds the body's risk_level
+ *      to them);
  *   3. the request's tier — the one it asks for (`x-keel-tier`), else its model's (the route `/v1/models/<model>/`) —
  *      and its risk level (`x-keel-risk-level`) must be among the tenant's, else 403 naming what it may use; the tier
  *      is set as `x-keel-tier` (Envoy routes L1 at priority HIGH).
@@ -267,6 +268,7 @@ EXPORT(proxy_on_request_headers) u32 proxy_on_request_headers(u32 context_id, u3
   /* what only the edge may say is never taken from the caller */
   proxy_remove_header_map_value(REQUEST_HEADERS, "x-keel-tenant", 13);
   proxy_remove_header_map_value(REQUEST_HEADERS, "x-keel-edge", 11);
+  proxy_remove_header_map_value(REQUEST_HEADERS, "x-keel-risk-levels", 18);
   const char *key = 0;
   size_t nkey = 0;
   if (header("x-api-key", &v, &n)) key = v, nkey = n;
@@ -310,6 +312,7 @@ EXPORT(proxy_on_request_headers) u32 proxy_on_request_headers(u32 context_id, u3
   if (header("x-keel-risk-level", &v, &n) && !listed(t->f[3], t->n[3], v, n))
     return not_given(t, "risk levels", t->f[3], t->n[3], v, n);
   set_header("x-keel-tenant", t->f[1], t->n[1]);
+  set_header("x-keel-risk-levels", t->f[3], t->n[3]); /* the gateway holds the body's risk_level to them */
   set_header("x-keel-edge", edge->f[2], edge->n[2]);
   if (tier) set_header("x-keel-tier", tier, ntier);
   return CONTINUE;

@@ -83,6 +83,10 @@ def parse(server: Any, model: Any, ctx: RequestContext, body: bytes) -> None:
         raise RequestError(
             422, "invalid_risk_level", f"risk_level must be one of {sorted(model.lanes)}", value=str(risk)[:40]
         )
+    given = ctx.headers.get("x-keel-risk-levels") if model.config.edge_token is not None else None
+    if given is not None and str(risk) not in given.split(","):  # behind the edge: the tenant's levels only
+        raise RequestError(403, "forbidden", f"tenant {ctx.tenant} may use risk levels {given}, not {risk}",
+                           field="risk_level")  # fmt: skip
     ctx.risk_level = risk
     ctx.unit_id = identifier(req["unit_id"], "unit_id") if req.get("unit_id") is not None else ctx.request_id
     experiment = ctx.headers.get("x-experiment-id")

@@ -25,7 +25,8 @@ class StandInWorker(BaseHTTPRequestHandler):
             time.sleep(int(self.path.split("delay=")[1]) / 1000)
         out = json.dumps({"worker": self.server.server_port, "path": self.path,
                           "request_id": self.headers.get("x-request-id"),
-                          "labels": {h: self.headers.get(h) for h in ("x-keel-tenant", "x-keel-tier", "x-keel-edge")}
+                          "labels": {h: self.headers.get(h) for h in ("x-keel-tenant", "x-keel-tier", "x-keel-edge",
+                                                                 "x-keel-risk-levels")}
                           }).encode()  # fmt: skip
         self.send_response(200)
         self.send_header("content-length", str(len(out)))

@@ -47,9 +47,11 @@ def edge(tmp_path, keys):
 def test_the_tenant_comes_from_the_key_never_from_the_request(edge, keys):
     key = keys["pricing"][0]
     status, body = post(f"{edge.url}/v1/models/flight-delay/predict",
-                        headers={"x-api-key": key, "x-keel-tenant": "ops", "x-keel-edge": "forged"})  # fmt: skip
+                        headers={"x-api-key": key, "x-keel-tenant": "ops", "x-keel-edge": "forged",
+                                 "x-keel-risk-levels": "1,2,3"})  # fmt: skip
     assert status == 200
-    assert body["labels"] == {"x-keel-tenant": "pricing", "x-keel-tier": "L2", "x-keel-edge": TOKEN}
+    assert body["labels"] == {"x-keel-tenant": "pricing", "x-keel-tier": "L2", "x-keel-edge": TOKEN,
+                              "x-keel-risk-levels": "2,3"}  # fmt: skip
     status, body = post(
         f"{edge.url}/v1/models/room-rate/predict", headers={"authorization": f"Bearer {keys['ops'][0]}"}
     )

@@ -35,6 +35,10 @@ def test_the_tenant_is_the_edges_and_a_body_naming_another_is_403(tmp_path):
     assert "tenant ops's; the body names pricing" in payload["error"]["message"]
     status, _, _ = asyncio.run(gateway.predict(body(tenant_id="ops"), through_edge))
     assert status == 200
+    # the risk level in the body is held to the tenant's (the edge filter passes them: x-keel-risk-levels)
+    limited = through_edge | {"x-keel-risk-levels": "2,3"}
+    status, payload, _ = asyncio.run(gateway.predict(body(risk_level=1), limited))
+    assert status == 403 and payload["error"]["message"] == "tenant ops may use risk levels 2,3, not 1"
     trace = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"  # as Envoy passes it (and logs it)
     edge_ids = through_edge | {"x-request-id": "5c7d4a2e-1111-4e0f-9bd3-4b4b2f2a9e01", "traceparent": trace}
     status, _, _ = asyncio.run(gateway.predict(body(), edge_ids))  # no tenant in the body: the key's
