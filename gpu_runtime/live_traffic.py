@@ -7,8 +7,18 @@ every few seconds to ``$KEEL_HOME/serving/live_traffic/<use case>.json`` for the
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import time
+
+KEYS_ENV = "KEEL_REPLAY_KEYS"  # tenant=API key pairs, comma-separated: the replay behind the edge (never in argv)
+
+
+def key_headers(tenants: tuple[str, ...]) -> dict[str, dict[str, str]]:
+    """Each tenant's request headers: its API key from ``$KEEL_REPLAY_KEYS`` (``ops=keel_…,pricing=keel_…``), for a
+    gateway behind the edge; none for a tenant without one (a gateway without an edge takes the body's tenant_id)."""
+    keys = dict(pair.split("=", 1) for pair in os.environ.get(KEYS_ENV, "").split(",") if "=" in pair)
+    return {t: ({"x-api-key": keys[t]} if t in keys else {}) for t in tenants}
 
 
 def entities_by_day(uc) -> dict[str, list[dict]]:
@@ -96,7 +106,6 @@ async def live(
 
     import aiohttp
 
-    from gpu_runtime.replay import key_headers
     from keel.clock import TRAFFIC, SimClock
     from keel.storage import write_json_atomic
 

@@ -26,14 +26,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import signal
 import statistics
 import sys
 import time
 from pathlib import Path
 
-from gpu_runtime.live_traffic import live
+from gpu_runtime.live_traffic import key_headers, live
 from keel.signals import restore_default_signals
 
 
@@ -54,16 +53,6 @@ def percentile(values: list[float], q: float) -> float:
         return float("nan")
     s = sorted(values)
     return s[min(len(s) - 1, int(round(q * (len(s) - 1))))]
-
-
-KEYS_ENV = "KEEL_REPLAY_KEYS"  # tenant=API key pairs, comma-separated: the replay behind the edge (never in argv)
-
-
-def key_headers(tenants: tuple[str, ...]) -> dict[str, dict[str, str]]:
-    """Each tenant's request headers: its API key from ``$KEEL_REPLAY_KEYS`` (``ops=keel_…,pricing=keel_…``), for a
-    gateway behind the edge; none for a tenant without one (a gateway without an edge takes the body's tenant_id)."""
-    keys = dict(pair.split("=", 1) for pair in os.environ.get(KEYS_ENV, "").split(",") if "=" in pair)
-    return {t: ({"x-api-key": keys[t]} if t in keys else {}) for t in tenants}
 
 
 async def run(

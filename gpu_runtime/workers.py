@@ -155,7 +155,7 @@ def run_worker(args, served, refs, home, layout, device: str, policy) -> int:
     """One gateway worker: the gateway on the shared port, the runtime's state read from the serving process."""
     from gpu_runtime.gateway.app import Gateway, WorkerShare
     from gpu_runtime.gateway.shared import SharedRuntimeStatus
-    from gpu_runtime.serve import gateway_configs, gateway_server
+    from gpu_runtime.serving_parts import gateway_configs, gateway_server
 
     index = args.worker_index
     directory = layout.root / "workers"
@@ -174,7 +174,7 @@ def serve_with_workers(args, refs, port, server, supervisor, endpoints, admin_ke
     """The serving process of a gateway of several workers: Triton, its supervisor and the worker pool."""
     from gpu_runtime.edge import EDGE_TOKEN_ENV, EdgeFollower
     from gpu_runtime.gateway.shared import RuntimeStatusWriter
-    from gpu_runtime.serve import endpoints_record, stop_runtime, write_endpoints
+    from gpu_runtime.serving_parts import endpoints_record, stop_runtime, write_endpoints
     from gpu_runtime.triton import free_port
     from keel.edge.envoy import EdgeLimits
     from keel.home import KeelHome

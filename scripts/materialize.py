@@ -155,7 +155,7 @@ def run_live(args, ucs: list[UseCase], client: DagsterGraphQLClient) -> int:
               f"traffic {args.rps:g} req/s per use case", flush=True)  # fmt: skip
     env = dict(os.environ)
     if os.environ.get("KEEL_EDGE") == "1":  # behind the edge: the replay authenticates with a key of its own
-        from gpu_runtime.replay import KEYS_ENV
+        from gpu_runtime.live_traffic import KEYS_ENV
         from keel.policies import PolicyStore
         from keel.tenants import REPLAY_TENANT, issue_replay_key
 

@@ -149,3 +149,26 @@ def test_a_bad_profile_names_the_field(tmp_path):
     bad.write_text("namespace: ../etc\n")
     with pytest.raises(ProfileError, match="field 'namespace'"):
         load_profile(bad)
+
+
+def test_the_runtimes_tier_buys_its_priority_class_and_qos(profile):
+    """Business labels decide resources: an L1 runtime is Guaranteed (requests = limits) at priority class keel-l1,
+    above L2's and L3's; L3 is BestEffort (no resources), which a runtime with GPUs cannot be."""
+    from dataclasses import replace
+
+    from keel.deploy.k8s import ProfileError, priority_classes
+
+    values = {c["metadata"]["name"]: c["value"] for c in priority_classes(profile)}
+    assert values["keel-l1"] > values["keel-l2"] > values["keel-l3"]
+    l1 = runtime_manifests(replace(profile, runtime_tier="L1"))[0]["spec"]["template"]["spec"]
+    [c] = l1["containers"]
+    assert l1["priorityClassName"] == "keel-l1" and c["resources"]["requests"] == c["resources"]["limits"]
+    assert c["resources"]["requests"]["cpu"] == "8" and c["resources"]["requests"]["nvidia.com/gpu"] == "1"
+    l2 = runtime_manifests(replace(profile, runtime_tier="L2"))[0]["spec"]["template"]["spec"]
+    assert l2["priorityClassName"] == "keel-l2" and l2["containers"][0]["resources"]["requests"]["cpu"] == "4"
+    l3 = runtime_manifests(replace(profile, runtime_tier="L3", gpus_per_runtime=0))[0]["spec"]["template"]["spec"]
+    assert l3["priorityClassName"] == "keel-l3" and l3["containers"][0]["resources"] == {}
+    with pytest.raises(ProfileError, match="BestEffort"):
+        runtime_manifests(replace(profile, runtime_tier="L3"))
+    # the installed use cases: hotels' room-rate is L1, so the default runtime is L1
+    assert runtime_manifests(profile)[0]["spec"]["template"]["spec"]["priorityClassName"] == "keel-l1"

@@ -69,6 +69,44 @@ class K8sProfile:
         default_factory=lambda: {"requests": {"cpu": "4", "memory": "16Gi"}, "limits": {"cpu": "8", "memory": "32Gi"}}
     )
     gpu_node_selector: dict[str, str] = field(default_factory=lambda: {"nvidia.com/gpu.present": "true"})
+    # The business label that buys resources: the runtime's service tier (the highest it serves; None: the highest
+    # the installed use cases declare) gives its pods a priority class (keel-l1 preempts keel-l2 …) and a QoS
+    # class: L1 Guaranteed (requests = limits), L2 Burstable (the profile's), L3 BestEffort (none).
+    runtime_tier: str | None = None
+    tier_priorities: dict[str, int] = field(default_factory=lambda: {"L1": 1_000_000, "L2": 100_000, "L3": 10_000})
+
+
+TIER_QOS = {"L1": "Guaranteed", "L2": "Burstable", "L3": "BestEffort"}
+
+
+def runtime_tier(profile: K8sProfile) -> str:
+    """The runtime's tier: the profile's, else the highest the installed use cases' models are declared in."""
+    from keel.usecase import installed
+
+    return profile.runtime_tier or min((uc.serving.tier for uc in installed().values()), default="L2")
+
+
+def tiered_resources(profile: K8sProfile, tier: str) -> dict[str, Any]:
+    """The runtime container's resources for its tier's QoS class; GPUs as the profile asks, requested = limited."""
+    if TIER_QOS[tier] == "BestEffort":
+        if profile.gpus_per_runtime:
+            raise ProfileError(
+                "runtime_tier L3 is BestEffort (no requests, no limits): a runtime with GPUs cannot be"
+            )
+        return {}
+    resources = {k: dict(v) for k, v in profile.runtime_resources.items()}
+    if TIER_QOS[tier] == "Guaranteed":  # every resource requested at its limit
+        resources = {"requests": dict(resources["limits"]), "limits": dict(resources["limits"])}
+    for part in ("requests", "limits") if profile.gpus_per_runtime else ():
+        resources.setdefault(part, {})["nvidia.com/gpu"] = str(profile.gpus_per_runtime)
+    return resources
+
+
+def priority_classes(profile: K8sProfile) -> list[dict[str, Any]]:
+    """A PriorityClass per tier (keel-l1 …): a higher tier's pods are scheduled first and may preempt a lower's."""
+    return [{"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": f"keel-{t.lower()}"},
+             "value": v, "preemptionPolicy": "PreemptLowerPriority", "description": f"keel tier {t} ({TIER_QOS[t]})"}
+            for t, v in sorted(profile.tier_priorities.items())]  # fmt: skip
 
 
 def load_profile(path: str | Path = PROFILE) -> K8sProfile:
@@ -87,6 +125,10 @@ def load_profile(path: str | Path = PROFILE) -> K8sProfile:
                 validate_name(str(raw[key]), what=key)
             except KeelError as exc:
                 raise ProfileError(f"{path}: field '{key}': {exc}") from None
+    if raw.get("runtime_tier") is not None and raw["runtime_tier"] not in TIER_QOS:
+        raise ProfileError(
+            f"{path}: field 'runtime_tier' is one of {', '.join(TIER_QOS)}, got {raw['runtime_tier']!r}"
+        )
     for key in ("runtime_replicas", "gpus_per_runtime"):
         if key in raw and (not isinstance(raw[key], int) or raw[key] < 0):
             raise ProfileError(f"{path}: field '{key}' must be a non-negative integer")
@@ -193,10 +235,8 @@ def runtime_manifests(profile: K8sProfile) -> list[dict[str, Any]]:
     headless Service that gives each replica's Triton a DNS name for deployment runs, and the gateway's Service
     (cluster-internal; the gateway is the only port it exposes)."""
     labels = {"app.kubernetes.io/name": "keel-model-runtime", "app.kubernetes.io/part-of": "keel"}
-    resources = {k: dict(v) for k, v in profile.runtime_resources.items()}
-    if profile.gpus_per_runtime:
-        for part in ("requests", "limits"):
-            resources.setdefault(part, {})["nvidia.com/gpu"] = str(profile.gpus_per_runtime)
+    tier = runtime_tier(profile)
+    resources = tiered_resources(profile, tier)
     container = {
         "name": "model-runtime",
         "image": profile.runtime_image,
@@ -231,6 +271,7 @@ def runtime_manifests(profile: K8sProfile) -> list[dict[str, Any]]:
                 "metadata": {"labels": labels},
                 "spec": {
                     "serviceAccountName": profile.service_account,
+                    "priorityClassName": f"keel-{tier.lower()}",
                     "nodeSelector": dict(profile.gpu_node_selector) if profile.gpus_per_runtime else {},
                     "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
                     if profile.gpus_per_runtime
@@ -323,6 +364,7 @@ def render(profile: K8sProfile, out: str | Path) -> list[Path]:
         "dagster.yaml": instance_yaml(profile),
         "helm-values.yaml": helm_values(profile),
         "model-runtime.yaml": runtime_manifests(profile),
+        "priority-classes.yaml": priority_classes(profile),
     }
     written = []
     for name, obj in files.items():

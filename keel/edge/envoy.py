@@ -122,7 +122,7 @@ def routes(spec: EdgeSpec) -> list[dict[str, Any]]:
         # a retry goes to another worker than the one that failed
         "retry_host_predicate": [{"name": "envoy.retry_host_predicates.previous_hosts", "typed_config": {
             "@type": "type.googleapis.com/envoy.extensions.retry.host.previous_hosts.v3.PreviousHostsPredicate"}}],
-        "host_selection_retry_max_attempts": 3,
+        "host_selection_retry_max_attempts": 10,
     }  # fmt: skip
 
     def to_workers(tier: str) -> dict[str, Any]:
@@ -254,7 +254,7 @@ def cluster(spec: EdgeSpec) -> dict[str, Any]:
         "circuit_breakers": {"thresholds": thresholds},
         "outlier_detection": {
             "split_external_local_origin_errors": True,
-            "consecutive_local_origin_failure": 2,
+            "consecutive_local_origin_failure": 1,  # a refused connection: ejected at once (never more than half)
             "enforcing_consecutive_local_origin_failure": 100,
             "consecutive_5xx": 1_000_000,  # answers with any status are the worker's: never a reason to eject
             "enforcing_consecutive_5xx": 0,

@@ -173,7 +173,7 @@ def test_a_policy_change_is_applied_without_dropping_a_request(edge):
 
 
 def test_the_replay_sends_each_tenants_key_from_its_environment(monkeypatch):
-    from gpu_runtime.replay import KEYS_ENV, key_headers
+    from gpu_runtime.live_traffic import KEYS_ENV, key_headers
 
     monkeypatch.setenv(KEYS_ENV, "ops=keel_aaaaaaaaaaaa_x,pricing=keel_bbbbbbbbbbbb_y")
     assert key_headers(("ops", "pricing", "replay")) == {
