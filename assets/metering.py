@@ -98,8 +98,8 @@ def meter_usage(
     with policies.open() as store:
         frame, skipped = read_usage([d.root for d in keel_home.layout().serving_dirs()], days[0], days[-1], store)
     if skipped:
-        context.log.warning(f"{skipped} exposure-log lines of {_span(days)} were not whole records: not metered")
-    context.add_asset_metadata({"run_days": _span(days), "skipped_lines": skipped})
+        context.log.warning(f"{skipped} exposure-log lines of {day_span(days)} were not whole records: not metered")
+    context.add_asset_metadata({"run_days": day_span(days), "skipped_lines": skipped})
     for day in days:  # each day's partition shows its own numbers, not the run's
         context.add_asset_metadata(
             {"day": day, **_usage_metadata(frame.filter(pl.col("day") == day))}, partition_key=day
@@ -134,7 +134,8 @@ def _shown(frame: pl.DataFrame) -> str:
     return frame_to_markdown(rounded, max_rows=50)
 
 
-def _span(days: list[str]) -> str:
+def day_span(days: list[str]) -> str:
+    """A run's days as text: the day, or "first … last (N days)"."""
     return days[0] if len(days) == 1 else f"{days[0]} … {days[-1]} ({len(days)} days)"
 
 
@@ -180,7 +181,7 @@ def price_usage(
             mtd_usage = pl.concat([*month, this_month], how="vertical_relaxed")
             mtd = cost_frame(mtd_usage, price_tables(store, mtd_usage["price_version"].to_list()))
             context.add_asset_metadata(_cost_metadata(day, cost.filter(pl.col("day") == day), mtd), partition_key=day)
-    context.add_asset_metadata({"run_days": _span(days)})
+    context.add_asset_metadata({"run_days": day_span(days)})
     return cost
 
 

@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 import dagster as dg
 import polars as pl
 
-from assets.metering import BY_DAY, METERING_DAYS, ON_DEMAND, SERVING_HEALTH
+from assets.metering import BY_DAY, METERING_DAYS, ON_DEMAND, SERVING_HEALTH, day_span
 from keel.exposure_log import scan_exposures
 from keel.factories.markdown import frame_to_markdown
 from keel.incidents import IncidentLog
@@ -107,8 +107,9 @@ with warnings.catch_warnings():
                 },
                 partition_key=day,
             )
-        run_days = days[0] if len(days) == 1 else f"{days[0]} … {days[-1]} ({len(days)} days)"
-        yield dg.Output(frame, metadata={**simulated.of_run(context), "run_days": run_days, "skipped_lines": skipped})
+        yield dg.Output(
+            frame, metadata={**simulated.of_run(context), "run_days": day_span(days), "skipped_lines": skipped}
+        )
         yield dg.AssetCheckResult(
             check_name=SERVING_OBJECTIVE,
             passed=not missed,

@@ -191,15 +191,19 @@ class EdgeFollower:
         self.version: int | None = None
         self._next = 0.0
 
-    def spec(self) -> tuple[EdgeSpec, int, int]:
-        """The edge as the store says now; the store's version and how many tenants it names."""
+    def spec(self, unless: int | None = None) -> tuple[EdgeSpec, int, int] | None:
+        """The edge as the store says now, its version and how many tenants it names; None when the store is still
+        at version ``unless`` (only its version is read then: the follower asks five times a second)."""
         from keel.edge.envoy import edge_filter_config
         from keel.policies import PolicyStore
         from keel.serving_health import served_tiers
         from keel.tenants import Tenant
 
         with PolicyStore(self.store_path) as store:
-            version, state = store.version(), store.state()
+            version = store.version()
+            if version == unless:
+                return None
+            state = store.state(version)
         tenants = [Tenant.from_body(p.name, p.body) for p in state.values() if p.type == "tenant"]
         policy, tiers = served_tiers(state, self.models)
         spec = EdgeSpec(port=self.port, workers=self.workers, models=tiers, policy=policy, limits=self.limits,
@@ -222,11 +226,12 @@ class EdgeFollower:
             return
         self._next = now + FOLLOW_INTERVAL_S
         try:
-            spec, version, tenants = self.spec()
+            changed = self.spec(unless=self.version)
         except Exception as exc:  # noqa: BLE001 - an unreadable store: the edge keeps what it has, and says so
             log(f"keel serve: the edge keeps policy version {self.version}: the store could not be read ({exc})")
             return
-        if version != self.version:
+        if changed is not None:
+            spec, version, tenants = changed
             self.edge.apply(spec)
             log(f"keel serve: the edge follows policy version {version} ({tenants} tenant(s))")
             self.version = version
