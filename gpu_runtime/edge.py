@@ -184,36 +184,38 @@ class EdgeFollower:
     plus Envoy's few milliseconds — no restart, no request dropped."""
 
     def __init__(self, directory: Path, port: int, workers: list[int], models: list[str], store, token: str,
-                 limits, host: str = "127.0.0.1"):  # fmt: skip
+                 limits, host: str = "127.0.0.1", admin_port: int | None = None, base=None):  # fmt: skip
         self.dir, self.port, self.workers, self.models = Path(directory), port, tuple(workers), models
         self.store_path, self.token, self.limits, self.host = store, token, limits, host
+        self.admin_port, self.base = admin_port, base  # base: the runtime's policy file, under the store's
         self.edge: EnvoyEdge | None = None
         self.version: int | None = None
         self._next = 0.0
 
     def spec(self, unless: int | None = None) -> tuple[EdgeSpec, int, int] | None:
         """The edge as the store says now, its version and how many tenants it names; None when the store is still
-        at version ``unless`` (only its version is read then: the follower asks five times a second)."""
-        from keel.edge.envoy import edge_filter_config
+        at version ``unless`` or behind it (only its version is read then: the follower asks five times a second)."""
+        from keel.edge.envoy import edge_filter_config, edge_limits
         from keel.policies import PolicyStore
         from keel.serving_health import served_tiers
         from keel.tenants import Tenant
 
         with PolicyStore(self.store_path) as store:
             version = store.version()
-            if version == unless:
-                return None
+            if unless is not None and version <= unless:  # unchanged — or gone back (newest versions removed):
+                return None  # the edge, like the gateway, never follows the store backwards
             state = store.state(version)
         tenants = [Tenant.from_body(p.name, p.body) for p in state.values() if p.type == "tenant"]
-        policy, tiers = served_tiers(state, self.models)
+        policy, tiers = served_tiers(state, self.models, self.base)
         spec = EdgeSpec(port=self.port, workers=self.workers, models=tiers, policy=policy, limits=self.limits,
                         host=self.host, wasm=edge_filter_module(),
-                        filter_config=edge_filter_config(self.token, tenants, tiers))  # fmt: skip
+                        filter_config=edge_filter_config(self.token, tenants, tiers),
+                        tenant_limits=edge_limits(tenants, policy))  # fmt: skip
         return spec, version, len(tenants)
 
     def start(self, log) -> EdgeFollower:
         spec, self.version, tenants = self.spec()
-        self.edge = EnvoyEdge(self.dir, spec).start()
+        self.edge = EnvoyEdge(self.dir, spec, admin_port=self.admin_port).start()
         log(f"keel serve: the edge (Envoy) on {self.edge.url} in front of workers {list(self.workers)}; admin "
             f"{self.edge.admin_url} (loopback); {tenants} tenant(s) in force at policy version {self.version}"
             + ("" if tenants else " — every request is refused 401 until `keel tenant add`"))  # fmt: skip

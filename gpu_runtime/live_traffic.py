@@ -21,6 +21,19 @@ def key_headers(tenants: tuple[str, ...]) -> dict[str, dict[str, str]]:
     return {t: ({"x-api-key": keys[t]} if t in keys else {}) for t in tenants}
 
 
+def wait_for_key(url: str, key: str, timeout_s: float = 30.0) -> float:
+    """Until the edge at ``url`` takes ``key`` (a request with it is no longer 401: the edge follows the policy store
+    within a second or two of the commit); the seconds it took. RuntimeError after ``timeout_s``."""
+    import httpx
+
+    started = time.monotonic()
+    while httpx.post(f"{url}/v1/predict", json={}, headers={"x-api-key": key}, timeout=10).status_code == 401:
+        if time.monotonic() - started > timeout_s:
+            raise RuntimeError(f"the edge at {url} did not take the new API key within {timeout_s:g} s")
+        time.sleep(0.05)
+    return time.monotonic() - started
+
+
 def entities_by_day(uc) -> dict[str, list[dict]]:
     """Every request entity of the use case's period, by local day (YYYY-MM-DD)."""
     out: dict[str, list[dict]] = {}

@@ -33,18 +33,25 @@ import tempfile
 import time
 from pathlib import Path
 
+from gpu_runtime.overload_report import _codes, _ms, close_wait, pct, phase_report, recovered_at, refusal_times
+
 PROBE_RPS = 40.0
 CLIENT_TIMEOUT_S = 5.0
 FLOOD_FACTOR = 10.0
 FLOOD_TENANTS = 64
 MAX_CONNECTIONS = 4096  # a stream's open connections at most (a client's file descriptors)
 IDLE_REUSE_S = 2.0  # a keep-alive connection idle longer is closed, not reused (uvicorn closes them after 5 s)
-WINDOW_S = 5.0
-FAST_REFUSAL_S = 0.05  # a refusal is fast when it comes back within this (issue 45)
 BUSY = "import signal, sys; signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))\nwhile True: pass"
 
 
-async def stream(url: str, route: str, bodies: list[bytes], rate: float, seconds: float) -> list[list]:
+def key_header(body: bytes, keys: dict[str, str]) -> str:
+    """The request's API key header behind the edge: its tenant's (the body's ``tenant_id``); none without an edge."""
+    key = keys.get(json.loads(body).get("tenant_id", "")) if keys else None
+    return f"x-api-key: {key}\r\n" if key else ""
+
+
+async def stream(url: str, route: str, bodies: list[bytes], rate: float, seconds: float,
+                 keys: dict[str, str] | None = None) -> list[list]:  # fmt: skip
     """Open loop: requests leave on schedule whatever the answers do. Per request: [sent offset s, latency s or
     None, status (0: transport failure or client timeout), error code, how late it left s].
 
@@ -57,7 +64,7 @@ async def stream(url: str, route: str, bodies: list[bytes], rate: float, seconds
     where = urlsplit(url)
     host, port = where.hostname or "127.0.0.1", where.port or 80
     requests = [
-        f"POST {route} HTTP/1.1\r\nhost: {host}:{port}\r\ncontent-type: application/json\r\n"
+        f"POST {route} HTTP/1.1\r\nhost: {host}:{port}\r\ncontent-type: application/json\r\n{key_header(b, keys)}"
         f"content-length: {len(b)}\r\n\r\n".encode() + b
         for b in bodies
     ]  # fmt: skip
@@ -130,21 +137,23 @@ def run_stream(spec_path: str) -> int:
     bodies = [b.encode() for b in spec["bodies"]]
     import uvloop  # the gateway's own loop: the cheapest sender on the same cores
 
-    result = uvloop.run(stream(spec["url"], spec["route"], bodies, spec["rate"], spec["seconds"]))
+    result = uvloop.run(stream(spec["url"], spec["route"], bodies, spec["rate"], spec["seconds"], spec.get("keys")))
     Path(spec["out"]).write_text(json.dumps(result))
     return 0
 
 
 def start_stream(work: Path, name: str, url: str, route: str, bodies: list[bytes], rate: float,
-                 seconds: float) -> tuple[subprocess.Popen, Path]:  # fmt: skip
+                 seconds: float, keys: dict[str, str] | None = None) -> tuple[subprocess.Popen, Path]:  # fmt: skip
     spec = work / f"{name}.json"
     out = work / f"{name}.out.json"
     spec.write_text(json.dumps({"url": url, "route": route, "bodies": [b.decode() for b in bodies], "rate": rate,
-                                "seconds": seconds, "out": str(out)}))  # fmt: skip
+                                "seconds": seconds, "out": str(out), "keys": keys or {}}))  # fmt: skip
+    spec.chmod(0o600)  # (API keys)
     return subprocess.Popen([sys.executable, "-m", "gpu_runtime.overload_drill", "--stream", str(spec)]), out
 
 
-def calibrate(url: str, route: str, bodies: list[bytes], seconds: float = 2.0, concurrency: int = 16) -> float:
+def calibrate(url: str, route: str, bodies: list[bytes], seconds: float = 2.0, concurrency: int = 16,
+              keys: dict[str, str] | None = None) -> float:  # fmt: skip
     """Answers per second the runtime gives the flooded model, closed loop."""
     import httpx
 
@@ -157,8 +166,12 @@ def calibrate(url: str, route: str, bodies: list[bytes], seconds: float = 2.0, c
                 nonlocal done
                 i = k
                 while time.monotonic() < deadline:
-                    r = await client.post(route, content=bodies[i % len(bodies)],
-                                          headers={"content-type": "application/json"})  # fmt: skip
+                    body = bodies[i % len(bodies)]
+                    key = key_header(body, keys or {})
+                    headers = {"content-type": "application/json"} | (
+                        {"x-api-key": key.split(": ", 1)[1].strip()} if key else {}
+                    )
+                    r = await client.post(route, content=body, headers=headers)
                     done += r.status_code == 200
                     i += concurrency
 
@@ -166,73 +179,6 @@ def calibrate(url: str, route: str, bodies: list[bytes], seconds: float = 2.0, c
         return done
 
     return asyncio.run(run()) / seconds
-
-
-def close_wait(port: int) -> int:
-    """Connections to ``port`` in CLOSE-WAIT (the gateway holds a socket its client has closed)."""
-    count = 0
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            lines = Path(table).read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            parts = line.split()
-            if int(parts[1].rsplit(":", 1)[1], 16) == port and parts[3] == "08":
-                count += 1
-    return count
-
-
-def pct(values: list[float], q: float) -> float | None:
-    s = sorted(values)
-    return s[min(len(s) - 1, int(round(q * (len(s) - 1))))] if s else None
-
-
-def phase_report(records: list[list], start: float, end: float, timeout_s: float | None = None) -> dict:
-    """One phase's requests: answered (200) at all and — ``timeout_s``, the tier's timeout — within it, as the
-    client measured (from its write to the answer read)."""
-    part = [r for r in records if start <= r[0] < end]
-    ok = [r[1] for r in part if r[2] == 200]
-    refusals = [r for r in part if r[2] not in (0, 200)]
-    in_time = sum(1 for t in ok if t <= timeout_s) if timeout_s is not None else None
-    return {
-        "sent": len(part), "answered": len(ok), "answered_share": round(len(ok) / len(part), 4) if part else None,
-        "answered_in_time_share": round(in_time / len(part), 4) if part and in_time is not None else None,
-        "p50_ms": _ms(pct(ok, 0.5)), "p99_ms": _ms(pct(ok, 0.99)),
-        "client_timeouts": sum(1 for r in part if r[2] == 0),
-        "refusals": _codes(refusals), "slowest_refusal_ms": _ms(max((r[1] for r in refusals), default=None)),
-        "refusals_slower_than_50ms": sum(1 for r in refusals if r[1] > FAST_REFUSAL_S),
-    }  # fmt: skip
-
-
-def refusal_times(refusals: list[list]) -> dict:
-    """How fast the refusals came back: p50, p99 and how many took longer than ``FAST_REFUSAL_S``."""
-    times = [r[1] for r in refusals]
-    return {"refusal_p50_ms": _ms(pct(times, 0.5)), "refusal_p99_ms": _ms(pct(times, 0.99)),
-            "refusals_slower_than_50ms": sum(1 for t in times if t > FAST_REFUSAL_S)}  # fmt: skip
-
-
-def recovered_at(records: list[list], fault_end: float, end: float, baseline_p99_s: float) -> float | None:
-    """Seconds after the fault ended when the first 5 s window with ≥ 99 % answered and p99 ≤ 2× baseline began."""
-    t = fault_end
-    while t + WINDOW_S <= end:
-        part = [r for r in records if t <= r[0] < t + WINDOW_S]
-        ok = [r[1] for r in part if r[2] == 200]
-        if part and len(ok) >= 0.99 * len(part) and pct(ok, 0.99) <= 2 * baseline_p99_s:
-            return round(t - fault_end, 2)
-        t += 0.5
-    return None
-
-
-def _ms(s: float | None) -> float | None:
-    return None if s is None else round(s * 1000, 2)
-
-
-def _codes(records: list[list]) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for r in records:
-        out[str(r[3] or r[2])] = out.get(str(r[3] or r[2]), 0) + 1
-    return out
 
 
 def targets(url: str) -> tuple[str, str, int]:
@@ -274,12 +220,15 @@ def flood_bodies(model: str, n: int = 2000) -> list[bytes]:
             for i, b in enumerate(bodies_of(model, n))]  # fmt: skip
 
 
+DRILL_TENANTS = ["drill-probe", *(f"drill-flood-{i}" for i in range(FLOOD_TENANTS))]
+
+
 def drill(url: str, port: int, baseline_s: float, starve_s: float, flood_s: float, recover_s: float,
-          progress=print) -> dict:  # fmt: skip
+          progress=print, keys: dict[str, str] | None = None) -> dict:  # fmt: skip
     protected, flooded, n_models = targets(url)
     probe_route, flood_route = f"/v1/models/{protected}/predict", f"/v1/models/{flooded}/predict"
     flood = flood_bodies(flooded)
-    capacity = calibrate(url, flood_route, flood)
+    capacity = calibrate(url, flood_route, flood, keys=keys)
     progress(
         f"overload drill: {flooded} answers {capacity:.0f}/s closed loop; probing {protected} at {PROBE_RPS:g}/s"
     )
@@ -287,7 +236,8 @@ def drill(url: str, port: int, baseline_s: float, starve_s: float, flood_s: floa
     cores = os.cpu_count() or 1
     with tempfile.TemporaryDirectory(prefix="keel-overload-") as tmp:
         work = Path(tmp)
-        probe, probe_out = start_stream(work, "probe", url, probe_route, bodies_of(protected), PROBE_RPS, total)
+        probe, probe_out = start_stream(work, "probe", url, probe_route, bodies_of(protected), PROBE_RPS, total,
+                                        keys)  # fmt: skip
         time.sleep(baseline_s)
         progress(f"overload drill: starving the machine: {cores} busy processes for {starve_s:g} s")
         busy = [subprocess.Popen([sys.executable, "-c", BUSY]) for _ in range(cores)]
@@ -298,7 +248,8 @@ def drill(url: str, port: int, baseline_s: float, starve_s: float, flood_s: floa
         rate = FLOOD_FACTOR * capacity
         progress(f"overload drill: flooding {flooded} at {rate:.0f}/s over {FLOOD_TENANTS} tenants for {flood_s:g} s")
         floods = [
-            start_stream(work, f"flood-{k}", url, flood_route, flood, rate / cores, flood_s) for k in range(cores)
+            start_stream(work, f"flood-{k}", url, flood_route, flood, rate / cores, flood_s, keys)
+            for k in range(cores)
         ]
         for proc, _ in floods:
             proc.wait()
@@ -332,6 +283,27 @@ def drill(url: str, port: int, baseline_s: float, starve_s: float, flood_s: floa
     }  # fmt: skip
 
 
+def drill_keys(url: str) -> dict[str, str] | None:
+    """Behind the edge (endpoints.json names its admin): a key for each of the drill's tenants, committed to the
+    policy store in one version and revoked when the drill ends; once the edge takes them (within a second or two),
+    the drill starts. None without an edge."""
+    from datetime import UTC, datetime
+
+    from gpu_runtime.live_traffic import wait_for_key
+    from keel.home import KeelHome
+    from keel.policies import PolicyStore
+    from keel.tenants import issue_keys
+
+    home = KeelHome.from_env()
+    if not json.loads(home.serving.endpoints.read_text()).get("edge_admin"):
+        return None
+    with PolicyStore(home.policies) as store:
+        keys = issue_keys(store, DRILL_TENANTS, datetime.now(UTC).isoformat(timespec="seconds"),
+                          "keel overload drill", "the overload drill's tenants, for the drill's run")  # fmt: skip
+    wait_for_key(url, keys["drill-probe"])  # (one commit: the others are in force with it)
+    return keys
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m gpu_runtime.overload_drill", description=__doc__.split("\n\n")[0]
@@ -352,7 +324,17 @@ def main(argv: list[str] | None = None) -> int:
 
         url = "http://" + json.loads(KeelHome.from_env().serving.endpoints.read_text())["gateway"]
     port = int(url.rsplit(":", 1)[1].rstrip("/"))
-    report = drill(url, port, args.baseline_s, args.starve_s, args.flood_s, args.recover_s)
+    keys = drill_keys(url) if args.url is None else None
+    try:
+        report = drill(url, port, args.baseline_s, args.starve_s, args.flood_s, args.recover_s, keys=keys)
+    finally:
+        if keys:
+            from keel.home import KeelHome
+            from keel.policies import PolicyStore
+            from keel.tenants import revoke_keys
+
+            with PolicyStore(KeelHome.from_env().policies) as store:
+                revoke_keys(store, list(keys), "keel overload drill", "the drill is over: its keys revoked")
     text = json.dumps(report, indent=2)
     if args.out:
         args.out.write_text(text)

@@ -85,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     parser.add_argument("--worker-index", type=int, help=argparse.SUPPRESS)  # a worker's own command line
     parser.add_argument("--worker-ports", help=argparse.SUPPRESS)  # behind the edge: each worker's own port
+    parser.add_argument("--edge-admin", help=argparse.SUPPRESS)  # behind the edge: Envoy's admin (its stats)
     parser.add_argument("--triton-url", help=argparse.SUPPRESS)  # a worker's: where the serving process's Triton is
     args = parser.parse_args(argv)
     if args.workers < 1:

@@ -161,7 +161,8 @@ def run_worker(args, served, refs, home, layout, device: str, policy) -> int:
     directory = layout.root / "workers"
     first, also = gateway_configs(args, served, refs, home, layout, args.triton_url, device, compute=index == 0)
     runtime = SharedRuntimeStatus(directory / "runtime.json")
-    gateway = Gateway(first, policy, runtime=runtime, also=also, worker=WorkerShare(index, directory))
+    share = WorkerShare(index, directory, args.edge_admin)
+    gateway = Gateway(first, policy, runtime=runtime, also=also, worker=share)
     port = int(args.worker_ports.split(",")[index]) if args.worker_ports else args.gateway_port  # behind the edge
     sock = reuseport_socket("127.0.0.1" if args.worker_ports else args.gateway_host, port)
     uv = gateway_server(gateway, args, lambda: (directory / f"w{index}.up").write_text(str(os.getpid())))
@@ -189,13 +190,14 @@ def serve_with_workers(args, refs, port, server, supervisor, endpoints, admin_ke
                                  lambda: server.proc.pid if server.proc is not None else None)  # fmt: skip
     argv, edge = worker_argv(args, refs, port, server.grpc_url), None
     if args.edge:  # Envoy on the port, each worker on an internal loopback port of its own; the token in their env
-        ports = [free_port() for _ in range(args.workers)]
-        argv += ["--worker-ports", ",".join(map(str, ports))]
+        ports, admin_port = [free_port() for _ in range(args.workers)], free_port()
+        argv += ["--worker-ports", ",".join(map(str, ports)), "--edge-admin", f"http://127.0.0.1:{admin_port}"]
         os.environ[EDGE_TOKEN_ENV] = secrets.token_urlsafe(24)
         edge = EdgeFollower(
             layout.root / "edge", port, ports, [resolve(r.strip()).model.name for r in refs], KeelHome.from_env().policies,
             os.environ[EDGE_TOKEN_ENV], EdgeLimits(max_body_bytes=args.max_body_bytes, header_timeout_s=args.header_timeout_s,
             max_connections=args.max_connections, idle_timeout_s=float(args.keepalive_s)), host=args.gateway_host,
+            admin_port=admin_port, base=policy,
         )  # fmt: skip
     else:
         os.environ.pop(EDGE_TOKEN_ENV, None)  # no edge: a token left in the environment must not lock callers out

@@ -102,12 +102,16 @@ def tier_for(policies: dict[str, Any], model: str) -> SlaTier:
     return policy.tiers[names[model]]
 
 
-def served_tiers(policies: dict[str, Any], models: list[str]) -> tuple[GatewayPolicy, dict[str, str]]:
-    """The gateway policy in force under ``policies`` and each model's tier name (as ``tier_for`` reads them)."""
+def served_tiers(
+    policies: dict[str, Any], models: list[str], base: GatewayPolicy | None = None
+) -> tuple[GatewayPolicy, dict[str, str]]:
+    """The gateway policy in force under ``policies`` (laid over ``base``, the runtime's own policy file; default
+    the built-in policy) and each model's tier name (as ``tier_for`` reads them)."""
+    base = base or GatewayPolicy()
     try:
-        policy, _, _ = effective_policy(GatewayPolicy(), policies, None, set(), 0)
+        policy, _, _ = effective_policy(base, policies, None, set(), 0)
     except Exception:  # noqa: BLE001 - what the gateways do with a store they cannot apply
-        policy = GatewayPolicy()
+        policy = base
     names = {}
     for model in models:
         try:

@@ -168,13 +168,33 @@ def authenticate(tenants: dict[str, Tenant], key: str) -> Tenant | None:
 REPLAY_TENANT = "replay"  # the live replay's traffic (gpu_runtime/replay.py's default tenant)
 
 
+def issue_keys(store, names: list[str], now: str, author: str, reason: str) -> dict[str, str]:
+    """A fresh API key for each of ``names``, committed to the policy store ``store`` in one version: each tenant
+    added with every tier and risk level (traffic keel itself sends: the live replay, a drill), or its key rotated
+    — a key is shown once, so each run takes a new one and the last run's stops working. Returns name → key."""
+    keys, changes = {}, {}
+    for name in names:
+        keys[name], stored = new_key(now)
+        changes[name] = ("tenant", Tenant(name, (stored,), TIERS, RISK_LEVELS).as_body())
+    store.apply(changes, author=author, reason=reason)
+    return keys
+
+
+def revoke_keys(store, names: list[str], author: str, reason: str) -> None:
+    """Every key of ``names`` revoked in one version (the tenants stay, with what they may claim)."""
+    changes = {}
+    for name in names:
+        old = store.get(name)
+        if old is not None:
+            t = Tenant.from_body(name, old.body)
+            changes[name] = ("tenant", Tenant(name, (), t.tiers, t.risk_levels, t.quota_share).as_body())
+    if changes:
+        store.apply(changes, author=author, reason=reason)
+
+
 def issue_replay_key(store, now: str) -> str:
-    """A fresh API key for the live replay's tenant, committed to the policy store ``store``: the tenant added with
-    every tier and risk level (it replays every use case's traffic), or its key rotated — a key is shown once, so
-    each replay run takes a new one and the last run's stops working."""
-    key, stored = new_key(now)
-    old = store.get(REPLAY_TENANT)
-    tenant = Tenant(REPLAY_TENANT, (stored,), TIERS, RISK_LEVELS)
-    reason = "the live replay's key for this run" + (" (rotated)" if old is not None else "")
-    store.apply({REPLAY_TENANT: ("tenant", tenant.as_body())}, author="keel live replay", reason=reason)
-    return key
+    """A fresh API key for the live replay's tenant (``issue_keys``)."""
+    rotated = " (rotated)" if store.get(REPLAY_TENANT) is not None else ""
+    return issue_keys(
+        store, [REPLAY_TENANT], now, "keel live replay", f"the live replay's key for this run{rotated}"
+    )[REPLAY_TENANT]

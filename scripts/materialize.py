@@ -155,16 +155,16 @@ def run_live(args, ucs: list[UseCase], client: DagsterGraphQLClient) -> int:
               f"traffic {args.rps:g} req/s per use case", flush=True)  # fmt: skip
     env = dict(os.environ)
     if os.environ.get("KEEL_EDGE") == "1":  # behind the edge: the replay authenticates with a key of its own
-        from gpu_runtime.live_traffic import KEYS_ENV
+        from gpu_runtime.live_traffic import KEYS_ENV, wait_for_key
         from keel.policies import PolicyStore
         from keel.tenants import REPLAY_TENANT, issue_replay_key
 
         with PolicyStore(home.policies) as store:
-            env[KEYS_ENV] = (
-                f"{REPLAY_TENANT}={issue_replay_key(store, datetime.now(UTC).isoformat(timespec='seconds'))}"
-            )
-        print(f"keel: the replay authenticates at the edge as tenant {REPLAY_TENANT} (a key issued for this run)",
-              flush=True)  # fmt: skip
+            key = issue_replay_key(store, datetime.now(UTC).isoformat(timespec="seconds"))
+        env[KEYS_ENV] = f"{REPLAY_TENANT}={key}"
+        took = wait_for_key(args.gateway, key)  # the first request of the year must not meet a 401
+        print(f"keel: the replay authenticates at the edge as tenant {REPLAY_TENANT} (a key issued for this run, "
+              f"in force at the edge {took:.2f} s after its commit)", flush=True)  # fmt: skip
     log = open(home.serving.root / "live_traffic.log", "a")  # noqa: SIM115 - the children hold it
     traffic = [
         subprocess.Popen(

@@ -126,7 +126,7 @@ def live_platform(home: Path, *live_args: str, env: dict[str, str] | None = None
     the environment); stop them all when the block ends (SIGTERM to each process group, SIGKILL after a minute)."""
     (home / "dagster_home").mkdir()
     shutil.copy(REPO / "scripts" / "dagster.yaml", home / "dagster_home" / "dagster.yaml")
-    env = home_env(home) | (env or {})
+    env = home_env(home) | {"KEEL_EDGE": "1"} | (env or {})  # the edge in front, as scripts/up has it
     procs: list[subprocess.Popen] = []
 
     def start(args, log: str) -> subprocess.Popen:

@@ -11,6 +11,8 @@
  *      and its risk level (`x-keel-risk-level`) must be among the tenant's, else 403 naming what it may use; the tier
  *      is set as `x-keel-tier` (Envoy routes L1 at priority HIGH).
  *
+ * `GET /healthz`, `/readyz` and `/metrics` pass without a key (probes and scrapes; no tenant is set for them).
+ *
  * Its configuration (the plugin configuration, written by keel/edge/envoy.py from the policy store) is text, one
  * record a line:  `edge token <token>` · `key <key id> <tenant> <salt hex> <sha256 hex>` · `tenant <name> <tiers> <risks>`
  * (comma-separated) · `model <model> <tier>`. A new configuration is a new listener (file xDS): revoking is a commit.
@@ -249,6 +251,16 @@ static void set_header(const char *name, const char *value, size_t n) {
   proxy_replace_header_map_value(REQUEST_HEADERS, name, slen(name), value, n);
 }
 
+/* /healthz, /readyz or /metrics, with or without a query */
+static int operations_path(const char *p, size_t n) {
+  const char *names[] = {"/healthz", "/readyz", "/metrics"};
+  for (int i = 0; i < 3; i++) {
+    size_t m = slen(names[i]);
+    if (n >= m && eq(p, m, names[i], m) && (n == m || p[m] == '?')) return 1;
+  }
+  return 0;
+}
+
 /* 403: "tenant <name> may use <what> <given>, not <asked>" */
 static u32 not_given(const record *t, const char *what, const char *given, size_t ngiven, const char *asked,
                      size_t nasked) {
@@ -269,6 +281,9 @@ EXPORT(proxy_on_request_headers) u32 proxy_on_request_headers(u32 context_id, u3
   proxy_remove_header_map_value(REQUEST_HEADERS, "x-keel-tenant", 13);
   proxy_remove_header_map_value(REQUEST_HEADERS, "x-keel-edge", 11);
   proxy_remove_header_map_value(REQUEST_HEADERS, "x-keel-risk-levels", 18);
+  /* the operations' reads (health probes, metrics scrapes) need no key: they carry no tenant's data in or out */
+  if (header(":method", &v, &n) && eq(v, n, "GET", 3) && header(":path", &v, &n) && operations_path(v, n))
+    return CONTINUE;
   const char *key = 0;
   size_t nkey = 0;
   if (header("x-api-key", &v, &n)) key = v, nkey = n;

@@ -46,7 +46,7 @@ from gpu_runtime.gateway.limits import (
     respond,
     respond_text,
 )
-from gpu_runtime.gateway.metrics import LabelledMetrics, Metrics
+from gpu_runtime.gateway.metrics import LabelledMetrics, Metrics, edge_stats
 from gpu_runtime.gateway.model import GatewayConfig, ServedModel
 from gpu_runtime.gateway.overload import LoadMonitor, StandingQueue
 from gpu_runtime.gateway.request import Answer, RequestContext, client_budget_ms
@@ -73,6 +73,7 @@ class WorkerShare:
 
     index: int
     directory: Path
+    edge_admin: str | None = None  # behind the edge: Envoy's admin, whose stats /metrics carries beside keel's
 
 
 class Gateway:
@@ -217,7 +218,10 @@ class Gateway:
         if (path == "/v1/predict" or asked is not None) and method == "POST":
             await self._predict_route(scope, receive, send, asked)
         elif path == "/metrics" and method == "GET":
-            await respond_text(send, 200, self.render_metrics(), "text/plain; version=0.0.4")
+            text = self.render_metrics()
+            if self.worker is not None and self.worker.edge_admin:  # Envoy's own stats, scraped beside keel's
+                text += await asyncio.to_thread(edge_stats, self.worker.edge_admin)
+            await respond_text(send, 200, text, "text/plain; version=0.0.4")
         elif path == "/healthz" and method == "GET":
             up = self.runtime is None or self.runtime.up
             await respond(send, 200 if up else 503, {

@@ -263,3 +263,19 @@ class LabelledMetrics:
 
     def render(self, others: dict[int, dict] | None = None, worker: int | None = None) -> str:
         return self.base.render(others, worker)
+
+
+EDGE_STATS_TIMEOUT_S = 2.0
+
+
+def edge_stats(admin: str) -> str:
+    """Envoy's own stats (its admin ``/stats/prometheus``, on loopback; the series it has used), for the gateway's
+    ``/metrics`` behind the edge — one scrape shows both. ``keel_edge_up`` says whether they could be read."""
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"{admin}/stats/prometheus?usedonly", timeout=EDGE_STATS_TIMEOUT_S) as resp:  # noqa: S310 - loopback
+            text = resp.read().decode()
+    except OSError as exc:
+        return f"# keel: the edge's stats could not be read ({exc})\n# TYPE keel_edge_up gauge\nkeel_edge_up 0\n"
+    return f"# TYPE keel_edge_up gauge\nkeel_edge_up 1\n{text}"

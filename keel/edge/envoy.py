@@ -32,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from keel.policies.gateway import GatewayPolicy
+from keel.policies.gateway import GatewayPolicy, RateLimit
 
 HCM = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
 LISTENER = "type.googleapis.com/envoy.config.listener.v3.Listener"
@@ -41,6 +41,7 @@ ROUTER = "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"
 BUFFER = "type.googleapis.com/envoy.extensions.filters.http.buffer.v3.Buffer"
 FILE_LOG = "type.googleapis.com/envoy.extensions.access_loggers.file.v3.FileAccessLog"
 WASM = "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm"
+LOCAL_RATE_LIMIT = "type.googleapis.com/envoy.extensions.filters.http.local_ratelimit.v3.LocalRateLimit"
 STRING_VALUE = "type.googleapis.com/google.protobuf.StringValue"
 DOWNSTREAM_CONNECTIONS = (
     "type.googleapis.com/envoy.extensions.resource_monitors.downstream_connections.v3.DownstreamConnectionsConfig"
@@ -96,6 +97,7 @@ class EdgeSpec:
     host: str = "127.0.0.1"
     wasm: str | None = None  # the edge filter's module (gpu_runtime/edge_filter/): None, no filter (tests of routing)
     filter_config: str = ""  # its configuration: edge_filter_config(...)
+    tenant_limits: dict[str, RateLimit] = field(default_factory=dict)  # tenant → its rate at this edge
 
     def __post_init__(self) -> None:
         if not self.workers:
@@ -178,6 +180,7 @@ def listener(spec: EdgeSpec) -> dict[str, Any]:
         },
         "http_filters": [
             *([wasm_filter(spec.wasm, spec.filter_config)] if spec.wasm else []),
+            *([tenant_rate_limit(spec.tenant_limits)] if spec.tenant_limits else []),
             {
                 "name": "envoy.filters.http.buffer",
                 "typed_config": {"@type": BUFFER, "max_request_bytes": lim.max_body_bytes},
@@ -213,6 +216,52 @@ def wasm_filter(module: str, configuration: str) -> dict[str, Any]:
             },
         },
     }  # fmt: skip
+
+
+def token_bucket(limit: RateLimit) -> dict[str, Any]:
+    """Envoy's token bucket for ``limit``: ``burst`` tokens, refilled at ``rps`` (in tenths of a second from 10/s up,
+    a token at a time below)."""
+    if limit.rps >= 10:
+        fill_ms, per_fill = 100, max(1, round(limit.rps / 10))
+    else:
+        fill_ms, per_fill = max(50, round(1000 / limit.rps)), 1
+    return {"max_tokens": max(1, int(limit.burst)), "tokens_per_fill": per_fill, "fill_interval": _seconds(fill_ms)}
+
+
+def tenant_rate_limit(limits: dict[str, RateLimit]) -> dict[str, Any]:
+    """Each tenant's rate at the edge (after the edge filter has set ``x-keel-tenant`` from the key): one token
+    bucket per tenant, shared by Envoy's threads, 429 before a worker sees the request. A request without a tenant
+    (the operations' reads) takes no token: the filter-wide bucket is never the one that refuses."""
+    unlimited = {"max_tokens": 1_000_000_000, "tokens_per_fill": 1_000_000_000, "fill_interval": "1s"}
+    always = {"default_value": {"numerator": 100, "denominator": "HUNDRED"}}
+    return {
+        "name": "envoy.filters.http.local_ratelimit",
+        "typed_config": {
+            "@type": LOCAL_RATE_LIMIT,
+            "stat_prefix": "keel_tenant_rate_limit",
+            "token_bucket": unlimited,
+            "filter_enabled": always | {"runtime_key": "keel_tenant_rate_limit_enabled"},
+            "filter_enforced": always | {"runtime_key": "keel_tenant_rate_limit_enforced"},
+            "rate_limits": [{"actions": [{"request_headers": {"header_name": "x-keel-tenant",
+                                                              "descriptor_key": "tenant"}}]}],
+            "descriptors": [
+                {"entries": [{"key": "tenant", "value": name}], "token_bucket": token_bucket(limit)}
+                for name, limit in sorted(limits.items())
+            ],
+            "response_headers_to_add": [{"header": {"key": "retry-after", "value": "1"}}],
+            "local_rate_limit_per_downstream_connection": False,
+        },
+    }  # fmt: skip
+
+
+def edge_limits(tenants, policy: GatewayPolicy) -> dict[str, RateLimit]:
+    """Each tenant's rate at the edge: the policy's rate limit for it (its own, else the default) times its quota
+    share — the share of that rate it is given (1.0: all of it)."""
+    out = {}
+    for t in tenants:
+        base = policy.rate_limit_of(t.name)
+        out[t.name] = RateLimit(rps=base.rps * t.quota_share, burst=max(1.0, base.burst * t.quota_share))
+    return out
 
 
 def edge_filter_config(token: str, tenants, models: dict[str, str]) -> str:

@@ -1,5 +1,5 @@
 """A stand-in for a gateway worker process behind the edge (tests/edge/test_envoy.py): a plain HTTP server on a
-loopback port that answers every POST 200 with its port, the path and the request id — after the delay in ms a
+loopback port that answers every POST (and GET) 200 with its port, the path and the request id — after the delay in ms a
 ``delay`` query parameter asks for — and appends the size of each body it was sent to ``<port>.seen``.
 
     python -m tests.edge.stand_in PORT DIR
@@ -16,6 +16,9 @@ from pathlib import Path
 
 class StandInWorker(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+
+    def do_GET(self):  # noqa: N802 - http.server's naming
+        self.do_POST()
 
     def do_POST(self):  # noqa: N802 - http.server's naming
         body = self.rfile.read(int(self.headers.get("content-length") or 0))

@@ -5,7 +5,9 @@ Behind it, a stand-in worker process (tests/edge/stand_in.py) that echoes the la
 
 from __future__ import annotations
 
+import json
 import time
+import urllib.request
 from dataclasses import replace
 
 import pytest
@@ -96,3 +98,30 @@ def test_a_revoked_or_rotated_key_is_refused_once_the_new_configuration_is_appli
     print(f"revoked and refused in {time.monotonic() - started:.3f} s")
     assert status == 401 and "revoked" in body["body"]
     assert post(url, headers={"x-api-key": keys["ops"][0]})[0] == 200  # the tenant's other key still works
+
+
+def test_each_tenant_has_its_own_rate_at_the_edge_and_probes_need_no_key(edge, keys):
+    """pricing's bucket at the edge holds 3 requests and refills one every 10 s: of 20 sent at once, at most 3 plus
+    one per 10 s elapsed pass (the rest 429 from Envoy, never reaching a worker); ops, unlimited here, is not
+    touched by pricing's refusals. The operations' reads pass without a key and take no tenant's token."""
+    from keel.edge.envoy import tenant_rate_limit, token_bucket
+    from keel.policies.gateway import RateLimit
+
+    limits = {"pricing": RateLimit(rps=0.1, burst=3), "ops": RateLimit(rps=100_000, burst=100_000)}
+    assert token_bucket(limits["pricing"]) == {"max_tokens": 3, "tokens_per_fill": 1, "fill_interval": "10.000s"}
+    assert tenant_rate_limit(limits)["typed_config"]["descriptors"][1]["entries"] == [
+        {"key": "tenant", "value": "pricing"}
+    ]
+    edge.apply(replace(edge.spec, tenant_limits=limits))
+    url = f"{edge.url}/v1/models/flight-delay/predict"
+    started = time.monotonic()
+    statuses = [post(url, headers={"x-api-key": keys["pricing"][0]})[0] for _ in range(20)]
+    elapsed = time.monotonic() - started
+    assert set(statuses) <= {200, 429} and statuses[:1] == [200]
+    assert 1 <= statuses.count(200) <= 3 + int(elapsed / 10) + 1, (statuses, elapsed)
+    assert edge.counter("keel_tenant_rate_limit.http_local_rate_limit.rate_limited") == statuses.count(429)
+    assert all(post(url, headers={"x-api-key": keys["ops"][0]})[0] == 200 for _ in range(10))
+    for path in ("/readyz", "/healthz", "/metrics"):
+        with urllib.request.urlopen(f"{edge.url}{path}", timeout=10) as resp:  # noqa: S310 - loopback
+            assert resp.status == 200 and json.loads(resp.read())["labels"]["x-keel-tenant"] is None
+    assert post(f"{edge.url}/readyz")[0] == 401  # a POST is not a probe

@@ -1,7 +1,8 @@
 """`python -m gpu_runtime.serve --edge` (slow: Triton and the worker processes): the real Envoy on the gateway's
 port in front of two gateway workers on internal loopback ports, following the policy store — no key → 401, the key
 of a tenant → its requests reach the gateway as that tenant, a body naming another tenant → 403, a worker reached
-directly without the edge → 401, `keel tenant revoke` → the key refused once the edge follows the new version."""
+directly without the edge → 401, probes and scrapes without a key (``/metrics`` carries Envoy's stats beside keel's),
+`keel tenant revoke` → the key refused once the edge follows the new version."""
 
 from __future__ import annotations
 
@@ -64,6 +65,17 @@ def test_only_authenticated_requests_reach_the_gateway_as_their_tenant(served):
     assert endpoints["edge_admin"].startswith("http://127.0.0.1:")
 
 
+def test_probes_and_scrapes_need_no_key_and_metrics_carry_envoys_stats_beside_keels(served):
+    _, url, key, _ = served
+    assert predict(url, {"x-api-key": key}).status_code == 422  # a request through the edge, counted by both
+    ready = httpx.get(f"{url}/readyz", timeout=30)
+    assert ready.status_code in (200, 503) and "ready" in ready.json()  # the gateway's answer (no model yet: 503)
+    metrics = httpx.get(f"{url}/metrics", timeout=30)
+    assert metrics.status_code == 200 and "keel_edge_up 1" in metrics.text
+    assert "keel_gateway_policy_version" in metrics.text  # keel's series …
+    assert 'envoy_cluster_upstream_rq_total{envoy_cluster_name="keel_gateway"}' in metrics.text  # … and Envoy's
+
+
 def test_a_revoked_key_is_refused_once_the_edge_follows_the_store(served):
     home, url, key, _ = served
     assert predict(url, {"x-api-key": key}).status_code == 422
@@ -73,3 +85,23 @@ def test_a_revoked_key_is_refused_once_the_edge_follows_the_store(served):
         assert time.monotonic() < deadline, "the edge did not follow the revocation"
         time.sleep(0.05)
     print(f"refused {time.monotonic() - revoked_at:.2f} s after keel tenant revoke returned")
+
+
+def test_the_overload_drill_takes_keys_of_its_own_behind_the_edge_and_revokes_them(served, monkeypatch):
+    from gpu_runtime.overload_drill import DRILL_TENANTS, drill_keys
+    from keel.home import KeelHome
+    from keel.policies import PolicyStore
+    from keel.tenants import revoke_keys
+
+    home, url, _, _ = served
+    monkeypatch.setenv("KEEL_HOME", str(home))
+    keys = drill_keys(url)  # returns once the edge takes them
+    assert sorted(keys) == sorted(DRILL_TENANTS) and len(keys) == 65
+    flood = {"x-api-key": keys["drill-flood-7"]}
+    assert predict(url, flood, {"tenant_id": "drill-flood-7"}).status_code == 422  # in: judged by the gateway
+    with PolicyStore(KeelHome(home).policies) as store:
+        revoke_keys(store, list(keys), "tests", "the drill is over")
+    deadline = time.monotonic() + 30
+    while predict(url, flood).status_code != 401:
+        assert time.monotonic() < deadline, "the edge did not follow the revocation"
+        time.sleep(0.05)

@@ -140,6 +140,9 @@ class Runtime:
 
     def __init__(self, home: Path, proc: subprocess.Popen, endpoints: dict, texts: list[str]):
         self.home, self.proc, self.endpoints, self.texts = home, proc, endpoints, texts
+        self.headers: dict[
+            str, str
+        ] = {}  # behind the edge: the tenant's API key (tests/serving/test_hostile_edge.py)
         self.url = f"http://{endpoints['gateway']}"
         self.resource = TritonResource(serving_dir=str(home / "serving"), drain_s=0.5)
         self.control = TritonControl(endpoints["triton_grpc"], endpoints["admin_key"])
@@ -160,7 +163,7 @@ class Runtime:
         return d
 
     def post(self, body: dict, headers: dict | None = None) -> httpx.Response:
-        return httpx.post(f"{self.url}/v1/predict", json=body, headers=headers or {}, timeout=10)
+        return httpx.post(f"{self.url}/v1/predict", json=body, headers=self.headers | (headers or {}), timeout=10)
 
     def wait_ready(self, timeout: float = 30) -> None:
         """Until the gateway is ready on the routing table the last deploy wrote (not an older one it still holds:
@@ -180,11 +183,13 @@ class Runtime:
 
 
 @contextmanager
-def serving_version_1(home: Path, texts: list[str], policy: dict | None = None):
+def serving_version_1(home: Path, texts: list[str], policy: dict | None = None, env: dict[str, str] | None = None,
+                      headers: dict[str, str] | None = None):  # fmt: skip
     """A running serve process on ``home`` with model version 1 deployed and ready; stopped afterwards (also when
-    a test replaced ``proc`` with a serve process of its own)."""
-    proc, endpoints = start_serve(home, policy)
+    a test replaced ``proc`` with a serve process of its own). ``headers``: sent with every request (a key)."""
+    proc, endpoints = start_serve(home, policy, env=env)
     rt = Runtime(home, proc, endpoints, texts)
+    rt.headers = headers or {}
     try:
         report = rt.deployer().deploy(MODEL, [rt.target(1)])
         assert report.loaded == (1,)

@@ -74,7 +74,7 @@ def test_1024_flight_requests_among_normal_traffic_are_all_answered_and_open_no_
     def normal_traffic():
         with httpx.Client(timeout=30) as client:
             for i in range(200):
-                answers.append(client.post(f"{runtime.url}/v1/predict", json={
+                answers.append(client.post(f"{runtime.url}/v1/predict", headers=runtime.headers, json={
                     "flight": flights[i % 50], "tenant_id": "tests", "risk_level": 2}))  # fmt: skip
 
     background = threading.Thread(target=normal_traffic)
@@ -299,8 +299,8 @@ MALFORMED = [
 
 @pytest.mark.parametrize("body", MALFORMED, ids=range(len(MALFORMED)))
 def test_a_malformed_body_is_a_structured_4xx_with_its_request_id_logged(runtime, body):
-    resp = httpx.post(f"{runtime.url}/v1/predict", content=body, headers={"content-type": "application/json"},
-                      timeout=30)  # fmt: skip
+    resp = httpx.post(f"{runtime.url}/v1/predict", content=body,
+                      headers={"content-type": "application/json"} | runtime.headers, timeout=30)  # fmt: skip
     assert 400 <= resp.status_code < 500, resp.text[:300]
     payload = resp.json()
     assert payload["error"]["code"] and payload["error"]["message"] and payload["request_id"]
