@@ -134,6 +134,13 @@ def test_oversized_bodies_and_slowloris_clients_are_stopped_at_the_edge(edge, wo
     assert sum(w.seen() for w in workers) == 0  # neither reached a worker
 
 
+def test_headers_over_the_limit_or_with_underscores_are_refused_at_the_edge(edge, workers):
+    url = f"{edge.url}/v1/models/flight-delay/predict"
+    assert post(url, headers={"x-big": "a" * (33 * 1024)})[0] == 431  # max_header_kb 32
+    assert post(url, headers={"x_keel_tenant": "ops"})[0] == 400  # x_keel_tenant must never pass as x-keel-tenant
+    assert sum(w.seen() for w in workers) == 0
+
+
 def traffic(url: str, seconds: float, per_s: float = 40.0) -> list[int]:
     """Open-loop: a request leaves every 1/per_s seconds whatever the earlier ones are doing (client timeout 10 s)."""
     with ThreadPoolExecutor(max_workers=64) as pool:
