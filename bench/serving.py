@@ -16,6 +16,9 @@ throwaway KEEL_HOME, on 127.0.0.1. Closed loop, one request at a time, the ways 
   columnar form for batch 256) — gateway overhead = this minus Triton direct (HTTP, parsing, range checks,
   routing, breaker, memory pool, the exposure log, metrics);
 - gateway (flights): ``POST /v1/predict`` with the flights — plus contract validation and the online store;
+- edge → gateway (features): the same requests through the edge (issue 48) — the real Envoy with keel's edge filter
+  (the API key checked, the tenant and tier set) in front of the same gateway, on a key of a bench tenant — Envoy's
+  overhead = this minus gateway (features) (the goal: at most +0.3 ms at p50, batch 1);
 - gateway (features, explain): the same features with ``"explain": true`` — TreeSHAP computed inside the Triton
   model and every contribution in the answer; explanation overhead = this minus gateway (features), batch 1 (the
   target: at most 1 ms at p50).
@@ -126,6 +129,22 @@ def flight_of(row: dict) -> dict:
     }
 
 
+def start_edge(home: Path, port: int):
+    """The edge (Envoy with keel's edge filter) in front of the gateway on ``port``, with one bench tenant: the edge
+    and the key to send. The gateway is not told of the edge (no token): what is measured is Envoy's hop and the
+    filter's work on each request."""
+    from gpu_runtime.edge import EnvoyEdge, edge_filter_module
+    from keel.edge.envoy import EdgeSpec, edge_filter_config
+    from keel.tenants import RISK_LEVELS, TIERS, Tenant, new_key
+
+    key, stored = new_key("2013-02-15T00:00:00+00:00")
+    models = {MODEL: "L2"}
+    spec = EdgeSpec(port=free_port(), workers=(port,), models=models, wasm=edge_filter_module(),
+                    filter_config=edge_filter_config("bench-token", [Tenant("bench", (stored,), TIERS, RISK_LEVELS)],
+                                                     models))  # fmt: skip
+    return EnvoyEdge(home / "edge", spec).start(), key
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--requests", type=int, default=2000, help="batch-1 requests per way (batch 256: a tenth)")
@@ -179,6 +198,15 @@ def main() -> int:
         control.load(python_name, model_config(MODEL, 9, python_serving))
         booster = lgb.Booster(model_str=texts[0])
         conn = http.client.HTTPConnection("127.0.0.1", port)
+        edge, key = start_edge(home, port)
+        edge_conn = http.client.HTTPConnection("127.0.0.1", edge.spec.port)
+
+        def via_edge(body: bytes) -> dict:
+            edge_conn.request("POST", "/v1/predict", body, {"Content-Type": "application/json", "x-api-key": key})
+            resp = edge_conn.getresponse()
+            out = json.loads(resp.read())
+            assert resp.status == 200, out
+            return out
 
         def gateway(body: bytes) -> dict:
             conn.request("POST", "/v1/predict", body, {"Content-Type": "application/json"})
@@ -220,6 +248,7 @@ def main() -> int:
                 "Triton direct (tritonclient)": lambda i, xs=xs: control.infer(tname, 1, xs[i]),
                 "Triton direct (Python backend)": lambda i, xs=xs: control.infer(python_name, 9, xs[i]),
                 "gateway → Triton (features)": lambda i, b=f_bodies: gateway(b[i]),
+                "edge → gateway → Triton (features)": lambda i, b=f_bodies: via_edge(b[i]),
                 "gateway → Triton (flights)": lambda i, b=fl_bodies: gateway(b[i]),
                 "gateway → Triton (features, explain)": lambda i, b=e_bodies: gateway(b[i]),
             }
@@ -232,6 +261,9 @@ def main() -> int:
             got = gateway(f_bodies[0])
             scores = [p["score"] for p in got["predictions"]] if batch > 1 else [got["score"]]
             np.testing.assert_allclose(scores, ref, rtol=1e-5, atol=1e-6)
+            through = via_edge(f_bodies[0])
+            np.testing.assert_allclose([p["score"] for p in through["predictions"]] if batch > 1 else [through["score"]],
+                                       ref, rtol=1e-5, atol=1e-6)  # fmt: skip
             explained = gateway(e_bodies[0])  # the explanation adds up to the model's raw score
             e = explained["predictions"][0]["explanation"] if batch > 1 else explained["explanation"]
             total = e["base_value"] + sum(c["contribution"] for c in e["contributions"]) + e["rest"]
@@ -273,6 +305,8 @@ def main() -> int:
         code_ms = gateway_code(home, ep["triton_grpc"], one)
         floor_ms = http_floor(one)
     finally:
+        if "edge" in locals():
+            edge.stop()
         os.killpg(serve.pid, 15)
         serve.wait(timeout=60)
 
@@ -290,6 +324,13 @@ def main() -> int:
         print(
             f"gateway overhead over direct Triton, batch {batch}: p50 {statistics.median(g) - statistics.median(d):+.3f} ms, "
             f"p99 {pct(g, 0.99) - pct(d, 0.99):+.3f} ms"
+        )
+    for batch in (1, 256):
+        e, g = results[("edge → gateway → Triton (features)", batch)], results[("gateway → Triton (features)", batch)]
+        print(
+            f"edge (Envoy + filter) overhead over the gateway alone, batch {batch}: p50 "
+            f"{statistics.median(e) - statistics.median(g):+.3f} ms, p99 {pct(e, 0.99) - pct(g, 0.99):+.3f} ms"
+            + (" (goal: ≤ +0.3 ms at p50)" if batch == 1 else "")
         )
     for batch in (1, 256):
         e, g = (

@@ -17,7 +17,11 @@ its own (``--drive``: this file, reading its stream from a JSON file and writing
 bench's own work nor the flood's client loop delays the L1 client. The goal (issue 45): L1 p99
 under the L2 flood within 3× its unloaded p99, L1 shed share 0.
 
-    .venv/bin/python bench/tiers.py [--seconds 20] [--l1-rps 40] [--l2-rps 1500]
+``--edge``: the same through the edge (issue 48) — Envoy with keel's edge filter on the runtime's port in front of
+the gateway's workers, each stream with its tenant's API key (``quotes`` for L1, ``ops`` for L2): what the edge adds
+to L1 under the flood (the filter authenticates every request of the flood too).
+
+    .venv/bin/python bench/tiers.py [--seconds 20] [--l1-rps 40] [--l2-rps 1500] [--edge]
 """
 
 from __future__ import annotations
@@ -102,7 +106,18 @@ def pct(values: list[float], q: float) -> float | None:
     return s[min(len(s) - 1, int(round(q * (len(s) - 1))))]
 
 
-async def drive(url: str, streams: list[tuple[str, str, list[bytes], float]], seconds: float) -> dict:
+def error_code(payload: bytes, status: int) -> str:
+    """A refusal's code: the gateway's ``{"error": {"code": …}}``, the edge filter's ``{"error": "<code>"}``, or —
+    Envoy's own plain-text answers — ``edge <status>``."""
+    try:
+        error = json.loads(payload).get("error")
+    except (ValueError, AttributeError):
+        return f"edge {status}"
+    return error.get("code", str(status)) if isinstance(error, dict) else str(error or status)
+
+
+async def drive(url: str, streams: list[tuple[str, str, list[bytes], float]], seconds: float,
+                headers: dict[str, str] | None = None) -> dict:  # fmt: skip
     """Open-loop load: each stream (tier, route, bodies, rate) sends at its rate for ``seconds`` whatever the
     answers do. Per tier: sent, status counts, error codes, latencies (ms) of 200 answers."""
     import aiohttp
@@ -115,7 +130,9 @@ async def drive(url: str, streams: list[tuple[str, str, list[bytes], float]], se
         async def one(tier: str, route: str, body: bytes) -> None:
             t0 = time.perf_counter()
             try:
-                async with client.post(route, data=body, headers={"content-type": "application/json"}) as r:
+                async with client.post(
+                    route, data=body, headers={"content-type": "application/json"} | (headers or {})
+                ) as r:
                     payload = await r.read()
                     status = r.status
             except Exception as exc:  # noqa: BLE001 - a client-side failure is counted, not fatal
@@ -127,7 +144,7 @@ async def drive(url: str, streams: list[tuple[str, str, list[bytes], float]], se
                 out[tier]["ok"] += 1
                 out[tier]["lat"].append(ms)
                 return
-            code = json.loads(payload).get("error", {}).get("code", str(status))
+            code = error_code(payload, status)
             out[tier]["shed" if code == "shed" else "other"] += 1
             out[tier]["codes"][code] = out[tier]["codes"].get(code, 0) + 1
 
@@ -148,13 +165,13 @@ async def drive(url: str, streams: list[tuple[str, str, list[bytes], float]], se
 
 
 def drive_in_own_process(home: Path, url: str, streams: list[tuple[str, str, list[bytes], float]],
-                         seconds: float) -> dict:  # fmt: skip
+                         seconds: float, keys: dict[str, str] | None = None) -> dict:  # fmt: skip
     """``drive`` with each stream in a child process of its own (``bench/tiers.py --drive SPEC``; streams in, counts
     out, as JSON files): the flood's client loop never delays the L1 client's reading of its answers."""
     children = []
     for i, (tier, route, bodies, rate) in enumerate(streams):
         spec = home / f"drive-{i}.json"
-        spec.write_text(json.dumps({"url": url, "seconds": seconds,
+        spec.write_text(json.dumps({"url": url, "seconds": seconds, "key": (keys or {}).get(tier),
                                     "streams": [[tier, route, [b.decode() for b in bodies], rate]]}))  # fmt: skip
         children.append((spec, subprocess.Popen([sys.executable, __file__, "--drive", str(spec)])))
     import httpx
@@ -187,14 +204,16 @@ def drive_main(spec_path: str) -> int:
     try:
         import uvloop
 
-        result = uvloop.run(drive(spec["url"], streams, spec["seconds"]))
+        run = uvloop.run
     except ImportError:
-        result = asyncio.run(drive(spec["url"], streams, spec["seconds"]))
+        run = asyncio.run
+    headers = {"x-api-key": spec["key"]} if spec.get("key") else None
+    result = run(drive(spec["url"], streams, spec["seconds"], headers))
     Path(spec_path).with_suffix(".out.json").write_text(json.dumps(result))
     return 0
 
 
-def closed_loop(url: str, route: str, bodies: list[bytes], n: int) -> list[float]:
+def closed_loop(url: str, route: str, bodies: list[bytes], n: int, key: str | None = None) -> list[float]:
     import http.client
 
     host, port = url.removeprefix("http://").split(":")
@@ -202,7 +221,8 @@ def closed_loop(url: str, route: str, bodies: list[bytes], n: int) -> list[float
     lat = []
     for i in range(n):
         t0 = time.perf_counter()
-        conn.request("POST", route, bodies[i % len(bodies)], {"Content-Type": "application/json"})
+        conn.request("POST", route, bodies[i % len(bodies)],
+                     {"Content-Type": "application/json"} | ({"x-api-key": key} if key else {}))  # fmt: skip
         resp = conn.getresponse()
         resp.read()
         assert resp.status == 200, resp.status
@@ -250,6 +270,7 @@ def main() -> int:
     parser.add_argument("--l1-rps", type=float, default=40.0, help="hotels' quotes per second (L1)")
     parser.add_argument("--l2-rps", type=float, default=1500.0, help="flights requests offered per second (L2)")
     parser.add_argument("--unloaded", type=int, default=1000, help="closed-loop L1 requests with the runtime idle")
+    parser.add_argument("--edge", action="store_true", help="through the edge: Envoy in front, tenants with keys")
     parser.add_argument("--drive", help=argparse.SUPPRESS)  # the load generator's own process (drive_main)
     args = parser.parse_args()
     if args.drive:
@@ -262,8 +283,17 @@ def main() -> int:
     texts, feb = bench_serving.setup(home)
     hotel_text, quotes = setup_hotels(home, hotels)
     (home / "policy.yaml").write_text(json.dumps(BASE_POLICY))
-    env = os.environ | {"KEEL_HOME": str(home), "KEEL_USECASES": "flights,usecases.hotels"}
+    env = os.environ | {"KEEL_HOME": str(home), "KEEL_USECASES": "flights,usecases.hotels",
+                        "KEEL_EDGE": "1" if args.edge else "0"}  # fmt: skip
     env.pop("KEEL_TRITON_ADMIN_KEY", None)
+    keys: dict[str, str] = {}
+    if args.edge:  # L1's client is tenant quotes, the flood tenant ops, each with its key
+        from keel.policies import PolicyStore
+        from keel.tenants import issue_keys
+
+        with PolicyStore(home / "policies.sqlite") as store:
+            issued = issue_keys(store, ["quotes", "ops"], "2016-10-01T00:00:00+00:00", "bench", "bench/tiers --edge")
+        keys = {"L1": issued["quotes"], "L2": issued["ops"]}
     port = free_port()
     serve = subprocess.Popen(
         [sys.executable, "-m", "gpu_runtime.serve", "--gateway-port", str(port), "--policy", str(home / "policy.yaml")],
@@ -297,8 +327,8 @@ def main() -> int:
         print(
             f"bench/tiers: {len(l1_bodies)} October quotes (L1), {len(l2_bodies)} February flights (L2)", flush=True
         )
-        closed_loop(url, l1_route, l1_bodies, 100)  # warm-up
-        unloaded = closed_loop(url, l1_route, l1_bodies, args.unloaded)
+        closed_loop(url, l1_route, l1_bodies, 100, keys.get("L1"))  # warm-up
+        unloaded = closed_loop(url, l1_route, l1_bodies, args.unloaded, keys.get("L1"))
         results = {}
         for phase, admission in (("tier admission", ADMISSION), ("no tier admission", NO_ADMISSION)):
             set_tiers(home, url, admission, phase)
@@ -307,7 +337,7 @@ def main() -> int:
                 flush=True,
             )
             streams = [("L1", l1_route, l1_bodies, args.l1_rps), ("L2", l2_route, l2_bodies, args.l2_rps)]
-            results[phase] = drive_in_own_process(home, url, streams, args.seconds)
+            results[phase] = drive_in_own_process(home, url, streams, args.seconds, keys)
     finally:
         serve.terminate()
         try:
@@ -316,6 +346,9 @@ def main() -> int:
             serve.kill()
     base_p50, base_p99 = pct(unloaded, 0.5), pct(unloaded, 0.99)
     print()
+    print(
+        "through the edge (Envoy + keel's edge filter in front of the workers)" if args.edge else "the gateway alone"
+    )
     print(f"L1 unloaded (closed loop, {len(unloaded)} requests): p50 {base_p50:.2f} ms, p99 {base_p99:.2f} ms")
     print(f"admission policy of the bench: {json.dumps(ADMISSION)}")
     print()

@@ -35,6 +35,7 @@ from gpu_runtime.gateway.coarse import CoarsePool
 from gpu_runtime.gateway.collector import CollectionTimer
 from gpu_runtime.gateway.concurrency import GradientLimit, TopTierGuard
 from gpu_runtime.gateway.following import POLICY_POLL_S
+from gpu_runtime.gateway.global_limits import bucket_table
 from gpu_runtime.gateway.health import export_model, export_runtime, exposure_health, ready
 from gpu_runtime.gateway.incident import OverloadRecorder
 from gpu_runtime.gateway.limits import (
@@ -46,11 +47,11 @@ from gpu_runtime.gateway.limits import (
     respond,
     respond_text,
 )
-from gpu_runtime.gateway.metrics import LabelledMetrics, Metrics, edge_stats
+from gpu_runtime.gateway.metrics import LabelledMetrics, Metrics, edge_scrape
 from gpu_runtime.gateway.model import GatewayConfig, ServedModel
 from gpu_runtime.gateway.overload import LoadMonitor, StandingQueue
 from gpu_runtime.gateway.request import Answer, RequestContext, client_budget_ms
-from gpu_runtime.gateway.shared import MetricsExchange, SharedBuckets
+from gpu_runtime.gateway.shared import MetricsExchange
 from gpu_runtime.gateway.stages import handle, log
 from keel.exposure_log import ExposureLog
 from keel.policies.gateway import GatewayPolicy
@@ -91,7 +92,7 @@ class Gateway:
         self.metrics = Metrics()
         self.exposures = ExposureLog(config.exposure_dir, worker=worker.index if worker else None)
         self.exchange = MetricsExchange(worker.directory, worker.index) if worker else None
-        shared_buckets = SharedBuckets(worker.directory / "buckets.bin") if worker else None
+        shared_buckets = bucket_table(worker.directory if worker else None, self.metrics)
         self.admission = TierAdmission()  # one for every model of the process
         self.limit = GradientLimit()
         self.guard = TopTierGuard()
@@ -218,9 +219,7 @@ class Gateway:
         if (path == "/v1/predict" or asked is not None) and method == "POST":
             await self._predict_route(scope, receive, send, asked)
         elif path == "/metrics" and method == "GET":
-            text = self.render_metrics()
-            if self.worker is not None and self.worker.edge_admin:  # Envoy's own stats, scraped beside keel's
-                text += await asyncio.to_thread(edge_stats, self.worker.edge_admin)
+            text = self.render_metrics() + await edge_scrape(self.worker and self.worker.edge_admin)  # Envoy's too
             await respond_text(send, 200, text, "text/plain; version=0.0.4")
         elif path == "/healthz" and method == "GET":
             up = self.runtime is None or self.runtime.up

@@ -6,7 +6,9 @@ keeps a running copy of the same arithmetic for the tenants a ``budget`` policy 
 (or the gateway starts with one) it reads the period so far from the logs, then adds each answered request's price
 at once and each sampled interval's compute, shared by the rows each tenant had scored on that version since the
 previous sample. A budget committed below what a tenant has spent therefore refuses its next request — within
-POLICY_POLL_S of the commit. Spend is known to one gateway: its own logs (several gateways: issue 19).
+POLICY_POLL_S of the commit. Spend is known to one gateway — its own logs — unless ``$KEEL_LIMITS_REDIS`` names a
+Redis server: then every gateway adds its spend to one number per tenant and period there and judges the fleet's
+total (global_limits.py ``GlobalSpend``; within ``SYNC_S``).
 
 ``UsageMeter`` does it for one served model (model.py): the log stage meters each answer, the gateway's watcher
 samples Triton.
@@ -19,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from gpu_runtime.gateway.global_limits import SYNC_S, global_spend
 from gpu_runtime.gateway.limits import OTHER_TENANT, RequestError
 from gpu_runtime.repository import triton_name
 from keel.exposure_log import ExposureLog
@@ -48,6 +51,10 @@ class UsageMeter:
         self.spend: dict[str, float] = {}  # budgeted tenant → spend in the period
         self._spend_period: str | None = None
         self.budget_decisions: dict[str, BudgetDecision] = {}
+        self.global_spend = global_spend(metrics)  # the fleet's spend on Redis ($KEEL_LIMITS_REDIS), else None
+        self._pending: dict[str, float] = {}  # spend metered here, not yet added to the fleet's
+        self._fleet: dict[str, float] = {}  # the fleet's totals as last read
+        self._synced = -SYNC_S
 
     # -- following the store ----------------------------------------------------------------------------------
 
@@ -82,6 +89,9 @@ class UsageMeter:
             period_start_day(now, period),
             day_of(now),
         )
+        if self.global_spend is not None:  # what the logs say, where no gateway counts the period yet
+            self.global_spend.seed(self._fleet_period(), self.spend)
+            self._synced = -SYNC_S
 
     # -- on the request path ----------------------------------------------------------------------------------
 
@@ -90,7 +100,7 @@ class UsageMeter:
         if self.budget is None or tenant not in self.spend:
             return {}
         self._roll_period()
-        decision = decide_budget(tenant, self.spend[tenant], self.budget, self.now())
+        decision = decide_budget(tenant, self.spent(tenant), self.budget, self.now())
         self.budget_decisions[tenant] = decision
         if decision.state == HARD:
             self.metrics.inc("keel_gateway_budget_exceeded_total", {"tenant": tenant})
@@ -108,6 +118,30 @@ class UsageMeter:
         if period != self._spend_period:  # a new period starts with nothing spent
             self._spend_period = period
             self.spend = dict.fromkeys(self.spend, 0.0)
+            self._pending, self._fleet, self._synced = {}, {}, -SYNC_S
+
+    def _fleet_period(self) -> str:
+        return f"{self.budget.get('currency', '')}:{self._spend_period}"
+
+    def _add_spend(self, tenant: str, amount: float) -> None:
+        self.spend[tenant] += amount
+        if self.global_spend is not None:
+            self._pending[tenant] = self._pending.get(tenant, 0.0) + amount
+
+    def spent(self, tenant: str) -> float:
+        """The tenant's spend in the period: this gateway's, or — with a fleet's number on Redis — the fleet's (as
+        last read, at most ``SYNC_S`` ago, plus what this gateway metered since)."""
+        if self.global_spend is None:
+            return self.spend[tenant]
+        mono = time.monotonic()
+        if mono - self._synced >= SYNC_S:
+            self._synced = mono
+            totals = self.global_spend.sync(self._fleet_period(), self._pending, sorted(self.spend))
+            if totals is not None:
+                self._pending, self._fleet = {}, totals
+        if tenant not in self._fleet:  # Redis never answered for it: this gateway's own view
+            return self.spend[tenant]
+        return self._fleet[tenant] + self._pending.get(tenant, 0.0)
 
     def meter(self, record: dict[str, Any]) -> None:
         """An answered request: its rows for the compute share, its price for its tenant's spend."""
@@ -123,7 +157,7 @@ class UsageMeter:
             key = (tenant, float(record.get("ts") or self.now()) // 86400 * 86400)  # (its day)
             per[key] = per.get(key, 0) + int(record.get("rows") or 1)
         if tenant in self.spend and self.prices is not None:
-            self.spend[tenant] += Cost.prices_for(self.prices, tenant)["per_1000_requests"] / 1000
+            self._add_spend(tenant, Cost.prices_for(self.prices, tenant)["per_1000_requests"] / 1000)
 
     # -- sampling Triton --------------------------------------------------------------------------------------
 
@@ -177,7 +211,7 @@ class UsageMeter:
             if tenant in self.spend and period_of(when, period) == self._spend_period:
                 prices = Cost.prices_for(self.prices, tenant)
                 per_s = prices["per_gpu_second"] if self.device == "gpu" else prices["per_cpu_second"]
-                self.spend[tenant] += delta_s * n / total * per_s
+                self._add_spend(tenant, delta_s * n / total * per_s)
 
     def export_budgets(self) -> None:
         """Per budgeted tenant (the policy names them: bounded): spend, limit and the share spent."""
@@ -186,7 +220,8 @@ class UsageMeter:
         if self.budget is None:
             return
         now = self.now()
-        for tenant, spent in self.spend.items():
+        for tenant in self.spend:
+            spent = self.spent(tenant)
             d = decide_budget(tenant, spent, self.budget, now)
             if d is None:
                 continue

@@ -279,3 +279,10 @@ def edge_stats(admin: str) -> str:
     except OSError as exc:
         return f"# keel: the edge's stats could not be read ({exc})\n# TYPE keel_edge_up gauge\nkeel_edge_up 0\n"
     return f"# TYPE keel_edge_up gauge\nkeel_edge_up 1\n{text}"
+
+
+async def edge_scrape(admin: str | None) -> str:
+    """Behind the edge (``admin``: Envoy's admin address), Envoy's stats read off the event loop; else nothing."""
+    import asyncio
+
+    return await asyncio.to_thread(edge_stats, admin) if admin else ""
