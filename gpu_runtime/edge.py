@@ -184,10 +184,12 @@ class EdgeFollower:
     plus Envoy's few milliseconds — no restart, no request dropped."""
 
     def __init__(self, directory: Path, port: int, workers: list[int], models: list[str], store, token: str,
-                 limits, host: str = "127.0.0.1", admin_port: int | None = None, base=None):  # fmt: skip
+                 limits, host: str = "127.0.0.1", admin_port: int | None = None, base=None,
+                 peers: tuple[tuple[str, int], ...] = ()):  # fmt: skip
         self.dir, self.port, self.workers, self.models = Path(directory), port, tuple(workers), models
         self.store_path, self.token, self.limits, self.host = store, token, limits, host
         self.admin_port, self.base = admin_port, base  # base: the runtime's policy file, under the store's
+        self.peers = peers  # other replicas' edges, behind this one's workers
         self.edge: EnvoyEdge | None = None
         self.version: int | None = None
         self._next = 0.0
@@ -210,7 +212,7 @@ class EdgeFollower:
         spec = EdgeSpec(port=self.port, workers=self.workers, models=tiers, policy=policy, limits=self.limits,
                         host=self.host, wasm=edge_filter_module(),
                         filter_config=edge_filter_config(self.token, tenants, tiers),
-                        tenant_limits=edge_limits(tenants, policy))  # fmt: skip
+                        tenant_limits=edge_limits(tenants, policy), peers=self.peers)  # fmt: skip
         return spec, version, len(tenants)
 
     def start(self, log) -> EdgeFollower:

@@ -83,6 +83,11 @@ def main(argv: list[str] | None = None) -> int:
         help="Envoy in front of the workers on the gateway's port, the workers on internal loopback ports: tenants "
         "authenticate with API keys (keel tenant; docs/serving.md \"The edge\"; $KEEL_EDGE=1)",
     )  # fmt: skip
+    parser.add_argument(
+        "--edge-peers", default=os.environ.get("KEEL_EDGE_PEERS", ""),
+        help="other replicas' edges, ip:port,… ($KEEL_EDGE_PEERS): behind this replica's workers, they take its "
+        "traffic as its workers fail (outlier detection over the replicas)",
+    )  # fmt: skip
     parser.add_argument("--worker-index", type=int, help=argparse.SUPPRESS)  # a worker's own command line
     parser.add_argument("--worker-ports", help=argparse.SUPPRESS)  # behind the edge: each worker's own port
     parser.add_argument("--edge-admin", help=argparse.SUPPRESS)  # behind the edge: Envoy's admin (its stats)
@@ -90,6 +95,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.workers < 1:
         parser.error(f"--workers must be at least 1, got {args.workers}")
+    from keel.edge.envoy import parse_peers
+
+    try:
+        parse_peers(args.edge_peers)
+    except ValueError as exc:
+        parser.error(str(exc))
     for name in ("header_timeout_s", "body_timeout_s", "max_connections", "keepalive_s"):
         if getattr(args, name) <= 0:
             parser.error(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")

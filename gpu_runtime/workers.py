@@ -177,7 +177,7 @@ def serve_with_workers(args, refs, port, server, supervisor, endpoints, admin_ke
     from gpu_runtime.gateway.shared import RuntimeStatusWriter
     from gpu_runtime.serving_parts import endpoints_record, stop_runtime, write_endpoints
     from gpu_runtime.triton import free_port
-    from keel.edge.envoy import EdgeLimits
+    from keel.edge.envoy import EdgeLimits, parse_peers
     from keel.home import KeelHome
     from keel.usecase import resolve
 
@@ -196,8 +196,9 @@ def serve_with_workers(args, refs, port, server, supervisor, endpoints, admin_ke
         edge = EdgeFollower(
             layout.root / "edge", port, ports, [resolve(r.strip()).model.name for r in refs], KeelHome.from_env().policies,
             os.environ[EDGE_TOKEN_ENV], EdgeLimits(max_body_bytes=args.max_body_bytes, header_timeout_s=args.header_timeout_s,
-            max_connections=args.max_connections, idle_timeout_s=float(args.keepalive_s)), host=args.gateway_host,
-            admin_port=admin_port, base=policy,
+            max_connections=args.max_connections, idle_timeout_s=max(75.0, args.keepalive_s),
+            upstream_idle_s=max(0.5, args.keepalive_s - 1.0)), host=args.gateway_host,
+            admin_port=admin_port, base=policy, peers=parse_peers(args.edge_peers or ""),
         )  # fmt: skip
     else:
         os.environ.pop(EDGE_TOKEN_ENV, None)  # no edge: a token left in the environment must not lock callers out

@@ -11,18 +11,20 @@ request in flight is dropped. Hot restart (a second Envoy process taking the soc
 process more at every policy change; file xDS needs none, and is what a control plane speaking gRPC xDS replaces
 later without changing the resources.
 
-- **Routes per served model**: ``/v1/models/<model>/…`` goes to the workers with the model's tier's timeout (the
-  tier's ``timeout_ms``, the gateway's own deadline for it, plus a margin so that the gateway answers its own
-  ``deadline_exceeded`` first) and the tier's Envoy priority (L1 → HIGH: its own circuit-breaker thresholds, never
+- **Routes per served model**: ``/v1/models/<model>/…`` goes to the workers with the model's tier's timeout (twice
+  the tier's ``timeout_ms``, the gateway's own deadline for it: the gateway answers its own ``deadline_exceeded``
+  first, even late on a starved machine; Envoy's timeout only cuts off a worker that answers nothing) and the tier's Envoy priority (L1 → HIGH: its own circuit-breaker thresholds, never
   queued behind L2's), retries of what never reached a worker (connect failure, reset before an answer, refused
   stream) within the cluster's retry budget. ``/v1/predict`` (the model named in the body) and the operational
   endpoints go to the workers at the lowest tier's timeout.
 - **Limits at the edge**: request headers complete within ``header_timeout_s`` (a slowloris client is cut off by
   Envoy, the workers never see it), header size, the body limit (413 before a byte reaches a worker), open
   connections per listener, idle timeouts.
-- **Outlier detection over the workers**: a worker that stops answering (refused connections, resets, timeouts —
-  failures of the connection, *not* the 503 a worker sheds with on purpose under overload) is ejected and its
-  requests retried on another.
+- **Outlier detection over the workers and the replicas**: a worker that stops answering (refused connections,
+  resets, timeouts — failures of the connection, *not* the 503 a worker sheds with on purpose under overload) is
+  ejected and its requests retried on another. Other replicas' edges (``peers``) stand behind this replica's
+  workers at Envoy priority 1: they take traffic as the local workers fail (Envoy's priority spill-over), and are
+  ejected the same way when they fail.
 - **One id from the edge to the ledger**: Envoy generates ``x-request-id`` (keeping a valid one the caller sent) and
   passes ``traceparent``; its JSON access log carries both, and the gateway keeps them in the exposure log.
 """
@@ -41,6 +43,10 @@ ROUTER = "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"
 BUFFER = "type.googleapis.com/envoy.extensions.filters.http.buffer.v3.Buffer"
 FILE_LOG = "type.googleapis.com/envoy.extensions.access_loggers.file.v3.FileAccessLog"
 WASM = "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm"
+PREVIOUS_PRIORITIES = (
+    "type.googleapis.com/envoy.extensions.retry.priority.previous_priorities.v3.PreviousPrioritiesConfig"
+)
+HTTP_PROTOCOL_OPTIONS = "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
 LOCAL_RATE_LIMIT = "type.googleapis.com/envoy.extensions.filters.http.local_ratelimit.v3.LocalRateLimit"
 STRING_VALUE = "type.googleapis.com/google.protobuf.StringValue"
 DOWNSTREAM_CONNECTIONS = (
@@ -48,7 +54,10 @@ DOWNSTREAM_CONNECTIONS = (
 )
 UPSTREAM = "keel_gateway"  # the cluster of the gateway's worker processes
 LISTENER_NAME = "keel_edge"
-DEADLINE_MARGIN_MS = 50  # Envoy's route timeout = the tier's deadline + this: the gateway answers its own first
+# Envoy's route timeout: the tier's deadline plus as much again (at least this) — a backstop for a worker that does
+# not answer at all, never a race with the gateway's own deadline: a worker that answers late on a starved machine
+# (its 200, or its own deadline_exceeded) is heard; one that answers nothing is cut off
+DEADLINE_MARGIN_MS = 50
 # Envoy's priority per tier: L1 is HIGH (its own circuit-breaker thresholds), every other tier DEFAULT
 PRIORITY = {"L1": "HIGH"}
 # What Envoy retries: failures before a worker answered (never a request a worker answered, even with an error)
@@ -79,7 +88,10 @@ class EdgeLimits:
     header_timeout_s: float = 10.0
     max_header_kb: int = 32
     max_connections: int = 1024
-    idle_timeout_s: float = 5.0
+    # a kept-alive client connection idle this long is closed — longer than clients keep theirs (aiohttp 15 s,
+    # browsers ~60 s): a client never sends on a connection the edge is closing (the overload manager caps them)
+    idle_timeout_s: float = 75.0
+    upstream_idle_s: float = 4.0  # Envoy's own idle connections to a worker: closed before the worker's keep-alive
     connect_timeout_ms: int = 250
 
 
@@ -98,6 +110,7 @@ class EdgeSpec:
     wasm: str | None = None  # the edge filter's module (gpu_runtime/edge_filter/): None, no filter (tests of routing)
     filter_config: str = ""  # its configuration: edge_filter_config(...)
     tenant_limits: dict[str, RateLimit] = field(default_factory=dict)  # tenant → its rate at this edge
+    peers: tuple[tuple[str, int], ...] = ()  # other replicas' edges (host, port): the failover behind the workers
 
     def __post_init__(self) -> None:
         if not self.workers:
@@ -107,12 +120,32 @@ class EdgeSpec:
             raise ValueError(f"served models in tiers the policy does not define: {sorted(unknown)}")
 
 
+def parse_peers(text: str) -> tuple[tuple[str, int], ...]:
+    """Other replicas' edges from ``ip:port,ip:port`` (``$KEEL_EDGE_PEERS``): IP addresses (the cluster is static —
+    on Kubernetes each pod's IP, as ``KEEL_ADVERTISE_HOST``); ValueError naming the entry otherwise."""
+    import ipaddress
+
+    out = []
+    for entry in filter(None, (e.strip() for e in text.split(","))):
+        host, _, port = entry.rpartition(":")
+        try:
+            ipaddress.ip_address(host.strip("[]"))
+            number = int(port)
+        except ValueError:
+            raise ValueError(f"edge peer {entry!r}: expected ip:port (an IP address, not a name)") from None
+        if not 0 < number < 65536:
+            raise ValueError(f"edge peer {entry!r}: port {number} is not a port")
+        out.append((host.strip("[]"), number))
+    return tuple(out)
+
+
 def _seconds(ms: float) -> str:
     return f"{ms / 1000:.3f}s"
 
 
 def route_timeout_ms(spec: EdgeSpec, tier: str) -> float:
-    return spec.policy.tiers[tier].timeout_ms + DEADLINE_MARGIN_MS
+    timeout = spec.policy.tiers[tier].timeout_ms
+    return timeout + max(DEADLINE_MARGIN_MS, timeout)
 
 
 def routes(spec: EdgeSpec) -> list[dict[str, Any]]:
@@ -120,12 +153,17 @@ def routes(spec: EdgeSpec) -> list[dict[str, Any]]:
     slowest = max(spec.policy.tiers, key=lambda t: spec.policy.tiers[t].timeout_ms)
     retry = {
         "retry_on": RETRY_ON,
-        "num_retries": max(0, spec.policy.retry.max_attempts - 1),
+        # the policy's retries — and for what never reached a worker, as many as it takes to try every other host
+        # once (a dead worker's retry may meet the other dead one before either is ejected); the budget caps both
+        "num_retries": max(spec.policy.retry.max_attempts - 1, len(spec.workers) + len(spec.peers) - 1, 0),
         # a retry goes to another worker than the one that failed
         "retry_host_predicate": [{"name": "envoy.retry_host_predicates.previous_hosts", "typed_config": {
             "@type": "type.googleapis.com/envoy.extensions.retry.host.previous_hosts.v3.PreviousHostsPredicate"}}],
         "host_selection_retry_max_attempts": 10,
     }  # fmt: skip
+    if spec.peers:  # once every local worker was tried, a retry goes to another replica (not only once ejected)
+        retry["retry_priority"] = {"name": "envoy.retry_priorities.previous_priorities", "typed_config": {
+            "@type": PREVIOUS_PRIORITIES, "update_frequency": len(spec.workers)}}  # fmt: skip
 
     def to_workers(tier: str) -> dict[str, Any]:
         return {
@@ -300,10 +338,21 @@ def cluster(spec: EdgeSpec) -> dict[str, Any]:
         "type": "STATIC",
         "connect_timeout": _seconds(lim.connect_timeout_ms),
         "lb_policy": "LEAST_REQUEST",
+        # idle connections to the workers close before the workers' keep-alive closes them (no request is sent on
+        # a connection the worker is closing)
+        "typed_extension_protocol_options": {
+            "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
+                "@type": HTTP_PROTOCOL_OPTIONS,
+                "explicit_http_config": {"http_protocol_options": {}},
+                "common_http_protocol_options": {"idle_timeout": _seconds(lim.upstream_idle_s * 1000)},
+            }
+        },
         "circuit_breakers": {"thresholds": thresholds},
         "outlier_detection": {
             "split_external_local_origin_errors": True,
-            "consecutive_local_origin_failure": 1,  # a refused connection: ejected at once (never more than half)
+            # three failures of the connection in a row (refused, reset, or no answer by the route's timeout): a dead
+            # worker meets them within milliseconds, each retried elsewhere; a busy worker's one late answer does not
+            "consecutive_local_origin_failure": 3,
             "enforcing_consecutive_local_origin_failure": 100,
             "consecutive_5xx": 1_000_000,  # answers with any status are the worker's: never a reason to eject
             "enforcing_consecutive_5xx": 0,
@@ -311,20 +360,24 @@ def cluster(spec: EdgeSpec) -> dict[str, Any]:
             "enforcing_consecutive_gateway_failure": 0,
             "interval": "1s",
             "base_ejection_time": "5s",
-            "max_ejection_percent": 50,
+            # alone, never more than half the workers (the rest take the traffic); with replicas behind them, every
+            # failing local worker may go (the peers take it)
+            "max_ejection_percent": 100 if spec.peers else 50,
         },
-        "load_assignment": {
-            "cluster_name": UPSTREAM,
-            "endpoints": [
-                {
-                    "lb_endpoints": [
-                        {"endpoint": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": p}}}}
-                        for p in spec.workers
-                    ]
-                }
-            ],
-        },  # fmt: skip
+        "load_assignment": {"cluster_name": UPSTREAM, "endpoints": endpoints(spec)},
     }
+
+
+def endpoints(spec: EdgeSpec) -> list[dict[str, Any]]:
+    """The workers on loopback at priority 0; other replicas' edges, when there are, at priority 1."""
+
+    def at(host: str, port: int) -> dict[str, Any]:
+        return {"endpoint": {"address": {"socket_address": {"address": host, "port_value": port}}}}
+
+    out = [{"priority": 0, "lb_endpoints": [at("127.0.0.1", p) for p in spec.workers]}]
+    if spec.peers:
+        out.append({"priority": 1, "lb_endpoints": [at(h, p) for h, p in spec.peers]})
+    return out
 
 
 def bootstrap(admin_port: int, xds_dir: str, max_connections: int = 1024, node: str = "keel-edge") -> dict[str, Any]:

@@ -81,7 +81,8 @@ def test_each_model_has_its_route_with_its_tiers_timeout_and_priority():
     assert by_name["model:room-rate"]["match"] == {"prefix": "/v1/models/room-rate/"}
     assert by_name["model:room-rate"]["route"]["priority"] == "HIGH"  # L1
     assert by_name["model:flight-delay"]["route"]["priority"] == "DEFAULT"  # L2
-    l1 = GatewayPolicy().tiers["L1"].timeout_ms + DEADLINE_MARGIN_MS
+    l1 = GatewayPolicy().tiers["L1"].timeout_ms * 2  # the deadline and as much again: a backstop, never a race
+    assert l1 >= GatewayPolicy().tiers["L1"].timeout_ms + DEADLINE_MARGIN_MS
     assert by_name["model:room-rate"]["route"]["timeout"] == f"{l1 / 1000:.3f}s"
     with pytest.raises(ValueError, match="tiers the policy does not define"):
         EdgeSpec(port=1, workers=(2,), models={"m": "L9"})
@@ -161,6 +162,39 @@ def test_a_worker_killed_under_traffic_fails_no_request_and_is_ejected(edge, wor
     assert statuses and all(s == 200 for s in statuses), sorted(set(statuses))
     assert edge.counter("cluster.keel_gateway.upstream_rq_retry") >= 1  # requests that met the dead worker, retried
     assert edge.counter("cluster.keel_gateway.outlier_detection.ejections_enforced_total") >= 1
+
+
+def test_when_every_local_worker_dies_another_replica_takes_the_traffic_and_none_fails(tmp_path, workers):
+    """Another replica's edge (a stand-in here) behind this replica's two workers at priority 1: both workers killed
+    under open-loop traffic, their requests are retried there — 0 failed — and the dead workers ejected."""
+    (tmp_path / "peer").mkdir()
+    peer = Worker(tmp_path / "peer")
+    spec = EdgeSpec(port=free_port(), workers=tuple(w.port for w in workers), models=MODELS,
+                    peers=(("127.0.0.1", peer.port),))  # fmt: skip
+    try:
+        with EnvoyEdge(tmp_path / "edge", spec) as edge:
+            url = f"{edge.url}/v1/models/flight-delay/predict"
+            assert post(url)[0] == 200 and peer.seen() == 0  # the local workers serve while they can
+            with ThreadPoolExecutor(max_workers=1) as bg:
+                sent = bg.submit(traffic, url, 4.0)
+                time.sleep(1.0)
+                for w in workers:
+                    w.kill()
+                statuses = sent.result()
+            assert statuses and all(s == 200 for s in statuses), sorted(set(statuses))
+            assert peer.seen() > 0
+            assert edge.counter("cluster.keel_gateway.outlier_detection.ejections_enforced_total") >= 2
+    finally:
+        peer.kill()
+
+
+def test_peers_are_ip_addresses_and_ports():
+    from keel.edge.envoy import parse_peers
+
+    assert parse_peers("10.0.0.7:8080, [::1]:9000,") == (("10.0.0.7", 8080), ("::1", 9000))
+    for bad in ("keel-runtime-1:8080", "10.0.0.7", "10.0.0.7:0", "10.0.0.7:http"):
+        with pytest.raises(ValueError, match="edge peer"):
+            parse_peers(bad)
 
 
 def test_a_policy_change_is_applied_without_dropping_a_request(edge):
