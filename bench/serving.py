@@ -134,7 +134,8 @@ def start_edge(home: Path, port: int):
     and the key to send. The gateway is not told of the edge (no token): what is measured is Envoy's hop and the
     filter's work on each request."""
     from gpu_runtime.edge import EnvoyEdge, edge_filter_module
-    from keel.edge.envoy import EdgeSpec, edge_filter_config
+    from keel.edge.envoy import EdgeSpec
+    from keel.edge.filters import edge_filter_config
     from keel.tenants import RISK_LEVELS, TIERS, Tenant, new_key
 
     key, stored = new_key("2013-02-15T00:00:00+00:00")

@@ -27,7 +27,6 @@ to L1 under the flood (the filter authenticates every request of the flood too).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import hashlib
 import importlib.util
 import json
@@ -41,8 +40,10 @@ from datetime import date
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # tiers_drive.py beside it
 
 import polars as pl  # noqa: E402
+from tiers_drive import closed_loop, drive_in_own_process  # noqa: E402
 
 from gpu_runtime.triton import TritonControl, free_port  # noqa: E402
 from keel.deploy.routing import Route, Target  # noqa: E402
@@ -61,7 +62,6 @@ ADMISSION = {  # a shared runtime's tiers on this 2-core machine: L2 may hold 8 
     "admit_wait_ms": {"L1": 1000, "L2": 10, "L3": 0},
 }
 GOAL_RATIO = 3.0
-CLIENT_TIMEOUT_S = 5.0
 NO_ADMISSION = {"admit_in_flight": {"L1": 100_000, "L2": 100_000, "L3": 100_000}, "admit_wait_ms": {}}
 BASE_POLICY = {  # the risk lanes and the tenants' rate limits out of the way: tiers are what is measured
     "lanes": {1: 4096, 2: 4096, 3: 4096},
@@ -106,130 +106,6 @@ def pct(values: list[float], q: float) -> float | None:
     return s[min(len(s) - 1, int(round(q * (len(s) - 1))))]
 
 
-def error_code(payload: bytes, status: int) -> str:
-    """A refusal's code: the gateway's ``{"error": {"code": …}}``, the edge filter's ``{"error": "<code>"}``, or —
-    Envoy's own plain-text answers — ``edge <status>``."""
-    try:
-        error = json.loads(payload).get("error")
-    except (ValueError, AttributeError):
-        return f"edge {status}"
-    return error.get("code", str(status)) if isinstance(error, dict) else str(error or status)
-
-
-async def drive(url: str, streams: list[tuple[str, str, list[bytes], float]], seconds: float,
-                headers: dict[str, str] | None = None) -> dict:  # fmt: skip
-    """Open-loop load: each stream (tier, route, bodies, rate) sends at its rate for ``seconds`` whatever the
-    answers do. Per tier: sent, status counts, error codes, latencies (ms) of 200 answers."""
-    import aiohttp
-
-    out = {t: {"sent": 0, "ok": 0, "shed": 0, "other": 0, "codes": {}, "lat": []} for t, *_ in streams}
-    connector = aiohttp.TCPConnector(limit=2048)
-    timeout = aiohttp.ClientTimeout(total=CLIENT_TIMEOUT_S)
-    async with aiohttp.ClientSession(base_url=url, connector=connector, timeout=timeout) as client:
-
-        async def one(tier: str, route: str, body: bytes) -> None:
-            t0 = time.perf_counter()
-            try:
-                async with client.post(
-                    route, data=body, headers={"content-type": "application/json"} | (headers or {})
-                ) as r:
-                    payload = await r.read()
-                    status = r.status
-            except Exception as exc:  # noqa: BLE001 - a client-side failure is counted, not fatal
-                out[tier]["other"] += 1
-                out[tier]["codes"][type(exc).__name__] = out[tier]["codes"].get(type(exc).__name__, 0) + 1
-                return
-            ms = (time.perf_counter() - t0) * 1000
-            if status == 200:
-                out[tier]["ok"] += 1
-                out[tier]["lat"].append(ms)
-                return
-            code = error_code(payload, status)
-            out[tier]["shed" if code == "shed" else "other"] += 1
-            out[tier]["codes"][code] = out[tier]["codes"].get(code, 0) + 1
-
-        async def stream(tier: str, route: str, bodies: list[bytes], rate: float) -> list[asyncio.Task]:
-            tasks, start, i = [], time.perf_counter(), 0
-            while (now := time.perf_counter() - start) < seconds:
-                due = int(now * rate)
-                while i < due:
-                    tasks.append(asyncio.create_task(one(tier, route, bodies[i % len(bodies)])))
-                    out[tier]["sent"] += 1
-                    i += 1
-                await asyncio.sleep(0.002)
-            return tasks
-
-        all_tasks = await asyncio.gather(*(stream(*s) for s in streams))
-        await asyncio.gather(*(t for ts in all_tasks for t in ts))
-    return out
-
-
-def drive_in_own_process(home: Path, url: str, streams: list[tuple[str, str, list[bytes], float]],
-                         seconds: float, keys: dict[str, str] | None = None) -> dict:  # fmt: skip
-    """``drive`` with each stream in a child process of its own (``bench/tiers.py --drive SPEC``; streams in, counts
-    out, as JSON files): the flood's client loop never delays the L1 client's reading of its answers."""
-    children = []
-    for i, (tier, route, bodies, rate) in enumerate(streams):
-        spec = home / f"drive-{i}.json"
-        spec.write_text(json.dumps({"url": url, "seconds": seconds, "key": (keys or {}).get(tier),
-                                    "streams": [[tier, route, [b.decode() for b in bodies], rate]]}))  # fmt: skip
-        children.append((spec, subprocess.Popen([sys.executable, __file__, "--drive", str(spec)])))
-    import httpx
-
-    seen: dict[str, list[float]] = {}  # the limiter's gauges, once a second while the load runs
-    while any(child.poll() is None for _, child in children):
-        try:
-            text = httpx.get(f"{url}/metrics", timeout=5).text
-        except httpx.HTTPError:
-            text = ""
-        for line in text.splitlines():
-            name = line.split(" ")[0].split("{")[0]  # one series per worker when the gateway has several
-            if name in ("keel_gateway_concurrency_limit", "keel_gateway_lower_tier_share", "keel_gateway_in_flight",
-                        "keel_gateway_standing_queue", "keel_gateway_cpu_pressure"):  # fmt: skip
-                seen.setdefault(name, []).append(float(line.split(" ")[1]))
-        time.sleep(1.0)
-    out: dict = {
-        "limiter": {k.removeprefix("keel_gateway_"): round(statistics.median(v), 3) for k, v in seen.items()}
-    }
-    for spec, child in children:
-        if child.wait() != 0:
-            raise RuntimeError(f"the load generator {spec} failed")
-        out |= json.loads(spec.with_suffix(".out.json").read_text())
-    return out
-
-
-def drive_main(spec_path: str) -> int:
-    spec = json.loads(Path(spec_path).read_text())
-    streams = [(t, r, [b.encode() for b in bodies], rate) for t, r, bodies, rate in spec["streams"]]
-    try:
-        import uvloop
-
-        run = uvloop.run
-    except ImportError:
-        run = asyncio.run
-    headers = {"x-api-key": spec["key"]} if spec.get("key") else None
-    result = run(drive(spec["url"], streams, spec["seconds"], headers))
-    Path(spec_path).with_suffix(".out.json").write_text(json.dumps(result))
-    return 0
-
-
-def closed_loop(url: str, route: str, bodies: list[bytes], n: int, key: str | None = None) -> list[float]:
-    import http.client
-
-    host, port = url.removeprefix("http://").split(":")
-    conn = http.client.HTTPConnection(host, int(port))
-    lat = []
-    for i in range(n):
-        t0 = time.perf_counter()
-        conn.request("POST", route, bodies[i % len(bodies)],
-                     {"Content-Type": "application/json"} | ({"x-api-key": key} if key else {}))  # fmt: skip
-        resp = conn.getresponse()
-        resp.read()
-        assert resp.status == 200, resp.status
-        lat.append((time.perf_counter() - t0) * 1000)
-    return lat
-
-
 def summary(phase: str, result: dict) -> list[str]:
     lines = []
     for tier, r in sorted(result.items()):
@@ -271,10 +147,7 @@ def main() -> int:
     parser.add_argument("--l2-rps", type=float, default=1500.0, help="flights requests offered per second (L2)")
     parser.add_argument("--unloaded", type=int, default=1000, help="closed-loop L1 requests with the runtime idle")
     parser.add_argument("--edge", action="store_true", help="through the edge: Envoy in front, tenants with keys")
-    parser.add_argument("--drive", help=argparse.SUPPRESS)  # the load generator's own process (drive_main)
     args = parser.parse_args()
-    if args.drive:
-        return drive_main(args.drive)
     bench_serving = load_bench_serving()
     home = Path(tempfile.mkdtemp(prefix="keel-bench-tiers-"))
     print(f"bench/tiers: setting up in {home} (training both models on their real data) …", flush=True)

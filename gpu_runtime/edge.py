@@ -197,7 +197,7 @@ class EdgeFollower:
     def spec(self, unless: int | None = None) -> tuple[EdgeSpec, int, int] | None:
         """The edge as the store says now, its version and how many tenants it names; None when the store is still
         at version ``unless`` or behind it (only its version is read then: the follower asks five times a second)."""
-        from keel.edge.envoy import edge_filter_config, edge_limits
+        from keel.edge.filters import edge_filter_config, edge_limits
         from keel.policies import PolicyStore
         from keel.serving_health import served_tiers
         from keel.tenants import Tenant

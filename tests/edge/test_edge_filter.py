@@ -14,7 +14,8 @@ import pytest
 
 from gpu_runtime.edge import EnvoyEdge, edge_filter_module
 from gpu_runtime.triton import free_port
-from keel.edge.envoy import EdgeSpec, edge_filter_config
+from keel.edge.envoy import EdgeSpec
+from keel.edge.filters import edge_filter_config
 from keel.tenants import Tenant, new_key
 from tests.edge.test_envoy import Worker, post
 
@@ -104,7 +105,7 @@ def test_each_tenant_has_its_own_rate_at_the_edge_and_probes_need_no_key(edge, k
     """pricing's bucket at the edge holds 3 requests and refills one every 10 s: of 20 sent at once, at most 3 plus
     one per 10 s elapsed pass (the rest 429 from Envoy, never reaching a worker); ops, unlimited here, is not
     touched by pricing's refusals. The operations' reads pass without a key and take no tenant's token."""
-    from keel.edge.envoy import tenant_rate_limit, token_bucket
+    from keel.edge.filters import tenant_rate_limit, token_bucket
     from keel.policies.gateway import RateLimit
 
     limits = {"pricing": RateLimit(rps=0.1, burst=3), "ops": RateLimit(rps=100_000, burst=100_000)}

@@ -1,0 +1,97 @@
+"""The edge's HTTP filters before the router (keel/edge/envoy.py puts them in the listener): keel's edge filter — the
+proxy-wasm module that authenticates the API key and sets the business labels (gpu_runtime/edge_filter/keel_edge.c)
+— with its configuration from the tenants in force, and each tenant's rate at the edge (Envoy's local rate limit,
+one token bucket per tenant). Pure: values in, Envoy v3 resources out.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from keel.policies.gateway import GatewayPolicy, RateLimit
+
+WASM = "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm"
+STRING_VALUE = "type.googleapis.com/google.protobuf.StringValue"
+LOCAL_RATE_LIMIT = "type.googleapis.com/envoy.extensions.filters.http.local_ratelimit.v3.LocalRateLimit"
+
+
+def _seconds(ms: float) -> str:
+    return f"{ms / 1000:.3f}s"
+
+
+def wasm_filter(module: str, configuration: str) -> dict[str, Any]:
+    """keel's edge filter (gpu_runtime/edge_filter/keel_edge.c) on Envoy's V8 runtime: authenticates the key, sets
+    the tenant and the tier. ``fail_open`` false: a filter that cannot run answers 503, it never lets a request
+    through unauthenticated."""
+    return {
+        "name": "envoy.filters.http.wasm",
+        "typed_config": {
+            "@type": WASM,
+            "config": {
+                "name": "keel_edge",
+                "root_id": "keel_edge",
+                "fail_open": False,
+                "configuration": {"@type": STRING_VALUE, "value": configuration},
+                "vm_config": {"vm_id": "keel_edge", "runtime": "envoy.wasm.runtime.v8",
+                              "code": {"local": {"filename": module}}},
+            },
+        },
+    }  # fmt: skip
+
+
+def token_bucket(limit: RateLimit) -> dict[str, Any]:
+    """Envoy's token bucket for ``limit``: ``burst`` tokens, refilled at ``rps`` (in tenths of a second from 10/s up,
+    a token at a time below)."""
+    if limit.rps >= 10:
+        fill_ms, per_fill = 100, max(1, round(limit.rps / 10))
+    else:
+        fill_ms, per_fill = max(50, round(1000 / limit.rps)), 1
+    return {"max_tokens": max(1, int(limit.burst)), "tokens_per_fill": per_fill, "fill_interval": _seconds(fill_ms)}
+
+
+def tenant_rate_limit(limits: dict[str, RateLimit]) -> dict[str, Any]:
+    """Each tenant's rate at the edge (after the edge filter has set ``x-keel-tenant`` from the key): one token
+    bucket per tenant, shared by Envoy's threads, 429 before a worker sees the request. A request without a tenant
+    (the operations' reads) takes no token: the filter-wide bucket is never the one that refuses."""
+    unlimited = {"max_tokens": 1_000_000_000, "tokens_per_fill": 1_000_000_000, "fill_interval": "1s"}
+    always = {"default_value": {"numerator": 100, "denominator": "HUNDRED"}}
+    return {
+        "name": "envoy.filters.http.local_ratelimit",
+        "typed_config": {
+            "@type": LOCAL_RATE_LIMIT,
+            "stat_prefix": "keel_tenant_rate_limit",
+            "token_bucket": unlimited,
+            "filter_enabled": always | {"runtime_key": "keel_tenant_rate_limit_enabled"},
+            "filter_enforced": always | {"runtime_key": "keel_tenant_rate_limit_enforced"},
+            "rate_limits": [{"actions": [{"request_headers": {"header_name": "x-keel-tenant",
+                                                              "descriptor_key": "tenant"}}]}],
+            "descriptors": [
+                {"entries": [{"key": "tenant", "value": name}], "token_bucket": token_bucket(limit)}
+                for name, limit in sorted(limits.items())
+            ],
+            "response_headers_to_add": [{"header": {"key": "retry-after", "value": "1"}}],
+            "local_rate_limit_per_downstream_connection": False,
+        },
+    }  # fmt: skip
+
+
+def edge_limits(tenants, policy: GatewayPolicy) -> dict[str, RateLimit]:
+    """Each tenant's rate at the edge: the policy's rate limit for it (its own, else the default) times its quota
+    share — the share of that rate it is given (1.0: all of it)."""
+    out = {}
+    for t in tenants:
+        base = policy.rate_limit_of(t.name)
+        out[t.name] = RateLimit(rps=base.rps * t.quota_share, burst=max(1.0, base.burst * t.quota_share))
+    return out
+
+
+def edge_filter_config(token: str, tenants, models: dict[str, str]) -> str:
+    """The edge filter's configuration from the tenants in force (keel.tenants.Tenant: their keys' salted hashes,
+    tiers, risk levels) and the served models' tiers; ``token``: what the filter sets as ``x-keel-edge`` (the gateway
+    trusts ``x-keel-tenant`` only with it)."""
+    lines = [f"edge token {token}"]
+    for t in sorted(tenants, key=lambda t: t.name):
+        lines.append(f"tenant {t.name} {','.join(t.tiers)} {','.join(map(str, t.risk_levels))}")
+        lines += [f"key {k.key_id} {t.name} {k.salt} {k.sha256}" for k in t.keys]
+    lines += [f"model {m} {tier}" for m, tier in sorted(models.items())]
+    return "\n".join(lines) + "\n"
