@@ -24,7 +24,7 @@ import pytest
 
 from gpu_runtime.edge import EnvoyEdge
 from gpu_runtime.triton import free_port
-from keel.edge.envoy import DEADLINE_MARGIN_MS, EdgeLimits, EdgeSpec, bootstrap, routes
+from keel.edge.envoy import DEADLINE_MARGIN_MS, EdgeLimits, EdgeSpec, bootstrap, cluster, routes
 from keel.policies.gateway import GatewayPolicy, SlaTier
 
 MODELS = {"flight-delay": "L2", "room-rate": "L1"}
@@ -84,6 +84,13 @@ def test_each_model_has_its_route_with_its_tiers_timeout_and_priority():
     l1 = GatewayPolicy().tiers["L1"].timeout_ms * 2  # the deadline and as much again: a backstop, never a race
     assert l1 >= GatewayPolicy().tiers["L1"].timeout_ms + DEADLINE_MARGIN_MS
     assert by_name["model:room-rate"]["route"]["timeout"] == f"{l1 / 1000:.3f}s"
+    # retries within the policy's budget: at most budget_ratio of the requests in flight, per priority
+    budget = GatewayPolicy().retry.budget_ratio * 100
+    thresholds = cluster(spec)["circuit_breakers"]["thresholds"]
+    assert {t["priority"]: t["retry_budget"]["budget_percent"]["value"] for t in thresholds} == {
+        "DEFAULT": budget, "HIGH": budget
+    }  # fmt: skip
+    assert by_name["model:room-rate"]["route"]["retry_policy"]["retry_on"] == "connect-failure,refused-stream,reset"
     with pytest.raises(ValueError, match="tiers the policy does not define"):
         EdgeSpec(port=1, workers=(2,), models={"m": "L9"})
     with pytest.raises(ValueError, match="at least one gateway worker"):
