@@ -22,6 +22,7 @@ import urllib.request
 from dataclasses import replace
 from pathlib import Path
 
+from gpu_runtime.process import die_with_parent
 from gpu_runtime.triton import free_port
 from keel.edge.envoy import EdgeSpec, bootstrap, cluster, discovery, listener
 
@@ -112,6 +113,7 @@ class EnvoyEdge:
             [envoy_binary(), "-c", str(self.dir / "bootstrap.json"), "--disable-hot-restart",
              "--log-level", os.environ.get("KEEL_EDGE_LOG_LEVEL", "warning"), "--concurrency", str(max(1, min(2, os.cpu_count() or 1)))],
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            preexec_fn=die_with_parent,  # noqa: PLW1509 - only prctl: a killed serving process leaves no Envoy on its port
         )  # fmt: skip
         log.close()
         self._wait(lambda: self._applied(pending), START_TIMEOUT_S, "start")

@@ -146,6 +146,10 @@ def route_timeout_ms(spec: EdgeSpec, tier: str) -> float:
     return timeout + max(DEADLINE_MARGIN_MS, timeout)
 
 
+def longest_route_ms(spec: EdgeSpec) -> float:
+    return max(route_timeout_ms(spec, tier) for tier in spec.policy.tiers)
+
+
 def routes(spec: EdgeSpec) -> list[dict[str, Any]]:
     """A route per served model (its tier's timeout and priority), then the body-routed predict and the rest."""
     slowest = max(spec.policy.tiers, key=lambda t: spec.policy.tiers[t].timeout_ms)
@@ -184,6 +188,32 @@ def routes(spec: EdgeSpec) -> list[dict[str, Any]]:
     return out
 
 
+# Envoy's own refusals, by response flag, as keel's structured answers: (flags, status, code, message)
+EDGE_REFUSALS = (
+    (["UO"], 503, "shed", "the edge refused it: its priority's requests in flight are at the workers' limit"),
+    (["UT"], 504, "edge_timeout", "no worker answered within the route's timeout"),
+    (["UF", "UH", "URX", "UC", "UR", "NC"], 503, "runtime_unavailable", "no gateway worker could be reached"),
+)
+
+
+def local_replies() -> dict[str, Any]:
+    """Envoy's own answers (a refusal at the edge, a worker that did not answer) in the shape of the gateway's —
+    ``{"request_id", "error": {"code", "message", "stage": "edge"}}`` with ``retry-after`` — never Envoy's plain
+    text. The edge filter's answers (401, 403) are its own JSON already and carry none of these flags."""
+    mappers = []
+    for flags, status, code, message in EDGE_REFUSALS:
+        mappers.append({
+            "filter": {"response_flag_filter": {"flags": flags}},
+            "status_code": status,
+            "body_format_override": {"json_format": {
+                "request_id": "%REQ(X-REQUEST-ID)%",
+                "error": {"code": code, "message": message, "stage": "edge", "details": "%RESPONSE_CODE_DETAILS%"}}},
+            "headers_to_add": [{"header": {"key": "retry-after", "value": "1"},
+                                "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"}],
+        })  # fmt: skip
+    return {"mappers": mappers}
+
+
 def listener(spec: EdgeSpec) -> dict[str, Any]:
     """The edge's listener: one HTTP connection manager with the routes, the limits and the access log."""
     lim = spec.limits
@@ -193,13 +223,18 @@ def listener(spec: EdgeSpec) -> dict[str, Any]:
         "codec_type": "AUTO",
         "generate_request_id": True,
         "preserve_external_request_id": True,  # a caller's id is kept (Envoy replaces one that is not a valid id)
+        # the headers within the header timeout, the whole request (its body) within as much again (the gateway's
+        # body timeout: a stalled body is 408 at the edge); a stream with nothing moving either way is cut only after
+        # the longest route's timeout — never while a worker is still within its time
         "request_headers_timeout": _seconds(lim.header_timeout_s * 1000),
-        "stream_idle_timeout": _seconds(lim.header_timeout_s * 1000),
+        "request_timeout": _seconds(2 * lim.header_timeout_s * 1000),
+        "stream_idle_timeout": _seconds(max(lim.header_timeout_s * 1000, longest_route_ms(spec) + 1000)),
         "max_request_headers_kb": lim.max_header_kb,
         "common_http_protocol_options": {
             "idle_timeout": _seconds(lim.idle_timeout_s * 1000),
             "headers_with_underscores_action": "REJECT_REQUEST",
         },
+        "local_reply_config": local_replies(),
         "access_log": [
             {
                 "name": "envoy.access_loggers.file",
@@ -234,24 +269,44 @@ def listener(spec: EdgeSpec) -> dict[str, Any]:
     }  # fmt: skip
 
 
+PENDING_PER_HOST = 4  # lower tiers' requests that may wait at the edge for a place, per worker (L1's: all it holds)
+
+
+def priority_limits(spec: EdgeSpec) -> dict[str, tuple[int, int]]:
+    """Envoy priority → (requests in flight to the workers, requests waiting at the edge for one): the gateways' own
+    caps (the policy's ``admit_in_flight``: per process, per tier) times the hosts behind the edge — HIGH holds the
+    highest tier's, DEFAULT every lower tier's together. What a worker would admit is never refused here; a flood
+    beyond it is refused by Envoy in C++ (503 ``shed``, stage ``edge``) before a Python worker reads a byte of it.
+    A tier the policy does not cap: the connection limit."""
+    hosts = len(spec.workers) + len(spec.peers)
+    caps = spec.policy.admit_in_flight
+    top = [t for t in spec.policy.tiers if PRIORITY.get(t) == "HIGH"]
+    lower = [t for t in spec.policy.tiers if PRIORITY.get(t) != "HIGH"]
+
+    def capped(tiers: list[str]) -> int:
+        if not tiers or any(t not in caps for t in tiers):
+            return spec.limits.max_connections
+        return max(1, min(spec.limits.max_connections, hosts * sum(caps[t] for t in tiers)))
+
+    high, default = capped(top), capped(lower)
+    return {"HIGH": (high, high), "DEFAULT": (default, max(1, min(default, hosts * PENDING_PER_HOST)))}
+
+
 def cluster(spec: EdgeSpec) -> dict[str, Any]:
     """The gateway's workers as one cluster: least-request balancing, breakers per priority with a retry budget, and
     outlier detection on connection failures only (a worker's deliberate 503 under overload is not a failure)."""
     lim = spec.limits
-    thresholds = [
-        {
+    thresholds = []
+    for priority, (in_flight, pending) in priority_limits(spec).items():
+        thresholds.append({
             "priority": priority,
-            "max_connections": lim.max_connections,
-            "max_pending_requests": lim.max_connections,
-            "max_requests": lim.max_connections,
+            "max_connections": in_flight,  # HTTP/1.1 to the workers: a request in flight holds a connection
+            "max_requests": in_flight,
+            "max_pending_requests": pending,
             # the policy's retry budget: retries add at most budget_ratio to the requests in flight
-            "retry_budget": {
-                "budget_percent": {"value": spec.policy.retry.budget_ratio * 100},
-                "min_retry_concurrency": 3,
-            },
-        }
-        for priority in ("DEFAULT", "HIGH")
-    ]
+            "retry_budget": {"budget_percent": {"value": spec.policy.retry.budget_ratio * 100},
+                             "min_retry_concurrency": 3},
+        })  # fmt: skip
     return {
         "@type": CLUSTER,
         "name": UPSTREAM,

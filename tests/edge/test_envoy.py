@@ -123,10 +123,35 @@ def test_each_tier_gets_its_own_timeout_at_the_edge(edge):
     here (room for a busy machine), waits for the answer."""
     tiers = {**GatewayPolicy().tiers, "L2": SlaTier(p99_ms=50.0, availability=0.995, timeout_ms=5000.0)}
     edge.apply(replace(edge.spec, policy=GatewayPolicy(tiers=tiers)))
-    status, _ = post(f"{edge.url}/v1/models/room-rate/predict?delay=400")
+    status, body = post(f"{edge.url}/v1/models/room-rate/predict?delay=400")
     assert status == 504
+    refusal = json.loads(body["body"])  # Envoy's own answer in the gateway's shape, never its plain text
+    assert refusal["error"]["code"] == "edge_timeout" and refusal["error"]["stage"] == "edge"
+    assert refusal["request_id"]
     status, body = post(f"{edge.url}/v1/models/flight-delay/predict?delay=400")
     assert status == 200 and body["path"].endswith("delay=400")
+
+
+def test_a_flood_of_the_lower_tiers_is_refused_at_the_edge_while_l1_is_served(edge):
+    """The workers may hold one L2 and one L3 request each (the policy's admit_in_flight) and the edge lets 4 more
+    wait: of 24 slow L2 requests at once, what is beyond that is refused by Envoy — a structured 503 ``shed`` from
+    stage ``edge``, with retry-after — before any worker reads it, while an L1 request (priority HIGH) is served."""
+    slow = SlaTier(p99_ms=50.0, availability=0.995, timeout_ms=20_000.0)
+    policy = GatewayPolicy(tiers={**GatewayPolicy().tiers, "L2": slow},
+                           admit_in_flight={"L1": 4, "L2": 1, "L3": 1})  # fmt: skip
+    edge.apply(replace(edge.spec, policy=policy))
+    with ThreadPoolExecutor(max_workers=32) as pool:
+        flood = [pool.submit(post, f"{edge.url}/v1/models/flight-delay/predict?delay=3000", b"{}", 30.0)
+                 for _ in range(24)]  # fmt: skip
+        time.sleep(0.5)  # (the flood is in; L1's request is not held behind it either way)
+        l1 = post(f"{edge.url}/v1/models/room-rate/predict")
+        answers = [f.result() for f in flood]
+    assert l1[0] == 200
+    refused = [json.loads(b["body"]) for s, b in answers if s == 503]
+    assert len(refused) >= 24 - 8 and all(s in (200, 503) for s, _ in answers), [s for s, _ in answers]
+    assert {r["error"]["code"] for r in refused} == {"shed"} and {r["error"]["stage"] for r in refused} == {"edge"}
+    overflowed = [edge.counter(f"cluster.keel_gateway.upstream_rq_{c}_overflow") for c in ("pending", "active")]
+    assert sum(overflowed) == len(refused)  # the breakers' refusals: no place waiting, or none in flight
 
 
 def test_oversized_bodies_and_slowloris_clients_are_stopped_at_the_edge(edge, workers):
@@ -229,3 +254,38 @@ def test_the_replay_sends_each_tenants_key_from_its_environment(monkeypatch):
     }  # fmt: skip
     monkeypatch.delenv(KEYS_ENV)
     assert key_headers(("ops",)) == {"ops": {}}  # no edge: the body's tenant_id alone, as before
+
+
+def test_envoy_does_not_outlive_a_killed_serving_process(tmp_path, workers):
+    """SIGKILL to the process that started Envoy (the serving process; here a small stand-in for it): the kernel
+    stops Envoy too, so no Envoy is left holding the gateway's port for the next start."""
+    import os
+    import signal
+
+    script = (
+        "import sys, time\n"
+        "from pathlib import Path\n"
+        "from gpu_runtime.edge import EnvoyEdge\n"
+        "from keel.edge.envoy import EdgeSpec\n"
+        f"edge = EnvoyEdge(Path({str(tmp_path / 'edge')!r}), EdgeSpec(port={free_port()}, workers=({workers[0].port},),"
+        " models={'flight-delay': 'L2'})).start()\n"
+        "print(edge.proc.pid, flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    envoy_pid = int(parent.stdout.readline())
+    os.kill(envoy_pid, 0)  # running
+    parent.send_signal(signal.SIGKILL)
+    parent.wait()
+    deadline = time.monotonic() + 30
+    while alive(envoy_pid):
+        assert time.monotonic() < deadline, "Envoy outlived the process that started it"
+        time.sleep(0.05)
+
+
+def alive(pid: int) -> bool:
+    """Running (not gone, not a zombie waiting for its reaper)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
