@@ -34,7 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from keel.edge.filters import tenant_rate_limit, wasm_filter
+from keel.edge.filters import local_replies, tenant_rate_limit, wasm_filter
 from keel.policies.gateway import GatewayPolicy, RateLimit
 
 HCM = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
@@ -186,32 +186,6 @@ def routes(spec: EdgeSpec) -> list[dict[str, Any]]:
     out.append({"name": "predict", "match": {"prefix": "/v1/"}, "route": to_workers(slowest)})
     out.append({"name": "operations", "match": {"prefix": "/"}, "route": to_workers(slowest)})
     return out
-
-
-# Envoy's own refusals, by response flag, as keel's structured answers: (flags, status, code, message)
-EDGE_REFUSALS = (
-    (["UO"], 503, "shed", "the edge refused it: its priority's requests in flight are at the workers' limit"),
-    (["UT"], 504, "edge_timeout", "no worker answered within the route's timeout"),
-    (["UF", "UH", "URX", "UC", "UR", "NC"], 503, "runtime_unavailable", "no gateway worker could be reached"),
-)
-
-
-def local_replies() -> dict[str, Any]:
-    """Envoy's own answers (a refusal at the edge, a worker that did not answer) in the shape of the gateway's —
-    ``{"request_id", "error": {"code", "message", "stage": "edge"}}`` with ``retry-after`` — never Envoy's plain
-    text. The edge filter's answers (401, 403) are its own JSON already and carry none of these flags."""
-    mappers = []
-    for flags, status, code, message in EDGE_REFUSALS:
-        mappers.append({
-            "filter": {"response_flag_filter": {"flags": flags}},
-            "status_code": status,
-            "body_format_override": {"json_format": {
-                "request_id": "%REQ(X-REQUEST-ID)%",
-                "error": {"code": code, "message": message, "stage": "edge", "details": "%RESPONSE_CODE_DETAILS%"}}},
-            "headers_to_add": [{"header": {"key": "retry-after", "value": "1"},
-                                "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"}],
-        })  # fmt: skip
-    return {"mappers": mappers}
 
 
 def listener(spec: EdgeSpec) -> dict[str, Any]:

@@ -1,7 +1,8 @@
 """The edge's HTTP filters before the router (keel/edge/envoy.py puts them in the listener): keel's edge filter — the
 proxy-wasm module that authenticates the API key and sets the business labels (gpu_runtime/edge_filter/keel_edge.c)
 — with its configuration from the tenants in force, and each tenant's rate at the edge (Envoy's local rate limit,
-one token bucket per tenant). Pure: values in, Envoy v3 resources out.
+one token bucket per tenant) — and how Envoy words its own answers (``local_replies``). Pure: values in, Envoy v3
+resources out.
 """
 
 from __future__ import annotations
@@ -95,3 +96,29 @@ def edge_filter_config(token: str, tenants, models: dict[str, str]) -> str:
         lines += [f"key {k.key_id} {t.name} {k.salt} {k.sha256}" for k in t.keys]
     lines += [f"model {m} {tier}" for m, tier in sorted(models.items())]
     return "\n".join(lines) + "\n"
+
+
+# Envoy's own refusals, by response flag, as keel's structured answers: (flags, status, code, message)
+EDGE_REFUSALS = (
+    (["UO"], 503, "shed", "the edge refused it: its priority's requests in flight are at the workers' limit"),
+    (["UT"], 504, "edge_timeout", "no worker answered within the route's timeout"),
+    (["UF", "UH", "URX", "UC", "UR", "NC"], 503, "runtime_unavailable", "no gateway worker could be reached"),
+)
+
+
+def local_replies() -> dict[str, Any]:
+    """Envoy's own answers (a refusal at the edge, a worker that did not answer) in the shape of the gateway's —
+    ``{"request_id", "error": {"code", "message", "stage": "edge"}}`` with ``retry-after`` — never Envoy's plain
+    text. The edge filter's answers (401, 403) are its own JSON already and carry none of these flags."""
+    mappers = []
+    for flags, status, code, message in EDGE_REFUSALS:
+        mappers.append({
+            "filter": {"response_flag_filter": {"flags": flags}},
+            "status_code": status,
+            "body_format_override": {"json_format": {
+                "request_id": "%REQ(X-REQUEST-ID)%",
+                "error": {"code": code, "message": message, "stage": "edge", "details": "%RESPONSE_CODE_DETAILS%"}}},
+            "headers_to_add": [{"header": {"key": "retry-after", "value": "1"},
+                                "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"}],
+        })  # fmt: skip
+    return {"mappers": mappers}
