@@ -185,10 +185,11 @@ def read_all(sock: socket.socket) -> bytes:
         chunks.append(data)
 
 
-def test_200_stalled_connections_get_408_and_are_closed_while_normal_traffic_is_answered(runtime, flights):
-    body = json.dumps({"flight": flights[0], "tenant_id": "tests", "risk_level": 2}).encode()
+def stall_200(runtime, body: bytes) -> list[socket.socket]:
+    """200 connections that stop sending: 100 mid-headers, 99 with a body shorter than its content-length, one
+    chunked with no last chunk (with the runtime's key headers, if it has any)."""
     head = b"POST /v1/predict HTTP/1.1\r\nHost: 127.0.0.1\r\ncontent-type: application/json\r\n"
-    before_408 = metric(runtime, "keel_gateway_connection_refusals_total", '{reason="header_timeout"}')
+    head += b"".join(f"{k}: {v}\r\n".encode() for k, v in runtime.headers.items())
     stalled = []
     for i in range(200):
         sock = raw_connection(runtime)
@@ -199,6 +200,13 @@ def test_200_stalled_connections_get_408_and_are_closed_while_normal_traffic_is_
         else:  # chunked, no last chunk
             sock.sendall(head + b"transfer-encoding: chunked\r\n\r\n" + f"{20:x}\r\n".encode() + body[:20] + b"\r\n")
         stalled.append(sock)
+    return stalled
+
+
+def test_200_stalled_connections_get_408_and_are_closed_while_normal_traffic_is_answered(runtime, flights):
+    body = json.dumps({"flight": flights[0], "tenant_id": "tests", "risk_level": 2}).encode()
+    before_408 = metric(runtime, "keel_gateway_connection_refusals_total", '{reason="header_timeout"}')
+    stalled = stall_200(runtime, body)
     started = time.monotonic()
     with httpx.Client(timeout=30) as client:
         served = [client.post(f"{runtime.url}/v1/predict", content=body,

@@ -31,6 +31,7 @@ from tests.serving.test_hostile_clients import (  # noqa: F401 - the tests (and 
     post,
     raw_connection,
     read_all,
+    stall_200,
     test_1024_flight_requests_among_normal_traffic_are_all_answered_and_open_no_breaker,
     test_a_malformed_body_is_a_structured_4xx_with_its_request_id_logged,
     test_explanations_of_a_big_batch_come_from_every_chunk,
@@ -78,21 +79,9 @@ def test_200_stalled_connections_are_cut_off_at_the_edge_while_normal_traffic_is
     ``STALL_S``) ends them first: each connection is answered 408 or closed by Envoy, and none reaches the gateway
     (no ``body_timeout`` in the exposure log, the gateway's header-timeout counter unchanged)."""
     body = json.dumps({"flight": flights[0], "tenant_id": "tests", "risk_level": 2}).encode()
-    key = runtime.headers["x-api-key"].encode()
-    head = b"POST /v1/predict HTTP/1.1\r\nHost: 127.0.0.1\r\ncontent-type: application/json\r\nx-api-key: " + key
-    head += b"\r\n"
     gateway_408 = metric(runtime, "keel_gateway_connection_refusals_total", '{reason="header_timeout"}')
     logged_before = sum(1 for e in read_exposures(runtime.home / "serving" / "exposures") if e.get("status") == 408)
-    stalled = []
-    for i in range(200):
-        sock = raw_connection(runtime)
-        if i < 100:  # stops mid-headers
-            sock.sendall(head + b"x-partial: yes")
-        elif i < 199:  # a body shorter than its content-length
-            sock.sendall(head + f"content-length: {len(body)}\r\n\r\n".encode() + body[:20])
-        else:  # chunked, no last chunk
-            sock.sendall(head + b"transfer-encoding: chunked\r\n\r\n" + f"{20:x}\r\n".encode() + body[:20] + b"\r\n")
-        stalled.append(sock)
+    stalled = stall_200(runtime, body)
     started = time.monotonic()
     with httpx.Client(timeout=30) as client:
         served = [client.post(f"{runtime.url}/v1/predict", content=body,
