@@ -42,6 +42,12 @@ def envoy_binary() -> str:
 FILTER_MODULE = Path(__file__).parent / "edge_filter" / "build" / "keel_edge.wasm"
 
 
+def edge_threads() -> int:
+    """Envoy's worker threads: ``$KEEL_EDGE_THREADS``, else one per core up to 2 (it shares the cores with the
+    gateway's workers and Triton)."""
+    return max(1, int(os.environ.get("KEEL_EDGE_THREADS") or min(2, os.cpu_count() or 1)))
+
+
 def edge_filter_module() -> str:
     """keel's edge filter as scripts/setup built it (gpu_runtime/edge_filter/keel_edge.c → WebAssembly)."""
     if not FILTER_MODULE.exists():
@@ -111,7 +117,7 @@ class EnvoyEdge:
         log = open(self.dir / "envoy.log", "ab")  # noqa: SIM115 - the child's stdout, closed with it
         self.proc = subprocess.Popen(
             [envoy_binary(), "-c", str(self.dir / "bootstrap.json"), "--disable-hot-restart",
-             "--log-level", os.environ.get("KEEL_EDGE_LOG_LEVEL", "warning"), "--concurrency", str(max(1, min(2, os.cpu_count() or 1)))],
+             "--log-level", os.environ.get("KEEL_EDGE_LOG_LEVEL", "warning"), "--concurrency", str(edge_threads())],
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
             preexec_fn=die_with_parent,  # noqa: PLW1509 - only prctl: a killed serving process leaves no Envoy on its port
         )  # fmt: skip
