@@ -44,10 +44,9 @@ IDLE_REUSE_S = 2.0  # a keep-alive connection idle longer is closed, not reused 
 BUSY = "import signal, sys; signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))\nwhile True: pass"
 
 
-def key_header(body: bytes, keys: dict[str, str]) -> str:
-    """The request's API key header behind the edge: its tenant's (the body's ``tenant_id``); none without an edge."""
-    key = keys.get(json.loads(body).get("tenant_id", "")) if keys else None
-    return f"x-api-key: {key}\r\n" if key else ""
+def api_key(body: bytes, keys: dict[str, str] | None) -> str | None:
+    """The request's API key behind the edge: its tenant's (the body's ``tenant_id``); None without an edge."""
+    return keys.get(json.loads(body).get("tenant_id", "")) if keys else None
 
 
 async def stream(url: str, route: str, bodies: list[bytes], rate: float, seconds: float,
@@ -63,11 +62,14 @@ async def stream(url: str, route: str, bodies: list[bytes], rate: float, seconds
 
     where = urlsplit(url)
     host, port = where.hostname or "127.0.0.1", where.port or 80
-    requests = [
-        f"POST {route} HTTP/1.1\r\nhost: {host}:{port}\r\ncontent-type: application/json\r\n{key_header(b, keys)}"
-        f"content-length: {len(b)}\r\n\r\n".encode() + b
-        for b in bodies
-    ]  # fmt: skip
+
+    def request(b: bytes) -> bytes:
+        key = api_key(b, keys)
+        auth = f"x-api-key: {key}\r\n" if key else ""
+        head = f"POST {route} HTTP/1.1\r\nhost: {host}:{port}\r\ncontent-type: application/json\r\n{auth}"
+        return f"{head}content-length: {len(b)}\r\n\r\n".encode() + b
+
+    requests = [request(b) for b in bodies]
     out: list[list] = []
     idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter, float]] = []  # (…, when it was last answered)
     open_connections = 0
@@ -167,10 +169,8 @@ def calibrate(url: str, route: str, bodies: list[bytes], seconds: float = 2.0, c
                 i = k
                 while time.monotonic() < deadline:
                     body = bodies[i % len(bodies)]
-                    key = key_header(body, keys or {})
-                    headers = {"content-type": "application/json"} | (
-                        {"x-api-key": key.split(": ", 1)[1].strip()} if key else {}
-                    )
+                    key = api_key(body, keys)
+                    headers = {"content-type": "application/json"} | ({"x-api-key": key} if key else {})
                     r = await client.post(route, content=body, headers=headers)
                     done += r.status_code == 200
                     i += concurrency

@@ -23,6 +23,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from gpu_runtime.gateway.control import TokenBucket
+from gpu_runtime.gateway.limits import BoundedLRU
+from keel.policies.gateway import RateLimit
+
 LIMITS_ENV = "KEEL_LIMITS_REDIS"
 TIMEOUT_S = 0.05
 BACKOFF_S = 1.0
@@ -70,21 +74,16 @@ class _Guarded:
 
 
 class LocalBuckets:
-    """This process's own buckets, as shared.py's table takes them (the fallback of a single-process gateway)."""
+    """This process's own buckets, taken as shared.py's table takes them (the fallback of a single-process gateway):
+    the gateway's ``TokenBucket`` per key in a bounded LRU, re-parameterized when the policy's rate changes."""
 
-    def __init__(self) -> None:
-        self.buckets: dict[str, tuple[float, float]] = {}
+    def __init__(self, capacity: int = 4096) -> None:
+        self.buckets: BoundedLRU[str, TokenBucket] = BoundedLRU(capacity)
 
     def take(self, key: str, rate: float, burst: float) -> bool:
-        now = time.monotonic()
-        tokens, updated = self.buckets.get(key, (burst, now))
-        tokens = min(burst, tokens + (now - updated) * rate)
-        ok = tokens >= 1.0
-        self.buckets[key] = (tokens - 1.0 if ok else tokens, now)
-        if len(self.buckets) > 4096:  # bounded: the oldest half goes
-            for old in sorted(self.buckets, key=lambda k: self.buckets[k][1])[:2048]:
-                del self.buckets[old]
-        return ok
+        bucket = self.buckets.get_or_create(key, lambda: TokenBucket(RateLimit(rps=rate, burst=burst)))
+        bucket.rate, bucket.capacity = rate, burst
+        return bucket.take()
 
 
 class RedisBuckets(_Guarded):
