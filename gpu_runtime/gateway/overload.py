@@ -104,6 +104,19 @@ class StandingQueue:
         return self.standing
 
 
+def lateness(signals: LoadSignals, arrived: float, admitted_at: float | None, now: float) -> dict[str, float]:
+    """Where a request past its deadline lost its time, for its exposure-log line (``late``): how long it waited
+    for admission, and the process's and machine's state as it was refused — the worst event-loop lag of the last
+    second, the loop thread's own share of it (near 1: the gateway's own work; near 0 with a lag: other work had the
+    CPU) and the machine's CPU pressure."""
+    out = {"elapsed_ms": round((now - arrived) * 1000, 1)}
+    if admitted_at is not None:
+        out["admission_wait_ms"] = round((admitted_at - arrived) * 1000, 1)
+    out.update(loop_lag_ms=round(signals.loop_lag_s * 1000, 1), loop_busy=round(signals.loop_busy, 2),
+               cpu_pressure=round(signals.cpu_pressure, 2))  # fmt: skip
+    return out
+
+
 def read_psi_total(path: Path = PSI_PATH) -> int | None:
     """The cumulative µs some task waited for a CPU (PSI), or None where the kernel has no PSI."""
     try:

@@ -119,6 +119,7 @@ class RequestContext:
     status: int | None = None
     error: str | None = None
     stage: str | None = None  # the stage that ended a refused request
+    late: dict[str, float] | None = None  # a deadline refusal: where its time went (overload.lateness)
     latency_ms: float | None = None
 
     @property
@@ -185,5 +186,7 @@ class RequestContext:
             rec["error"] = self.error
         if self.stage is not None:
             rec["stage"] = self.stage
+        if self.late is not None:
+            rec["late"] = self.late
         rec["latency_ms"] = self.latency_ms
         return rec

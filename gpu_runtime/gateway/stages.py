@@ -32,6 +32,7 @@ from gpu_runtime.gateway.control import choose_route
 from gpu_runtime.gateway.explain import requested_top_k
 from gpu_runtime.gateway.health import count_degraded
 from gpu_runtime.gateway.limits import RequestError, identifier, parse_json, tenant_identifier
+from gpu_runtime.gateway.overload import lateness
 from gpu_runtime.gateway.request import CLIENT_GONE_STATUS, Answer, ClientGone, RequestContext
 from gpu_runtime.gateway.shadow import finish_shadow, start_shadow
 
@@ -62,6 +63,8 @@ async def handle(server: Any, model: Any, ctx: RequestContext, body: bytes | Req
     except RequestError as err:
         if shadow is not None:
             shadow[1].cancel()
+        if err.code == "deadline_exceeded":
+            ctx.late = lateness(server.load.signals(), ctx.arrived, ctx.admitted_at, time.monotonic())
         result = refusal(ctx, err)
     except Exception as exc:  # noqa: BLE001 - the gateway answers 500 and logs, never drops a request silently
         result = internal_error(ctx, exc)

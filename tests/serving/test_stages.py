@@ -37,6 +37,9 @@ def test_a_request_past_its_deadline_does_no_work_and_is_a_fast_structured_503(t
     assert not gateway.model().scorer.breakers  # Triton was never asked
     [line] = read_exposures(tmp_path / "exposures")
     assert (line["status"], line["error"], line["stage"]) == (503, "deadline_exceeded", "parse")
+    # the line says where the time went: all of it before the gateway started (never admitted), the loop's state
+    assert line["late"]["elapsed_ms"] >= 2 * timeout_s * 1000 and "admission_wait_ms" not in line["late"]
+    assert {"loop_lag_ms", "loop_busy", "cpu_pressure"} <= set(line["late"])
 
 
 def test_a_shorter_client_deadline_header_is_the_requests_deadline(tmp_path, silent_endpoint):
