@@ -1,7 +1,8 @@
 """Where the edge's batch-1 overhead goes: the real Envoy in front of one stand-in worker (tests/edge/stand_in.py, a
 constant answer), closed loop, the same requests through Envoy configured as keel configures it and with one part
 left out at a time — the WASM filter (the key's SHA-256, the labels), the JSON access log, the buffer filter (the
-body limit) — beside the worker alone. Rounds interleave the variants; medians of the rounds' p50s.
+body limit) — and bare (Envoy's own floor: a listener and a router to the one worker, nothing of keel's) beside the
+worker alone. Rounds interleave the variants; medians of the rounds' p50s.
 
     .venv/bin/python bench/edge_parts.py [--requests 1500] [--rounds 3]
 """
@@ -34,6 +35,7 @@ VARIANTS = [  # name, parts of the listener left out, with the WASM filter
     ("no access log", ("log",), True),
     ("no buffer filter", ("buffer",), True),
     ("none of the three", ("log", "buffer"), False),
+    ("bare Envoy", ("all",), False),  # Envoy's own floor: listener → router → one host, nothing of keel's
 ]
 
 
@@ -41,10 +43,28 @@ def listener_without(parts: tuple[str, ...]):
     def make(spec):
         out = envoy.listener(spec)
         manager = out["filter_chains"][0]["filters"][0]["typed_config"]
+        if "all" in parts:  # the HTTP connection manager with its defaults, one route without retries or timeouts
+            route = {"match": {"prefix": "/"}, "route": {"cluster": envoy.UPSTREAM}}
+            manager.clear()
+            manager.update({"@type": envoy.HCM, "stat_prefix": "bare", "http_filters": [
+                {"name": "envoy.filters.http.router", "typed_config": {"@type": envoy.ROUTER}}],
+                "route_config": {"virtual_hosts": [{"name": "bare", "domains": ["*"], "routes": [route]}]}})  # fmt: skip
+            return out
         if "log" in parts:
             manager.pop("access_log")
         if "buffer" in parts:
             manager["http_filters"] = [f for f in manager["http_filters"] if f["name"] != "envoy.filters.http.buffer"]
+        return out
+
+    return make
+
+
+def cluster_without(parts: tuple[str, ...]):
+    def make(spec):
+        out = envoy.cluster(spec)
+        if "all" in parts:  # no breakers, no outlier detection, round robin
+            for key in ("circuit_breakers", "outlier_detection", "lb_policy"):
+                out.pop(key)
         return out
 
     return make
@@ -78,6 +98,7 @@ def main() -> int:
     try:
         for i, (name, parts, wasm) in enumerate(VARIANTS):
             edge_module.listener = listener_without(parts)  # what EnvoyEdge writes for this variant
+            edge_module.cluster = cluster_without(parts)
             spec = EdgeSpec(port=free_port(), workers=(worker.port,), models=MODELS, filter_config=config,
                             wasm=edge_module.edge_filter_module() if wasm else None)  # fmt: skip
             edges.append((name, edge_module.EnvoyEdge(work / f"edge{i}", spec).start()))

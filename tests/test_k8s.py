@@ -81,6 +81,8 @@ def test_each_runtime_replica_is_its_own_pod_announcing_its_own_address_and_no_s
         c["command"][-2:] == ["--triton-grpc-port", "8001"]
         and {"containerPort": 8001, "name": "triton-grpc"} in c["ports"]
     )
+    # the edge in front (Envoy on the gateway's port; the workers on the pod's loopback): API keys, not body fields
+    assert "--edge" in c["command"] and c["readinessProbe"]["httpGet"]["path"] == "/readyz"
     # what gpu_runtime.serve and keel read: the replica's own directory, its announced host, no file store
     from keel.home import KeelHome
 
@@ -102,6 +104,7 @@ def test_the_profile_names_the_dockerfiles_of_its_images(profile):
     # one environment: the pinned Triton build extracted, the native backend built, no numpy<2 interpreter
     assert "-m gpu_runtime.triton_dist" in runtime and "make -s -C gpu_runtime/backend" in runtime
     assert "KEEL_TRITON_HOME=/opt/keel/.keel-triton" in runtime and "KEEL_RUNTIME_PYTHON" not in runtime
+    assert "gpu_runtime/edge_filter/build.sh" in runtime  # the edge's filter is built in the image, as by the set-up
     [c] = runtime_manifests(profile)[0]["spec"]["template"]["spec"]["containers"]
     assert json.dumps(c["command"]).replace(" ", "") in runtime.replace(" ", "")  # the image's CMD is the pod's
     cpu_only = runtime_manifests(profile.__class__(gpus_per_runtime=0))[0]["spec"]["template"]["spec"]

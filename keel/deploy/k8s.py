@@ -241,8 +241,9 @@ def runtime_manifests(profile: K8sProfile) -> list[dict[str, Any]]:
         "name": "model-runtime",
         "image": profile.runtime_image,
         "imagePullPolicy": profile.image_pull_policy,
-        "command": ["python", "-m", "gpu_runtime.serve", "--gateway-host", "0.0.0.0", "--gateway-port", "8080",
-                    "--triton-grpc-port", "8001"],
+        # the edge (Envoy: API keys, business labels, limits in C++) on 8080, the gateway's workers on loopback only
+        "command": ["python", "-m", "gpu_runtime.serve", "--edge", "--gateway-host", "0.0.0.0", "--gateway-port",
+                    "8080", "--triton-grpc-port", "8001"],
         "ports": [{"name": "gateway", "containerPort": 8080}, {"name": "triton-grpc", "containerPort": 8001}],
         "env": [
             *_env(profile),
