@@ -103,6 +103,7 @@ EDGE_REFUSALS = (
     (["UO"], 503, "shed", "the edge refused it: its priority's requests in flight are at the workers' limit"),
     (["UT"], 504, "edge_timeout", "no worker answered within the route's timeout"),
     (["UF", "UH", "URX", "UC", "UR", "NC"], 503, "runtime_unavailable", "no gateway worker could be reached"),
+    (["RL"], 429, "rate_limited", "the tenant is over its rate at the edge"),
 )
 
 

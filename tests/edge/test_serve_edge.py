@@ -2,7 +2,9 @@
 port in front of two gateway workers on internal loopback ports, following the policy store — no key → 401, the key
 of a tenant → its requests reach the gateway as that tenant, a body naming another tenant → 403, a worker reached
 directly without the edge → 401, probes and scrapes without a key (``/metrics`` carries Envoy's stats beside keel's),
-`keel tenant revoke` → the key refused once the edge follows the new version."""
+`keel tenant revoke` → the key refused once the edge follows the new version; with a second replica of the same home
+and tenants' limits on the real Redis, a tenant's burst holds across the fleet and its revoked key is refused by
+both edges."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 
 import httpx
 import pytest
@@ -28,24 +31,46 @@ def keel(home, *argv: str) -> str:
     return done.stdout.strip()
 
 
-@pytest.fixture(scope="module")
-def served(tmp_path_factory):
-    home = tmp_path_factory.mktemp("edge-home")
-    key = keel(home, "tenant", "add", "ops", "--tiers", "L1,L2", "--reason", "the edge's test tenant")
+REDIS = "redis://127.0.0.1:6379/0"  # the machine's real Redis (started before every session and CI run)
+
+
+def start_replica(home, name: str) -> tuple[subprocess.Popen, str, dict]:
+    """One runtime replica of ``home`` (``replicas/<name>/``): Triton, two workers and the edge in front, tenants'
+    limits on Redis; returns the process, the edge's URL and its endpoints."""
     port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "gpu_runtime.serve", "--edge", "--workers", "2", "--gateway-port", str(port)],
-        env=os.environ | {"KEEL_HOME": str(home)}, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        text=True, start_new_session=True,
+        env=os.environ | {"KEEL_HOME": str(home), "KEEL_REPLICA": name, "KEEL_LIMITS_REDIS": REDIS}, cwd=REPO,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
     )  # fmt: skip
-    endpoints = home / "serving" / "endpoints.json"
+    endpoints = home / "replicas" / name / "endpoints.json"
     deadline = time.monotonic() + 300
     while not endpoints.exists():
         assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read() if proc.poll() else "timeout"
         time.sleep(0.2)
-    yield home, f"http://127.0.0.1:{port}", key, json.loads(endpoints.read_text())
+    return proc, f"http://127.0.0.1:{port}", json.loads(endpoints.read_text())
+
+
+def stop(proc: subprocess.Popen) -> None:
     os.killpg(proc.pid, signal.SIGTERM)
     proc.wait(timeout=60)
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    home = tmp_path_factory.mktemp("edge-home")
+    key = keel(home, "tenant", "add", "ops", "--tiers", "L1,L2", "--reason", "the edge's test tenant")
+    proc, url, endpoints = start_replica(home, "a")
+    yield home, url, key, endpoints
+    stop(proc)
+
+
+@pytest.fixture(scope="module")
+def second(served):
+    """Another replica of the same home (its own Triton, workers and edge): the fleet's view of one tenant."""
+    proc, url, endpoints = start_replica(served[0], "b")
+    yield url, endpoints
+    stop(proc)
 
 
 def predict(url: str, headers: dict | None = None, body: dict | None = None) -> httpx.Response:
@@ -105,3 +130,55 @@ def test_the_overload_drill_takes_keys_of_its_own_behind_the_edge_and_revokes_th
     while predict(url, flood).status_code != 401:
         assert time.monotonic() < deadline, "the edge did not follow the revocation"
         time.sleep(0.05)
+
+
+def policy_versions(worker_ports) -> list[int]:
+    """The policy version each gateway worker applied (its own ``/metrics``, read on its loopback port)."""
+    out = []
+    for port in worker_ports:
+        text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=30).text
+        out += [int(float(line.rsplit(" ", 1)[1])) for line in text.splitlines()
+                if line.startswith("keel_gateway_policy_version")]  # fmt: skip
+    return out
+
+
+def test_a_tenants_rate_holds_across_replicas_and_its_revocation_on_every_edge(served, second):
+    """Two replicas, each an edge in front of two workers, limits on the real Redis: a tenant allowed a burst of 5
+    gets 5 requests in across the fleet, whichever edge it goes through (each edge holds its own bucket of 5 too:
+    without Redis the fleet would let 8 in); its revoked key is refused by both edges."""
+    from gpu_runtime.live_traffic import wait_for_key
+    from keel.home import KeelHome
+    from keel.policies import PolicyStore
+    from keel.tenants import RISK_LEVELS, TIERS, Tenant, new_key, revoke_keys
+    from tests.serving.asgi_gateway import FLIGHTS, body_of
+
+    home, url_a, _, endpoints_a = served
+    url_b, endpoints_b = second
+    tenant = f"fleet-{uuid.uuid4().hex[:8]}"  # its own buckets on the shared Redis
+    key, stored = new_key("2013-02-15T00:00:00+00:00")
+    with PolicyStore(KeelHome(home).policies) as store:  # the tenant and its limit in one version
+        store.apply({tenant: ("tenant", Tenant(tenant, (stored,), TIERS, RISK_LEVELS).as_body()),
+                     f"{tenant}-limit": ("rate_limit", {"tenants": {tenant: {"rps": 0.001, "burst": 5}}})},
+                    author="tests", reason="a tenant of the fleet test")  # fmt: skip
+        version = store.version()
+    for url in (url_a, url_b):
+        wait_for_key(url, key)  # one token of each edge's bucket (the empty body is 422 before the gateway's)
+    workers = [*endpoints_a["worker_ports"], *endpoints_b["worker_ports"]]
+    deadline = time.monotonic() + 60
+    while min(policy_versions(workers)) < version:  # every gateway worker has the limit too
+        assert time.monotonic() < deadline, "the gateways did not follow the policy store"
+        time.sleep(0.1)
+    body = json.loads(body_of(FLIGHTS)) | {"tenant_id": tenant}
+    got = [predict((url_a, url_b)[i % 2], {"x-api-key": key}, body) for i in range(20)]
+    refused = [r for r in got if r.status_code == 429]
+    # in: past both limits (no model is deployed in this home: 503 not_deployed once admitted)
+    admitted = [r.json()["error"]["code"] for r in got if r.status_code != 429]
+    assert admitted == ["not_deployed"] * 5, [r.text for r in got]
+    assert len(refused) == 15 and {r.json()["error"]["code"] for r in refused} == {"rate_limited"}
+    with PolicyStore(KeelHome(home).policies) as store:
+        revoke_keys(store, [tenant], "tests", "the key leaked")
+    for url in (url_a, url_b):
+        deadline = time.monotonic() + 30
+        while predict(url, {"x-api-key": key}).status_code != 401:
+            assert time.monotonic() < deadline, f"the edge at {url} did not follow the revocation"
+            time.sleep(0.05)
