@@ -118,7 +118,7 @@ class EnvoyEdge:
         self.proc = subprocess.Popen(
             [envoy_binary(), "-c", str(self.dir / "bootstrap.json"), "--disable-hot-restart",
              "--log-level", os.environ.get("KEEL_EDGE_LOG_LEVEL", "warning"), "--concurrency", str(edge_threads())],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            stdout=log, stderr=subprocess.STDOUT, process_group=0,  # in the serving session (its CPU priority)
             preexec_fn=die_with_parent,  # noqa: PLW1509 - only prctl: a killed serving process leaves no Envoy on its port
         )  # fmt: skip
         log.close()

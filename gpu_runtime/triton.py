@@ -211,7 +211,9 @@ class TritonServer:
             env=self.env(self.info),
             stdout=log,
             stderr=subprocess.STDOUT,
-            start_new_session=True,  # its Python stubs are children: stop them as a group
+            # its Python stubs are children: stop them as a group — a process group of its own in the serving
+            # process's session, so that it shares the session's CPU priority (process.serving_priority)
+            process_group=0,
             preexec_fn=None if setpriv else die_with_parent,  # preexec_fn is not thread-safe: only as a fallback
         )
         log.close()

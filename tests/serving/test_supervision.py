@@ -72,6 +72,13 @@ def test_triton_and_the_gateway_serve_at_the_serving_priority(runtime):
     wait_until(
         lambda: thread_nices(triton_pid(runtime.home)) == {expected}, f"every Triton thread at nice {expected}"
     )
+    # Linux's autogroup shares the CPU between sessions before nice values count: Triton stays in the serving
+    # session (a process group of its own), whose autogroup the serving process (its leader) gave the same priority
+    serving, triton = runtime.endpoints["pid"], triton_pid(runtime.home)
+    assert os.getsid(triton) == os.getsid(serving) == serving
+    if os.path.exists(f"/proc/{serving}/autogroup"):  # a kernel with autogroup
+        group = open(f"/proc/{serving}/autogroup").read()
+        assert group == open(f"/proc/{triton}/autogroup").read() and group.split()[-1] == str(expected), group
 
 
 def test_a_killed_triton_is_restarted_and_serves_the_routed_version_again(runtime, serving_models):
