@@ -294,8 +294,8 @@ def drill_keys(url: str) -> dict[str, str] | None:
     from keel.policies import PolicyStore
     from keel.tenants import issue_keys
 
-    home = KeelHome.from_env()
-    if not json.loads(home.serving.endpoints.read_text()).get("edge_admin"):
+    home = KeelHome.from_env()  # the runtime drilled: this replica's ($KEEL_REPLICA), else the single one
+    if not json.loads(home.replica(os.environ.get("KEEL_REPLICA")).endpoints.read_text()).get("edge_admin"):
         return None
     with PolicyStore(home.policies) as store:
         keys = issue_keys(store, DRILL_TENANTS, datetime.now(UTC).isoformat(timespec="seconds"),

@@ -103,6 +103,7 @@ EDGE_REFUSALS = (
     (["UO"], 503, "shed", "the edge refused it: its priority's requests in flight are at the workers' limit"),
     (["UT"], 504, "edge_timeout", "no worker answered within the route's timeout"),
     (["UF", "UH", "URX", "UC", "UR", "NC"], 503, "runtime_unavailable", "no gateway worker could be reached"),
+    # (matched by its status: the local rate limit's reply is mapped before its flag is set)
     (["RL"], 429, "rate_limited", "the tenant is over its rate at the edge"),
 )
 
@@ -114,7 +115,9 @@ def local_replies() -> dict[str, Any]:
     mappers = []
     for flags, status, code, message in EDGE_REFUSALS:
         mappers.append({
-            "filter": {"response_flag_filter": {"flags": flags}},
+            "filter": {"status_code_filter": {"comparison": {"op": "EQ", "value": {
+                "default_value": 429, "runtime_key": "keel_edge_rate_limited_status"}}}}
+            if flags == ["RL"] else {"response_flag_filter": {"flags": flags}},
             "status_code": status,
             "body_format_override": {"json_format": {
                 "request_id": "%REQ(X-REQUEST-ID)%",

@@ -120,6 +120,7 @@ def test_the_overload_drill_takes_keys_of_its_own_behind_the_edge_and_revokes_th
 
     home, url, _, _ = served
     monkeypatch.setenv("KEEL_HOME", str(home))
+    monkeypatch.setenv("KEEL_REPLICA", "a")  # the replica drilled (its endpoints name its edge)
     keys = drill_keys(url)  # returns once the edge takes them
     assert sorted(keys) == sorted(DRILL_TENANTS) and len(keys) == 65
     flood = {"x-api-key": keys["drill-flood-7"]}
@@ -158,7 +159,8 @@ def test_a_tenants_rate_holds_across_replicas_and_its_revocation_on_every_edge(s
     key, stored = new_key("2013-02-15T00:00:00+00:00")
     with PolicyStore(KeelHome(home).policies) as store:  # the tenant and its limit in one version
         store.apply({tenant: ("tenant", Tenant(tenant, (stored,), TIERS, RISK_LEVELS).as_body()),
-                     f"{tenant}-limit": ("rate_limit", {"tenants": {tenant: {"rps": 0.001, "burst": 5}}})},
+                     f"{tenant}-limit": ("rate_limit", {"default": {"rps": 500, "burst": 1000},
+                                                            "tenants": {tenant: {"rps": 0.001, "burst": 5}}})},
                     author="tests", reason="a tenant of the fleet test")  # fmt: skip
         version = store.version()
     for url in (url_a, url_b):
