@@ -78,8 +78,19 @@ class Trace:
     def _with(self, other: Any) -> Trace:
         return Trace(self.columns | (other.columns if isinstance(other, Trace) else frozenset()))
 
+    def _compare(self, other: Any) -> Trace:
+        if isinstance(other, str):  # online every request value is a number: text never equals anything
+            raise TypeError(
+                f"compares {', '.join(sorted(self.columns))} with the text {other!r}: request features compute on "
+                "numbers (online each request value is a float); give the column a category code in the request "
+                "contract and compare codes, or look the text up (a Lookup keyed by the column)"
+            )
+        return self._with(other)
+
     __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __truediv__ = __rtruediv__ = _with
     __ge__ = __gt__ = __le__ = __lt__ = _with
+    __eq__ = __ne__ = _compare  # (a comparison is a value of the feature, never Python's equality of two traces)
+    __hash__ = object.__hash__
 
 
 @dataclass(frozen=True)

@@ -230,6 +230,7 @@ class FeatureSet:
     histories: tuple[History, ...] = ()
 
     def __post_init__(self) -> None:
+        self._check_request_features()
         names = [f.name for f in self.features]
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:
@@ -255,6 +256,29 @@ class FeatureSet:
         for key in {k.column for v in self.lookups for k in v.keys} | {k for h in self.histories for k in h.keys}:
             if key not in self.entity.request_columns:
                 raise FeatureSpecError(f"feature set of {self.entity.name}: key {key} is not a request column")
+
+    def _check_request_features(self) -> None:
+        """Each request feature traced once at load, so a mistake is named here rather than deep in lineage or on the
+        first request: a column that is not a request column, a comparison with text, a value not computed with the
+        ops (a Python bool, a constant)."""
+        where = f"feature set of {self.entity.name}"
+        for r in self.request:
+            try:
+                traced = _run(r.compute, LineageOps.col_tracer(self._date_trace()), LineageOps)
+            except TypeError as exc:
+                raise FeatureSpecError(f"{where}: request features {r.name}: {exc}") from None
+            for name, value in traced.items():
+                if not isinstance(value, Trace):
+                    raise FeatureSpecError(
+                        f"{where}: request feature {name} ({r.name}) is a {type(value).__name__}, not a value "
+                        "computed from request columns with col() and ops"
+                    )
+                unknown = sorted(value.columns - set(self.entity.request_columns) - set(self.entity.date_parts or ()))
+                if unknown:
+                    raise FeatureSpecError(
+                        f"{where}: request feature {name} ({r.name}) reads {', '.join(unknown)}, not a request "
+                        f"column (request columns: {', '.join(self.entity.request_columns)})"
+                    )
 
     @cached_property
     def producers(self) -> dict[str, str]:
