@@ -70,6 +70,33 @@ def test_timestamp_parts_refuses_a_time_hour_of_another_moment():
     assert "America/New_York" in result.quarantine["_reason"][0]
 
 
+ON_DAY = make_contract(
+    """
+    sched_date: {type: date, format: '%Y-%m-%d'}
+    hour: {type: int32}
+    time_hour: {type: datetime, format: '%Y-%m-%dT%H:%M:%SZ'}
+    """,
+    """
+    - {id: same_day, type: timestamp_parts, column: time_hour, timezone: America/New_York,
+       parts: {date: sched_date, hour: hour}}
+    """,
+)
+
+
+def test_timestamp_parts_holds_a_date_column_to_the_timestamps_local_date():
+    """A request's date column and its timestamp (issue 49: a date and hour that disagreed were answered 200)."""
+    rows = [
+        {"sched_date": "2013-06-01", "hour": 5, "time_hour": "2013-06-01T09:00:00Z"},
+        {"sched_date": "2013-12-31", "hour": 23, "time_hour": "2014-01-01T04:00:00Z"},  # local day ends before UTC's
+        {"sched_date": "2013-06-02", "hour": 5, "time_hour": "2013-06-01T09:00:00Z"},  # another day
+        {"sched_date": "2014-01-01", "hour": 23, "time_hour": "2014-01-01T04:00:00Z"},  # UTC's date, not New York's
+    ]
+    assert both_paths(ON_DAY, rows) == ["valid", "valid", "quarantine", "quarantine"]
+    with pytest.raises(ContractError, match="'hour' must be a date column, is int32"):
+        make_contract("hour: {type: int32}\nt: {type: datetime}",
+                      "- {id: r, type: timestamp_parts, column: t, parts: {date: hour}}")  # fmt: skip
+
+
 def test_a_timestamp_python_cannot_hold_is_a_type_violation_not_a_crash():
     rows = [row(0, 6, 30, 5, "0000-06-30T09:00:00Z"), row(2013, 6, 30, 5, "2013-06-30T09:00:00Z")]
     assert both_paths(SCHEDULE, rows) == ["quarantine", "valid"]

@@ -7,6 +7,8 @@ hour in UTC is the same moment as the scheduled local date and hour.
   timezone: America/New_York     # where the parts are read (an IANA name; default UTC)
   parts: {year: year, month: month, day: day, hour: hour}   # part → integer column
 
+``date`` holds a date column to the timestamp's local date (``parts: {date: sched_date, hour: hour}``): a request
+that sends both its date and its timestamp must send the same day.
 UTC → local is one moment to one local time, also on the days clocks change, so the check is exact both ways. A
 null timestamp or part is not this rule's violation (``not_null`` rules say that).
 """
@@ -21,7 +23,7 @@ from keel.contracts.rules.base import RuleType
 from keel.contracts.values import sql_column, sql_string
 
 INTEGER = frozenset({"int8", "int16", "int32", "int64"})
-PARTS = ("year", "month", "day", "hour", "minute")
+PARTS = ("year", "month", "day", "hour", "minute", "date")
 SQL_FIELDS = {"year": "YEAR", "month": "MONTH", "day": "DAY", "hour": "HOUR", "minute": "MINUTE"}
 
 
@@ -48,10 +50,9 @@ class TimestampParts(RuleType):
                 raise r.fail(path + ("parts", part), f"unknown part {part!r} (one of {', '.join(PARTS)})")
             if not isinstance(column, str) or column not in by_name:
                 raise r.fail(path + ("parts", part), f"column {column!r} is not in the schema")
-            if by_name[column].dtype not in INTEGER:
-                raise r.fail(
-                    path + ("parts", part), f"'{column}' must be an integer column, is {by_name[column].dtype}"
-                )
+            want, types = ("a date", {"date"}) if part == "date" else ("an integer", INTEGER)
+            if by_name[column].dtype not in types:
+                raise r.fail(path + ("parts", part), f"'{column}' must be {want} column, is {by_name[column].dtype}")
         return {"timezone": tz, "parts": dict(parts)}
 
     def reason(self, p):
@@ -66,7 +67,11 @@ class TimestampParts(RuleType):
         local = pl.col(p["column"]).dt.convert_time_zone(p["timezone"])
         bad = pl.lit(False)
         for part, column in p["parts"].items():
-            bad = bad | (getattr(local.dt, part)().cast(pl.Int64) != pl.col(column).cast(pl.Int64)).fill_null(False)
+            if part == "date":
+                differs = local.dt.date() != pl.col(column).cast(pl.Date)
+            else:
+                differs = getattr(local.dt, part)().cast(pl.Int64) != pl.col(column).cast(pl.Int64)
+            bad = bad | differs.fill_null(False)
         return bad
 
     def record(self, value, rule, prepared, ctx):
@@ -75,7 +80,7 @@ class TimestampParts(RuleType):
         local = value.astimezone(prepared)
         for part, column in rule.params["parts"].items():
             given = ctx.typed.get(column)
-            if given is not None and getattr(local, part) != given:
+            if given is not None and (local.date() if part == "date" else getattr(local, part)) != given:
                 return True
         return False
 
@@ -84,5 +89,6 @@ class TimestampParts(RuleType):
         local = (
             f"TO_TIMESTAMP(CONVERT_TZ(DATE_FORMAT({col}, 'yyyy-MM-dd HH:mm:ss'), 'UTC', {sql_string(p['timezone'])}))"
         )
-        checks = [f"EXTRACT({SQL_FIELDS[part]} FROM {local}) <> {sql_column(c)}" for part, c in p["parts"].items()]
+        checks = [f"CAST({local} AS DATE) <> {sql_column(c)}" if part == "date" else
+                  f"EXTRACT({SQL_FIELDS[part]} FROM {local}) <> {sql_column(c)}" for part, c in p["parts"].items()]  # fmt: skip
         return " OR ".join(f"COALESCE({c}, FALSE)" for c in checks)
