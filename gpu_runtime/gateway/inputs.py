@@ -78,6 +78,7 @@ class InputBuilder:
         self.usecase = usecase
         self.features = usecase.features
         self.contract = contract
+        self.reasons = {rule.id: rule.reason for rule in contract.rules}  # what a 422 says of each failed rule
         self.store = store
         self.defaults = self.features.defaults.astype(np.float32)
         self.lo = np.array([f.lo for f in self.features.features])
@@ -127,6 +128,9 @@ class InputBuilder:
             if i in impossible:  # each field in range, the date impossible (2013-02-31): say which field
                 violation |= {"field": impossible[i][0], "message": impossible[i][1]}
                 violation["rules"].append("calendar_date")
+            # each rule's reason, as the contract states it (`hour outside [0, 23]`), beside its id
+            violation["reasons"] = [impossible[i][1] if rule == "calendar_date" else self.reasons.get(rule, rule)
+                                    for rule in violation["rules"]]  # fmt: skip
             invalid.append(violation)
         if invalid and invalid_input == "reject":
             raise RequestError(

@@ -111,6 +111,8 @@ def test_invalid_requests_get_structured_errors(runtime, serving_models):
     err = bad_origin.json()["error"]
     assert err["code"] == "invalid_input" and set(err["violations"][0]["rules"]) == {
         "origin_airport", "hour_of_day", "time_hour_is_the_scheduled_hour"}  # fmt: skip
+    reasons = dict(zip(err["violations"][0]["rules"], err["violations"][0]["reasons"], strict=True))
+    assert "hour" in reasons["hour_of_day"] and "23" in reasons["hour_of_day"], reasons  # why, not only which
     no_distance = runtime.post(good | {"flight": {k: v for k, v in good["flight"].items() if k != "distance"}})
     assert (
         no_distance.status_code == 422

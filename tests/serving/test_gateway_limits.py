@@ -47,6 +47,9 @@ def test_an_impossible_calendar_date_is_the_callers_error_naming_the_field(runti
     # the day does not exist, so no time_hour can be that scheduled hour either
     assert violation["field"] == "day" and violation["rules"] == ["time_hour_is_the_scheduled_hour", "calendar_date"]
     assert "2013-02" in violation["message"]
+    # each rule's reason beside its id (issue 49: a 422 named the rules but not why)
+    assert violation["reasons"][0].startswith("time_hour in America/New_York disagrees with")
+    assert violation["reasons"][1] == violation["message"]
 
 
 def test_header_bytes_that_are_not_utf8_are_a_400(runtime, good):
