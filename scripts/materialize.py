@@ -152,7 +152,8 @@ def run_live(args, ucs: list[UseCase], client: DagsterGraphQLClient) -> int:
               f"traffic {args.per_day} requests per simulated day per use case", flush=True)  # fmt: skip
     else:
         print(f"keel: the clock runs at ×{state.speed:,.0f} (a simulated day every {86400 / state.speed:.1f} s); "
-              f"traffic {args.rps:g} req/s per use case", flush=True)  # fmt: skip
+              "traffic " + ", ".join(f"{uc.name} {uc.replay.rate(args.rps):g} req/s" for uc in ucs),
+              flush=True)  # fmt: skip
     env = dict(os.environ)
     if os.environ.get("KEEL_EDGE") == "1":  # behind the edge: the replay authenticates with a key of its own
         from gpu_runtime.live_traffic import KEYS_ENV, wait_for_key
@@ -176,7 +177,7 @@ def run_live(args, ucs: list[UseCase], client: DagsterGraphQLClient) -> int:
                 "--url",
                 args.gateway,
                 "--rps",
-                str(args.rps),
+                str(uc.replay.rate(args.rps)),
                 "--usecase",
                 uc.name,
                 *(["--per-day", str(args.per_day), "--max-in-flight", "8"] if state.stepped else []),
@@ -306,7 +307,9 @@ def main() -> int:
     parser.add_argument("--speed", type=float, help="simulated seconds per wall second (default: Apr–Dec in 20 min)")
     parser.add_argument("--end", type=instant_arg, help="where the live clock stops: a date or an ISO date-time, UTC "
                         "when it names no zone (default: when the period's last day has landed)")  # fmt: skip
-    parser.add_argument("--rps", type=float, default=40.0, help="live traffic, requests per second (default 40)")
+    parser.add_argument("--rps", type=float, default=None,
+                        help="live traffic, requests per second of every use case (default: each use case's Replay.rps, "
+                             "else 40)")  # fmt: skip
     parser.add_argument("--stepped", action="store_true", help="--live on a stepped clock: reproducible, a simulated "
                         "day at a time once its work is done (docs/live.md)")  # fmt: skip
     parser.add_argument("--per-day", type=int, default=175, help="--stepped: live requests per simulated day per "

@@ -216,3 +216,18 @@ def test_bad_declarations_are_refused_when_built(tmp_path):
             UseCase(**(ok | change))
     with pytest.raises(UseCaseError, match="model name"):
         ModelSpec("Room Price")
+
+
+def test_a_replay_sends_at_its_own_rate_unless_the_run_names_one():
+    """Issue 49: every use case's replay sent 40 req/s whatever its volume; a use case declares its own rate."""
+    from keel.usecase import Replay
+
+    def nothing(_):
+        return []
+
+    quiet = Replay(requests=nothing, day_of=str, unit_of=str, rps=4)
+    assert quiet.rate() == 4 and quiet.rate(override=100) == 100
+    assert Replay(requests=nothing, day_of=str, unit_of=str).rate() == Replay.DEFAULT_RPS == 40
+    for bad in (0, -1, "fast"):
+        with pytest.raises(UseCaseError, match="replay: rps must be a number of requests per second"):
+            Replay(requests=nothing, day_of=str, unit_of=str, rps=bad)
