@@ -10,8 +10,9 @@ every field.
 
 from __future__ import annotations
 
+import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime, time, timedelta
 from functools import cache
@@ -350,6 +351,19 @@ def installed() -> dict[str, UseCase]:
             raise UseCaseError(f"use case entry point {ep.name} names a use case called {uc.name}")
         out[uc.name] = uc
     return out
+
+
+def limited_to(environ: Mapping[str, str] | None = None) -> list[str]:
+    """The use cases ``$KEEL_USECASES`` limits the platform to (scripts/up's setting), in order; [] for all."""
+    raw = (os.environ if environ is None else environ).get("KEEL_USECASES", "")
+    return [n.strip() for n in raw.split(",") if n.strip()]
+
+
+def plays(name: str, environ: Mapping[str, str] | None = None) -> bool:
+    """Whether the platform plays use case ``name``: its sensors and schedules tick (every installed one unless
+    ``$KEEL_USECASES`` names some; the others' stay defined — visible in the UI — but stopped)."""
+    listed = limited_to(environ)
+    return not listed or name in listed
 
 
 def from_module(module: str) -> UseCase:

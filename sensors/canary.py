@@ -19,7 +19,7 @@ from keel.clock import SimClock
 from keel.faults import fault, injected
 from keel.loop.promote import LOOP_AUTHOR, GateResult, StartCanary, start_canary
 from keel.metrics import LOSS_NAMES
-from keel.usecase import UseCase
+from keel.usecase import UseCase, plays
 from resources.home import KeelHomeResource
 from resources.policy import PolicyStoreResource
 from resources.registry import ModelRegistryResource
@@ -38,7 +38,7 @@ def build_canary_sensor(uc: UseCase, jobs: UseCaseJobs) -> dg.SensorDefinition:
     @dg.sensor(
         name=name,
         minimum_interval_seconds=interval_s(),
-        default_status=dg.DefaultSensorStatus.RUNNING,
+        default_status=dg.DefaultSensorStatus.RUNNING if plays(uc.name) else dg.DefaultSensorStatus.STOPPED,
         jobs=[jobs.deploy],
         description=f"Drives the canary rollouts of {uc.model.name} one decision per tick: advance, hold, promote, "
         "roll back or pause — each decision a policy commit with its evidence, and a model_deployment run.",

@@ -38,7 +38,7 @@ from keel.loop.arrivals import built_whole
 from keel.loop.freeze import ActiveFreeze, freezes_to_clear
 from keel.loop.reference import trained_on
 from keel.loop.retrain import LoopState, NoRetrain, RetrainPlan, RetrainPolicy, plan_retrain
-from keel.usecase import UseCase
+from keel.usecase import UseCase, plays
 from resources.home import KeelHomeResource
 from resources.online_store import OnlineStoreResource
 from resources.policy import PolicyStoreResource
@@ -119,7 +119,7 @@ def build_drift_sensor(uc: UseCase, jobs: UseCaseJobs) -> dg.SensorDefinition:
     @dg.sensor(
         name=t.sensor_name,
         minimum_interval_seconds=interval_s(),
-        default_status=dg.DefaultSensorStatus.RUNNING,
+        default_status=dg.DefaultSensorStatus.RUNNING if plays(uc.name) else dg.DefaultSensorStatus.STOPPED,
         jobs=[jobs.challenger],
         description=f"{uc.title}: freezes a drifted feature when evidence says serving it frozen is better (each "
         "freeze expires; a promoted model trained on the drift clears it) and, in a live replay, asks for one "

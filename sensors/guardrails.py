@@ -16,7 +16,7 @@ import dagster as dg
 from assets.usecase import wiring
 from keel.alerts import Alert
 from keel.experiments.guardrails import tick
-from keel.usecase import UseCase
+from keel.usecase import UseCase, plays
 from resources.home import KeelHomeResource
 from resources.ledger import LedgerResource
 from resources.policy import PolicyStoreResource
@@ -36,7 +36,7 @@ def build_guardrail_sensor(uc: UseCase) -> dg.SensorDefinition:
     @dg.sensor(
         name=name,
         minimum_interval_seconds=30,
-        default_status=dg.DefaultSensorStatus.RUNNING,
+        default_status=dg.DefaultSensorStatus.RUNNING if plays(uc.name) else dg.DefaultSensorStatus.STOPPED,
         target=dg.AssetSelection.assets(exposures, wide),
         description=f"Evaluates the guardrails of every running experiment on {uc.model.name} on the exposure log each "
         "tick (sequential test); a breach pauses or rolls back the experiment through the policy store, with its "

@@ -28,7 +28,7 @@ from keel.data.landing import LandingZone
 from keel.incidents import IncidentLog, locate_delivery
 from keel.lineage import LineageGraph
 from keel.loop.arrivals import Landed, arrivals, days_in
-from keel.usecase import UseCase
+from keel.usecase import UseCase, plays
 from resources.home import KeelHomeResource
 from sensors.alerting import send_alerts
 from sensors.deliveries import DELIVERY_TAG, built_from
@@ -44,7 +44,7 @@ def build_landing_sensor(uc: UseCase, jobs: UseCaseJobs) -> dg.SensorDefinition:
     @dg.sensor(
         name=f"{uc.name}_landing_sensor",
         minimum_interval_seconds=interval_s(),
-        default_status=dg.DefaultSensorStatus.RUNNING,
+        default_status=dg.DefaultSensorStatus.RUNNING if plays(uc.name) else dg.DefaultSensorStatus.STOPPED,
         jobs=[jobs.monthly, jobs.drift],
         description=f"Live replay of {uc.title}: new days of {tables} in the landing zone rebuild their month "
         "(validation, features, online store); a complete month gets its drift report. Skips outside a live replay.",

@@ -20,7 +20,7 @@ import dagster as dg
 from assets.jobs import UseCaseJobs
 from assets.usecase import wiring
 from keel.clock import SimClock
-from keel.usecase import UseCase
+from keel.usecase import UseCase, plays
 from resources.home import KeelHomeResource
 
 
@@ -41,7 +41,7 @@ def build_nightly_drift(uc: UseCase, jobs: UseCaseJobs) -> dg.ScheduleDefinition
         cron_schedule="0 2 * * *",
         execution_timezone="UTC",
         job=drift_job,
-        default_status=dg.DefaultScheduleStatus.RUNNING,
+        default_status=dg.DefaultScheduleStatus.RUNNING if plays(uc.name) else dg.DefaultScheduleStatus.STOPPED,
         description=f"{uc.title}, every night at 02:00 UTC: the drift report of the newest complete month, once "
         f"(the drift sensor acts on it). Skips when that month is reported already, and in a live replay (the "
         f"landing sensor drives {drift_job.name} on the simulated clock there).",

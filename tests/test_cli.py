@@ -173,3 +173,23 @@ def test_drift_cli_exit_codes(tmp_path):
     )
     bad = keel("drift", "--reference", str(ref), "--current", str(moved), "--features", "zzz", "--out", str(out))
     assert bad.returncode == 2 and "zzz" in bad.stderr
+
+
+def test_a_command_without_model_picks_the_one_served_not_the_ones_installed(tmp_path, monkeypatch):
+    """Issue 49: `keel ledger why live` refused because two models were installed though one was served."""
+    import argparse
+
+    from keel.cli.common import model_usecase
+    from keel.home import KeelHome
+    from keel.usecase import UseCaseError, installed
+
+    assert len(installed()) > 1
+    monkeypatch.setenv("KEEL_HOME", str(tmp_path))
+    monkeypatch.delenv("KEEL_USECASES", raising=False)
+    with pytest.raises(UseCaseError, match="none served yet.*flight-delay.*room-rate.*name one with --model"):
+        model_usecase(argparse.Namespace(model=None))
+    routing = KeelHome(tmp_path).serving.routing_of("room-rate")
+    routing.parent.mkdir(parents=True)
+    routing.write_text("{}")  # a runtime of this home serves room-rate, and only it
+    assert model_usecase(argparse.Namespace(model=None)).model.name == "room-rate"
+    assert model_usecase(argparse.Namespace(model="flight-delay")).model.name == "flight-delay"  # named: as asked

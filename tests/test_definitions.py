@@ -41,7 +41,32 @@ def test_definitions_match_snapshot():
     snap = current()
     if os.environ.get("KEEL_UPDATE_SNAPSHOT") == "1":
         SNAPSHOT.write_text(json.dumps(snap, indent=2) + "\n")
-    assert snap == json.loads(SNAPSHOT.read_text())
+    old = json.loads(SNAPSHOT.read_text())
+    changed = sorted(f"{part}: {name}" for part in snap for name in set(snap[part]) ^ set(old.get(part, ())))
+    assert snap == old, (
+        "the Definitions differ from tests/snapshots/definitions.json (added or removed: "
+        f"{', '.join(changed[:20]) or 'none; an entry changed'}). If the change is intended — a new use case, asset "
+        "or sensor — refresh the snapshot with KEEL_UPDATE_SNAPSHOT=1 .venv/bin/pytest tests/test_definitions.py "
+        "and commit it with the change (docs/usecases.md)"
+    )
+
+
+def test_the_sensors_and_schedules_of_use_cases_the_platform_does_not_play_are_stopped(monkeypatch):
+    """Issue 49: with KEEL_USECASES naming one use case the others' sensors still ticked. They stay defined (the UI
+    shows them) but stopped; the one played runs."""
+    import dagster as dg
+
+    from keel.usecase import installed
+
+    monkeypatch.setenv("KEEL_USECASES", "hotels")
+    for name, uc in installed().items():
+        _, defs = definitions.usecase_definitions(uc)
+        running = dg.DefaultSensorStatus.RUNNING if name == "hotels" else dg.DefaultSensorStatus.STOPPED
+        assert {s.default_status for s in defs.sensors} == {running}, name
+        assert {s.default_status.value for s in defs.schedules} == {running.value}, name  # the nightly drift
+    monkeypatch.delenv("KEEL_USECASES")
+    _, defs = definitions.usecase_definitions(installed()["flights"])
+    assert {s.default_status for s in defs.sensors} == {dg.DefaultSensorStatus.RUNNING}
 
 
 def test_every_asset_tells_its_story():

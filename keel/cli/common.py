@@ -42,10 +42,9 @@ def usecase_of(args: argparse.Namespace):
 
 
 def _limited_to() -> list[str]:
-    """The use cases ``$KEEL_USECASES`` limits the platform to (scripts/up's setting), in order."""
-    import os
+    from keel.usecase import limited_to
 
-    return [n.strip() for n in os.environ.get("KEEL_USECASES", "").split(",") if n.strip()]
+    return limited_to()
 
 
 def model_usecase(args: argparse.Namespace):
@@ -59,10 +58,21 @@ def model_usecase(args: argparse.Namespace):
     if len(limited) == 1:
         return get(limited[0])
     found = installed()
-    if len(found) != 1:
-        served = ", ".join(sorted(uc.model.name for uc in found.values())) or "none"
-        raise UseCaseError(f"{len(found)} models are served ({served}): name one with --model")
-    return next(iter(found.values()))
+    if len(found) == 1:
+        return next(iter(found.values()))
+    served = [uc for uc in found.values() if _served(uc.model.name)]  # installed is not served (issue 49)
+    if len(served) == 1:
+        return served[0]
+    names = ", ".join(sorted(uc.model.name for uc in (served or found.values()))) or "none"
+    what = "models are served" if served else "use cases are installed, none served yet; their models"
+    raise UseCaseError(f"{len(served or found)} {what} ({names}): name one with --model")
+
+
+def _served(model: str) -> bool:
+    """Whether a runtime of this home serves ``model`` (a routing table for it, in any replica's directory)."""
+    from keel.home import KeelHome
+
+    return any(d.routing_of(model).exists() for d in KeelHome.from_env().serving_dirs())
 
 
 def author_of(args: argparse.Namespace) -> str:
