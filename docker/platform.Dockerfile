@@ -22,8 +22,10 @@ COPY sensors ./sensors
 COPY gpu_runtime ./gpu_runtime
 COPY usecases ./usecases
 COPY definitions.py workspace.yaml ./
+# keel and every installed use case's own data dependencies (usecases/<name>/requirements*.txt, as scripts/setup)
 RUN python -m pip install --no-cache-dir --disable-pip-version-check "pip==25.3" \
- && python -m pip install --no-cache-dir --disable-pip-version-check -c constraints.txt ".[k8s]"
+ && python -m pip install --no-cache-dir --disable-pip-version-check -c constraints.txt ".[k8s]" \
+ && python -m keel.usecase_deps --install
 
 # Never root; the shared volume is mounted at KEEL_HOME with this uid's group write access.
 RUN useradd --create-home --uid 10001 keel && mkdir -p /opt/dagster/dagster_home && chown keel /opt/dagster/dagster_home

