@@ -165,3 +165,27 @@ class Coarse:
             raise UseCaseError(f"coarse model: num_leaves must be 2…31 (small is the point), got {self.num_leaves}")
         if not 1 <= self.rounds <= 200:
             raise UseCaseError(f"coarse model: rounds must be 1…200, got {self.rounds}")
+
+
+@dataclass(frozen=True, eq=False)
+class Replay:
+    """How a simulated day's live traffic is produced (gpu_runtime/replay.py sends it): ``requests(month)`` the
+    month's request entities in the order they would be asked, ``day_of(entity)`` its local day ``YYYY-MM-DD``,
+    ``unit_of(entity)`` the unit id it is sent with (sticky routing, experiments); ``rps`` the live replay's requests
+    per second, to fit the use case's volume (None: ``DEFAULT_RPS``; ``scripts/materialize.py --rps`` overrides
+    every use case's)."""
+
+    requests: Callable[[str], list[dict]]
+    day_of: Callable[[dict], str]
+    unit_of: Callable[[dict], str]
+    rps: float | None = None
+
+    DEFAULT_RPS = 40.0
+
+    def __post_init__(self) -> None:
+        if self.rps is not None and not (isinstance(self.rps, int | float) and 0 < self.rps <= 10_000):
+            raise UseCaseError(f"replay: rps must be a number of requests per second in (0, 10000], got {self.rps!r}")
+
+    def rate(self, override: float | None = None) -> float:
+        """The requests per second the live replay sends: ``override`` (the command line's) if given, else its own."""
+        return override or self.rps or self.DEFAULT_RPS
