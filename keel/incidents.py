@@ -89,6 +89,19 @@ class IncidentLog(Closing):
                 self._db.execute(f"UPDATE incidents SET {sets} WHERE key = ?", [*values.values(), key])
         return self.get(key)
 
+    def resolve(self, key: str, reason: str, author: str, at: str) -> Incident:
+        """Close the open incident ``key`` by hand — a fault waived or fixed outside the platform (a held-back delivery
+        the upstream will not send again) — at ``at``, saying who and why. KeyError: no such incident; ValueError:
+        already recovered, or no reason given."""
+        incident = self.get(key)
+        if not incident.open:
+            raise ValueError(f"incident {key} was recovered at {incident.recovered_at}: nothing to resolve")
+        if not reason.strip():
+            raise ValueError("a resolution needs a reason (--reason)")
+        action = f"{incident.action + '; ' if incident.action else ''}resolved by {author}: {reason.strip()}"
+        return self.open_incident(key, incident.kind, incident.severity, incident.summary, recovered_at=at,
+                                  action=action)  # fmt: skip
+
     def get(self, key: str) -> Incident:
         row = self._db.execute(f"SELECT {', '.join(COLUMNS)} FROM incidents WHERE key = ?", (key,)).fetchone()
         if row is None:

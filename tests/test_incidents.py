@@ -81,3 +81,34 @@ def test_each_incident_belongs_to_its_use_case_or_the_platform(tmp_path):
         ("flights", "canary:flight-delay.loop-v6")
     )
     assert ("platform", "runtime:restart:1") in rows
+
+
+def test_a_held_back_delivery_that_will_not_come_again_is_resolved_by_hand(tmp_path, monkeypatch):
+    """Issue 49: a held-back delivery's incident stayed open forever when the day was never sent again. `keel
+    incidents resolve` closes it, saying who and why, at the replay's time; twice, or without a reason, is refused."""
+    import subprocess
+    import sys
+
+    from tests import REPO
+
+    home = tmp_path / "home"
+    home.mkdir()
+    key = "delivery:rides:trips:2024-03-05"
+    with IncidentLog(home / "incidents.sqlite") as log:
+        log.open_incident(key, "delivery_held_back", "warning", "trips delivery of 2024-03-05 held back",
+                          action="held back before its month read it", detected_at="2024-03-06T08:00:00+00:00")  # fmt: skip
+
+    def keel(*argv):
+        return subprocess.run([sys.executable, "-m", "keel.cli", "incidents", *argv], capture_output=True, text=True,
+                              cwd=REPO, env={"KEEL_HOME": str(home), "PATH": "/usr/bin:/bin", "USER": "ops"})  # fmt: skip
+
+    assert keel("resolve", key).returncode == 2  # --reason is required
+    done = keel("resolve", key, "--reason", "the upstream will not resend it: waived")
+    assert done.returncode == 0, done.stderr
+    with IncidentLog(home / "incidents.sqlite") as log:
+        incident = log.get(key)
+    assert not incident.open and incident.action.endswith("resolved by ops: the upstream will not resend it: waived")
+    again = keel("resolve", "#1", "--reason", "twice")
+    assert again.returncode == 2 and "nothing to resolve" in again.stderr
+    assert keel("resolve", "delivery:rides:trips:1999-01-01", "--reason", "x").returncode == 2  # no such incident
+    assert "(recovered)" in keel().stdout
