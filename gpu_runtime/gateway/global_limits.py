@@ -11,7 +11,8 @@ holds its own.
   budget comes into force, the spend so far read from the gateway's logs seeds the number if no gateway has (``SET
   NX``). A tenant over a hard budget on one replica is refused on every replica within ``SYNC_S``.
 
-Redis on the request path is bounded: a call that fails or takes over ``TIMEOUT_S`` falls back to the local table
+Redis on the request path is bounded: a call that fails or takes over ``TIMEOUT_S`` (50 ms;
+``$KEEL_LIMITS_REDIS_TIMEOUT_MS``) falls back to the local table
 (the machine's buckets, the gateway's own spend) for ``BACKOFF_S`` and is counted
 (``keel_gateway_global_limits_errors_total``): limits degrade to per replica, never to none, and never stall answers.
 """
@@ -28,7 +29,8 @@ from gpu_runtime.gateway.limits import BoundedLRU
 from keel.policies.gateway import RateLimit
 
 LIMITS_ENV = "KEEL_LIMITS_REDIS"
-TIMEOUT_S = 0.05
+TIMEOUT_S = 0.05  # a Redis call on the request path; $KEEL_LIMITS_REDIS_TIMEOUT_MS for a slower network
+TIMEOUT_ENV = "KEEL_LIMITS_REDIS_TIMEOUT_MS"
 BACKOFF_S = 1.0
 SYNC_S = 0.25
 PREFIX = "keel:limits:"
@@ -52,8 +54,13 @@ return ok
 def _client(url: str):
     import redis
 
+    raw = os.environ.get(TIMEOUT_ENV)
+    try:
+        timeout = float(raw) / 1000 if raw else TIMEOUT_S
+    except ValueError:
+        raise ValueError(f"{TIMEOUT_ENV} must be a number of milliseconds, got {raw!r}") from None
     return redis.Redis.from_url(url, password=os.environ.get("KEEL_REDIS_PASSWORD") or None,
-                                socket_timeout=TIMEOUT_S, socket_connect_timeout=TIMEOUT_S)  # fmt: skip
+                                socket_timeout=timeout, socket_connect_timeout=timeout)  # fmt: skip
 
 
 class _Guarded:

@@ -40,7 +40,10 @@ def start_replica(home, name: str) -> tuple[subprocess.Popen, str, dict]:
     port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "gpu_runtime.serve", "--edge", "--workers", "2", "--gateway-port", str(port)],
-        env=os.environ | {"KEEL_HOME": str(home), "KEEL_REPLICA": name, "KEEL_LIMITS_REDIS": REDIS}, cwd=REPO,
+        env=os.environ | {"KEEL_HOME": str(home), "KEEL_REPLICA": name, "KEEL_LIMITS_REDIS": REDIS,
+                          # a busy machine's slow Redis answer is not what is tested here (its fallback is:
+                          # tests/serving/test_global_limits.py)
+                          "KEEL_LIMITS_REDIS_TIMEOUT_MS": "10000"}, cwd=REPO,
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
     )  # fmt: skip
     endpoints = home / "replicas" / name / "endpoints.json"
@@ -146,8 +149,7 @@ def policy_versions(worker_ports) -> list[int]:
 def test_a_tenants_rate_holds_across_replicas_and_its_revocation_on_every_edge(served, second):
     """Two replicas, each an edge in front of two workers, limits on the real Redis: a tenant allowed a burst of 5
     gets 5 requests in across the fleet, whichever edge it goes through (each edge holds its own bucket of 5 too:
-    without Redis the fleet would let 8 in); its revoked key is refused by both edges."""
-    from gpu_runtime.live_traffic import wait_for_key
+    without Redis the fleet would let 10 in); its revoked key is refused by both edges."""
     from keel.home import KeelHome
     from keel.policies import PolicyStore
     from keel.tenants import RISK_LEVELS, TIERS, Tenant, new_key, revoke_keys
@@ -163,12 +165,13 @@ def test_a_tenants_rate_holds_across_replicas_and_its_revocation_on_every_edge(s
                                                             "tenants": {tenant: {"rps": 0.001, "burst": 5}}})},
                     author="tests", reason="a tenant of the fleet test")  # fmt: skip
         version = store.version()
-    for url in (url_a, url_b):
-        wait_for_key(url, key)  # one token of each edge's bucket (the empty body is 422 before the gateway's)
+    # wait until both edges and every gateway worker apply that version — on their admin and metrics, not with a
+    # request of the tenant (one would take a token before the test starts counting)
     workers = [*endpoints_a["worker_ports"], *endpoints_b["worker_ports"]]
     deadline = time.monotonic() + 60
-    while min(policy_versions(workers)) < version:  # every gateway worker has the limit too
-        assert time.monotonic() < deadline, "the gateways did not follow the policy store"
+    while not (all(f"tenant {tenant} " in httpx.get(f"{e['edge_admin']}/config_dump", timeout=30).text
+                   for e in (endpoints_a, endpoints_b)) and min(policy_versions(workers)) >= version):  # fmt: skip
+        assert time.monotonic() < deadline, "the edges or the gateways did not follow the policy store"
         time.sleep(0.1)
     body = json.loads(body_of(FLIGHTS)) | {"tenant_id": tenant}
     got = [predict((url_a, url_b)[i % 2], {"x-api-key": key}, body) for i in range(20)]
