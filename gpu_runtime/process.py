@@ -139,11 +139,11 @@ def serving_priority(environ=os.environ) -> str:
     return f"serving at nice {wanted} (was {current}; {SERVING_NICE_ENV}){group}"
 
 
-AUTOGROUP = "/proc/{pid}/autogroup"
+AUTOGROUP = Path("/proc/self/autogroup")
 
 
-def session_priority(wanted: int, pid: int | str = "self") -> str:
-    """Give the session of ``pid`` the nice value ``wanted`` too; what to add to the priority line.
+def session_priority(wanted: int) -> str:
+    """Give this process's session the nice value ``wanted`` too; what to add to the priority line.
 
     Linux's *autogroup* (``kernel.sched_autogroup_enabled``, on by default in Debian's kernels) first shares the CPU
     between sessions — each ``setsid`` starts one — and a process's own nice counts only within its session: a
@@ -152,14 +152,12 @@ def session_priority(wanted: int, pid: int | str = "self") -> str:
     session's autogroup gets the serving nice (scripts/up starts the runtime in a session of its own, Dagster's in
     another at the batch nice; Triton and Envoy stay in the serving session). Only a session leader changes its
     session's — a runtime started from a shell leaves the shell's session alone."""
-    path = AUTOGROUP.format(pid=pid)
-    if pid == "self" and os.getsid(0) != os.getpid():
+    if os.getsid(0) != os.getpid():
         return ""
     try:
-        current = open(path).read().split("nice", 1)[1].strip()  # "/autogroup-120 nice 0"
+        current = AUTOGROUP.read_text().split("nice", 1)[1].strip()  # "/autogroup-120 nice 0"
         if int(current) != wanted:
-            with open(path, "w") as fh:
-                fh.write(str(wanted))
+            AUTOGROUP.write_text(str(wanted))
     except FileNotFoundError:  # a kernel without autogroup: nice values alone decide
         return ""
     except (OSError, IndexError, ValueError) as exc:
