@@ -34,6 +34,8 @@ from keel.usecase_parts import (  # noqa: F401 - parts of the declaration, impor
     Replay,
     Streaming,
     UseCaseError,
+    UseCaseWarning,
+    warn_flags_as_numbers,
 )
 
 ENTRY_POINTS = "keel.usecases"
@@ -212,11 +214,13 @@ class UseCase:
             unknown = [n for n in names if n not in known]
             if unknown:
                 raise UseCaseError(f"use case {self.name}: monitoring.{what} names unknown columns {unknown}")
+        warn_flags_as_numbers(self.name, self.features.features, self.monitored[0])
 
     @property
     def monitored(self) -> tuple[list[str], list[str]]:
         """(numeric, categorical) columns its drift reports compare: the features but the unmonitored, the label."""
-        numeric = [f for f in self.features.names if f not in self.monitoring.unmonitored]
+        skip = (*self.monitoring.unmonitored, *self.monitoring.categorical)  # a categorical feature: as categories
+        numeric = [f for f in self.features.names if f not in skip]
         return [*numeric, self.features.label.column], list(self.monitoring.categorical)
 
     @property

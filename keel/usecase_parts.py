@@ -5,6 +5,7 @@ keel.usecase, where the whole declaration is documented."""
 from __future__ import annotations
 
 import re
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -19,6 +20,11 @@ USECASE_NAME = re.compile(r"^[a-z][a-z0-9_]{0,30}$")  # an asset-key prefix and 
 
 class UseCaseError(KeelError):
     """A use case declaration is invalid, or none of that name is installed."""
+
+
+class UseCaseWarning(UserWarning):
+    """A use case declaration that loads but will not do what its author most likely means (said at load, with
+    the fix)."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -90,6 +96,21 @@ class Monitoring:
     unmonitored: tuple[str, ...] = ()
     categorical: tuple[str, ...] = ()
     thresholds: dict[str, float] = field(default_factory=dict)
+
+
+def warn_flags_as_numbers(usecase: str, features, numeric) -> None:
+    """Say at load (a ``UseCaseWarning``) which 0/1 flags (``int`` features on [0, 1]) drift reports would compare as
+    numbers (``numeric``), with the fix."""
+    for f in features:
+        if f.dtype == "int" and (f.lo, f.hi) == (0, 1) and f.name in numeric:
+            warnings.warn(
+                f"use case {usecase}: feature {f.name} is a 0/1 flag monitored as a number — its drift is the change "
+                "in its share of 1s over the reference's spread, large for a rare flag in any month that has more or "
+                "fewer of them; declare it in monitoring.categorical (the shares of 0 and 1 compared) or, when its "
+                "share moves by construction (a holiday, a season), monitoring.unmonitored",
+                UseCaseWarning,
+                stacklevel=5,
+            )
 
 
 # The names of the candidate recipes a drift decision can train (keel/loop/candidates.py builds them): the words a

@@ -96,3 +96,39 @@ def test_the_gate_holds_a_bad_day_back_whole_and_the_month_reads_only_admitted_d
         "weather", "2013-04", days=[d for d in zone.delivered("weather") if gate.admitted("weather", d)]
     )
     assert month["day"].unique().sort().to_list() == ["1", "3", "4"]
+
+
+def test_a_backfill_holds_back_the_same_day_as_the_live_gate(tmp_path):
+    """A `flag` rule broken on a whole day: the live gate holds the day back, and a backfill (no clock) of the month
+    as shipped holds back the same day — both build the month without it, its rows whole in the quarantine."""
+    import dataclasses
+
+    import dagster as dg
+
+    from assets.raw import build_raw_assets
+    from resources.home import KeelHomeResource
+
+    bad_day = date(2013, 4, 4)
+    weather = FLIGHTS.source("weather")
+    shipped = weather.read()
+    is_bad = weather.day_rows(bad_day)
+    celsius = pl.concat([shipped.filter(~is_bad), FLIGHTS.drills.unit_change.apply(shipped.filter(is_bad))])
+    uc = dataclasses.replace(
+        FLIGHTS,
+        sources=tuple(
+            dataclasses.replace(s, read=lambda: celsius) if s.name == "weather" else s for s in FLIGHTS.sources
+        ),
+    )
+    [raw_weather] = [a for a in build_raw_assets(uc) if a.key.path[-1] == "raw_weather"]
+    result = dg.materialize(
+        [raw_weather], partition_key="2013-04", resources={"keel_home": KeelHomeResource(home=str(tmp_path))}
+    )
+    month = result.output_for_node(raw_weather.node_def.name)
+    assert "4" not in month["day"].unique().to_list() and month["day"].n_unique() == 29
+    [verdict] = held_back(tmp_path / "landing" / "flights")
+    assert verdict["day"] == "2013-04-04" and verdict["held_by"] == "backfill"
+    assert [b["rule"] for b in verdict["breaches"]] == ["dewpoint_not_above_temp"]
+    kept = pl.read_parquet(verdict["held_at"])
+    assert kept.height + month.height == shipped.filter(pl.col("month") == "4").height  # every row in one place
+    [mat] = result.asset_materializations_for_node(raw_weather.node_def.name)
+    assert mat.metadata["days_held_back"].value == "2013-04-04"

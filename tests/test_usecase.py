@@ -231,3 +231,40 @@ def test_a_replay_sends_at_its_own_rate_unless_the_run_names_one():
     for bad in (0, -1, "fast"):
         with pytest.raises(UseCaseError, match="replay: rps must be a number of requests per second"):
             Replay(requests=nothing, day_of=str, unit_of=str, rps=bad)
+
+
+def test_a_flag_monitored_as_a_number_is_said_at_load_with_the_fix(tmp_path):
+    """Issue 49: a 0/1 flag compared as a number drifts in any month with more or fewer of it (a holiday flag whose
+    reference has none is infinitely far in December): the declaration says so when it loads, naming the fix."""
+    import dataclasses
+    import warnings
+
+    from keel.usecase import UseCaseWarning
+    from usecases.flights import usecase as flights
+    from usecases.hotels import usecase as hotels
+
+    (tmp_path / "request.yaml").write_text("name: request\n")
+    base = tiny_features()
+    flagged = tiny_features(
+        features=tuple(
+            Feature("weekday", "int", 0, 1, 0, "1 on a weekend") if f.name == "weekday" else f for f in base.features
+        )
+    )
+    ok = dict(
+        name="rooms",
+        title="Rooms",
+        contracts=tmp_path,
+        features=flagged,
+        model=ModelSpec("room-price"),
+        serving=Serving("request"),
+    )
+    with pytest.warns(
+        UseCaseWarning, match=r"feature weekday is a 0/1 flag monitored as a number .* monitoring\.categorical"
+    ):
+        UseCase(**ok)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UseCaseWarning)
+        UseCase(**ok | {"monitoring": Monitoring(categorical=("weekday",))})
+        UseCase(**ok | {"monitoring": Monitoring(unmonitored=("weekday",))})
+        for shipped in (flights, hotels):  # the shipped use cases declare their flags as they mean them
+            dataclasses.replace(shipped)

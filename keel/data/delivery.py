@@ -29,7 +29,7 @@ from pathlib import Path
 import polars as pl
 
 from keel.contracts.results import PartitionWindow
-from keel.storage import write_json_atomic, write_text_atomic
+from keel.storage import write_json_atomic, write_parquet_atomic, write_text_atomic
 
 SYSTEMATIC_SHARE = 0.5  # a rule failing on at least this share of a delivery's rows is a defect of the delivery
 QUARANTINE_DIR = "_quarantine"
@@ -242,6 +242,38 @@ class DeliveryGate:
                 if verdict is not None:
                     out.append(verdict)
         return out
+
+    def screen_month(self, table: str, frame: pl.DataFrame) -> tuple[pl.DataFrame, list[DeliveryVerdict]]:
+        """A backfill's month of ``table`` as shipped, screened day by day the way the live replay's gate screens
+        each delivery, so a backfill and a live replay build the same months (a ``flag`` rule that fails on most of
+        one day's rows holds that day back in both). A held-back day's rows go, whole, to the same quarantine as a
+        live delivery's, with its verdict (``held_by: backfill``; a rebuild overwrites them: idempotent). Rows whose
+        day columns are not a date stay: the month's validation quarantines them. The kept rows and the verdicts of
+        the days held back."""
+        src = self.zone.usecase.source(table)
+        compiled = self._contract(table)
+        refs = self._refs(compiled)
+        held: list[DeliveryVerdict] = []
+        held_days: list[tuple[str, str, str]] = []
+        for key, rows in frame.group_by(list(src.day_columns), maintain_order=True):
+            try:
+                day = date(int(key[0]), int(key[1]), int(key[2]))
+            except (TypeError, ValueError):
+                continue
+            verdict = check_delivery(table, day, rows, compiled, refs)
+            if verdict.ok:
+                continue
+            target = quarantine_path(self.root, table, day)
+            write_parquet_atomic(rows, target)
+            write_json_atomic(verdict.to_dict() | {"held_at": str(target), "held_by": "backfill"},
+                              target.with_suffix(".json"))  # fmt: skip
+            held.append(verdict)
+            held_days.append(tuple(str(k) for k in key))
+        if not held:
+            return frame, held
+        y, m, d = src.day_columns
+        day_of = pl.concat_str([pl.col(y), pl.col(m), pl.col(d)], separator="-")
+        return frame.filter(~day_of.is_in(["-".join(k) for k in held_days])), held
 
 
 def next_due_day(zone, table: str, now: datetime, margin: timedelta = timedelta(hours=12)) -> date:

