@@ -22,6 +22,7 @@ from keel.cli import (
     lineage,
     live,
     metering,
+    new,
     policy,
     tenants,
 )
@@ -31,7 +32,7 @@ from keel.errors import KeelError
 
 __all__ = ["EXIT_BAD_INPUT", "EXIT_OK", "EXIT_PROBLEM", "build_parser", "main", "partition_window"]
 GROUPS = (contracts, drift, ledger, lineage, policy, tenants, experiment, k8s, live, incidents, chaos, metering,
-          explain)  # fmt: skip
+          explain, new)  # fmt: skip
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,113 @@
+"""The values ``keel new`` decides (keel/new/plan.py makes them, keel/new/render.py writes them): a ``Plan`` and its
+parts, and the ``Options`` a person gives."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+MAX_CATEGORIES = 50  # a text column with more distinct values is an id or free text: not a feature, no set rule
+ADDED = ("event_year", "event_month", "event_day", "event_date")  # what the generated reader adds
+TIME_FEATURES = ("month_of_year", "day_of_week")
+
+
+class PlanError(ValueError):
+    """The table and options cannot make a use case (a missing label, a label of the wrong kind, …)."""
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    fields: dict  # the rule's YAML fields after id (type, column, …)
+    why: str  # the comment above it in the contract: what the profile showed
+    failing: int = 0  # rows of the profiled table it fails
+
+    @property
+    def action(self) -> str:
+        return self.fields.get(
+            "action", "quarantine" if self.fields.get("severity", "critical") == "critical" else "flag"
+        )
+
+
+@dataclass(frozen=True)
+class SchemaColumn:
+    ident: str
+    type: str
+    nullable: bool
+    fmt: str | None = None
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class FeatureChoice:
+    name: str
+    dtype: str  # int | float
+    source: str  # the request feature's expression over col/ops, as code
+    lo: float
+    hi: float
+    default: float
+    description: str
+
+
+@dataclass(frozen=True)
+class HistoryChoice:
+    name: str
+    key: str
+    description: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    name: str
+    table: str
+    model: str
+    task: str
+    label: str  # the label column's identifier
+    positive: str | None  # a binary label's positive value (as text), None for a regression or a 0/1 label
+    time: str
+    time_fmt: str
+    entity: tuple[str, ...]
+    tier: str
+    renames: dict[str, str]  # column as written → identifier (only those that differ)
+    null_tokens: tuple[str, ...]
+    schema: tuple[SchemaColumn, ...]
+    rules: tuple[Rule, ...]
+    critical_share: float
+    defects: tuple[str, ...]  # the real defects found, each with what handles it
+    features: tuple[FeatureChoice, ...]
+    histories: tuple[HistoryChoice, ...]
+    prior: float  # the label's mean over the first model's months (histories start from it)
+    categories: tuple[str, ...]  # category columns: history keys, carried, monitored as categories
+    flags: tuple[str, ...]  # 0/1 features: monitored as categories
+    months: tuple[str, ...]
+    first_day: str
+    last_day: str
+    train_months: tuple[str, ...]
+    valid_month: str
+    gate_min_rows: int
+    rps: float
+    ignored: dict[str, str] = field(default_factory=dict)  # column → why it is no feature
+
+    @property
+    def request_columns(self) -> tuple[str, ...]:
+        inputs = [c for f in self.features for c in _inputs(f.source)]
+        cols = ["event_date", self.time, *self.entity, *self.categories, *inputs]
+        if not self.entity:
+            cols.insert(2, "row_ref")
+        return tuple(dict.fromkeys(cols))
+
+
+def _inputs(source: str) -> list[str]:
+    return [m for m in re.findall(r'col\("([a-z0-9_]+)"\)', source) if m != "event_date"]
+
+
+@dataclass(frozen=True)
+class Options:
+    name: str
+    label: str
+    time: str
+    entity: tuple[str, ...] = ()
+    task: str | None = None  # binary | regression; None: from the label
+    positive: str | None = None
+    months: int = 24
+    tier: str = "L2"

@@ -1,0 +1,292 @@
+"""The profile of a table ``keel new`` starts from: what each column holds, read from text the way a contract reads it.
+
+A column's *kind* is the narrowest type every non-null value parses as — ``bool`` (true/false), ``int``, ``float``,
+``datetime`` or ``date`` (one of ``DATETIME_FORMATS``/``DATE_FORMATS``), else ``string``. Text that stands for
+nothing in an otherwise typed column (``NA`` as R writes it, ``NaN``, ``null``) is counted as null and named, so the
+reader can say it. Per column: nulls, distinct values, quantiles and range (numbers), categories and their counts
+(text, booleans and small integers); for the table: rows, exact duplicate rows, and the time column's span, cadence
+(the median step between distinct instants) and gaps (stretches with no row that the cadence says should have one).
+Pure: a frame of text in, a value out (``profile_table``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+from datetime import date, timedelta
+
+import polars as pl
+
+NULL_TOKENS = ("NA", "N/A", "NaN", "nan", "null", "NULL", "None", "none", "-")
+DATE_FORMATS = ("%Y-%m-%d", "%Y/%m/%d", "%m/%d/%Y", "%d.%m.%Y")
+DATETIME_FORMATS = (
+    "%Y-%m-%dT%H:%M:%SZ", "%Y-%m-%dT%H:%M:%S%z", "%Y-%m-%d %H:%M:%S%z", "%Y-%m-%dT%H:%M:%S",
+    "%Y-%m-%d %H:%M:%S", "%Y-%m-%d %H:%M",
+)  # fmt: skip
+QUANTILES = (0.001, 0.01, 0.25, 0.5, 0.75, 0.99, 0.999)
+TOP = 40  # categories kept per column
+CADENCES = ((3600, "hourly"), (86400, "daily"), (7 * 86400, "weekly"), (28 * 86400, "monthly"))
+_INT = re.compile(r"^[+-]?\d{1,18}$")
+
+
+def identifier(name: str) -> str:
+    """A column name as a keel identifier: lower case, ``_`` for anything not a letter or digit (``Water flow
+    [l/s]`` → ``water_flow_l_s``), a letter first."""
+    out = re.sub(r"[^0-9a-z]+", "_", name.strip().lower()).strip("_") or "column"
+    return out if out[0].isalpha() else f"c_{out}"
+
+
+@dataclass(frozen=True)
+class ColumnProfile:
+    name: str  # as written in the file
+    ident: str  # as keel names it
+    kind: str  # bool | int | float | date | datetime | string
+    rows: int
+    nulls: int  # empty, or one of null_tokens
+    distinct: int
+    fmt: str | None = None  # the strptime format of a date or datetime column
+    null_tokens: tuple[str, ...] = ()  # the text that stands for null here ("NA")
+    min: float | None = None
+    max: float | None = None
+    mean: float | None = None
+    quantiles: dict[str, float] = field(default_factory=dict)  # "0.001" → value
+    categories: tuple[tuple[str, int], ...] = ()  # (value, rows), most frequent first (TOP at most)
+    first: str | None = None  # date/datetime: the earliest and latest value, ISO
+    last: str | None = None
+
+    @property
+    def null_share(self) -> float:
+        return self.nulls / self.rows if self.rows else 0.0
+
+    @property
+    def numeric(self) -> bool:
+        return self.kind in ("int", "float")
+
+    @property
+    def temporal(self) -> bool:
+        return self.kind in ("date", "datetime")
+
+    def q(self, p: float) -> float:
+        return self.quantiles[f"{p:g}"]
+
+
+@dataclass(frozen=True)
+class TimeProfile:
+    column: str  # the identifier of the time column
+    first: date
+    last: date
+    cadence: str  # hourly | daily | weekly | monthly | irregular
+    step_s: float  # the median step between distinct instants, seconds
+    rows_per_day: float  # median rows on a day that has rows
+    gaps: tuple[
+        tuple[date, date], ...
+    ]  # first and last day of each stretch with no row where the cadence expects some
+    months: tuple[str, ...]  # YYYY-MM of every month from first to last
+    rows_per_month: dict[str, int]
+
+    @property
+    def gap_days(self) -> int:
+        return sum((b - a).days + 1 for a, b in self.gaps)
+
+    def gap_months(self) -> set[str]:
+        out = set()
+        for a, b in self.gaps:
+            d = a
+            while d <= b:
+                out.add(f"{d.year}-{d.month:02d}")
+                d += timedelta(days=1)
+        return out
+
+
+@dataclass(frozen=True)
+class TableProfile:
+    rows: int
+    columns: tuple[ColumnProfile, ...]
+    duplicate_rows: int  # rows that repeat an earlier row exactly
+    time: TimeProfile
+
+    def column(self, ident: str) -> ColumnProfile:
+        for c in self.columns:
+            if c.ident == ident or c.name == ident:
+                return c
+        raise KeyError(ident)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _non_null(s: pl.Series) -> pl.Series:
+    return s.drop_nulls().str.strip_chars()
+
+
+def _parses(values: pl.Series, kind: str, fmt: str | None = None) -> bool:
+    if values.len() == 0:
+        return False
+    if kind == "bool":
+        return bool(values.str.to_lowercase().is_in(["true", "false"]).all())
+    if kind == "int":
+        return bool(values.str.contains(_INT.pattern).all())
+    if kind == "float":
+        return values.cast(pl.Float64, strict=False).null_count() == 0
+    dtype = pl.Date if kind == "date" else pl.Datetime("us")
+    try:
+        return values.str.strptime(dtype, fmt, strict=False).null_count() == 0
+    except pl.exceptions.ComputeError:
+        return False
+
+
+def infer_kind(text: pl.Series) -> tuple[str, str | None, tuple[str, ...]]:
+    """(kind, format, null tokens) of a text column."""
+    values = _non_null(text)
+    values = values.filter(values != "")
+    tokens = tuple(t for t in NULL_TOKENS if bool((values == t).any()))
+    typed = values.filter(~values.is_in(list(tokens))) if tokens else values
+    for kind in ("bool", "int", "float"):
+        if _parses(typed, kind):
+            return kind, None, tokens
+    for fmt in DATETIME_FORMATS:
+        if _parses(typed, "datetime", fmt):
+            return "datetime", fmt, tokens
+    for fmt in DATE_FORMATS:
+        if _parses(typed, "date", fmt):
+            return "date", fmt, tokens
+    return "string", None, ()  # "NA" in a text column may be a value (Namibia): not guessed
+
+
+def _typed(text: pl.Series, kind: str, fmt: str | None, tokens: tuple[str, ...]) -> pl.Series:
+    stripped = pl.col(text.name).str.strip_chars()
+    s = text.to_frame().select(pl.when(stripped.is_in(["", *tokens])).then(None).otherwise(stripped).alias(text.name))
+    s = s.to_series()
+    if kind == "bool":
+        return s.str.to_lowercase() == "true"
+    if kind == "int":
+        return s.cast(pl.Int64, strict=False)
+    if kind == "float":
+        return s.cast(pl.Float64, strict=False)
+    if kind == "date":
+        return s.str.strptime(pl.Date, fmt, strict=False)
+    if kind == "datetime":
+        parsed = s.str.strptime(pl.Datetime("us"), fmt, strict=False)
+        return parsed.dt.convert_time_zone("UTC") if "%z" in (fmt or "") else parsed
+    return s
+
+
+def profile_column(text: pl.Series) -> tuple[ColumnProfile, pl.Series]:
+    kind, fmt, tokens = infer_kind(text)
+    typed = _typed(text, kind, fmt, tokens)
+    base = dict(name=text.name, ident=identifier(text.name), kind=kind, rows=text.len(), nulls=typed.null_count(),
+                distinct=typed.drop_nulls().n_unique(), fmt=fmt, null_tokens=tokens)  # fmt: skip
+    extra: dict = {}
+    values = typed.drop_nulls()
+    if kind in ("int", "float") and values.len():
+        extra |= {
+            "min": float(values.min()), "max": float(values.max()), "mean": float(values.mean()),
+            "quantiles": {f"{p:g}": float(values.quantile(p, "linear")) for p in QUANTILES},
+        }  # fmt: skip
+    if kind in ("string", "bool") or (kind == "int" and base["distinct"] <= 12):
+        counts = values.cast(pl.String).value_counts(sort=True).head(TOP)
+        extra["categories"] = tuple(zip(counts[text.name].to_list(), counts["count"].to_list(), strict=True))
+    if kind in ("date", "datetime") and values.len():
+        extra |= {"first": values.min().isoformat(), "last": values.max().isoformat()}
+    return ColumnProfile(**base, **extra), typed
+
+
+def _cadence(step_s: float) -> str:
+    for limit, name in CADENCES:
+        if step_s <= limit * 1.5:
+            return name
+    return "irregular"
+
+
+def profile_time(ident: str, typed: pl.Series) -> TimeProfile:
+    instants = typed.drop_nulls()
+    if instants.len() < 2:
+        raise ValueError(f"time column {ident}: fewer than two values that parse as a date or a time")
+    days = (instants.dt.date() if instants.dtype != pl.Date else instants).alias("day")
+    distinct = instants.unique().sort()
+    steps = distinct.diff().drop_nulls()
+    step_s = float(steps.dt.total_seconds().median()) if steps.len() else 86400.0
+    cadence = _cadence(step_s)
+    per_day = days.value_counts()
+    day_list = sorted(per_day["day"].to_list())
+    expected = max(timedelta(days=1), timedelta(seconds=step_s))
+    gaps = []
+    for a, b in zip(day_list, day_list[1:], strict=False):
+        if cadence in ("hourly", "daily") and (b - a).days > 1:
+            gaps.append((a + timedelta(days=1), b - timedelta(days=1)))
+        elif cadence in ("weekly", "monthly") and (b - a) > expected * 1.5 + timedelta(days=3):
+            gaps.append((a + timedelta(days=1), b - timedelta(days=1)))
+    first, last = day_list[0], day_list[-1]
+    months, d = [], date(first.year, first.month, 1)
+    while d <= last:
+        months.append(f"{d.year}-{d.month:02d}")
+        d = date(d.year + d.month // 12, d.month % 12 + 1, 1)
+    by_month = days.dt.strftime("%Y-%m").value_counts()
+    return TimeProfile(
+        column=ident,
+        first=first,
+        last=last,
+        cadence=cadence,
+        step_s=step_s,
+        rows_per_day=float(per_day["count"].median()),
+        gaps=tuple(gaps),
+        months=tuple(months),
+        rows_per_month=dict(zip(by_month["day"].to_list(), by_month["count"].to_list(), strict=True)),
+    )
+
+
+def profile_table(text: pl.DataFrame, time: str) -> tuple[TableProfile, pl.DataFrame]:
+    """Profile a table read as text; ``time``: its time column (as written, or its identifier). The profile and the
+    table typed as profiled (columns renamed to their identifiers)."""
+    columns, typed = [], {}
+    for name in text.columns:
+        col, values = profile_column(text[name].cast(pl.String))
+        columns.append(col)
+        typed[col.ident] = values
+    idents = [c.ident for c in columns]
+    dup = sorted({i for i in idents if idents.count(i) > 1})
+    if dup:
+        raise ValueError(f"columns {dup} have the same name once lower-cased and cleaned: rename them in the file")
+    frame = pl.DataFrame(typed)
+    matches = [c for c in columns if time in (c.name, c.ident)]
+    if not matches:
+        raise ValueError(f"time column {time!r} is not in the table (its columns: {', '.join(text.columns)})")
+    tcol = matches[0]
+    if not tcol.temporal:
+        raise ValueError(
+            f"time column {time!r} holds {tcol.kind} values, not dates or times in a format keel reads "
+            f"({', '.join((*DATE_FORMATS, *DATETIME_FORMATS))})"
+        )
+    return (
+        TableProfile(
+            rows=text.height,
+            columns=tuple(columns),
+            duplicate_rows=text.height - text.unique().height,
+            time=profile_time(tcol.ident, frame[tcol.ident]),
+        ),
+        frame,
+    )
+
+
+def describe(p: TableProfile) -> str:
+    """The profile as a person reads it (``keel new --dry-run``)."""
+    t = p.time
+    lines = [
+        f"{p.rows:,} rows, {len(p.columns)} columns, {p.duplicate_rows:,} exact duplicate rows",
+        f"time: {t.column} {t.first} … {t.last} ({len(t.months)} months), {t.cadence} "
+        f"(median step {t.step_s / 3600:g} h), median {t.rows_per_day:g} rows a day, "
+        + (f"{len(t.gaps)} gaps ({t.gap_days} days without rows)" if t.gaps else "no gaps"),
+    ]
+    for a, b in t.gaps[:8]:
+        lines.append(f"  gap: {a} … {b}")
+    lines.append(f"{'column':<28} {'kind':<9} {'nulls':>7} {'distinct':>9}  values")
+    for c in p.columns:
+        if c.numeric and c.quantiles:
+            shown = f"min {c.min:g}  p1 {c.q(0.01):g}  median {c.q(0.5):g}  p99 {c.q(0.99):g}  max {c.max:g}"
+        elif c.temporal:
+            shown = f"{c.first} … {c.last} ({c.fmt})"
+        else:
+            shown = ", ".join(f"{v} {n}" for v, n in c.categories[:6]) + (" …" if c.distinct > 6 else "")
+        nulls = f"{c.nulls}" + (f" ({'/'.join(c.null_tokens)})" if c.null_tokens else "")
+        lines.append(f"{c.ident:<28} {c.kind:<9} {nulls:>7} {c.distinct:>9}  {shown}")
+    return "\n".join(lines)
