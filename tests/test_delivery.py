@@ -132,3 +132,14 @@ def test_a_backfill_holds_back_the_same_day_as_the_live_gate(tmp_path):
     assert kept.height + month.height == shipped.filter(pl.col("month") == "4").height  # every row in one place
     [mat] = result.asset_materializations_for_node(raw_weather.node_def.name)
     assert mat.metadata["days_held_back"].value == "2013-04-04"
+
+
+def test_one_bad_row_of_a_small_day_is_noise_not_a_systematic_breach(contracts):
+    """A two-row delivery with one row in °C breaks the dew-point rule on half its rows — but one row is no evidence
+    of a changed unit: the day is admitted (the month's validation flags the row); five such rows are."""
+    day = date(2013, 7, 14)
+    rows = _day_rows("weather", day)
+    small = pl.concat([rows.head(1), FLIGHTS.drills.unit_change.apply(rows.slice(1, 1))])
+    assert check_delivery("weather", day, small, contracts["weather"]).ok
+    ten = pl.concat([rows.head(5), FLIGHTS.drills.unit_change.apply(rows.slice(5, 5))])
+    assert not check_delivery("weather", day, ten, contracts["weather"]).ok

@@ -87,6 +87,7 @@ def test_each_planted_defect_becomes_the_right_rule_and_action(generated):
     # the new category: held to the stores of the first model's months, flagged (kept, counted)
     store = rules["store_known"]
     assert store.type == "in_set" and sorted(store.params["values"]) == ["A", "B", "C"] and store.action == "flag"
+    assert store.severity == "info"  # a new value is an event: it never holds a delivery back
     # rows delivered twice: the repeats quarantined
     assert rules["one_row_once"].type == "unique" and rules["one_row_once"].action == "quarantine"
     # the gap: no rule can see absent rows — named in the contract, and the first model is not validated on it

@@ -6,9 +6,10 @@ read together with the other days. So the landing sensor checks each new day fil
 (``check_delivery``) and holds back a day whose defect is *systematic*:
 
 - a column of the contract is missing (the schema broke: ``schema_columns`` fails on every row); or
-- a rule of severity warning or critical fails on at least ``SYSTEMATIC_SHARE`` (50 %) of the day's rows — noise
-  breaks a rule on a few rows, a changed unit or encoding breaks it on nearly all of them (°C temperatures put the
-  dew point above the temperature in every reading).
+- a rule of severity warning or critical fails on at least ``SYSTEMATIC_SHARE`` (50 %) of the day's rows, and on at
+  least ``SYSTEMATIC_MIN_ROWS`` (5) of them — noise breaks a rule on a few rows, a changed unit or encoding breaks it
+  on nearly all of them (°C temperatures put the dew point above the temperature in every reading); one row of a
+  two-row day is no evidence of either.
 
 A few bad rows (2013-02-12's 1,048 mph wind) are the month's validation's business: its quarantine keeps them.
 
@@ -32,6 +33,7 @@ from keel.contracts.results import PartitionWindow
 from keel.storage import write_json_atomic, write_parquet_atomic, write_text_atomic
 
 SYSTEMATIC_SHARE = 0.5  # a rule failing on at least this share of a delivery's rows is a defect of the delivery
+SYSTEMATIC_MIN_ROWS = 5  # … and on at least this many of them (a small day's one bad row is noise)
 QUARANTINE_DIR = "_quarantine"
 
 
@@ -121,7 +123,8 @@ def check_delivery(table: str, day: date, frame: pl.DataFrame, compiled, referen
             continue
         if r.id != "schema_columns" and missing & set(r.columns):
             continue  # a rule on a missing column fails because the column is missing: the schema says it already
-        if r.id == "schema_columns" or r.failed / max(rep.rows_in, 1) >= SYSTEMATIC_SHARE:
+        systematic = r.failed / max(rep.rows_in, 1) >= SYSTEMATIC_SHARE and r.failed >= SYSTEMATIC_MIN_ROWS
+        if r.id == "schema_columns" or systematic:
             breaches.append(Breach(r.id, r.severity, r.failed, rep.rows_in, tuple(r.columns), r.reason))
     return DeliveryVerdict(
         table,

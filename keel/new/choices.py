@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+COMMON_NULLS = 0.1  # a column missing in this share of rows or more: its absence is usual (an info rule counts it)
 MAX_CATEGORIES = 50  # a text column with more distinct values is an id or free text: not a feature, no set rule
 ADDED = ("event_year", "event_month", "event_day", "event_date")  # what the generated reader adds
 TIME_FEATURES = ("month_of_year", "day_of_week")
@@ -87,6 +88,7 @@ class Plan:
     gate_min_rows: int
     rps: float
     ignored: dict[str, str] = field(default_factory=dict)  # column → why it is no feature
+    null_columns: tuple[str, ...] = ()  # the columns whose null_tokens the reader reads as null
 
     @property
     def request_columns(self) -> tuple[str, ...]:

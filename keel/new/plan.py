@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from keel.new.choices import (  # noqa: F401 - the plan's parts, imported from here by their users
     ADDED,
+    COMMON_NULLS,
     MAX_CATEGORIES,
     TIME_FEATURES,
     FeatureChoice,
@@ -95,7 +96,10 @@ def plan(profile: TableProfile, frame, opts: Options) -> Plan:
     n_train = max(2, len(with_rows) // 4)
     train = with_rows[:n_train]
     gaps = t.gap_months()
-    later = [m for m in with_rows[n_train:] if m not in gaps] or with_rows[n_train:]
+    # the validation month: the first after training with a typical month's rows (at least half the median) and
+    # no gap of a week; failing that, the first with that many rows; failing that, the next month with rows
+    enough = [m for m in with_rows[n_train:] if t.rows_per_month.get(m, 0) >= 0.5 * median_rows(t, with_rows)]
+    later = [m for m in enough if m not in gaps] or enough or with_rows[n_train:]
     valid = later[0]
     if len(later) and later[0] != with_rows[n_train]:
         train = [m for m in with_rows if m < valid][: max(2, n_train)]
@@ -138,10 +142,15 @@ def plan(profile: TableProfile, frame, opts: Options) -> Plan:
                            f"{'label' if is_label else 'time'}: quarantined (schema, critical)")  # fmt: skip
         elif c.nulls:
             share = c.nulls / profile.rows
-            rules.append(Rule(f"{c.ident}_present", {"type": "not_null", "column": c.ident, "severity": "warning",
-                                                     "action": "flag", "max_failure_fraction": budget(share)},
+            common = share >= COMMON_NULLS  # a usual absence: info (never holds a day back), else a warning
+            rules.append(Rule(f"{c.ident}_present", {"type": "not_null", "column": c.ident,
+                                                     "severity": "info" if common else "warning", "action": "flag",
+                                                     "max_failure_fraction": budget(share)},
                               f"{c.nulls} of {profile.rows} rows ({share:.1%}) have no {c.ident} ({null_words(c)}): kept "
-                              "(the model learns a missing value), counted", c.nulls))  # fmt: skip
+                              "(the model learns a missing value), counted" + (
+                                  "; info: that common, a day of them is no broken delivery" if common else
+                                  "; a day that is mostly without it is held back (docs/contracts.md, Deliveries)"),
+                              c.nulls))  # fmt: skip
             defects.append(
                 f"{c.ident}: {c.nulls} rows without a value ({null_words(c)}) — kept, flagged (`{c.ident}_present`)"
             )
@@ -190,6 +199,9 @@ def plan(profile: TableProfile, frame, opts: Options) -> Plan:
             if not small:
                 ignored[c.ident] = f"{c.distinct} distinct values: an id or free text, not a feature"
                 continue
+            keyed = c.distinct > 1
+            if not keyed:
+                ignored[c.ident] = "one value only: held to it, not a feature"
             seen = categories_in(first, c.ident)
             later_only = [v for v, _ in c.categories if v not in seen]
             new_rows = int(frame.filter(pl.col(c.ident).is_in(later_only)).height) if later_only else 0
@@ -199,10 +211,13 @@ def plan(profile: TableProfile, frame, opts: Options) -> Plan:
                         "answers a value it never saw from the prior")  # fmt: skip
                 defects.append(f"{c.ident}: new values {', '.join(later_only[:8])} after the first model's months "
                                f"({new_rows} rows) — kept, flagged (`{c.ident}_known`)")  # fmt: skip
+            why += "; info: a new value is an event, not a broken delivery — it never holds a day back"
             rules.append(Rule(f"{c.ident}_known", {"type": "in_set", "column": c.ident, "values": sorted(seen),
-                                                   "severity": "warning", "action": "flag",
+                                                   "severity": "info", "action": "flag",
                                                    "max_failure_fraction": budget(new_rows / profile.rows)},
                               why, new_rows))  # fmt: skip
+            if not keyed:
+                continue
             categories.append(c.ident)
             histories.append(HistoryChoice(f"{c.ident}_{label.ident}_mean", c.ident,
                                            f"mean {label.ident} of earlier days' rows with the same {c.ident}"))  # fmt: skip
@@ -215,7 +230,8 @@ def plan(profile: TableProfile, frame, opts: Options) -> Plan:
                                      "month of the row's day"))  # fmt: skip
     gate_min_rows = max(30, min(1000, int(median_rows(t, with_rows) // 3)))
     renames = {c.name: c.ident for c in profile.columns if c.name != c.ident}
-    tokens = tuple(sorted({tok for c in profile.columns if c.kind != "string" for tok in c.null_tokens}))
+    tokens = tuple(sorted({tok for c in profile.columns for tok in c.null_tokens}))
+    null_columns = tuple(c.ident for c in profile.columns if c.kind != "string" or c.null_tokens)
     return Plan(
         name=opts.name, table=opts.name, model=opts.name.replace("_", "-"), task=task, label=label.ident,
         positive=positive, time=time.ident, time_fmt=time.fmt or "%Y-%m-%d", entity=entity, tier=opts.tier,
@@ -224,5 +240,5 @@ def plan(profile: TableProfile, frame, opts: Options) -> Plan:
         features=tuple(features), histories=tuple(histories), prior=round(prior, 6), categories=tuple(categories),
         flags=tuple(flags), months=tuple(months), first_day=first_day(months[0], t), last_day=last_day(months[-1], t),
         train_months=tuple(train), valid_month=valid, gate_min_rows=gate_min_rows,
-        rps=40.0 if median_rows(t, with_rows) >= 3000 else 5.0, ignored=ignored,
+        rps=40.0 if median_rows(t, with_rows) >= 3000 else 5.0, ignored=ignored, null_columns=null_columns,
     )  # fmt: skip

@@ -25,6 +25,8 @@ DATETIME_FORMATS = (
 )  # fmt: skip
 QUANTILES = (0.001, 0.01, 0.25, 0.5, 0.75, 0.99, 0.999)
 TOP = 40  # categories kept per column
+MIN_GAP_DAYS = 3  # fewer missing days in a row are a holiday or a long weekend, not a gap
+GAP_MONTH_DAYS = 7  # a month missing this many days to gaps is not one to validate a model on
 CADENCES = ((3600, "hourly"), (86400, "daily"), (7 * 86400, "weekly"), (28 * 86400, "monthly"))
 _INT = re.compile(r"^[+-]?\d{1,18}$")
 
@@ -88,14 +90,16 @@ class TimeProfile:
     def gap_days(self) -> int:
         return sum((b - a).days + 1 for a, b in self.gaps)
 
-    def gap_months(self) -> set[str]:
-        out = set()
+    def gap_months(self, min_days: int = GAP_MONTH_DAYS) -> set[str]:
+        """The months that miss at least ``min_days`` days of rows to gaps (too few to validate a model on)."""
+        missing: dict[str, int] = {}
         for a, b in self.gaps:
             d = a
             while d <= b:
-                out.add(f"{d.year}-{d.month:02d}")
+                key = f"{d.year}-{d.month:02d}"
+                missing[key] = missing.get(key, 0) + 1
                 d += timedelta(days=1)
-        return out
+        return {m for m, n in missing.items() if n >= min_days}
 
 
 @dataclass(frozen=True)
@@ -171,8 +175,12 @@ def _typed(text: pl.Series, kind: str, fmt: str | None, tokens: tuple[str, ...])
     return s
 
 
-def profile_column(text: pl.Series) -> tuple[ColumnProfile, pl.Series]:
+def profile_column(text: pl.Series, file_tokens: tuple[str, ...] = ()) -> tuple[ColumnProfile, pl.Series]:
+    """One column's profile and its typed values; ``file_tokens``: the file's own words for a missing value, applied
+    to a text column too (a text column alone never has its "NA" guessed away: it may be Namibia)."""
     kind, fmt, tokens = infer_kind(text)
+    if kind == "string" and file_tokens:
+        tokens = tuple(t for t in file_tokens if bool((text.str.strip_chars() == t).any()))
     typed = _typed(text, kind, fmt, tokens)
     base = dict(name=text.name, ident=identifier(text.name), kind=kind, rows=text.len(), nulls=typed.null_count(),
                 distinct=typed.drop_nulls().n_unique(), fmt=fmt, null_tokens=tokens)  # fmt: skip
@@ -210,10 +218,19 @@ def profile_time(ident: str, typed: pl.Series) -> TimeProfile:
     per_day = days.value_counts()
     day_list = sorted(per_day["day"].to_list())
     expected = max(timedelta(days=1), timedelta(seconds=step_s))
+    # a table with (almost) no row on Saturdays and Sundays is kept on business days: a weekend is no gap
+    weekdays = pl.Series(day_list, dtype=pl.Date).dt.weekday()
+    business = cadence == "daily" and float((weekdays >= 6).mean()) < 0.01
+    if business:
+        cadence = "business days"
     gaps = []
     for a, b in zip(day_list, day_list[1:], strict=False):
-        if cadence in ("hourly", "daily") and (b - a).days > 1:
-            gaps.append((a + timedelta(days=1), b - timedelta(days=1)))
+        if cadence in ("hourly", "daily", "business days"):
+            missing = [a + timedelta(days=i) for i in range(1, (b - a).days)]
+            if business:
+                missing = [d for d in missing if d.isoweekday() < 6]
+            if len(missing) >= MIN_GAP_DAYS:
+                gaps.append((a + timedelta(days=1), b - timedelta(days=1)))
         elif cadence in ("weekly", "monthly") and (b - a) > expected * 1.5 + timedelta(days=3):
             gaps.append((a + timedelta(days=1), b - timedelta(days=1)))
     first, last = day_list[0], day_list[-1]
@@ -243,6 +260,11 @@ def profile_table(text: pl.DataFrame, time: str) -> tuple[TableProfile, pl.DataF
         col, values = profile_column(text[name].cast(pl.String))
         columns.append(col)
         typed[col.ident] = values
+    # the text a file writes for a missing number (R's NA) is its convention for a missing text too
+    file_tokens = tuple(sorted({t for c in columns for t in c.null_tokens}))
+    for i, col in enumerate(columns):
+        if col.kind == "string" and file_tokens and text[col.name].cast(pl.String).is_in(list(file_tokens)).any():
+            columns[i], typed[col.ident] = profile_column(text[col.name].cast(pl.String), file_tokens)
     idents = [c.ident for c in columns]
     dup = sorted({i for i in idents if idents.count(i) > 1})
     if dup:

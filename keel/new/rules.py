@@ -53,7 +53,7 @@ def null_words(c: ColumnProfile) -> str:
 
 def budget(share: float) -> float:
     """A rule's own failure budget: twice the share the profile saw, at least 1 %."""
-    return round(max(0.01, 2 * share), 3)
+    return round(min(1.0, max(0.01, 2 * share)), 3)
 
 
 def task_of(label: ColumnProfile, opts: Options) -> tuple[str, str | None]:
