@@ -263,12 +263,14 @@ class CompiledContract:
     def validate(
         self,
         df: pl.DataFrame,
-        partition: PartitionWindow | None = None,
+        partition: PartitionWindow | str | None = None,
         *,
         dry_run: bool | None = None,
         references: Mapping[str, pl.Series] | None = None,
     ) -> ValidationResult:
-        """Split ``df`` into valid / quarantine / rejected. ``references`` maps ``<dataset>.<column>`` to its values."""
+        """Split ``df`` into valid / quarantine / rejected. ``partition``: a window, or a month's key ``YYYY-MM``;
+        ``references`` maps ``<dataset>.<column>`` to its values."""
+        partition = PartitionWindow.month(partition) if isinstance(partition, str) else partition
         spec = self.spec
         dry = spec.dry_run if dry_run is None else dry_run
         lf, stages = self.plan(df, partition, references)

@@ -23,6 +23,18 @@ class PartitionWindow:
     start: datetime | None = None
     end: datetime | None = None
 
+    @classmethod
+    def month(cls, key: str) -> PartitionWindow:
+        """The monthly partition ``YYYY-MM``: [its first day, the next month's first day) in UTC."""
+        import re
+        from datetime import UTC
+
+        if not isinstance(key, str) or not re.fullmatch(r"\d{4}-(0[1-9]|1[0-2])", key):
+            raise ValueError(f"partition {key!r}: a monthly partition is YYYY-MM (or give a PartitionWindow)")
+        year, month = int(key[:4]), int(key[5:])
+        start = datetime(year, month, 1, tzinfo=UTC)
+        return cls(key, start, datetime(year + month // 12, month % 12 + 1, 1, tzinfo=UTC))
+
 
 @dataclass(frozen=True)
 class CompiledRule:

@@ -106,9 +106,7 @@ class DeliveryVerdict:
 
 
 def month_window(day: date) -> PartitionWindow:
-    start = datetime(day.year, day.month, 1, tzinfo=UTC)
-    end = datetime(day.year + (day.month == 12), day.month % 12 + 1, 1, tzinfo=UTC)
-    return PartitionWindow(f"{day.year}-{day.month:02d}", start, end)
+    return PartitionWindow.month(f"{day.year}-{day.month:02d}")
 
 
 def check_delivery(table: str, day: date, frame: pl.DataFrame, compiled, references=None) -> DeliveryVerdict:

@@ -78,7 +78,7 @@ def plan(profile: TableProfile, frame, opts: Options) -> Plan:
 
     label, time = find(opts.label, "--label"), find(opts.time, "--time")
     entity = tuple(find(e, "--entity").ident for e in opts.entity)
-    clash = [a for a in (*ADDED, *TIME_FEATURES, "row_ref") if a in cols]
+    clash = [a for a in (*ADDED, "row_ref") if a in cols]
     if clash:
         raise PlanError(f"the table has columns named {clash}: keel new adds columns of those names; rename them")
     task, positive = task_of(label, opts)
@@ -138,7 +138,7 @@ def plan(profile: TableProfile, frame, opts: Options) -> Plan:
             continue
         if c.nulls and (is_label or is_time):
             critical_rows += c.nulls
-            defects.append(f"{c.ident}: {c.nulls} rows without a value ({null_words(c)}) — the "
+            defects.append(f"{c.ident}: {n_rows(c.nulls)} without a value ({null_words(c)}) — the "
                            f"{'label' if is_label else 'time'}: quarantined (schema, critical)")  # fmt: skip
         elif c.nulls:
             share = c.nulls / profile.rows
@@ -152,7 +152,7 @@ def plan(profile: TableProfile, frame, opts: Options) -> Plan:
                                   "; a day that is mostly without it is held back (docs/contracts.md, Deliveries)"),
                               c.nulls))  # fmt: skip
             defects.append(
-                f"{c.ident}: {c.nulls} rows without a value ({null_words(c)}) — kept, flagged (`{c.ident}_present`)"
+                f"{c.ident}: {n_rows(c.nulls)} without a value ({null_words(c)}) — kept, flagged (`{c.ident}_present`)"
             )
         if c.numeric and c.quantiles:
             lo, hi, how = numeric_range(c)
@@ -177,7 +177,9 @@ def plan(profile: TableProfile, frame, opts: Options) -> Plan:
             if not is_label:
                 fields["max_failure_fraction"] = budget(outside.len() / profile.rows)
             rules.append(Rule(f"{c.ident}_range", fields, why, outside.len()))
-            if not is_label and c.ident not in entity:
+            if c.distinct <= 1 and not is_label:
+                ignored[c.ident] = "one value only: held to its range, not a feature"
+            elif not is_label and c.ident not in entity:
                 flag = c.kind == "int" and (c.min, c.max) == (0, 1)
                 med = c.q(0.5)
                 default = int(round(med)) if c.kind == "int" else nice(med, up=True)
@@ -187,6 +189,8 @@ def plan(profile: TableProfile, frame, opts: Options) -> Plan:
                                               lo, hi, default, f"{c.name} (from the request)"))  # fmt: skip
                 if flag:
                     flags.append(c.ident)
+        elif c.kind == "bool" and c.distinct <= 1 and not is_label:
+            ignored[c.ident] = "one value only: not a feature"
         elif c.kind == "bool" and not is_label and c.ident not in entity:
             common = c.categories[0][0] if c.categories else "false"
             features.append(FeatureChoice(c.ident, "int", f'ops.as_int(col("{c.ident}"))', 0, 1,
@@ -223,10 +227,10 @@ def plan(profile: TableProfile, frame, opts: Options) -> Plan:
                                            f"mean {label.ident} of earlier days' rows with the same {c.ident}"))  # fmt: skip
         elif c.temporal and not is_label:
             ignored[c.ident] = "a second date or time: not a feature (derive one in features.py)"
-    if time.kind == "datetime" or t.cadence in ("hourly", "daily"):
-        features.append(FeatureChoice("day_of_week", "int", 'ops.as_int(ops.weekday(col("event_date")))', 1, 7, 3,
+    if time.kind == "datetime" or t.cadence in ("hourly", "daily", "business days"):
+        features.append(FeatureChoice(_free("day_of_week", cols), "int", 'ops.as_int(ops.weekday(col("event_date")))', 1, 7, 3,
                                       "ISO weekday of the row's day"))  # fmt: skip
-    features.insert(0, FeatureChoice("month_of_year", "int", 'ops.as_int(ops.month(col("event_date")))', 1, 12, 6,
+    features.insert(0, FeatureChoice(_free("month_of_year", cols), "int", 'ops.as_int(ops.month(col("event_date")))', 1, 12, 6,
                                      "month of the row's day"))  # fmt: skip
     gate_min_rows = max(30, min(1000, int(median_rows(t, with_rows) // 3)))
     renames = {c.name: c.ident for c in profile.columns if c.name != c.ident}
@@ -242,3 +246,8 @@ def plan(profile: TableProfile, frame, opts: Options) -> Plan:
         train_months=tuple(train), valid_month=valid, gate_min_rows=gate_min_rows,
         rps=40.0 if median_rows(t, with_rows) >= 3000 else 5.0, ignored=ignored, null_columns=null_columns,
     )  # fmt: skip
+
+
+def _free(name: str, columns) -> str:
+    """A feature name keel adds, ``event_``-prefixed when the table has a column of that name already."""
+    return f"event_{name}" if name in columns else name

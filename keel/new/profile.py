@@ -52,6 +52,7 @@ class ColumnProfile:
     max: float | None = None
     mean: float | None = None
     quantiles: dict[str, float] = field(default_factory=dict)  # "0.001" → value
+    positive: tuple[float, float] | None = None  # p1 and p99 of the values above 0 (a column never negative)
     categories: tuple[tuple[str, int], ...] = ()  # (value, rows), most frequent first (TOP at most)
     first: str | None = None  # date/datetime: the earliest and latest value, ISO
     last: str | None = None
@@ -191,6 +192,9 @@ def profile_column(text: pl.Series, file_tokens: tuple[str, ...] = ()) -> tuple[
             "min": float(values.min()), "max": float(values.max()), "mean": float(values.mean()),
             "quantiles": {f"{p:g}": float(values.quantile(p, "linear")) for p in QUANTILES},
         }  # fmt: skip
+        above = values.filter(values > 0)
+        if float(values.min()) >= 0 and above.len():
+            extra["positive"] = (float(above.quantile(0.01, "linear")), float(above.quantile(0.99, "linear")))
     if kind in ("string", "bool") or (kind == "int" and base["distinct"] <= 12):
         counts = values.cast(pl.String).value_counts(sort=True).head(TOP)
         extra["categories"] = tuple(zip(counts[text.name].to_list(), counts["count"].to_list(), strict=True))

@@ -70,7 +70,7 @@ def source_contract(p: Plan, origin: Origin, command: str) -> str:
         *(
             "  " + line[2:]
             for line in _comment(
-                f"{p.table} as delivered, one row per {'(' + ', '.join(p.entity) + ') and day' if p.entity else 'observation'}; "
+                f"{p.table} as delivered, one row per {'(' + ', '.join(p.entity) + ') and ' + p.time if p.entity else 'observation'}; "
                 f"the label is {p.label}. event_year, event_month, event_day and event_date are the day of {p.time}, "
                 f"added by the reader (data.py){', with row_ref, the row number in the file' if not p.entity else ''}.",
                 "",

@@ -117,7 +117,7 @@ def read_table() -> pl.DataFrame:
 
 def features_module(p: Plan, command: str) -> str:
     key_cols = p.entity or ("row_ref",)
-    id_parts = (*p.entity, "event_date") if p.entity else ("row_ref",)
+    id_parts = (*p.entity, p.time) if p.entity else ("row_ref",)
     carried = tuple(dict.fromkeys(("event_date", p.time, *p.entity, *p.categories)))
     if p.positive is not None:
         label = f'(pl.col("{p.label}") == {json.dumps(p.positive)}).cast(pl.Int8)'
@@ -342,7 +342,7 @@ usecase = UseCase(
     segments={_py_tuple(segments)},
     feature_table="features",
     # the month of the year differs in every window by construction; 0/1 flags and categories compared as shares
-    monitoring=Monitoring(unmonitored=("month_of_year",), categorical={_py_tuple((*p.categories, *p.flags))}),
+    monitoring=Monitoring(unmonitored=({json.dumps(p.features[0].name)},), categorical={_py_tuple((*p.categories, *p.flags))}),
     # the loop's gate judges a challenger on the newest labelled month's days 15–end, at least this many rows
     loop=Loop(gate_from_day=15, gate_min_rows={p.gate_min_rows}),
     replay=Replay(requests=replay.requests, day_of=replay.day_of, unit_of=replay.unit_of, rps={p.rps!r}),

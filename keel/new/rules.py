@@ -23,10 +23,13 @@ def numeric_range(c: ColumnProfile) -> tuple[float, float, str]:
     q01, q99 = c.q(0.01), c.q(0.99)
     if c.kind == "int" and c.distinct <= 12:
         return c.min, c.max, f"the {c.distinct} values seen, {c.min:g}…{c.max:g}"
-    if c.min > 0 and q01 > 0 and q99 / q01 > 10:
-        lq, hq = math.log10(q01), math.log10(q99)
+    if c.positive is not None and c.positive[1] / c.positive[0] > 10:
+        # a positive, skewed column (or one of zeros and positive values: rain, wind): its positive values' spread in
+        # log space — a heavy shower is ten times the usual, not an error; a thousand times is
+        p1, p99 = c.positive
+        lq, hq = math.log10(p1), math.log10(p99)
         lo, hi = 10 ** (lq - (hq - lq)), 10 ** (hq + (hq - lq))
-        how = f"p1 {q01:g} … p99 {q99:g} widened by that spread in log space"
+        how = f"p1 {p1:g} … p99 {p99:g} of its positive values widened by that spread in log space"
     else:
         span = (q99 - q01) or abs(q99) or 1.0
         lo, hi = q01 - span, q99 + span
@@ -129,9 +132,9 @@ def time_rules(time: ColumnProfile, profile: TableProfile, rules: list[Rule], de
 
 def duplicate_rule(profile: TableProfile, frame, entity: tuple[str, ...], defects: list[str]) -> tuple[Rule, int]:
     if entity:
-        key = [*entity, "event_date"]
-        dups = frame.height - frame.unique(subset=list(entity) + [profile.time.column]).height
-        what = f"one row per {', '.join(entity)} and day"
+        key = [*entity, profile.time.column]
+        dups = frame.height - frame.unique(subset=key).height
+        what = f"one row per {', '.join(entity)} and {profile.time.column}"
     else:
         key = [c.ident for c in profile.columns]
         dups = profile.duplicate_rows

@@ -127,6 +127,12 @@ def write(result: Result, source: Path, root: Path, *, force: bool = False, prog
     if folder.exists() and not force:
         raise NewError(f"{folder} exists: choose another name, or --force to replace its generated files")
     written = []
+    package_root = folder.parent / "__init__.py"
+    if not package_root.exists():  # a fresh folder: usecases/ becomes the package its use cases are imported from
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(
+            '"""The use cases of this repository, one package each (docs/usecases.md)."""\n', package_root
+        )
     for rel, text in result.files.items():
         target = folder / rel
         target.parent.mkdir(parents=True, exist_ok=True)

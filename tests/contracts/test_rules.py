@@ -139,6 +139,11 @@ def test_freshness_against_partition_end_and_batch():
     assert sinks(c.validate(df, window))["quarantine"] == [1]
     # without a window: relative to the newest event in the batch (2013-01-31 00:00)
     assert sinks(c.validate(df))["quarantine"] == []
+    # a monthly partition's key is that window (issue 49: the docs' walkthrough passed "YYYY-MM" and failed)
+    assert PartitionWindow.month("2013-01") == window
+    assert sinks(c.validate(df, "2013-01")) == sinks(c.validate(df, window))
+    with pytest.raises(ValueError, match=r"partition '2013-1': a monthly partition is YYYY-MM"):
+        c.validate(df, "2013-1")
 
 
 def test_freshness_relative_to_now():
