@@ -98,6 +98,10 @@ def test_each_planted_defect_becomes_the_right_rule_and_action(generated):
     assert "1000000" in text and NEW_STORE in text  # the defects are listed with what handles them
     # the 0/1 promo column is a flag: compared as categories, not as a number (no UseCaseWarning)
     assert "promo" in shop.usecase.monitoring.categorical
+    # ~240 rows a month: chance alone moves a month ~0.07 from its reference, so drift is judged at 0.15 for the
+    # categories too (their default, 0.1, would call every month drifted)
+    assert shop.usecase.monitoring.thresholds["store_sales_mean"] == 0.15
+    assert shop.usecase.monitoring.thresholds["label_sales"] == 0.15
 
 
 def _import(root):

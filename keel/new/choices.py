@@ -89,6 +89,12 @@ class Plan:
     rps: float
     ignored: dict[str, str] = field(default_factory=dict)  # column → why it is no feature
     null_columns: tuple[str, ...] = ()  # the columns whose null_tokens the reader reads as null
+    # drift is judged at this distance instead of the defaults when a month's rows are few (sampling noise alone
+    # exceeds them), None when the defaults fit; drift_noise: the distance two samples of one distribution show
+    drift_threshold: float | None = None
+    drift_noise: float = 0.0
+    month_rows: int = 0  # a typical month's rows (the median of the months with rows)
+    reference_rows: int = 0  # the rows of the first model's months
 
     @property
     def request_columns(self) -> tuple[str, ...]:

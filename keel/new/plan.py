@@ -26,6 +26,8 @@ rows) and is validated on the next full month; the rest is replayed.
 
 from __future__ import annotations
 
+import math
+
 from keel.new.choices import (  # noqa: F401 - the plan's parts, imported from here by their users
     ADDED,
     COMMON_NULLS,
@@ -233,6 +235,12 @@ def plan(profile: TableProfile, frame, opts: Options) -> Plan:
     features.insert(0, FeatureChoice(_free("month_of_year", cols), "int", 'ops.as_int(ops.month(col("event_date")))', 1, 12, 6,
                                      "month of the row's day"))  # fmt: skip
     gate_min_rows = max(30, min(1000, int(median_rows(t, with_rows) // 3)))
+    # two samples of one distribution, a month (n rows) and the reference (m), differ by ~sqrt(1/n + 1/m) in
+    # normalised Wasserstein distance (and in Jensen-Shannon distance over a few categories) by chance alone: drift is
+    # judged at twice that where it is over the defaults (0.15 and 0.1: a month of thousands of rows)
+    n, m = median_rows(t, with_rows), sum(t.rows_per_month.get(x, 0) for x in first_months)
+    noise = math.sqrt(1 / max(n, 1) + 1 / max(m, 1))
+    drift_threshold = round(max(0.15, 2 * noise), 2) if 2 * noise > 0.1 else None
     renames = {c.name: c.ident for c in profile.columns if c.name != c.ident}
     tokens = tuple(sorted({tok for c in profile.columns for tok in c.null_tokens}))
     null_columns = tuple(c.ident for c in profile.columns if c.kind != "string" or c.null_tokens)
@@ -245,6 +253,7 @@ def plan(profile: TableProfile, frame, opts: Options) -> Plan:
         flags=tuple(flags), months=tuple(months), first_day=first_day(months[0], t), last_day=last_day(months[-1], t),
         train_months=tuple(train), valid_month=valid, gate_min_rows=gate_min_rows,
         rps=40.0 if median_rows(t, with_rows) >= 3000 else 5.0, ignored=ignored, null_columns=null_columns,
+        drift_threshold=drift_threshold, drift_noise=round(noise, 3), month_rows=int(n), reference_rows=int(m),
     )  # fmt: skip
 
 

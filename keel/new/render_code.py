@@ -287,6 +287,16 @@ def init_module(p: Plan, origin: Origin, command: str, title: str) -> str:
     first, last = p.first_day, p.last_day
     params = '{"objective": "regression"}' if p.task == "regression" else "{}"
     segments = p.categories[:2]
+    threshold_note, thresholds = "", ""
+    if p.drift_threshold is not None:
+        threshold_note = (
+            f"\n    # a month of ~{p.month_rows:,} rows against {p.reference_rows:,} in the reference differs by "
+            f"~{p.drift_noise:g} by chance alone:\n    # drift is judged at {p.drift_threshold:g} (twice that), not at "
+            "the defaults (0.15, 0.1: months of thousands of rows)"
+        )
+        thresholds = (
+            f"\n        thresholds={{c: {p.drift_threshold!r} for c in (*FEATURES.names, FEATURES.label.column)}},"
+        )
     deps = (
         " ("
         + ("requirements-no-deps.txt" if origin.no_deps else "requirements.txt")
@@ -341,8 +351,11 @@ usecase = UseCase(
     serving=Serving(request_contract="request", pool_budget_bytes=16 << 20, tier="{p.tier}"),
     segments={_py_tuple(segments)},
     feature_table="features",
-    # the month of the year differs in every window by construction; 0/1 flags and categories compared as shares
-    monitoring=Monitoring(unmonitored=({json.dumps(p.features[0].name)},), categorical={_py_tuple((*p.categories, *p.flags))}),
+    # the month of the year differs in every window by construction; 0/1 flags and categories compared as shares{threshold_note}
+    monitoring=Monitoring(
+        unmonitored=({json.dumps(p.features[0].name)},),
+        categorical={_py_tuple((*p.categories, *p.flags))},{thresholds}
+    ),
     # the loop's gate judges a challenger on the newest labelled month's days 15–end, at least this many rows
     loop=Loop(gate_from_day=15, gate_min_rows={p.gate_min_rows}),
     replay=Replay(requests=replay.requests, day_of=replay.day_of, unit_of=replay.unit_of, rps={p.rps!r}),
