@@ -20,7 +20,7 @@ OUTLIER_ROW = 1234
 NEW_STORE = "Z"  # first seen in November, after the first model's months
 
 
-def planted_table(path) -> pl.DataFrame:
+def planted_table(path, per_day: int = 8) -> pl.DataFrame:
     """A year of a shop's daily sales, 8 rows a day over three stores, with planted defects: nulls in price (empty
     and R's "NA"), one absurd units value, a store that appears only in November, eleven days without a row, three
     rows delivered twice, and two rows without the label."""
@@ -29,7 +29,7 @@ def planted_table(path) -> pl.DataFrame:
     day = date(2021, 1, 1)
     while day <= date(2021, 12, 31):
         if not GAP[0] <= day <= GAP[1]:
-            for _ in range(8):
+            for _ in range(per_day):
                 store = str(rng.choice(["A", "B", "C"]))
                 units = int(rng.integers(1, 60))
                 price = round(float(rng.uniform(2, 9)), 2)
@@ -95,6 +95,7 @@ def test_each_planted_defect_becomes_the_right_rule_and_action(generated):
     assert "2021-09-10 … 2021-09-20" in text
     shop = _import(root)
     assert shop.usecase.model.valid_month != "2021-09" and "2021-09" not in shop.usecase.model.train_months
+    assert shop.usecase.model.params == {"objective": "regression"}  # ~740 training rows: keel's leaves of 50 fit
     assert "1000000" in text and NEW_STORE in text  # the defects are listed with what handles them
     # the 0/1 promo column is a flag: compared as categories, not as a number (no UseCaseWarning)
     assert "promo" in shop.usecase.monitoring.categorical
@@ -184,3 +185,20 @@ def test_the_generated_use_case_trains_a_model_that_passes_its_gate(generated, t
     known_constant = float(((valid - trained.mean()) ** 2).mean() ** 0.5)
     rmse = registry.get("shop", sha).metadata["metrics"]["rmse"]
     assert rmse < 0.5 * known_constant, (rmse, known_constant)
+
+
+def test_a_small_tables_model_gets_leaves_it_can_fill(tmp_path):
+    """The penguins trial: ~110 training rows, bagged to ~90, and keel's leaves of at least 50 rows left LightGBM no
+    split — the first model was the training mean. keel new sizes the leaves to the training rows."""
+    source = tmp_path / "small.csv"
+    planted_table(source, per_day=1)
+    assert (
+        main(["new", "small", "--from", str(source), "--label", "Sales", "--time", "Day", "--root", str(tmp_path)])
+        == 0
+    )
+    sys.path.insert(0, str(tmp_path / "usecases"))
+    try:
+        small = importlib.import_module("small").usecase
+    finally:
+        sys.path.remove(str(tmp_path / "usecases"))
+    assert small.model.params == {"objective": "regression", "min_data_in_leaf": 9}  # 90 training rows

@@ -121,6 +121,27 @@ def test_a_second_use_case_is_computed_from_its_declaration_offline_and_online_a
             store.freeze("price", "no such feature")
 
 
+def test_a_history_keyed_by_a_column_with_nulls_counts_no_null_group_offline_or_online(tmp_path):
+    """Issue 49 (keel new on the penguins table, whose sex is NA in 11 rows): a row without its group's key counts
+    toward no group and is scored with the prior — the online store's snapshot used to fail on a null key."""
+    fs = tiny_features()
+    rows = bookings().with_columns(
+        pl.when(pl.int_range(pl.len()) % 7 == 0).then(None).otherwise(pl.col("hotel")).alias("hotel")
+    )
+    day = date(2020, 1, 10)
+    with SQLiteOnlineStore(tmp_path / "f.sqlite", features=fs) as store:
+        views = build_views(fs, {"cities": CITIES}, rows, as_of=day)
+        assert views["hotel_price"]["key"].null_count() == 0
+        store.write_snapshot(views, as_of=day, partition="x")
+        todays = rows.filter(pl.col("arrival") == day)
+        offline = offline_features(fs, todays, {"cities": CITIES}, rows, as_of=day)
+        served = get_online_features(store, offline.select(fs.entity.request_columns).to_dicts())
+        for want_row, got_row in zip(offline.iter_rows(named=True), served, strict=True):
+            if want_row["hotel"] is None:
+                assert want_row["hotel_price"] == got_row["hotel_price"] == 100.0  # the prior
+            assert abs(want_row["hotel_price"] - got_row["hotel_price"]) < 1e-9
+
+
 def test_the_lineage_is_derived_from_the_declaration():
     sources = tiny_features().column_sources()
     assert sources["nights"] == (("validated_bookings", "nights"),)

@@ -23,11 +23,12 @@ def entity_frame(fs: FeatureSet, rows: pl.DataFrame) -> pl.DataFrame:
 
 def daily_totals(fs: FeatureSet, history: pl.DataFrame, view: History) -> pl.DataFrame:
     """Per group and day the values became known (the view's ``known_on``, else the row's own day): rows with a
-    known value, the sum of their values, and both summed over the days so far."""
+    known value, the sum of their values, and both summed over the days so far. A row without a key counts toward no
+    group (a row without it is scored with the prior, offline and online alike)."""
     day = fs.entity.date
     return (
         history.with_columns(view.value.cast(pl.Float64).alias("_value"))
-        .filter(pl.col("_value").is_not_null())
+        .filter(pl.col("_value").is_not_null() & pl.all_horizontal(pl.col(k).is_not_null() for k in view.keys))
         .with_columns((pl.col(day) if view.known_on is None else view.known_on).cast(pl.Date).alias(day))
         .group_by([*view.keys, day])
         .agg(pl.len().alias("n"), pl.col("_value").sum().alias("total"))

@@ -95,6 +95,8 @@ class Plan:
     drift_noise: float = 0.0
     month_rows: int = 0  # a typical month's rows (the median of the months with rows)
     reference_rows: int = 0  # the rows of the first model's months
+    train_rows: int = 0  # the rows of the first model's training months
+    min_data_in_leaf: int | None = None  # LightGBM's, where keel's default (50) is too many for the training rows
 
     @property
     def request_columns(self) -> tuple[str, ...]:

@@ -241,6 +241,9 @@ def plan(profile: TableProfile, frame, opts: Options) -> Plan:
     n, m = median_rows(t, with_rows), sum(t.rows_per_month.get(x, 0) for x in first_months)
     noise = math.sqrt(1 / max(n, 1) + 1 / max(m, 1))
     drift_threshold = round(max(0.15, 2 * noise), 2) if 2 * noise > 0.1 else None
+    # a leaf of keel's default 50 rows leaves a model of ~100 bagged training rows no split at all: a constant
+    train_rows = sum(t.rows_per_month.get(x, 0) for x in train)
+    leaf = max(5, min(50, train_rows // 10))
     renames = {c.name: c.ident for c in profile.columns if c.name != c.ident}
     tokens = tuple(sorted({tok for c in profile.columns for tok in c.null_tokens}))
     null_columns = tuple(c.ident for c in profile.columns if c.kind != "string" or c.null_tokens)
@@ -254,6 +257,7 @@ def plan(profile: TableProfile, frame, opts: Options) -> Plan:
         train_months=tuple(train), valid_month=valid, gate_min_rows=gate_min_rows,
         rps=40.0 if median_rows(t, with_rows) >= 3000 else 5.0, ignored=ignored, null_columns=null_columns,
         drift_threshold=drift_threshold, drift_noise=round(noise, 3), month_rows=int(n), reference_rows=int(m),
+        train_rows=train_rows, min_data_in_leaf=leaf if leaf < 50 else None,
     )  # fmt: skip
 
 

@@ -285,7 +285,15 @@ def unit_of(entity: dict) -> str:
 
 def init_module(p: Plan, origin: Origin, command: str, title: str) -> str:
     first, last = p.first_day, p.last_day
-    params = '{"objective": "regression"}' if p.task == "regression" else "{}"
+    params = {"objective": "regression"} if p.task == "regression" else {}
+    if p.min_data_in_leaf is not None:
+        params["min_data_in_leaf"] = p.min_data_in_leaf
+    params_note = (
+        f"  # {p.train_rows:,} training rows: leaves of {p.min_data_in_leaf} (keel's default 50: no split at all)"
+        if p.min_data_in_leaf is not None
+        else ""
+    )
+    params = json.dumps(params)
     segments = p.categories[:2]
     threshold_note, thresholds = "", ""
     if p.drift_threshold is not None:
@@ -332,7 +340,7 @@ usecase = UseCase(
         name="{p.model}",
         train_months={_py_tuple(p.train_months)},
         valid_month="{p.valid_month}",
-        params={params},
+        params={params},{params_note}
         coarse=Coarse(),  # when no version of the model can answer, a small one does (released only if it beats the mean)
     ),
     sources=(
