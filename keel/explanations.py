@@ -45,7 +45,10 @@ def feature_matrix(frame: pl.DataFrame, fs: FeatureSet) -> np.ndarray:
 
 
 def tree_shap(booster, x: np.ndarray) -> np.ndarray:
-    """[n, n_features + 1]: contributions in log-odds, the base value last."""
+    """[n, n_features + 1]: contributions in log-odds, the base value last (no rows: an empty matrix — a month
+    without rows explains nothing)."""
+    if x.shape[0] == 0:
+        return np.zeros((0, booster.num_feature() + 1))
     return booster.predict(x, pred_contrib=True, num_threads=1)
 
 

@@ -16,6 +16,7 @@ from keel.contracts.engine import CompiledContract
 from keel.contracts.spec import load_contract
 
 GAP = (date(2021, 9, 10), date(2021, 9, 20))  # no row on these days
+CLOSED = "2021-04"  # the shop is closed for the month: no row at all
 OUTLIER_ROW = 1234
 NEW_STORE = "Z"  # first seen in November, after the first model's months
 
@@ -28,7 +29,7 @@ def planted_table(path, per_day: int = 8) -> pl.DataFrame:
     rows = []
     day = date(2021, 1, 1)
     while day <= date(2021, 12, 31):
-        if not GAP[0] <= day <= GAP[1]:
+        if not GAP[0] <= day <= GAP[1] and not day.isoformat().startswith(CLOSED):
             for _ in range(per_day):
                 store = str(rng.choice(["A", "B", "C"]))
                 units = int(rng.integers(1, 60))
@@ -92,10 +93,11 @@ def test_each_planted_defect_becomes_the_right_rule_and_action(generated):
     assert rules["one_row_once"].type == "unique" and rules["one_row_once"].action == "quarantine"
     # the gap: no rule can see absent rows — named in the contract, and the first model is not validated on it
     text = (folder / "contracts" / "shop.yaml").read_text()
-    assert "2021-09-10 … 2021-09-20" in text
+    assert "2021-09-10 … 2021-09-20" in text and "2021-04-01 … 2021-04-30" in text
     shop = _import(root)
     assert shop.usecase.model.valid_month != "2021-09" and "2021-09" not in shop.usecase.model.train_months
-    assert shop.usecase.model.params == {"objective": "regression"}  # ~740 training rows: keel's leaves of 50 fit
+    # 472 training rows (January and February): leaves of 47, not keel's 50
+    assert shop.usecase.model.params == {"objective": "regression", "min_data_in_leaf": 47}
     assert "1000000" in text and NEW_STORE in text  # the defects are listed with what handles them
     # the 0/1 promo column is a flag: compared as categories, not as a number (no UseCaseWarning)
     assert "promo" in shop.usecase.monitoring.categorical
@@ -169,8 +171,9 @@ def test_the_generated_use_case_trains_a_model_that_passes_its_gate(generated, t
     root, _ = generated
     uc = _import(root).usecase
     run, _ = pipeline_runner(uc, tmp_path)
-    for month in (*uc.model.train_months, uc.model.valid_month):
+    for month in (*uc.model.train_months, uc.model.valid_month, CLOSED):  # a month without rows builds too
         run(["raw_shop", "validated_shop", "shop_quarantine", "features", "online_features"], month)
+    assert uc.model.valid_month < CLOSED
     result = run(["model", "model_evaluation", "model_promotion"])
     checks = {c.check_name: c.passed for c in result.get_asset_check_evaluations()}
     assert checks.get("quality_gate") is True, checks
@@ -185,6 +188,10 @@ def test_the_generated_use_case_trains_a_model_that_passes_its_gate(generated, t
     known_constant = float(((valid - trained.mean()) ** 2).mean() ** 0.5)
     rmse = registry.get("shop", sha).metadata["metrics"]["rmse"]
     assert rmse < 0.5 * known_constant, (rmse, known_constant)
+    # the month without rows explains nothing, and says so (TreeSHAP on no rows failed the penguins trial's runs)
+    explained = run(["explanations"], CLOSED)
+    [mat] = explained.get_asset_materialization_events()
+    assert mat.materialization.metadata["rows_explained"].value == 0
 
 
 def test_a_small_tables_model_gets_leaves_it_can_fill(tmp_path):
@@ -201,4 +208,4 @@ def test_a_small_tables_model_gets_leaves_it_can_fill(tmp_path):
         small = importlib.import_module("small").usecase
     finally:
         sys.path.remove(str(tmp_path / "usecases"))
-    assert small.model.params == {"objective": "regression", "min_data_in_leaf": 9}  # 90 training rows
+    assert small.model.params == {"objective": "regression", "min_data_in_leaf": 5}  # 59 training rows: the floor

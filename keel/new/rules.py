@@ -118,11 +118,11 @@ def time_rules(time: ColumnProfile, profile: TableProfile, rules: list[Rule], de
                       f"the reader derives the row's year, month, day and date from {time.ident} (the monthly "
                       "partition, the day it lands, the day it is scored as of); a delivery must agree"))  # fmt: skip
     if t.gaps:
-        longest = max(t.gaps, key=lambda g: (g[1] - g[0]).days)
+        shown = "; ".join(f"{a} … {b}" for a, b in sorted(t.gaps, key=lambda g: (g[0] - g[1]).days)[:5])
         defects.append(
-            f"{time.ident}: {len(t.gaps)} stretch{'' if len(t.gaps) == 1 else 'es'} with no row ({t.gap_days} days; the longest {longest[0]} … "
-            f"{longest[1]}) in a {t.cadence} table — no row to judge, so no rule: named here, and the first model is "
-            "validated on a month without one"
+            f"{time.ident}: {len(t.gaps)} stretch{'' if len(t.gaps) == 1 else 'es'} with no row ({t.gap_days} days: "
+            f"{shown}{'; …' if len(t.gaps) > 5 else ''}) in a {t.cadence} table — no row to judge, so no rule: named "
+            "here, and the first model is validated on a month without one"
         )
     if time.nulls:
         defects.append(f"{time.ident}: {time.nulls} rows without a time ({null_words(time)}) — no month to place them "
