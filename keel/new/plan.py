@@ -103,8 +103,6 @@ def plan(profile: TableProfile, frame, opts: Options) -> Plan:
     enough = [m for m in with_rows[n_train:] if t.rows_per_month.get(m, 0) >= 0.5 * median_rows(t, with_rows)]
     later = [m for m in enough if m not in gaps] or enough or with_rows[n_train:]
     valid = later[0]
-    if len(later) and later[0] != with_rows[n_train]:
-        train = [m for m in with_rows if m < valid][: max(2, n_train)]
     first_months = [*train, valid]
     first = _month_rows(frame, time.ident, first_months)
     y = label_values(first[label.ident], task, positive)
@@ -124,7 +122,7 @@ def plan(profile: TableProfile, frame, opts: Options) -> Plan:
     time_rows = time_rules(time, profile, rules, defects)
     critical_rows += time_rows
     # one row once
-    dup_rule, dups = duplicate_rule(profile, frame, entity, defects)
+    dup_rule, _ = duplicate_rule(profile, frame, entity, defects)  # a warning: not in the critical budget
     rules.append(dup_rule)
 
     for c in profile.columns:
@@ -251,7 +249,7 @@ def plan(profile: TableProfile, frame, opts: Options) -> Plan:
         name=opts.name, table=opts.name, model=opts.name.replace("_", "-"), task=task, label=label.ident,
         positive=positive, time=time.ident, time_fmt=time.fmt or "%Y-%m-%d", entity=entity, tier=opts.tier,
         renames=renames, null_tokens=tokens, schema=tuple(schema), rules=tuple(rules),
-        critical_share=max(0.02, budget((critical_rows + dups) / profile.rows)), defects=tuple(defects),
+        critical_share=max(0.02, budget(critical_rows / profile.rows)), defects=tuple(defects),
         features=tuple(features), histories=tuple(histories), prior=round(prior, 6), categories=tuple(categories),
         flags=tuple(flags), months=tuple(months), first_day=first_day(months[0], t), last_day=last_day(months[-1], t),
         train_months=tuple(train), valid_month=valid, gate_min_rows=gate_min_rows,
