@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 COMMON_NULLS = 0.1  # a column missing in this share of rows or more: its absence is usual (an info rule counts it)
 MAX_CATEGORIES = 50  # a text column with more distinct values is an id or free text: not a feature, no set rule
 ADDED = ("event_year", "event_month", "event_day", "event_date")  # what the generated reader adds
-TIME_FEATURES = ("month_of_year", "day_of_week")
 
 
 class PlanError(ValueError):

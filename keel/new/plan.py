@@ -28,11 +28,12 @@ from __future__ import annotations
 
 import math
 
+import polars as pl
+
 from keel.new.choices import (  # noqa: F401 - the plan's parts, imported from here by their users
     ADDED,
     COMMON_NULLS,
     MAX_CATEGORIES,
-    TIME_FEATURES,
     FeatureChoice,
     HistoryChoice,
     Options,
@@ -61,15 +62,11 @@ from keel.new.rules import (  # the rules of one column, the time axis and the l
 
 
 def _month_rows(frame, ident: str, months: list[str]):
-    import polars as pl
-
     return frame.filter(pl.col(ident).is_not_null() & pl.col("_month").is_in(months))
 
 
 def plan(profile: TableProfile, frame, opts: Options) -> Plan:
     """The use case for a profiled table (``profile_table``'s profile and typed frame)."""
-    import polars as pl
-
     cols = {c.ident: c for c in profile.columns}
 
     def find(name: str, what: str) -> ColumnProfile:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 
+import polars as pl
+
 from keel.new.choices import Options, PlanError, Rule
 from keel.new.profile import ColumnProfile, TableProfile
 
@@ -82,8 +84,6 @@ def task_of(label: ColumnProfile, opts: Options) -> tuple[str, str | None]:
 
 
 def label_values(s, task: str, positive: str | None):
-    import polars as pl
-
     if positive is not None:
         return (s.cast(pl.String) == positive).cast(pl.Float64).drop_nulls()
     return s.cast(pl.Float64).drop_nulls()
