@@ -273,6 +273,7 @@ class Gateway:
     def render_metrics(self) -> str:
         self.refresh_gauges()
         if self.exchange is not None:  # one of several workers: the others' series too
+            self.exchange.publish(self.metrics)  # first: a counter never falls between scrapes (shared.py)
             return self.metrics.render(self.exchange.others(), self.worker.index)
         return self.metrics.render()
 

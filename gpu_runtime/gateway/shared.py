@@ -8,9 +8,10 @@ files in ``<serving>/workers/``:
 - **tenants' rate limits** (``buckets.bin``): one token bucket per model and tenant in a memory-mapped table, taken
   under an exclusive ``flock`` (``SharedBuckets``) — a tenant's limit is the tenant's, whichever worker its
   connection landed on;
-- **metrics** (``metrics-w<i>.json``): each worker writes its series every ``METRICS_EVERY_S``; the worker that
-  answers ``/metrics`` adds the others' counters and histograms to its own and shows their gauges with a
-  ``worker`` label (``MetricsExchange``).
+- **metrics** (``metrics-w<i>.json``): each worker writes its series every ``METRICS_EVERY_S``, and again just
+  before it answers ``/metrics``, where it adds the others' counters and histograms to its own and shows their
+  gauges with a ``worker`` label (``MetricsExchange``): a counter never falls between two scrapes, whichever
+  workers answer them.
 
 What stays each worker's own: its event loop, tier admission and adaptive limits, breakers (each worker judges the
 calls it made), the coarse pool, routing and policy following (each follows the same files and store within a
@@ -164,8 +165,8 @@ class SharedRuntimeStatus:
 
 
 class MetricsExchange:
-    """Each worker's metrics snapshot to ``metrics-w<i>.json`` (``publish``, from the watcher) and the others'
-    (``others``, for /metrics)."""
+    """Each worker's metrics snapshot to ``metrics-w<i>.json`` (``publish``, from the watcher and before each
+    /metrics answer) and the others' (``others``, for /metrics)."""
 
     def __init__(self, directory: Path, index: int):
         self.directory, self.index = directory, index

@@ -62,6 +62,19 @@ def test_connections_spread_over_the_workers_and_every_answer_is_logged_and_coun
     assert requests_total(rt.url) == 100
 
 
+def test_a_counter_never_falls_between_two_scrapes_whichever_worker_answers(two_workers, serving_models):
+    """Each scrape is a new connection (either worker); requests go on meanwhile. A fall would read as a restart."""
+    rt = two_workers
+    body = request_body(serving_models[1].row(3, named=True))
+    seen = []
+    with httpx.Client(timeout=10) as client:  # one kept connection for the traffic: one worker counts it live
+        for _ in range(40):
+            for _ in range(3):
+                assert client.post(f"{rt.url}/v1/predict", json=body).status_code == 200
+            seen.append(requests_total(rt.url))
+    assert seen == sorted(seen) and seen[-1] > seen[0], seen
+
+
 def test_a_tenants_rate_limit_holds_across_the_workers(two_workers, serving_models):
     body = request_body(serving_models[1].row(1, named=True), tenant_id="capped")
     codes = [httpx.post(f"{two_workers.url}/v1/predict", json=body, timeout=10).status_code for _ in range(30)]
