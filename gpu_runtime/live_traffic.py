@@ -23,11 +23,13 @@ def key_headers(tenants: tuple[str, ...]) -> dict[str, dict[str, str]]:
 
 def wait_for_key(url: str, key: str, timeout_s: float = 30.0) -> float:
     """Until the edge at ``url`` takes ``key`` (a request with it is no longer 401: the edge follows the policy store
-    within a second or two of the commit); the seconds it took. RuntimeError after ``timeout_s``."""
+    within a second or two of the commit); the seconds it took. RuntimeError after ``timeout_s``. The probe is a
+    ``GET /v1/predict``: the edge authenticates it like any request, and the gateway answers it 404 without asking a
+    model — no exposure is logged, no request counted."""
     import httpx
 
     started = time.monotonic()
-    while httpx.post(f"{url}/v1/predict", json={}, headers={"x-api-key": key}, timeout=10).status_code == 401:
+    while httpx.get(f"{url}/v1/predict", headers={"x-api-key": key}, timeout=10).status_code == 401:
         if time.monotonic() - started > timeout_s:
             raise RuntimeError(f"the edge at {url} did not take the new API key within {timeout_s:g} s")
         time.sleep(0.05)

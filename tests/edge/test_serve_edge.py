@@ -117,6 +117,7 @@ def test_a_revoked_key_is_refused_once_the_edge_follows_the_store(served):
 
 def test_the_overload_drill_takes_keys_of_its_own_behind_the_edge_and_revokes_them(served, monkeypatch):
     from gpu_runtime.overload_drill import DRILL_TENANTS, drill_keys
+    from keel.exposure_log import read_exposures
     from keel.home import KeelHome
     from keel.policies import PolicyStore
     from keel.tenants import revoke_keys
@@ -126,6 +127,10 @@ def test_the_overload_drill_takes_keys_of_its_own_behind_the_edge_and_revokes_th
     monkeypatch.setenv("KEEL_REPLICA", "a")  # the replica drilled (its endpoints name its edge)
     keys = drill_keys(url)  # returns once the edge takes them
     assert sorted(keys) == sorted(DRILL_TENANTS) and len(keys) == 65
+    logged = [e for d in KeelHome(home).exposure_dirs() for e in read_exposures(d)]
+    assert logged  # the module's earlier requests are there …
+    probes = [e for e in logged if e.get("tenant_id") == "drill-probe"]
+    assert probes == []  # … the wait for the key asked no model: nothing logged (it is written before the answer)
     flood = {"x-api-key": keys["drill-flood-7"]}
     assert predict(url, flood, {"tenant_id": "drill-flood-7"}).status_code == 422  # in: judged by the gateway
     with PolicyStore(KeelHome(home).policies) as store:
