@@ -107,21 +107,42 @@ def test_each_planted_defect_becomes_the_right_rule_and_action(generated):
     assert shop.usecase.monitoring.thresholds["label_sales"] == 0.15
 
 
-def _import(root):
+def _import(root, name: str = "shop"):
     sys.path.insert(0, str(root / "usecases"))
     try:
-        return importlib.import_module("shop")
+        return importlib.import_module(name)
     finally:
         sys.path.remove(str(root / "usecases"))
 
 
 def test_the_generated_package_puts_every_row_in_exactly_one_sink(generated):
     root, table = generated
-    shop = _import(root)
-    uc = shop.usecase
-    assert uc.name == "shop" and uc.task == "regression" and uc.features.label.column == "label_sales"
-    contract = CompiledContract(load_contract(root / "usecases" / "shop" / "contracts" / "shop.yaml"))
-    src = uc.source("shop")
+    every_row_in_exactly_one_sink(root, "shop", table)
+
+
+def test_a_time_column_of_eight_digit_dates_is_read_as_dates(tmp_path):
+    """20210101 (statsmodels' co2 writes its weeks so): in the column named as the time, a date — the same rules,
+    sinks and requests as the same table with ISO dates; elsewhere eight digits stay a number."""
+    source = tmp_path / "compact.csv"
+    table = planted_table(source).with_columns(pl.col("Day").str.replace_all("-", ""), code=pl.lit("20210101"))
+    table.write_csv(source)
+    assert main(["new", "shopc", "--from", str(source), "--label", "Sales", "--time", "Day", "--root",
+                 str(tmp_path)]) == 0  # fmt: skip
+    spec = load_contract(tmp_path / "usecases" / "shopc" / "contracts" / "shopc.yaml")
+    columns = {c.name: c for c in spec.columns}
+    assert (columns["day"].dtype, columns["day"].format) == (
+        "datetime",
+        "%Y%m%d",
+    )  # the time column, as with ISO dates
+    assert columns["code"].dtype.startswith("int")  # not the time column: a number
+    every_row_in_exactly_one_sink(tmp_path, "shopc", table.drop("code"))
+
+
+def every_row_in_exactly_one_sink(root, name: str, table: pl.DataFrame) -> None:
+    uc = _import(root, name).usecase
+    assert uc.name == name and uc.task == "regression" and uc.features.label.column == "label_sales"
+    contract = CompiledContract(load_contract(root / "usecases" / name / "contracts" / f"{name}.yaml"))
+    src = uc.source(name)
     valid, quarantined, rejected = [], [], 0
     for month in uc.months:
         result = contract.validate(src.read_month(month))
@@ -136,8 +157,8 @@ def test_the_generated_package_puts_every_row_in_exactly_one_sink(generated):
     assert valid.filter(pl.col("store") == NEW_STORE).height == 4  # kept, flagged
     assert valid["unit_price"].null_count() == 28  # kept: 3 "NA" and 25 empty
     # the request contract accepts the replay's requests of a month after the first model's
-    requests = shop.replay.requests("2021-11")
-    record = CompiledContract(load_contract(root / "usecases" / "shop" / "contracts" / "request.yaml"))
+    requests = uc.replay.requests("2021-11")
+    record = CompiledContract(load_contract(root / "usecases" / name / "contracts" / "request.yaml"))
     assert requests and all(not record.validate(pl.DataFrame([r])).quarantine.height for r in requests[:20])
 
 

@@ -1,9 +1,9 @@
 """The profile of a table ``keel new`` starts from: what each column holds, read from text the way a contract reads it.
 
 A column's *kind* is the narrowest type every non-null value parses as — ``bool`` (true/false), ``int``, ``float``,
-``datetime`` or ``date`` (one of ``DATETIME_FORMATS``/``DATE_FORMATS``), else ``string``. Text that stands for
-nothing in an otherwise typed column (``NA`` as R writes it, ``NaN``, ``null``) is counted as null and named, so the
-reader can say it. Per column: nulls, distinct values, quantiles and range (numbers), categories and their counts
+``datetime`` or ``date`` (one of ``DATETIME_FORMATS``/``DATE_FORMATS``; in the time column, ``COMPACT_DATE`` too), else
+``string``. Text that stands for nothing in an otherwise typed column (``NA`` as R writes it, ``NaN``, ``null``) is
+counted as null and named, so the reader can say it. Per column: nulls, distinct values, quantiles and range (numbers), categories and their counts
 (text, booleans and small integers); for the table: rows, exact duplicate rows, and the time column's span, cadence
 (the median step between distinct instants) and gaps (stretches with no row that the cadence says should have one).
 Pure: a frame of text in, a value out (``profile_table``).
@@ -19,6 +19,7 @@ import polars as pl
 
 NULL_TOKENS = ("NA", "N/A", "NaN", "nan", "null", "NULL", "None", "none", "-")
 DATE_FORMATS = ("%Y-%m-%d", "%Y/%m/%d", "%m/%d/%Y", "%d.%m.%Y")
+COMPACT_DATE = "%Y%m%d"  # 20130101: read as a date only in the column named as the time (elsewhere it is a number)
 DATETIME_FORMATS = (
     "%Y-%m-%dT%H:%M:%SZ", "%Y-%m-%dT%H:%M:%S%z", "%Y-%m-%d %H:%M:%S%z", "%Y-%m-%dT%H:%M:%S",
     "%Y-%m-%d %H:%M:%S", "%Y-%m-%d %H:%M",
@@ -140,12 +141,15 @@ def _parses(values: pl.Series, kind: str, fmt: str | None = None) -> bool:
         return False
 
 
-def infer_kind(text: pl.Series) -> tuple[str, str | None, tuple[str, ...]]:
-    """(kind, format, null tokens) of a text column."""
+def infer_kind(text: pl.Series, time: bool = False) -> tuple[str, str | None, tuple[str, ...]]:
+    """(kind, format, null tokens) of a text column; ``time``: the column named as the table's time, where eight
+    digits that all parse as ``COMPACT_DATE`` are a date."""
     values = _non_null(text)
     values = values.filter(values != "")
     tokens = tuple(t for t in NULL_TOKENS if bool((values == t).any()))
     typed = values.filter(~values.is_in(list(tokens))) if tokens else values
+    if time and typed.len() and bool(typed.str.contains(r"^\d{8}$").all()) and _parses(typed, "date", COMPACT_DATE):
+        return "date", COMPACT_DATE, tokens
     for kind in ("bool", "int", "float"):
         if _parses(typed, kind):
             return kind, None, tokens
@@ -176,10 +180,13 @@ def _typed(text: pl.Series, kind: str, fmt: str | None, tokens: tuple[str, ...])
     return s
 
 
-def profile_column(text: pl.Series, file_tokens: tuple[str, ...] = ()) -> tuple[ColumnProfile, pl.Series]:
+def profile_column(
+    text: pl.Series, file_tokens: tuple[str, ...] = (), time: bool = False
+) -> tuple[ColumnProfile, pl.Series]:
     """One column's profile and its typed values; ``file_tokens``: the file's own words for a missing value, applied
-    to a text column too (a text column alone never has its "NA" guessed away: it may be Namibia)."""
-    kind, fmt, tokens = infer_kind(text)
+    to a text column too (a text column alone never has its "NA" guessed away: it may be Namibia); ``time``: the
+    column is the table's time (``infer_kind``)."""
+    kind, fmt, tokens = infer_kind(text, time)
     if kind == "string" and file_tokens:
         tokens = tuple(t for t in file_tokens if bool((text.str.strip_chars() == t).any()))
     typed = _typed(text, kind, fmt, tokens)
@@ -261,7 +268,7 @@ def profile_table(text: pl.DataFrame, time: str) -> tuple[TableProfile, pl.DataF
     table typed as profiled (columns renamed to their identifiers)."""
     columns, typed = [], {}
     for name in text.columns:
-        col, values = profile_column(text[name].cast(pl.String))
+        col, values = profile_column(text[name].cast(pl.String), time=time in (name, identifier(name)))
         columns.append(col)
         typed[col.ident] = values
     # the text a file writes for a missing number (R's NA) is its convention for a missing text too
@@ -281,7 +288,7 @@ def profile_table(text: pl.DataFrame, time: str) -> tuple[TableProfile, pl.DataF
     if not tcol.temporal:
         raise ValueError(
             f"time column {time!r} holds {tcol.kind} values, not dates or times in a format keel reads "
-            f"({', '.join((*DATE_FORMATS, *DATETIME_FORMATS))})"
+            f"({', '.join((*DATE_FORMATS, *DATETIME_FORMATS, COMPACT_DATE))})"
         )
     return (
         TableProfile(
