@@ -105,6 +105,8 @@ def test_each_planted_defect_becomes_the_right_rule_and_action(generated):
     # categories too (their default, 0.1, would call every month drifted)
     assert shop.usecase.monitoring.thresholds["store_sales_mean"] == 0.15
     assert shop.usecase.monitoring.thresholds["label_sales"] == 0.15
+    # ~240 rows a month: 2 % of the smallest is more than a row, so the budget is the share alone
+    assert (spec.critical_budget_fraction, spec.critical_budget_rows) == (0.02, 0) and "allowed_rows" not in text
 
 
 def _import(root, name: str = "shop"):
@@ -230,3 +232,10 @@ def test_a_small_tables_model_gets_leaves_it_can_fill(tmp_path):
     finally:
         sys.path.remove(str(tmp_path / "usecases"))
     assert small.model.params == {"objective": "regression", "min_data_in_leaf": 5}  # 59 training rows: the floor
+    # months of ~30 rows (September, with its gap, 19): 2 % is under one row, so one bad row must not block one
+    spec = load_contract(tmp_path / "usecases" / "small" / "contracts" / "small.yaml")
+    assert (spec.critical_budget_fraction, spec.critical_budget_rows) == (0.02, 1)
+    assert (
+        "allowed_rows: 1   # … and more than this many rows (2021-09 has 19 rows: under one row at 2%)"
+        in (tmp_path / "usecases" / "small" / "contracts" / "small.yaml").read_text()
+    )

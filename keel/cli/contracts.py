@@ -93,7 +93,7 @@ def _contracts_validate(args: argparse.Namespace) -> int:
         print(f"  unexpected columns ({spec.unexpected_columns}): {', '.join(rep.unexpected_columns)}")
     verdict = "EXCEEDED" if rep.budget_exceeded else "ok"
     print(
-        f"critical failures: {rep.critical_failed_rows:,} rows ({rep.critical_failed_fraction:.3%}), budget {rep.critical_budget_fraction:.3%}: {verdict}"
+        f"critical failures: {rep.critical_failed_rows:,} rows ({rep.critical_failed_fraction:.3%}), budget {rep.budget_text}: {verdict}"
     )
     print(f"wrote {out / 'report.json'}")
     return EXIT_PROBLEM if rep.budget_exceeded else EXIT_OK

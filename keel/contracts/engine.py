@@ -181,8 +181,7 @@ class CompiledContract:
         """A lazy frame with typed contract columns, raw originals where they differ, and a mask per rule that can fail.
 
         Rules that cannot fail on this input (a type check on a column that already has the type) get no column:
-        ``stages.active`` names the rules that have one.
-        """
+        ``stages.active`` names the rules that have one."""
         references = dict(references or {})
         absent = [r for r in self.spec.references if r not in references]
         if absent:
@@ -349,6 +348,7 @@ class CompiledContract:
             flagged=int(counts["__flag"]),
             critical_failed_rows=int(counts["__crit"]),
             critical_budget_fraction=spec.critical_budget_fraction,
+            critical_budget_rows=spec.critical_budget_rows,
             missing_columns=missing,
             unexpected_columns=unexpected,
             rules=outcomes,

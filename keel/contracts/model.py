@@ -91,6 +91,7 @@ class ContractSpec:
     schema_action: str = "quarantine"
     unexpected_columns: str = "drop"  # drop | quarantine
     critical_budget_fraction: float = 0.0
+    critical_budget_rows: int = 0  # so many rows may break critical rules whatever the partition's size
     dry_run: bool = False
     source: str = "<string>"
     text: str = field(default="", repr=False)

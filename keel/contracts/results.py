@@ -87,6 +87,14 @@ class ValidationReport:
     rules: list[RuleOutcome]
     # What a real run would have done; equals the sinks above unless dry_run.
     planned: dict[str, int] = field(default_factory=dict)
+    critical_budget_rows: int = 0  # rows that may break critical rules whatever the partition's size
+
+    @property
+    def budget_text(self) -> str:
+        """The budget as a person reads it: "2.00% of the rows" or "2.00% of the rows or 1 row, the larger"."""
+        share = f"{self.critical_budget_fraction:.2%} of the rows"
+        rows = self.critical_budget_rows
+        return f"{share} or {rows} row{'s' if rows != 1 else ''}, the larger" if rows else share
 
     @property
     def conserved(self) -> bool:
@@ -98,7 +106,10 @@ class ValidationReport:
 
     @property
     def budget_exceeded(self) -> bool:
-        return self.critical_failed_fraction > self.critical_budget_fraction
+        return (
+            self.critical_failed_fraction > self.critical_budget_fraction
+            and self.critical_failed_rows > self.critical_budget_rows
+        )
 
     def rule(self, rule_id: str) -> RuleOutcome:
         for r in self.rules:

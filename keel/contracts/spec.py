@@ -112,10 +112,13 @@ class _ContractReader:
         budget = self.mapping(
             self.get(top, "critical_budget", (), (dict,), default={"max_fraction": 0.0}), ("critical_budget",)
         )
-        self.no_unknown(budget, {"max_fraction"}, ("critical_budget",))
+        self.no_unknown(budget, {"max_fraction", "allowed_rows"}, ("critical_budget",))
         max_fraction = float(self.get(budget, "max_fraction", ("critical_budget",), (int, float), default=0.0))
         if not 0.0 <= max_fraction <= 1.0:
             raise self.fail(("critical_budget", "max_fraction"), "must be between 0 and 1")
+        allowed_rows = self.get(budget, "allowed_rows", ("critical_budget",), (int,), default=0)
+        if allowed_rows < 0:
+            raise self.fail(("critical_budget", "allowed_rows"), "must be a whole number of rows, 0 or more")
 
         schema = self.mapping(self.get(top, "schema", (), (dict,), required=True), ("schema",))
         self.no_unknown(schema, {"columns", "on_violation", "unexpected_columns"}, ("schema",))
@@ -156,6 +159,7 @@ class _ContractReader:
             schema_action=schema_action,
             unexpected_columns=unexpected,
             critical_budget_fraction=max_fraction,
+            critical_budget_rows=allowed_rows,
             dry_run=dry_run,
             source=self.doc.source,
             text=self.text,

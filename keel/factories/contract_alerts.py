@@ -37,7 +37,7 @@ def breach_alerts(spec: ContractSpec, report: ValidationReport, complete: bool =
         out.append((
             Alert("contract_breach", "critical",
                   f"contract {spec.name} v{spec.version}, {where}: {report.critical_failed_fraction:.2%} of rows "
-                  f"break a critical rule (budget {report.critical_budget_fraction:.2%}): nothing downstream runs",
+                  f"break a critical rule (budget {report.budget_text}): nothing downstream runs",
                   {"contract": spec.name, "rule": "critical_budget", "partition": report.partition},
                   source=f"validate_{spec.name}"),
             f"contract:{spec.name}:critical_budget:{report.partition}:{spec.content_hash[:12]}",

@@ -77,7 +77,9 @@ def contract_check_specs(
             asset=key,
             partitions_def=partitions_def,
             blocking=True,
-            description=f"rows breaking a critical rule ≤ {spec.critical_budget_fraction:.2%} of the partition; blocks downstream",
+            description=f"rows breaking a critical rule ≤ {spec.critical_budget_fraction:.2%} of the partition"
+            + (f" or {spec.critical_budget_rows:,} rows, the larger" if spec.critical_budget_rows else "")
+            + "; blocks downstream",
         ),
         partitioned_check(
             SCHEMA_CHECK,
@@ -168,6 +170,7 @@ def _check_results(
             "critical_failed_rows": report.critical_failed_rows,
             "critical_failed_fraction": dg.MetadataValue.float(round(report.critical_failed_fraction, 6)),
             "budget_fraction": dg.MetadataValue.float(report.critical_budget_fraction),
+            "budget_rows": report.critical_budget_rows,
             "failing_critical_rules": ", ".join(r.id for r in report.rules if r.severity == "critical" and r.failed)
             or "none",
         },

@@ -96,6 +96,10 @@ class Plan:
     reference_rows: int = 0  # the rows of the first model's months
     train_rows: int = 0  # the rows of the first model's training months
     min_data_in_leaf: int | None = None  # LightGBM's, where keel's default (50) is too many for the training rows
+    # rows a month may break critical rules on whatever its size (the budget's floor), and why: where the share of the
+    # smallest month is under one row, one bad row would block that month
+    critical_rows: int = 0
+    critical_rows_why: str = ""
 
     @property
     def request_columns(self) -> tuple[str, ...]:

@@ -230,6 +230,10 @@ def plan(profile: TableProfile, frame, opts: Options) -> Plan:
     features.insert(0, FeatureChoice(_free("month_of_year", cols), "int", 'ops.as_int(ops.month(col("event_date")))', 1, 12, 6,
                                      "month of the row's day"))  # fmt: skip
     gate_min_rows = max(30, min(1000, int(median_rows(t, with_rows) // 3)))
+    share = max(0.02, budget(critical_rows / profile.rows))
+    smallest = min(with_rows, key=lambda x: t.rows_per_month[x])
+    tiny = t.rows_per_month[smallest] * share < 1
+    floor_why = f"{smallest} has {t.rows_per_month[smallest]} rows: under one row at {share:.0%}" if tiny else ""
     # two samples of one distribution, a month (n rows) and the reference (m), differ by ~sqrt(1/n + 1/m) in
     # normalised Wasserstein distance (and in Jensen-Shannon distance over a few categories) by chance alone: drift is
     # judged at twice that where it is over the defaults (0.15 and 0.1: a month of thousands of rows)
@@ -246,7 +250,7 @@ def plan(profile: TableProfile, frame, opts: Options) -> Plan:
         name=opts.name, table=opts.name, model=opts.name.replace("_", "-"), task=task, label=label.ident,
         positive=positive, time=time.ident, time_fmt=time.fmt or "%Y-%m-%d", entity=entity, tier=opts.tier,
         renames=renames, null_tokens=tokens, schema=tuple(schema), rules=tuple(rules),
-        critical_share=max(0.02, budget(critical_rows / profile.rows)), defects=tuple(defects),
+        critical_share=share, critical_rows=int(tiny), critical_rows_why=floor_why, defects=tuple(defects),
         features=tuple(features), histories=tuple(histories), prior=round(prior, 6), categories=tuple(categories),
         flags=tuple(flags), months=tuple(months), first_day=first_day(months[0], t), last_day=last_day(months[-1], t),
         train_months=tuple(train), valid_month=valid, gate_min_rows=gate_min_rows,

@@ -79,6 +79,11 @@ def source_contract(p: Plan, origin: Origin, command: str) -> str:
         "critical_budget:",
         f"  max_fraction: {p.critical_share:g}   # more than this share of a month breaking a critical rule blocks "
         "what is downstream",
+        *(
+            [f"  allowed_rows: {p.critical_rows}   # … and more than this many rows ({p.critical_rows_why})"]
+            if p.critical_rows
+            else []
+        ),
         "schema:",
         "  on_violation: {severity: critical, action: quarantine}",
         "  unexpected_columns: drop",

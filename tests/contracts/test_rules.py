@@ -269,6 +269,23 @@ def test_severity_budget():
     assert bad.report.budget_exceeded and bad.report.critical_failed_fraction == 0.75
 
 
+def test_a_budget_of_rows_is_a_floor_under_the_share():
+    """``allowed_rows``: a partition of 8 rows with one bad label is not a blocked month (2 % of it is under one row);
+    two are, and in a large partition the share decides as before."""
+    c = make_contract("a: {type: int64}", "- {id: crit, type: range, column: a, min: 0}",
+                      critical_budget="{max_fraction: 0.02, allowed_rows: 1}")  # fmt: skip
+    one = c.validate(pl.DataFrame({"a": [1, 2, 3, 4, 5, 6, 7, -1]}))
+    assert one.report.critical_failed_rows == 1 and not one.report.budget_exceeded
+    assert one.report.quarantined == 1  # the row is quarantined all the same
+    assert one.report.budget_text == "2.00% of the rows or 1 row, the larger"
+    assert c.validate(pl.DataFrame({"a": [1, 2, 3, 4, 5, 6, -7, -1]})).report.budget_exceeded
+    large = c.validate(pl.DataFrame({"a": [1] * 970 + [-1] * 30}))  # 3 % of 1,000 rows
+    assert large.report.budget_exceeded
+    without = make_contract("a: {type: int64}", "- {id: crit, type: range, column: a, min: 0}",
+                            critical_budget="{max_fraction: 0.02}")  # fmt: skip
+    assert without.validate(pl.DataFrame({"a": [1, 2, 3, 4, 5, 6, 7, -1]})).report.budget_exceeded
+
+
 def test_missing_column_quarantines_every_row_and_says_which():
     c = make_contract("a: {type: int64}\nb: {type: int64}")
     r = c.validate(pl.DataFrame({"a": [1, 2]}))

@@ -62,6 +62,19 @@ def test_wrong_field_type():
     )
 
 
+@pytest.mark.parametrize(
+    ("budget", "field", "message"),
+    [("{max_fraction: 0.02, allowed_rows: -1}", "critical_budget.allowed_rows", "0 or more"),
+     ("{max_fraction: 0.02, allowed_rows: 1.5}", "critical_budget.allowed_rows", "expected an integer"),
+     ("{max_fraction: 0.02, allowed_rows: true}", "critical_budget.allowed_rows", "got a boolean"),
+     ("{max_fraction: 0.02, rows: 1}", "critical_budget.rows", "allowed_rows")],
+)  # fmt: skip
+def test_a_bad_budget_of_rows_is_named(budget, field, message):
+    with pytest.raises(ContractError) as info:
+        parse_contract(BASE.replace("schema:", f"critical_budget: {budget}\nschema:"), source="demo.yaml")
+    assert info.value.field == field and message in str(info.value)
+
+
 def test_boolean_is_not_a_number():
     e = err("- id: r1\n  type: max_length\n  column: s\n  max: true\n")
     assert e.field == "rules[0].max" and "got a boolean" in str(e)
