@@ -3,9 +3,10 @@
 A column's *kind* is the narrowest type every non-null value parses as — ``bool`` (true/false), ``int``, ``float``,
 ``datetime`` or ``date`` (one of ``DATETIME_FORMATS``/``DATE_FORMATS``; in the time column, ``COMPACT_DATE`` too), else
 ``string``. Text that stands for nothing in an otherwise typed column (``NA`` as R writes it, ``NaN``, ``null``) is
-counted as null and named, so the reader can say it. Per column: nulls, distinct values, quantiles and range (numbers), categories and their counts
-(text, booleans and small integers); for the table: rows, exact duplicate rows, and the time column's span, cadence
-(the median step between distinct instants) and gaps (stretches with no row that the cadence says should have one).
+counted as null and named, so the reader can say it. Per column: nulls, distinct values, quantiles and range
+(numbers), categories and their counts (text, booleans and small integers); for the table: rows, exact duplicate rows,
+and the time column's span, cadence (the median step between distinct instants) and gaps (stretches with no row that
+the cadence says should have one).
 Pure: a frame of text in, a value out (``profile_table``).
 """
 
