@@ -8,6 +8,8 @@ rollback job) are single.
 
 from __future__ import annotations
 
+import os
+
 import dagster as dg
 
 from assets.deployment import rollback_job
@@ -17,6 +19,7 @@ from assets.jobs import UseCaseJobs, build_jobs
 from assets.metering import metering_assets, metering_job
 from assets.pipeline import usecase_assets
 from assets.serving_health import serving_health
+from keel.faults import announce_faults
 from keel.usecase import UseCase, installed
 from resources import keel_resources
 from sensors.drills import chaos_drill_job, weekly_chaos_drill
@@ -47,6 +50,10 @@ def platform_definitions() -> dg.Definitions:
         resources=keel_resources(dg.EnvVar("KEEL_HOME")),  # scripts/env.sh sets it (default: .keel in the repository)
     )
 
+
+# The failing controls' switches (keel/faults.py) are refused outside a test home, and announced by every process that
+# loads this module (the webserver, the daemon and each run) and recorded as an incident.
+announce_faults(f"keel's code location (definitions.py, pid {os.getpid()})")
 
 _generated = {name: usecase_definitions(uc) for name, uc in installed().items()}
 # Each installed use case's jobs by stage, for scripts/materialize.py (the set-up's build order) and the tests.

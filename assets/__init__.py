@@ -1,1 +1,1 @@
-"""This deployment's pipelines, built from keel's factories. NYC 2013 flights is the reference pipeline."""
+"""This deployment's pipelines, built from keel's factories for every installed use case."""

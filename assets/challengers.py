@@ -19,7 +19,7 @@ from assets.drift import build_drift_assets
 from assets.features import build_feature_assets, feature_code_version
 from assets.models import run_id_of, training_config
 from assets.usecase import wiring
-from keel.faults import gate_verdict
+from keel.faults import fault_metadata, gate_verdict
 from keel.home import KeelHome, asset_file
 from keel.loop.candidates import candidate_specs, choose_candidate
 from keel.loop.fit import FitError, candidate_training, fit_candidate, gate_rows, labelled_days, newest_rows
@@ -229,6 +229,7 @@ def build_challenger_assets(uc: UseCase) -> list[dg.AssetsDefinition]:
             metadata={
                 "passed": passed,
                 "reason": reason,
+                **fault_metadata(),
                 "candidate": shown,
                 "challenger_version": int(chosen["version"]),
                 "champion_version": champion_version,

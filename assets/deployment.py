@@ -9,6 +9,7 @@ import dagster as dg
 from assets.usecase import wiring
 from keel.clock import SimClock
 from keel.deploy.plan import NoChampionError, RunningCanary, plan_deployment, release
+from keel.faults import fault_metadata
 from keel.policies import PolicyError
 from keel.release import infra_snapshot
 from keel.usecase import UseCase, by_model, installed
@@ -117,6 +118,7 @@ def build_deployment_assets(uc: UseCase) -> list[dg.AssetsDefinition]:
                 "manifest": dg.MetadataValue.json(done.manifest),
                 "policy_store_version": store_version,
                 **_canary_metadata(plan.canary, decision),
+                **fault_metadata(),  # a failing control's switch that holds its canaries (keel/faults.py)
             }
         )
 

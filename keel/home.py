@@ -34,6 +34,26 @@ from keel.sqldb import Location, control_plane
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
+# A test home carries this file, in itself or in a folder above it (a test session marks its temporary root, so every
+# home a test makes under it is one; scripts/test marks the home it creates). Only a test home may set the failing
+# controls' fault switches (keel/faults.py), and only a test home's processes are a test run's to stop (tests/
+# leftovers.py): a platform on a home that a test run was merely handed is never touched.
+TEST_HOME_MARKER = ".keel-test-home"
+
+
+def mark_test_home(root: str | Path) -> Path:
+    """Mark ``root`` (created if need be) and every home under it as a test run's own; returns the marker."""
+    marker = Path(root) / TEST_HOME_MARKER
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    marker.write_text("made by a test run: its homes' processes are the run's, fault switches are allowed here\n")
+    return marker
+
+
+def is_test_home(root: str | Path) -> bool:
+    """Whether ``root`` is a test home: it or a folder above it holds ``TEST_HOME_MARKER``."""
+    path = Path(root).resolve()
+    return any((p / TEST_HOME_MARKER).is_file() for p in (path, *path.parents))
+
 
 @dataclass(frozen=True)
 class KeelHome:
@@ -47,6 +67,11 @@ class KeelHome:
     def of(cls, root: str | Path | None) -> KeelHome:
         """``root`` when given, else the environment's."""
         return cls(Path(root).resolve()) if root else cls.from_env()
+
+    @property
+    def is_test_home(self) -> bool:
+        """A home a test run made (``is_test_home``)."""
+        return is_test_home(self.root)
 
     # -- the control plane ---------------------------------------------------------------------------------------
     def shown(self, path: Path | Location) -> str:

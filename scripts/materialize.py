@@ -51,6 +51,7 @@ from live_follow import TERMINAL, Follower, pipeline_hold, summary, why_requests
 
 from assets.jobs import AFTER, HISTORY  # noqa: E402
 from keel.clock import instant_arg  # noqa: E402
+from keel.faults import FaultError, active_faults  # noqa: E402
 from keel.signals import restore_default_signals  # noqa: E402
 from keel.usecase import UseCase, UseCaseError, get, installed  # noqa: E402
 from sensors.drift import IN_PROGRESS  # noqa: E402
@@ -295,6 +296,11 @@ def build_history(client, instance, home, uc: UseCase, zone) -> int:
 
 def main() -> int:
     restore_default_signals()  # stops on TERM whatever it inherited (keel/signals.py)
+    try:
+        active_faults()  # a fault switch outside a test home is refused before anything is built (keel/faults.py)
+    except FaultError as e:
+        print(f"scripts/materialize.py: {e}", file=sys.stderr)
+        return 2
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--port", type=int, required=True, help="the Dagster webserver's port on 127.0.0.1")
     parser.add_argument(

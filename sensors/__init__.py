@@ -1,2 +1,3 @@
-"""Sensors that close the loop: drift (freeze features, request retraining) and canary (advance, promote or roll
-back a challenger). Guardrails arrive with the experiments work."""
+"""Sensors and schedules that close the loop: landing and deliveries (build what arrived), drift (freeze features,
+request retraining), canary (advance, promote or roll back a challenger), experiments' guardrails, metering,
+alerting, the chaos drills' schedule and the watchdog. One factory per use case (usecase.py)."""

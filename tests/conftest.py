@@ -10,6 +10,7 @@ import pytest
 
 from keel.contracts.engine import CompiledContract
 from keel.contracts.spec import parse_contract
+from keel.home import is_test_home, mark_test_home
 from tests import REPO
 from tests.control_plane import CONTROL_PLANES, TEST_KEY, fresh_location
 from tests.leftovers import kill_all, restore_default_signals, wait_for_leftovers
@@ -19,10 +20,23 @@ from tests.leftovers import kill_all, restore_default_signals, wait_for_leftover
 RESTORED_SIGNALS = restore_default_signals()
 
 
+def pytest_sessionstart(session):
+    # Every home a test makes lives under the session's temporary root: marked, they are test homes (keel/home.py).
+    mark_test_home(session.config._tmp_path_factory.getbasetemp())
+
+
+def session_roots(basetemp: Path, keel_home: str | None) -> list[str]:
+    """The homes whose processes are this session's to stop at its end: its own temporary root, and ``keel_home``
+    only when it is a test home (scripts/test made it) — a home the session was merely handed (a running
+    platform's, exported in the shell) is never the session's (issue 61 item 17)."""
+    roots = [str(basetemp)]
+    if keel_home and Path(keel_home).is_dir() and is_test_home(keel_home):
+        roots.append(str(Path(keel_home).resolve()))
+    return roots
+
+
 def pytest_sessionfinish(session, exitstatus):
-    roots = [os.environ.get("KEEL_HOME", ""), str(session.config._tmp_path_factory.getbasetemp())]
-    if os.environ.get("KEEL_HOME") in ("", None) or Path(os.environ["KEEL_HOME"]).resolve() == REPO / ".keel":
-        roots = roots[1:]  # a developer's own home: its running platform is not the session's
+    roots = session_roots(session.config._tmp_path_factory.getbasetemp(), os.environ.get("KEEL_HOME"))
     found = wait_for_leftovers(roots)
     if found:
         kill_all(found)

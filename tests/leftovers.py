@@ -5,12 +5,14 @@ each with SIGTERM in its ignored-signal mask: they inherited it ignored from the
 shell ignores INT and QUIT; that run's ignored TERM too), so no TERM could stop them. ``restore_default_signals``
 (keel/signals.py) gives the test process — and so every child it starts — the default dispositions back; ``leftovers`` finds the
 processes of the session still alive at its end (their environment or command line names one of the session's
-homes); conftest.py fails the session on them, after killing them.
+homes: its temporary root and a test home it was given, never a home it was merely handed — keel/home.py);
+conftest.py fails the session on them, after killing them.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 from pathlib import Path
@@ -40,7 +42,8 @@ def leftovers(roots: list[str], me: int | None = None) -> dict[int, str]:
     """pid → command line of every live process (not a zombie, not this one or its ancestors) whose environment or
     command line names a path under one of ``roots``."""
     mine = ancestors(os.getpid() if me is None else me)
-    marks = [r.encode() for r in roots if r]
+    # A root is matched whole: pytest-1 is not a prefix of pytest-12's paths (another session's).
+    marks = [re.compile(re.escape(r.rstrip("/").encode()) + rb"(?=[/\0 ]|$)") for r in roots if r]
     found = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) in mine:
@@ -49,7 +52,7 @@ def leftovers(roots: list[str], me: int | None = None) -> dict[int, str]:
         if not status or b"State:\tZ" in status:
             continue
         seen = _read(entry / "environ") + b"\0" + _read(entry / "cmdline")
-        if any(m in seen for m in marks):
+        if any(m.search(seen) for m in marks):
             found[int(entry.name)] = _read(entry / "cmdline").replace(b"\0", b" ").decode(errors="replace")[:200]
     return found
 

@@ -82,6 +82,19 @@ def test_platform_modules_name_no_use_case():
     assert problems == {}
 
 
+def test_no_platform_package_describes_itself_by_a_use_case():
+    """Issue 61 item 18: a package's docstring (what a reader opens first) describes the platform, never one use case
+    as its reference ("NYC 2013 flights is the reference pipeline" in assets/__init__.py)."""
+    packages = [p for package in PLATFORM for p in (REPO / package).rglob("__init__.py")]
+    assert len(packages) >= 10
+    named = {
+        str(p.relative_to(REPO)): hits
+        for p in packages
+        if (hits := FLIGHTS_WORDS.findall(ast.get_docstring(ast.parse(p.read_text())) or ""))
+    }
+    assert named == {}
+
+
 def test_the_reader_finds_names_and_literals_but_not_comments_or_docstrings():
     sample = '''
 """A module about flights."""

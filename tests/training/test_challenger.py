@@ -188,3 +188,18 @@ def test_a_plan_that_cannot_be_honoured_fails_and_says_why(home, config, message
     assert message in str(failure.event_specific_data.error)
     with ModelRegistry(home.registry) as reg:
         assert reg.versions("flight-delay") == [1]  # nothing registered
+
+
+def test_a_gate_a_fault_switch_passed_says_so_on_its_materialization(home, monkeypatch):
+    """Issue 61 item 4: ``KEEL_FAULT_GATE=always-pass`` (allowed: the home is a test home) shows on the gate's
+    materialization as ``fault_injected``, and the gate passed whatever its evidence said."""
+    monkeypatch.setenv("KEEL_HOME", str(home.root))
+    monkeypatch.setenv("KEEL_FAULT_GATE", "always-pass")
+    config = {"train_months": ["2013-02", "2013-03", "2013-04"], "gate_month": "2013-05", "gate_from_day": 22,
+              "drift_window": "2013-05", "drift_event": 7, "label_drift": False}  # fmt: skip
+    result = run(home, config)
+    assert result.success
+    mats = {e.asset_key.path[-1]: e.materialization.metadata for e in result.get_asset_materialization_events()}
+    evaluation = mats["challenger_evaluation"]
+    assert evaluation["passed"].value is True
+    assert evaluation["fault_injected"].value.startswith("KEEL_FAULT_GATE=always-pass: the challenger gate passes")
