@@ -195,7 +195,7 @@ def build_experiment_assets(uc: UseCase) -> list[dg.AssetsDefinition]:
                     previous_p=decision_p_values(decision),
                 )
             except Exception as exc:  # noqa: BLE001 - one experiment's bad data must not hide the others
-                context.log.warning(f"{exp_id}: not analyzed: {exc}")
+                context.log.exception(f"{exp_id}: not analyzed: {type(exc).__name__}: {exc}")
                 continue
             report = with_decision(report, decision) | {"status": meta["status"]}
             report["impact"] = realized_vs_predicted(_recorded_prediction(home, exp_id), report)

@@ -12,6 +12,7 @@ first. The canary sensor (sensors/canary.py) calls ``tick`` and turns each commi
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import replace
 from pathlib import Path
 
@@ -20,13 +21,24 @@ import polars as pl
 
 from keel.canary import decide
 from keel.canary_plan import FINISHED, PROMOTED, RUNNING, ArmStats, CanaryPlan, CanaryState
-from keel.exposures import arm_stats, read_exposure_scan, realized_labels
+from keel.exposures import UNREADABLE, arm_stats, read_exposure_scan, realized_labels
 from keel.faults import fault
 from keel.loop.shadow import ShadowPolicy, ShadowVerdict, shadow_verdict
 from keel.serving_health import tier_for
 from keel.usecase import by_model
 
 AUTHOR = "canary-controller"
+log = logging.getLogger(__name__)
+
+
+def unreadable(what: str, exc: BaseException, problems: list[str] | None) -> str:
+    """Evidence that could not be read now (one of ``UNREADABLE``): logged with its traceback and recorded in
+    ``problems``; returns the words the tick's decision carries in its reasons."""
+    text = f"{what} could not be read: {type(exc).__name__}: {exc}"
+    log.warning("canary evidence: %s", text, exc_info=exc)
+    if problems is not None:
+        problems.append(text)
+    return text
 
 
 def split_for(body: dict, percent: float, salt: str, shadow: bool = False) -> dict:
@@ -46,11 +58,12 @@ def split_for(body: dict, percent: float, salt: str, shadow: bool = False) -> di
 
 def shadow_evidence(
     body: dict, plan: CanaryPlan, state: CanaryState, exposures_dir, storage_dir: Path | None = None,
-    cluster_s: float = 86400.0,
+    cluster_s: float = 86400.0, problems: list[str] | None = None,
 ) -> ShadowVerdict | None:  # fmt: skip
     """The paired verdict on the requests the champion answered and the challenger scored in shadow since the step
     began, on their realized labels, clustered by ``cluster_s`` of (simulated) time — a day for the shadow step's
-    verdict, an hour for a canary step's quality guard; None when the evidence cannot be read."""
+    verdict, an hour for a canary step's quality guard; None when the evidence cannot be read (said in ``problems``;
+    any other error propagates: a bug is not "no data")."""
     try:
         frame, _ = read_exposure_scan(exposures_dir, since=state.step_started_at)
         uc = by_model(body["model"])
@@ -63,7 +76,8 @@ def shadow_evidence(
             & pl.col("score").is_not_null() & pl.col("shadow_score").is_not_null()
         )  # fmt: skip
         labels = realized_labels(uc.features, both["entity_key"], storage_dir and Path(storage_dir) / uc.name)
-    except Exception:  # noqa: BLE001 - a provider failure is "no data": the controller holds
+    except UNREADABLE as exc:
+        unreadable("the shadow's exposure log or labels", exc, problems)
         return None
     pairs = both.height
     both = both.filter(pl.col("entity_key").is_in(list(labels)))
@@ -88,12 +102,14 @@ def missing_labels(verdict: ShadowVerdict, pairs: int, policy: ShadowPolicy) -> 
             "on the stepped clock)")  # fmt: skip
 
 
-def first_answer(body: dict, state: CanaryState, exposures_dir) -> float | None:
+def first_answer(body: dict, state: CanaryState, exposures_dir, problems: list[str] | None = None) -> float | None:
     """When the challenger first answered a request, or scored one in shadow, since the rollout started (None: not
-    yet — its deployment may still be to run on a busy machine; or the log cannot be read now)."""
+    yet — its deployment may still be to run on a busy machine; or the log cannot be read now, said in
+    ``problems``)."""
     try:
         frame, _ = read_exposure_scan(exposures_dir, since=state.started_at)
-    except Exception:  # noqa: BLE001 - an unreadable log is "not yet": the controller holds
+    except UNREADABLE as exc:
+        unreadable("the exposure log (the challenger's first answer)", exc, problems)
         return None
     if frame.is_empty() or "model" not in frame.columns:
         return None
@@ -127,7 +143,8 @@ def evidence_for(
             problems.append(f"exposure log: {scan.skipped} lines were not whole records, e.g. {scan.examples[0]}")
         uc = by_model(body["model"])
         labels = realized_labels(uc.features, frame["entity_key"], storage_dir and Path(storage_dir) / uc.name)
-    except Exception:  # noqa: BLE001 - a provider failure is "no data": the controller holds
+    except UNREADABLE as exc:
+        unreadable("the exposure log or the realized labels", exc, problems)
         return None, None
     since = state.step_started_at
     return (
@@ -166,9 +183,10 @@ def tick(
             done = _tick_one(
                 policies, registry, current, name, dict(policy.body), exposures_dir, now, storage_dir, problems
             )
-        except Exception as exc:  # noqa: BLE001 - one bad canary must not stop every other rollout
+        except Exception as exc:  # noqa: BLE001 - one bad canary must not stop every other rollout; no decision is made
+            log.exception("canary %r skipped this tick: its decision failed", name)
             if problems is not None:
-                problems.append(f"canary '{name}' skipped: {type(exc).__name__}: {exc}")
+                problems.append(f"canary '{name}' skipped, no decision made: {type(exc).__name__}: {exc}")
             continue
         if done is not None:
             acted.append(done)
@@ -186,14 +204,23 @@ def _tick_one(policies, registry, current, name, body, exposures_dir, now, stora
         if state.status in FINISHED:
             return None
         plan = CanaryPlan.from_policy(body, p99_target_ms=sla_p99_target(current, body["model"]))
-        first = state.armed_at if state.armed_at is not None else first_answer(body, state, exposures_dir)
+        unread: list[str] = []  # evidence this tick could not read: in the problems and the decision's reasons
+        first = state.armed_at if state.armed_at is not None else first_answer(body, state, exposures_dir, unread)
         if plan.in_shadow(state):
-            shadow = shadow_evidence(body, plan, state, exposures_dir, storage_dir)
+            shadow = shadow_evidence(body, plan, state, exposures_dir, storage_dir, problems=unread)
             d = decide(plan, state, None, None, now, shadow, first_answer=first)
         else:
-            challenger, champion = evidence_for(body, state, exposures_dir, storage_dir, problems, plan.p99_target_ms)
-            paired = shadow_evidence(body, plan, state, exposures_dir, storage_dir, 3600.0) if plan.paired else None
+            challenger, champion = evidence_for(body, state, exposures_dir, storage_dir, unread, plan.p99_target_ms)
+            paired = (
+                shadow_evidence(body, plan, state, exposures_dir, storage_dir, 3600.0, problems=unread)
+                if plan.paired
+                else None
+            )
             d = decide(plan, state, challenger, champion, now, paired=paired, first_answer=first)
+        if unread:
+            d = replace(d, reasons=(*d.reasons, *unread))
+            if problems is not None:
+                problems.extend(unread)
         if d.action in ("hold", "none"):
             return None
         if d.action == "promote" and fault("KEEL_FAULT_PROMOTION"):  # a failing control (keel/faults.py): held

@@ -20,9 +20,11 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
+import pyarrow as pa
 
 from keel.canary_plan import ArmStats
 from keel.entity_key import EntityKey
+from keel.errors import KeelError
 from keel.exposure_log import scan_exposures
 from keel.features.spec import FeatureSet
 from keel.home import asset_file
@@ -30,6 +32,11 @@ from keel.metrics import per_row_loss
 
 EPS = 1e-15
 MONTH = re.compile(r"\d{4}-\d{2}")  # a fixed pattern, not user input
+
+# What "the evidence cannot be read now" raises: a log or label file gone, locked or refused by the engines, a model no
+# installed use case serves. A decision path catches these as missing evidence; anything else is a bug, left to
+# propagate so that it is never explained as missing data (issue 61 item 5).
+UNREADABLE = (OSError, pl.exceptions.PolarsError, pa.ArrowException, KeelError)
 
 
 def read_exposure_frame(directory: str | Path, *, since: float | None = None, day: str | None = None) -> pl.DataFrame:

@@ -19,6 +19,7 @@ Pure: records in, values out (assets/serving_health.py turns them into the asset
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -26,8 +27,11 @@ from typing import Any
 
 import numpy as np
 
+from keel.policies.errors import PolicyError
 from keel.policies.gateway import GatewayPolicy, SlaTier, effective_policy
 from keel.usecase import UseCaseError, by_model
+
+log = logging.getLogger(__name__)
 
 FALLBACK_LIMIT = 0.05  # a day on which more than 5 % of the answers were not the model's is degraded serving
 UNROUTED = "(unrouted)"  # requests that ended before a model was known (a malformed request, one shed at the door)
@@ -110,8 +114,9 @@ def served_tiers(
     base = base or GatewayPolicy()
     try:
         policy, _, _ = effective_policy(base, policies, None, set(), 0)
-    except Exception:  # noqa: BLE001 - what the gateways do with a store they cannot apply
-        policy = base
+    except (PolicyError, KeyError, TypeError, ValueError):  # what the gateways refuse (gateway/following.py) …
+        log.warning("the policy store's state cannot be applied: tiers read from the base policy", exc_info=True)
+        policy = base  # … and what they then serve on
     names = {}
     for model in models:
         try:

@@ -159,6 +159,7 @@ def drift_tick(context, t: DriftTargets, online_store, registry, policies, keel_
             try:
                 ask = act_on_report(context, store, record, window, cursor, t.uc.features.names, now)
             except Exception as exc:  # noqa: BLE001 - one bad report or freeze must not stop every later tick
+                context.log.exception(f"drift report {window} skipped: no freeze or challenger decided from it")
                 problems.append(
                     f"drift report {window} (event {record.storage_id}) skipped: {type(exc).__name__}: {exc}"
                 )

@@ -15,6 +15,7 @@ check. The always-valid p-values are carried in the cursor, so they only go down
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 from keel.experiments.analysis import ExperimentDataError, analyze
@@ -23,6 +24,8 @@ from keel.experiments.lake import wide_rows
 from keel.exposures import read_exposure_scan, realized_labels
 from keel.home import KeelHome
 from keel.usecase import by_model
+
+log = logging.getLogger(__name__)
 
 AUTHOR = GUARDRAIL_AUTHOR
 
@@ -70,7 +73,8 @@ def tick(
             done = _tick_one(store, home, exp_id, meta, frame, labels, cursor, registry, ledger)
             done = done and done | {"model": model}
         except Exception as exc:  # noqa: BLE001 - one bad experiment must not stop every other guardrail
-            problems.append(f"experiment '{exp_id}' skipped: {type(exc).__name__}: {exc}")
+            log.exception("experiment %r skipped this tick: its guardrail decision failed", exp_id)
+            problems.append(f"experiment '{exp_id}' skipped, no decision made: {type(exc).__name__}: {exc}")
             continue
         if done is not None:
             acted.append(done)

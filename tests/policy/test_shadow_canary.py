@@ -5,6 +5,7 @@ back when surely worse or never surely better within its limit. Real policy stor
 from __future__ import annotations
 
 import json
+import logging
 
 import pytest
 
@@ -94,3 +95,66 @@ def test_a_shadow_rolled_back_for_lack_of_labels_says_where_they_went(world, tmp
     assert late["action"] == "rollback", late
     assert "300 requests scored by both, 0 of them with a realized label" in late["reasons"][0]
     assert "outcomes are not built yet" in late["reasons"][0]
+
+
+def test_a_bug_in_the_evidence_code_is_no_decision_and_is_logged_with_its_traceback(
+    world,
+    tmp_path,
+    validated,
+    monkeypatch,
+    caplog,  # noqa: F811
+):
+    """Issue 61 item 5: a bug while reading the evidence (here a KeyError raised where labels are read) was caught as
+    "no data", and at the shadow's deadline the challenger was rolled back as lacking labels. Now the bug makes no
+    decision: the canary holds where it was, the tick's problems name the error, the log holds its traceback."""
+    store, registry, log, exposures, shas = world
+    storage, flights = january_outcomes(tmp_path, validated)
+    store.apply({"rollout": ("canary", SHADOW_CANARY)}, author="ops", reason="shadow first")
+    tick(store, registry, exposures, T0, storage_dir=storage)
+    base = float((flights["arr_delay"] > 15).mean())
+    shadowed_traffic(log, T0 + 1, flights.head(900).to_dicts(), lambda r: base, lambda r: base)
+    before = store.state()["rollout"].body["state"]
+
+    def broken(*args, **kwargs):
+        raise KeyError("label_late15")  # a bug, not missing data
+
+    monkeypatch.setattr("keel.canary_control.realized_labels", broken)
+    problems: list[str] = []
+    with caplog.at_level(logging.WARNING, logger="keel.canary_control"):
+        assert tick(store, registry, exposures, T0 + 11 * 86400, storage_dir=storage, problems=problems) == []
+    assert store.state()["rollout"].body["state"] == before  # not rolled back, not advanced
+    assert problems == ["canary 'rollout' skipped, no decision made: KeyError: 'label_late15'"]
+    [record] = [r for r in caplog.records if "skipped this tick" in r.getMessage()]
+    assert record.exc_info and record.exc_info[0] is KeyError
+
+
+def test_evidence_that_cannot_be_read_is_named_in_the_decisions_reason(
+    world,
+    tmp_path,
+    validated,
+    monkeypatch,
+    caplog,  # noqa: F811
+):
+    """Labels that cannot be read (a file gone, OSError) are missing evidence: the decision at the deadline says which
+    error, beside its reason, and the log holds the traceback."""
+    store, registry, log, exposures, shas = world
+    storage, flights = january_outcomes(tmp_path, validated)
+    store.apply({"rollout": ("canary", SHADOW_CANARY)}, author="ops", reason="shadow first")
+    tick(store, registry, exposures, T0, storage_dir=storage)
+    base = float((flights["arr_delay"] > 15).mean())
+    shadowed_traffic(log, T0 + 1, flights.head(900).to_dicts(), lambda r: base, lambda r: base)
+
+    def gone(*args, **kwargs):
+        raise FileNotFoundError("storage/flights/validated_flights/2013-01.parquet")
+
+    monkeypatch.setattr("keel.canary_control.realized_labels", gone)
+    problems: list[str] = []
+    with caplog.at_level(logging.WARNING, logger="keel.canary_control"):
+        [late] = tick(store, registry, exposures, T0 + 21 * 86400, storage_dir=storage, problems=problems)
+    assert late["action"] == "rollback"
+    named = "the shadow's exposure log or labels could not be read: FileNotFoundError: storage/flights/validated_fl"
+    assert any(r.startswith(named) for r in late["reasons"]), late["reasons"]
+    assert any(p.startswith(named) for p in problems)
+    reason = json.loads(store.commit(late["version"]).reason)["reasons"]
+    assert any(r.startswith(named) for r in reason)
+    assert any(r.exc_info and r.exc_info[0] is FileNotFoundError for r in caplog.records)
