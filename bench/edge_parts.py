@@ -101,7 +101,7 @@ def main() -> int:
             edge_module.cluster = cluster_without(parts)
             spec = EdgeSpec(port=free_port(), workers=(worker.port,), models=MODELS, filter_config=config,
                             wasm=edge_module.edge_filter_module() if wasm else None)  # fmt: skip
-            edges.append((name, edge_module.EnvoyEdge(work / f"edge{i}", spec).start()))
+            edges.append((name, edge_module.EnvoyEdge(work / f"edge{i}", spec, token="bench-token").start()))
         results: dict[str, list[float]] = {"the worker alone": []}
         for _ in range(args.rounds):
             results["the worker alone"].append(p50(worker.port, {}, args.requests))

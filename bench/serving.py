@@ -143,7 +143,7 @@ def start_edge(home: Path, port: int):
     spec = EdgeSpec(port=free_port(), workers=(port,), models=models, wasm=edge_filter_module(),
                     filter_config=edge_filter_config("bench-token", [Tenant("bench", (stored,), TIERS, RISK_LEVELS)],
                                                      models))  # fmt: skip
-    return EnvoyEdge(home / "edge", spec).start(), key
+    return EnvoyEdge(home / "edge", spec, token="bench-token").start(), key
 
 
 def main() -> int:

@@ -25,6 +25,7 @@ from pathlib import Path
 from gpu_runtime.process import die_with_parent
 from gpu_runtime.triton import free_port
 from keel.edge.envoy import EdgeSpec, bootstrap, cluster, discovery, listener
+from keel.edge.filters import EDGE_TOKEN_ENV
 
 START_TIMEOUT_S = 60.0
 APPLY_TIMEOUT_S = 10.0
@@ -62,8 +63,12 @@ def _write_atomic(path: Path, data: dict) -> None:
 
 
 class EnvoyEdge:
-    def __init__(self, directory: Path, spec: EdgeSpec, admin_port: int | None = None):
+    """``token``: the edge's token, given to Envoy in its environment (``KEEL_EDGE_TOKEN``), where only the edge
+    filter's VM reads it — never in a file or a configuration the admin endpoint shows."""
+
+    def __init__(self, directory: Path, spec: EdgeSpec, admin_port: int | None = None, token: str | None = None):
         self.dir = Path(directory)
+        self.token = token
         self.xds = self.dir / "xds"
         self.spec = replace(spec, access_log=str(self.dir / "access.log"))
         self.admin_port = admin_port or free_port()
@@ -119,6 +124,8 @@ class EnvoyEdge:
             [envoy_binary(), "-c", str(self.dir / "bootstrap.json"), "--disable-hot-restart",
              "--log-level", os.environ.get("KEEL_EDGE_LOG_LEVEL", "warning"), "--concurrency", str(edge_threads())],
             stdout=log, stderr=subprocess.STDOUT, process_group=0,  # in the serving session (its CPU priority)
+            env={k: v for k, v in os.environ.items() if k != EDGE_TOKEN_ENV}
+            | ({EDGE_TOKEN_ENV: self.token} if self.token else {}),
             preexec_fn=die_with_parent,  # noqa: PLW1509 - only prctl: a killed serving process leaves no Envoy on its port
         )  # fmt: skip
         log.close()
@@ -181,7 +188,8 @@ class EnvoyEdge:
         self.stop()
 
 
-EDGE_TOKEN_ENV = "KEEL_EDGE_TOKEN"  # the edge's token, for the gateway's workers (in their environment, never argv)
+# EDGE_TOKEN_ENV (keel/edge/filters.py): the edge's token, for Envoy's filter and the gateway's workers — in their
+# environment, never argv, never a configuration Envoy's admin endpoint shows
 FOLLOW_INTERVAL_S = 0.2
 
 
@@ -219,13 +227,13 @@ class EdgeFollower:
         policy, tiers = served_tiers(state, self.models, self.base)
         spec = EdgeSpec(port=self.port, workers=self.workers, models=tiers, policy=policy, limits=self.limits,
                         host=self.host, wasm=edge_filter_module(),
-                        filter_config=edge_filter_config(self.token, tenants, tiers),
+                        filter_config=edge_filter_config(self.token, tenants, tiers, self.models[0]),
                         tenant_limits=edge_limits(tenants, policy), peers=self.peers)  # fmt: skip
         return spec, version, len(tenants)
 
     def start(self, log) -> EdgeFollower:
         spec, self.version, tenants = self.spec()
-        self.edge = EnvoyEdge(self.dir, spec, admin_port=self.admin_port).start()
+        self.edge = EnvoyEdge(self.dir, spec, admin_port=self.admin_port, token=self.token).start()
         log(f"keel serve: the edge (Envoy) on {self.edge.url} in front of workers {list(self.workers)}; admin "
             f"{self.edge.admin_url} (loopback); {tenants} tenant(s) in force at policy version {self.version}"
             + ("" if tenants else " — every request is refused 401 until `keel tenant add`"))  # fmt: skip

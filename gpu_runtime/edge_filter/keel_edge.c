@@ -7,15 +7,20 @@
  *      removed, and the filter sets `x-keel-tenant` and `x-keel-edge` (the edge's token: the gateway trusts the
  *      tenant header only with it) and `x-keel-risk-levels` (the tenant's: the gateway holds the body's risk_level
  *      to them);
- *   3. the request's tier — the one it asks for (`x-keel-tier`), else its model's (the route `/v1/models/<model>/`) —
- *      and its risk level (`x-keel-risk-level`) must be among the tenant's, else 403 naming what it may use; the tier
- *      is set as `x-keel-tier` (Envoy routes L1 at priority HIGH).
+ *   3. the tier of the model the route names (`/v1/models/<model>/`, or the default model's for `/v1/predict`), the
+ *      tier the request asks for (`x-keel-tier`) if any, and its risk level (`x-keel-risk-level`) must each be
+ *      among the tenant's, else 403 naming what it may use — on every route; the tier (asked, else the model's) is
+ *      set as `x-keel-tier` (Envoy routes L1 at priority HIGH).
  *
  * `GET /healthz`, `/readyz` and `/metrics` pass without a key (probes and scrapes; no tenant is set for them).
  *
- * Its configuration (the plugin configuration, written by keel/edge/envoy.py from the policy store) is text, one
- * record a line:  `edge token <token>` · `key <key id> <tenant> <salt hex> <sha256 hex>` · `tenant <name> <tiers> <risks>`
- * (comma-separated) · `model <model> <tier>`. A new configuration is a new listener (file xDS): revoking is a commit.
+ * Its configuration (the plugin configuration, written by keel/edge/filters.py from the policy store) is text, one
+ * record a line:  `key <key id> <tenant> <salt hex> <hmac hex>` · `tenant <name> <tiers> <risks>` (comma-separated) ·
+ * `model <model> <tier>` · `default model <model>`. A new configuration is a new listener (file xDS): revoking is a commit.
+ * It holds no secret, because Envoy's admin endpoint dumps it (`/config_dump`): the edge's token comes from the VM's
+ * environment (`KEEL_EDGE_TOKEN`, Envoy's own, passed by `vm_config.environment_variables.host_env_keys`: the dump
+ * shows the variable's name only), read through WASI's `environ_get`; and a key's record holds
+ * HMAC-SHA256(token, sha256(salt ‖ secret)), not the store's hash — useless without the token.
  *
  * Freestanding C (no libc): built by scripts/setup with zig's clang (the pinned ziglang wheel) for wasm32; never
  * committed as a binary. Memory: a bump arena the host allocates from; reset at the start of each request's headers
@@ -38,6 +43,10 @@ IMPORT(proxy_get_header_map_value) u32 proxy_get_header_map_value(u32 type, cons
 IMPORT(proxy_replace_header_map_value) u32 proxy_replace_header_map_value(u32 type, const char *key, size_t key_size,
                                                                           const char *value, size_t value_size);
 IMPORT(proxy_remove_header_map_value) u32 proxy_remove_header_map_value(u32 type, const char *key, size_t key_size);
+__attribute__((import_module("wasi_snapshot_preview1"), import_name("environ_sizes_get"))) u32
+environ_sizes_get(u32 *count, u32 *size);
+__attribute__((import_module("wasi_snapshot_preview1"), import_name("environ_get"))) u32 environ_get(char **env,
+                                                                                                      char *buf);
 IMPORT(proxy_send_local_response) u32 proxy_send_local_response(u32 code, const char *details, size_t details_size,
                                                                 const char *body, size_t body_size,
                                                                 const char *headers, size_t headers_size, int grpc);
@@ -124,6 +133,15 @@ static void sha256_2(const u8 *a, size_t na, const u8 *b, size_t nb, u8 out[32])
               out[4 * i + 3] = (u8)h[i];
 }
 
+/* HMAC-SHA256 (RFC 2104) of a 32-byte message under a key of at most 64 bytes */
+static void hmac_sha256(const u8 *key, size_t nkey, const u8 msg[32], u8 out[32]) {
+  u8 pad[64], inner[32];
+  for (int i = 0; i < 64; i++) pad[i] = (u8)((i < (int)nkey ? key[i] : 0) ^ 0x36);
+  sha256_2(pad, 64, msg, 32, inner);
+  for (int i = 0; i < 64; i++) pad[i] = (u8)((i < (int)nkey ? key[i] : 0) ^ 0x5c);
+  sha256_2(pad, 64, inner, 32, out);
+}
+
 /* ---- small string helpers (lengths, never NUL-terminated input) ---- */
 static int eq(const char *a, size_t na, const char *b, size_t nb) {
   if (na != nb) return 0;
@@ -208,10 +226,34 @@ EXPORT(proxy_on_done) u32 proxy_on_done(u32 context_id) { return 1; }
 EXPORT(proxy_on_log) void proxy_on_log(u32 context_id) {}
 EXPORT(proxy_on_delete) void proxy_on_delete(u32 context_id) {}
 
+/* the edge's token, from the VM's environment (KEEL_EDGE_TOKEN); 0 bytes: none (every request is then 503) */
+#define MAX_TOKEN 64
+static char token[MAX_TOKEN];
+static size_t ntoken;
+
+static void read_token(void) {
+  static char buf[4096];
+  static char *env[64];
+  u32 count = 0, size = 0;
+  ntoken = 0;
+  if (environ_sizes_get(&count, &size) != 0 || count > 64 || size > sizeof(buf)) return;
+  if (environ_get(env, buf) != 0) return;
+  const char *name = "KEEL_EDGE_TOKEN=";
+  size_t nname = slen(name);
+  for (u32 i = 0; i < count; i++) {
+    size_t n = slen(env[i]);
+    if (n > nname && n - nname <= MAX_TOKEN && eq(env[i], nname, name, nname)) {
+      memcpy_(token, env[i] + nname, n - nname);
+      ntoken = n - nname;
+    }
+  }
+}
+
 EXPORT(proxy_on_configure) u32 proxy_on_configure(u32 root, u32 size) {
   const char *data = 0;
   size_t n = 0;
   arena_used = 0;
+  read_token();
   if (proxy_get_buffer_bytes(PLUGIN_CONFIGURATION, 0, size, &data, &n) != 0 || !parse_config(data, n)) {
     const char *msg = "keel edge: the configuration could not be read";
     proxy_log(LOG_WARN, msg, slen(msg));
@@ -297,8 +339,14 @@ EXPORT(proxy_on_request_headers) u32 proxy_on_request_headers(u32 context_id, u3
   if (nkey == 5 + 12 + 1 + 43 && eq(key, 5, "keel_", 5) && key[17] == '_') k = find("key", key + 5, 12);
   u8 salt[16], want[32], got[32];
   int ok = k && k->count == 5 && k->n[3] == 32 && k->n[4] == 64 && unhex(k->f[3], 32, salt) && unhex(k->f[4], 64, want);
+  if (ok && ntoken == 0) {
+    const char *m = "the edge has no token (KEEL_EDGE_TOKEN in its environment)";
+    return answer(503, "edge_misconfigured", m, slen(m));
+  }
   if (ok) {
-    sha256_2(salt, 16, (const u8 *)key + 18, 43, got);
+    u8 hashed[32];
+    sha256_2(salt, 16, (const u8 *)key + 18, 43, hashed);
+    hmac_sha256((const u8 *)token, ntoken, hashed, got);
     u8 diff = 0;
     for (int i = 0; i < 32; i++) diff |= got[i] ^ want[i];
     ok = diff == 0;
@@ -308,27 +356,33 @@ EXPORT(proxy_on_request_headers) u32 proxy_on_request_headers(u32 context_id, u3
     return answer(401, "unauthenticated", m, slen(m));
   }
   const record *t = find("tenant", k->f[2], k->n[2]);
-  const record *edge = find("edge", "token", 5);
-  if (!t || t->count < 4 || !edge || edge->count < 3) {
+  if (!t || t->count < 4) {
     const char *m = "the edge's configuration names no such tenant";
     return answer(503, "edge_misconfigured", m, slen(m));
   }
-  /* the tier: asked for, else the model's; the risk level: asked for, else the tenant's first */
+  /* the model the route names — /v1/models/<model>/…, or the default model for /v1/predict — and its tier, held to the
+   * tenant's tiers on every route; a tier asked for (x-keel-tier) is held to them too */
+  const record *m = 0;
+  if (header(":path", &v, &n) && n > 11 && eq(v, 11, "/v1/models/", 11)) {
+    size_t s = 11, e = 11;
+    while (e < n && v[e] != '/' && v[e] != '?') e++;
+    m = find("model", v + s, e - s);
+  } else if (n >= 11 && eq(v, 11, "/v1/predict", 11) && (n == 11 || v[11] == '?' || v[11] == '/')) {
+    const record *d = find("default", "model", 5);
+    if (d && d->count >= 3) m = find("model", d->f[2], d->n[2]);
+  }
+  if (m && m->count >= 3 && !listed(t->f[2], t->n[2], m->f[2], m->n[2]))
+    return not_given(t, "tiers", t->f[2], t->n[2], m->f[2], m->n[2]);
   const char *tier = 0;
   size_t ntier = 0;
   if (header("x-keel-tier", &v, &n)) tier = v, ntier = n;
-  if (!tier && header(":path", &v, &n) && n > 11 && eq(v, 11, "/v1/models/", 11)) {
-    size_t s = 11, e = 11;
-    while (e < n && v[e] != '/' && v[e] != '?') e++;
-    const record *m = find("model", v + s, e - s);
-    if (m && m->count >= 3) tier = m->f[2], ntier = m->n[2];
-  }
+  else if (m && m->count >= 3) tier = m->f[2], ntier = m->n[2];
   if (tier && !listed(t->f[2], t->n[2], tier, ntier)) return not_given(t, "tiers", t->f[2], t->n[2], tier, ntier);
   if (header("x-keel-risk-level", &v, &n) && !listed(t->f[3], t->n[3], v, n))
     return not_given(t, "risk levels", t->f[3], t->n[3], v, n);
   set_header("x-keel-tenant", t->f[1], t->n[1]);
   set_header("x-keel-risk-levels", t->f[3], t->n[3]); /* the gateway holds the body's risk_level to them */
-  set_header("x-keel-edge", edge->f[2], edge->n[2]);
+  set_header("x-keel-edge", token, ntoken);
   if (tier) set_header("x-keel-tier", tier, ntier);
   return CONTINUE;
 }

@@ -22,6 +22,7 @@ from keel.deploy.routing import RoutingTable
 from keel.policies import PolicyReader
 from keel.policies.gateway import GatewayPolicy, PolicyError, Split, effective_policy, live_experiments
 from keel.sqldb import PgLocation
+from keel.tenants import Tenant, TenantError
 
 POLICY_POLL_S = 0.5  # a committed policy is in force within this (plus one request) — under the 1 s promise
 SAFETY_POLL_S = 5.0  # the poll while notifications arrive (they carry the pickup; the poll catches a lost one)
@@ -47,6 +48,9 @@ class Follower:
         self.policy_error: str | None = None  # why the newest store version was refused
         self.policy_regressed_to: int | None = None  # the store's version when it went below the applied one
         self.policy_notes: list[str] = []  # what of the policy in force is not applied (a split to undeployed ones)
+        # The tenants in force (their tiers and risk levels), by name; None while no store is followed (a gateway with
+        # no store has no tenant in force: the edge's check is the only one)
+        self.tenants: dict[str, Tenant] | None = {} if policy_store else None
         self.routing: RoutingTable | None = None
         self._routing_mtime = 0
         self._routing_checked = 0.0
@@ -131,12 +135,14 @@ class Follower:
                 set(table.versions()) if table else set(),
                 latest,
             )
-        except (PolicyError, KeyError, TypeError, ValueError) as exc:
+            tenants = {p.name: Tenant.from_body(p.name, p.body) for p in state.values() if p.type == "tenant"}
+        except (PolicyError, TenantError, KeyError, TypeError, ValueError) as exc:
             self.metrics.inc("keel_gateway_policy_rejected_total", {"version": str(latest)})
             self.policy_error = f"policy version {latest} refused: {exc}"
             return
         self.policy, self.split, self.policy_version = policy, split, latest
         self.experiments = live_experiments(state, table.model if table else None)
+        self.tenants = tenants
         self.policy_applied_at = time.time()  # when this version came into force here (/healthz)
         self.policy_error, self.policy_notes = None, notes
         self.on_policy(policy, state)  # breakers, buckets, retries, prices and budgets

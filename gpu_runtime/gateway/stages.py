@@ -90,6 +90,8 @@ def parse(server: Any, model: Any, ctx: RequestContext, body: bytes) -> None:
     if given is not None and str(risk) not in given.split(","):  # behind the edge: the tenant's levels only
         raise RequestError(403, "forbidden", f"tenant {ctx.tenant} may use risk levels {given}, not {risk}",
                            field="risk_level")  # fmt: skip
+    if model.config.edge_token is not None:
+        claim(model, ctx.tenant, risk)
     ctx.risk_level = risk
     ctx.unit_id = identifier(req["unit_id"], "unit_id") if req.get("unit_id") is not None else ctx.request_id
     experiment = ctx.headers.get("x-experiment-id")
@@ -113,6 +115,26 @@ def tenant_of(edge_token: str | None, headers: Any, req: dict) -> str:
         raise RequestError(403, "tenant_mismatch", f"the API key is tenant {tenant}'s; the body names {claimed}",
                            field="tenant_id")  # fmt: skip
     return tenant
+
+
+def claim(model: Any, tenant: str, risk: int) -> None:
+    """Behind the edge, the tenant's own policy must give it this model's tier and the risk level — checked here too,
+    whatever the edge let through (defence in depth: a request that reached a worker without the edge's tier check
+    is still refused, 403). A tenant the gateway has not seen yet is looked for once more in the store (the edge may
+    have applied a new tenant's version first); one not in force there is 403."""
+    follower = model.follower
+    if follower.tenants is None:  # no policy store followed: no tenant is in force here
+        return
+    found = follower.tenants.get(tenant)
+    if found is None:
+        follower.reload_policies(force=True)
+        found = follower.tenants.get(tenant)
+    if found is None:
+        raise RequestError(403, "forbidden", f"tenant {tenant} is not in force at policy version "
+                                             f"{follower.policy_version}")  # fmt: skip
+    refused = found.may_claim(model.tier(), risk)
+    if refused is not None:
+        raise RequestError(403, "forbidden", refused)
 
 
 def needs_features(model: Any) -> bool:

@@ -7,6 +7,8 @@ resources out.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 from typing import Any
 
 from keel.policies.gateway import GatewayPolicy, RateLimit
@@ -14,6 +16,9 @@ from keel.policies.gateway import GatewayPolicy, RateLimit
 WASM = "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm"
 STRING_VALUE = "type.googleapis.com/google.protobuf.StringValue"
 LOCAL_RATE_LIMIT = "type.googleapis.com/envoy.extensions.filters.http.local_ratelimit.v3.LocalRateLimit"
+# The edge's token reaches the filter through Envoy's own environment, by this name: the admin endpoint's
+# /config_dump shows the name, never the value (issue 61 item 2).
+EDGE_TOKEN_ENV = "KEEL_EDGE_TOKEN"
 
 
 def _seconds(ms: float) -> str:
@@ -23,7 +28,8 @@ def _seconds(ms: float) -> str:
 def wasm_filter(module: str, configuration: str) -> dict[str, Any]:
     """keel's edge filter (gpu_runtime/edge_filter/keel_edge.c) on Envoy's V8 runtime: authenticates the key, sets
     the tenant and the tier. ``fail_open`` false: a filter that cannot run answers 503, it never lets a request
-    through unauthenticated."""
+    through unauthenticated. The VM sees one variable of Envoy's environment, the edge's token (``EDGE_TOKEN_ENV``):
+    the configuration holds no secret, since Envoy's admin endpoint dumps it."""
     return {
         "name": "envoy.filters.http.wasm",
         "typed_config": {
@@ -34,7 +40,8 @@ def wasm_filter(module: str, configuration: str) -> dict[str, Any]:
                 "fail_open": False,
                 "configuration": {"@type": STRING_VALUE, "value": configuration},
                 "vm_config": {"vm_id": "keel_edge", "runtime": "envoy.wasm.runtime.v8",
-                              "code": {"local": {"filename": module}}},
+                              "code": {"local": {"filename": module}},
+                              "environment_variables": {"host_env_keys": [EDGE_TOKEN_ENV]}},
             },
         },
     }  # fmt: skip
@@ -86,15 +93,27 @@ def edge_limits(tenants, policy: GatewayPolicy) -> dict[str, RateLimit]:
     return out
 
 
-def edge_filter_config(token: str, tenants, models: dict[str, str]) -> str:
+def keyed_hash(token: str, sha256_hex: str) -> str:
+    """What the edge filter's configuration holds for a key: HMAC-SHA256 under the edge's ``token`` of the store's
+    ``sha256(salt ‖ secret)`` — the filter computes the same from the key a caller sends; without the token (Envoy's
+    environment, the workers') it proves nothing and cannot be tested against a guess."""
+    return hmac.new(token.encode(), bytes.fromhex(sha256_hex), hashlib.sha256).hexdigest()
+
+
+def edge_filter_config(token: str, tenants, models: dict[str, str], default: str | None = None) -> str:
     """The edge filter's configuration from the tenants in force (keel.tenants.Tenant: their keys' salted hashes,
-    tiers, risk levels) and the served models' tiers; ``token``: what the filter sets as ``x-keel-edge`` (the gateway
-    trusts ``x-keel-tenant`` only with it)."""
-    lines = [f"edge token {token}"]
+    tiers, risk levels), the served models' tiers and the ``default`` model (``POST /v1/predict``'s; None: the first
+    of ``models``). It holds no secret — Envoy's admin ``/config_dump`` shows it to any local process: ``token``
+    (what the filter sets as ``x-keel-edge``, read from Envoy's environment) only keys the keys' hashes
+    (``keyed_hash``)."""
+    lines = []
     for t in sorted(tenants, key=lambda t: t.name):
         lines.append(f"tenant {t.name} {','.join(t.tiers)} {','.join(map(str, t.risk_levels))}")
-        lines += [f"key {k.key_id} {t.name} {k.salt} {k.sha256}" for k in t.keys]
+        lines += [f"key {k.key_id} {t.name} {k.salt} {keyed_hash(token, k.sha256)}" for k in t.keys]
     lines += [f"model {m} {tier}" for m, tier in sorted(models.items())]
+    default = default or next(iter(models), None)
+    if default is not None:
+        lines.append(f"default model {default}")
     return "\n".join(lines) + "\n"
 
 

@@ -43,7 +43,7 @@ def edge(tmp_path, keys):
     worker = Worker(tmp_path / "workers")
     spec = EdgeSpec(port=free_port(), workers=(worker.port,), models=MODELS, wasm=edge_filter_module(),
                     filter_config=edge_filter_config(TOKEN, tenants(keys), MODELS))  # fmt: skip
-    with EnvoyEdge(tmp_path / "edge", spec) as e:
+    with EnvoyEdge(tmp_path / "edge", spec, token=TOKEN) as e:
         yield e
     worker.kill()
 
@@ -133,3 +133,35 @@ def test_each_tenant_has_its_own_rate_at_the_edge_and_probes_need_no_key(edge, k
         with urllib.request.urlopen(f"{edge.url}{path}", timeout=10) as resp:  # noqa: S310 - loopback
             assert resp.status == 200 and json.loads(resp.read())["labels"]["x-keel-tenant"] is None
     assert post(f"{edge.url}/readyz")[0] == 401  # a POST is not a probe
+
+
+def test_a_models_tier_is_held_to_the_tenants_on_every_route(edge, keys):
+    """Issue 61 item 1: ``POST /v1/predict`` (the default model's route) checked no tier, and a tier asked for
+    (``x-keel-tier``) replaced the model's. Now the model's tier is held to the tenant's on every route, and an
+    asked tier besides it."""
+    pricing = {"x-api-key": keys["pricing"][0]}  # tiers L2, L3
+    edge.apply(
+        replace(edge.spec, filter_config=edge_filter_config(TOKEN, tenants(keys), MODELS, default="room-rate"))
+    )
+    status, body = post(f"{edge.url}/v1/predict", headers=pricing)  # the default model is L1 now
+    assert status == 403 and "tenant pricing may use tiers L2,L3, not L1" in body["body"]
+    assert post(f"{edge.url}/v1/predict?debug=1", headers=pricing)[0] == 403
+    status, body = post(f"{edge.url}/v1/models/room-rate/predict", headers={**pricing, "x-keel-tier": "L2"})
+    assert status == 403 and "not L1" in body["body"]  # asking a tier it has does not buy the model's
+    status, body = post(f"{edge.url}/v1/predict", headers={"x-api-key": keys["ops"][0]})
+    assert status == 200 and body["labels"]["x-keel-tier"] == "L1"
+    assert post(f"{edge.url}/v1/models/flight-delay/predict", headers=pricing)[0] == 200
+
+
+def test_the_admin_endpoint_shows_no_token_and_no_key_hash(edge, keys):
+    """Issue 61 item 2: Envoy's admin ``/config_dump`` (unauthenticated, on loopback) held the edge's token and the
+    keys' stored hashes inline in the filter's configuration. Now the token is in Envoy's environment only (the dump
+    names the variable) and a key's record is keyed by it; authentication still works."""
+    dump = urllib.request.urlopen(f"{edge.admin_url}/config_dump?include_eds", timeout=10).read().decode()  # noqa: S310
+    assert "keel_edge" in dump and "KEEL_EDGE_TOKEN" in dump  # the filter's configuration is there, by name
+    assert TOKEN not in dump
+    stored = [s for t in tenants(keys) for s in t.keys]
+    assert len(stored) == 3 and not [s.key_id for s in stored if s.sha256 in dump]
+    assert not [k for k, _ in keys.values() if k.split("_")[-1] in dump]
+    status, body = post(f"{edge.url}/v1/models/flight-delay/predict", headers={"x-api-key": keys["ops"][0]})
+    assert status == 200 and body["labels"]["x-keel-edge"] == TOKEN  # the workers still get the token

@@ -93,6 +93,43 @@ def test_only_authenticated_requests_reach_the_gateway_as_their_tenant(served):
     assert endpoints["edge_admin"].startswith("http://127.0.0.1:")
 
 
+def test_a_hostile_tenant_finds_no_way_in(served):
+    """Issue 61 items 1 and 2, through the real Envoy and workers: an L2 tenant on every route of the L1 model (and a
+    forged tier, tenant and edge token) is refused; the admin endpoint's dump holds no token and no key hash, and no
+    word of it makes a worker take a forged tenant."""
+    import re
+
+    from keel.home import KeelHome
+    from keel.policies import PolicyStore
+
+    home, url, ops_key, endpoints = served
+    key = keel(home, "tenant", "add", "l2only", "--tiers", "L2", "--reason", "a hostile tenant")
+    deadline = time.monotonic() + 60
+    while httpx.get(f"{url}/v1/predict", headers={"x-api-key": key}, timeout=30).status_code == 401:  # not taken yet
+        assert time.monotonic() < deadline, "the edge did not take the new key"
+        time.sleep(0.05)
+    room = f"{url}/v1/models/room-rate/predict"
+    for headers in ({}, {"x-keel-tier": "L2"}, {"x-keel-tier": "L1"}, {"x-keel-tenant": "ops"},
+                    {"x-keel-tenant": "ops", "x-keel-edge": "forged", "x-keel-tier": "L2"}):  # fmt: skip
+        refused = httpx.post(room, json={}, headers={"x-api-key": key, **headers}, timeout=30)
+        assert refused.status_code == 403 and "tenant l2only may use tiers L2, not L1" in refused.text, headers
+    # the default route is flights' (L2): in, answered by the gateway (no model is deployed in this home)
+    default = httpx.post(f"{url}/v1/predict", json={}, headers={"x-api-key": key}, timeout=30)
+    assert (default.status_code, default.json()["error"]["code"]) == (503, "not_deployed"), default.text
+    dump = httpx.get(f"{endpoints['edge_admin']}/config_dump", timeout=30).text
+    assert "tenant l2only L2" in dump  # the filter's configuration, as the admin endpoint shows it
+    with PolicyStore(KeelHome(home).policies) as store:
+        hashes = [k["sha256"] for p in store.state().values() if p.type == "tenant" for k in p.body["keys"]]
+    assert len(hashes) >= 2 and not [h for h in hashes if h in dump]
+    assert ops_key.split("_")[-1] not in dump and key.split("_")[-1] not in dump
+    words = set(re.findall(r"[A-Za-z0-9_\-]{16,}", dump))  # every token-like word an attacker could try
+    assert len(words) > 10
+    port = endpoints["worker_ports"][0]
+    for word in sorted(words):
+        forged = predict(f"http://127.0.0.1:{port}", {"x-keel-edge": word, "x-keel-tenant": "ops"})
+        assert forged.status_code == 401, word
+
+
 def test_probes_and_scrapes_need_no_key_and_metrics_carry_envoys_stats_beside_keels(served):
     _, url, key, _ = served
     assert predict(url, {"x-api-key": key}).status_code == 422  # a request through the edge, counted by both

@@ -100,9 +100,9 @@ def test_a_shadow_rolled_back_for_lack_of_labels_says_where_they_went(world, tmp
 def test_a_bug_in_the_evidence_code_is_no_decision_and_is_logged_with_its_traceback(
     world,
     tmp_path,
-    validated,
+    validated,  # noqa: F811 - the shared session fixture
     monkeypatch,
-    caplog,  # noqa: F811
+    caplog,
 ):
     """Issue 61 item 5: a bug while reading the evidence (here a KeyError raised where labels are read) was caught as
     "no data", and at the shadow's deadline the challenger was rolled back as lacking labels. Now the bug makes no
@@ -131,9 +131,9 @@ def test_a_bug_in_the_evidence_code_is_no_decision_and_is_logged_with_its_traceb
 def test_evidence_that_cannot_be_read_is_named_in_the_decisions_reason(
     world,
     tmp_path,
-    validated,
+    validated,  # noqa: F811 - the shared session fixture
     monkeypatch,
-    caplog,  # noqa: F811
+    caplog,
 ):
     """Labels that cannot be read (a file gone, OSError) are missing evidence: the decision at the deadline says which
     error, beside its reason, and the log holds the traceback."""

@@ -24,7 +24,11 @@ HOTELS, FLIGHTS = resolve("hotels"), resolve("flights")
 PATIENT = GatewayPolicy(tiers={name: replace(tier, timeout_ms=60_000.0) for name, tier in DEFAULT_TIERS.items()})
 
 
-def gateway_of(tmp_path, usecase, interval: tuple[float, float] | None, policy: GatewayPolicy = PATIENT) -> Gateway:
+def gateway_of(
+    tmp_path, usecase, interval: tuple[float, float] | None, policy: GatewayPolicy = PATIENT, **config
+) -> Gateway:
+    """A gateway in this process with no Triton listening (the coarse model answers); ``config``: more of its
+    GatewayConfig (an edge token, a policy store)."""
     model, n = usecase.model.name, len(usecase.features.names)
     deployer = FakeDeployer(tmp_path / "routing" / f"{model}.json", n_features=n)
     main = Target(Route("champion", 1, hashlib.sha256(b"main").hexdigest(), 1.0, "rel-1", interval), "main")
@@ -32,7 +36,7 @@ def gateway_of(tmp_path, usecase, interval: tuple[float, float] | None, policy: 
     coarse = Target(Route("coarse", 2, hashlib.sha256(text.encode()).hexdigest(), 0.0, "rel-1", interval), text)
     deployer.deploy(model, [main], coarse=coarse)
     return Gateway(GatewayConfig(triton_url="127.0.0.1:1", routing_path=deployer.routing_path, usecase=usecase.name,
-                                 exposure_dir=tmp_path / "exposures"), policy)  # fmt: skip
+                                 exposure_dir=tmp_path / "exposures", **config), policy)  # fmt: skip
 
 
 def test_a_regression_answer_carries_its_interval_and_a_confidence_in_0_1(tmp_path):

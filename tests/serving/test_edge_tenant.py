@@ -61,3 +61,28 @@ def test_without_an_edge_the_body_names_the_tenant_as_before(tmp_path):
     assert status == 200
     [logged] = read_exposures(tmp_path / "exposures")
     assert logged["tenant_id"] == "pricing" and "traceparent" not in logged  # a malformed trace context is not kept
+
+
+def test_behind_the_edge_the_gateway_holds_the_models_tier_to_the_tenants_own(tmp_path):
+    """Issue 61 item 1, defence in depth: a request that reached a worker with the edge's token but without the edge's
+    tier check (the default route's gap) is refused by the gateway itself, from the tenants in the policy store it
+    follows — room-rate is L1: pricing (L2, L3) is 403, ops (L1, L2) is answered, a tenant not in force is 403."""
+    from keel.policies import PolicyStore
+    from keel.tenants import Tenant, new_key
+
+    store_path = tmp_path / "policies.sqlite"
+    with PolicyStore(store_path) as store:
+        store.apply({name: ("tenant", Tenant(name, (new_key("2016-07-01T00:00:00+00:00")[1],), tiers).as_body())
+                     for name, tiers in (("ops", ("L1", "L2")), ("pricing", ("L2", "L3")))},
+                    author="tests", reason="two tenants")  # fmt: skip
+    gateway = gateway_of(tmp_path, HOTELS, (0.9, 12.5), edge_token=TOKEN, policy_store_path=store_path)
+    assert gateway.default.tier() == "L1"
+
+    def ask(tenant: str):
+        return asyncio.run(gateway.predict(body(), {"x-keel-edge": TOKEN, "x-keel-tenant": tenant}))
+
+    status, payload, _ = ask("pricing")
+    assert status == 403 and payload["error"]["message"] == "tenant pricing may use tiers L2, L3, not L1"
+    status, payload, _ = ask("ghost")
+    assert status == 403 and payload["error"]["message"].startswith("tenant ghost is not in force at policy version")
+    assert ask("ops")[0] == 200
