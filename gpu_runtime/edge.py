@@ -20,12 +20,17 @@ import sys
 import time
 import urllib.request
 from dataclasses import replace
+from datetime import UTC, datetime
 from pathlib import Path
 
 from gpu_runtime.process import die_with_parent
 from gpu_runtime.triton import free_port
+from keel.alerts import Alert, AlertConfigError, AlertSender
 from keel.edge.envoy import EdgeSpec, bootstrap, cluster, discovery, listener
 from keel.edge.filters import EDGE_TOKEN_ENV
+from keel.edge.outage import RevokedKeys, StoreOutage, outage_bound_s
+from keel.home import KeelHome
+from keel.incidents import IncidentLog
 
 START_TIMEOUT_S = 60.0
 APPLY_TIMEOUT_S = 10.0
@@ -197,7 +202,9 @@ class EdgeFollower:
     """Envoy in front of the gateway's workers, following the policy store: the tenants in force (their keys'
     hashes, tiers and risk levels) and the served models' tiers make the edge filter's configuration and the routes;
     a commit (a key revoked, a tenant added, a model moved to another tier) is applied within ``FOLLOW_INTERVAL_S``
-    plus Envoy's few milliseconds — no restart, no request dropped."""
+    plus Envoy's few milliseconds — no restart, no request dropped. A store it cannot read: the last configuration
+    stays in force, a critical incident and alert after ``KEEL_EDGE_STORE_OUTAGE_S`` (keel/edge/outage.py); a key
+    revoked in any version it applied stays refused."""
 
     def __init__(self, directory: Path, port: int, workers: list[int], models: list[str], store, token: str,
                  limits, host: str = "127.0.0.1", admin_port: int | None = None, base=None,
@@ -209,6 +216,8 @@ class EdgeFollower:
         self.edge: EnvoyEdge | None = None
         self.version: int | None = None
         self._next = 0.0
+        self.outage = StoreOutage(bound_s=outage_bound_s())
+        self.revoked = RevokedKeys(self.dir / "revoked_keys.json")
 
     def spec(self, unless: int | None = None) -> tuple[EdgeSpec, int, int] | None:
         """The edge as the store says now, its version and how many tenants it names; None when the store is still
@@ -224,10 +233,13 @@ class EdgeFollower:
                 return None  # the edge, like the gateway, never follows the store backwards
             state = store.state(version)
         tenants = [Tenant.from_body(p.name, p.body) for p in state.values() if p.type == "tenant"]
+        refused = self.revoked.update(k.key_id for t in tenants for k in t.keys)
+        if refused:  # revoked in a version seen before: never again, whatever this state holds
+            tenants = [replace(t, keys=tuple(k for k in t.keys if k.key_id not in refused)) for t in tenants]
         policy, tiers = served_tiers(state, self.models, self.base)
         spec = EdgeSpec(port=self.port, workers=self.workers, models=tiers, policy=policy, limits=self.limits,
                         host=self.host, wasm=edge_filter_module(),
-                        filter_config=edge_filter_config(self.token, tenants, tiers, self.models[0]),
+                        filter_config=edge_filter_config(self.token, tenants, tiers, self.models[0], version),
                         tenant_limits=edge_limits(tenants, policy), peers=self.peers)  # fmt: skip
         return spec, version, len(tenants)
 
@@ -247,14 +259,59 @@ class EdgeFollower:
         self._next = now + FOLLOW_INTERVAL_S
         try:
             changed = self.spec(unless=self.version)
-        except Exception as exc:  # noqa: BLE001 - an unreadable store: the edge keeps what it has, and says so
-            log(f"keel serve: the edge keeps policy version {self.version}: the store could not be read ({exc})")
+        except Exception as exc:  # noqa: BLE001 - any failure to read the store: the last configuration stays
+            error = f"{type(exc).__name__}: {exc}"
+            if self.outage.since is None:
+                log(
+                    f"keel serve: the edge keeps policy version {self.version}: the store could not be read ({error})"
+                )
+            if self.outage.failed(now, error):
+                self.raise_outage(log)
             return
+        lasted = self.outage.read(now)
+        if lasted is not None:
+            self.recover_outage(log, lasted)
         if changed is not None:
             spec, version, tenants = changed
             self.edge.apply(spec)
             log(f"keel serve: the edge follows policy version {version} ({tenants} tenant(s))")
             self.version = version
+
+    def outage_key(self) -> str:
+        return f"edge-policy-store:{self.dir.parent.name}"
+
+    def raise_outage(self, log) -> None:
+        """The store has been unreadable for the bound: a critical incident and alert (keel/edge/outage.py)."""
+        home = KeelHome.from_env()
+        summary = (f"the edge cannot read the policy store for {self.outage.bound_s:g} s: serving on policy version "
+                   f"{self.version} (the last it applied); a key revoked meanwhile is not refused until it can")  # fmt: skip
+        log(f"keel serve: CRITICAL {summary} ({self.outage.error})")
+        now = datetime.now(UTC).isoformat(timespec="seconds")
+        try:
+            with IncidentLog(home.incidents) as incidents:
+                incidents.open_incident(self.outage_key(), "edge_policy_store", "critical", summary,
+                                        located=home.shown(self.store_path) if isinstance(self.store_path, Path)
+                                        else str(self.store_path), detected_at=now, source="edge",
+                                        details={"error": self.outage.error, "policy_version": self.version})  # fmt: skip
+        except Exception as exc:  # noqa: BLE001 - the incident log may share the store's fate: the alert still goes
+            log(f"keel serve: the incident could not be recorded ({type(exc).__name__}: {exc})")
+        try:
+            AlertSender.for_home(home).send(Alert("edge_policy_store", "critical", summary,
+                                                  {"error": self.outage.error, "policy_version": self.version},
+                                                  source="edge"))  # fmt: skip
+        except AlertConfigError as exc:
+            log(f"keel serve: the alert could not be sent: {exc}")
+
+    def recover_outage(self, log, lasted: float) -> None:
+        log(f"keel serve: the edge reads the policy store again after {lasted:.0f} s")
+        try:
+            with IncidentLog(KeelHome.from_env().incidents) as incidents:
+                if incidents.find(self.outage_key()) is not None:
+                    incidents.open_incident(self.outage_key(), "edge_policy_store", "critical",
+                                            f"the edge could not read the policy store for {lasted:.0f} s",
+                                            recovered_at=datetime.now(UTC).isoformat(timespec="seconds"))  # fmt: skip
+        except Exception as exc:  # noqa: BLE001 - a log that cannot be written must not stop the edge
+            log(f"keel serve: the recovery could not be recorded ({type(exc).__name__}: {exc})")
 
     def stop(self) -> None:
         if self.edge is not None:

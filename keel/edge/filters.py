@@ -100,13 +100,18 @@ def keyed_hash(token: str, sha256_hex: str) -> str:
     return hmac.new(token.encode(), bytes.fromhex(sha256_hex), hashlib.sha256).hexdigest()
 
 
-def edge_filter_config(token: str, tenants, models: dict[str, str], default: str | None = None) -> str:
+def edge_filter_config(
+    token: str, tenants, models: dict[str, str], default: str | None = None, version: int | None = None
+) -> str:
     """The edge filter's configuration from the tenants in force (keel.tenants.Tenant: their keys' salted hashes,
     tiers, risk levels), the served models' tiers and the ``default`` model (``POST /v1/predict``'s; None: the first
     of ``models``). It holds no secret — Envoy's admin ``/config_dump`` shows it to any local process: ``token``
     (what the filter sets as ``x-keel-edge``, read from Envoy's environment) only keys the keys' hashes
-    (``keyed_hash``)."""
-    lines = []
+    (``keyed_hash``). ``version``: the policy version it comes from, its first line — every version's configuration
+    differs from every earlier one's, so Envoy configures the filter anew even when a version goes back to an earlier
+    state (Envoy reuses a plugin whose configuration it has seen, and the filter keeps one configuration per VM: a
+    model moved to L2 and back to L1 stayed L2 at the edge)."""
+    lines = [f"version {version}"] if version is not None else []
     for t in sorted(tenants, key=lambda t: t.name):
         lines.append(f"tenant {t.name} {','.join(t.tiers)} {','.join(map(str, t.risk_levels))}")
         lines += [f"key {k.key_id} {t.name} {k.salt} {keyed_hash(token, k.sha256)}" for k in t.keys]

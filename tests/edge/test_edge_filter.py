@@ -165,3 +165,16 @@ def test_the_admin_endpoint_shows_no_token_and_no_key_hash(edge, keys):
     assert not [k for k, _ in keys.values() if k.split("_")[-1] in dump]
     status, body = post(f"{edge.url}/v1/models/flight-delay/predict", headers={"x-api-key": keys["ops"][0]})
     assert status == 200 and body["labels"]["x-keel-edge"] == TOKEN  # the workers still get the token
+
+
+def test_a_configuration_that_goes_back_to_an_earlier_one_is_in_force(edge, keys):
+    """A model moved to L2 and back to L1 (a revert): Envoy reuses a plugin whose configuration it has seen, and the
+    filter keeps one configuration per VM — without the version line the edge stayed at L2. Each version's
+    configuration is its own."""
+    pricing = {"x-api-key": keys["pricing"][0]}
+    url = f"{edge.url}/v1/models/room-rate/predict"
+    for version, tier, status in ((1, "L1", 403), (2, "L2", 200), (3, "L1", 403), (4, "L2", 200)):
+        models = MODELS | {"room-rate": tier}
+        config = edge_filter_config(TOKEN, tenants(keys), models, version=version)
+        edge.apply(replace(edge.spec, models=models, filter_config=config))
+        assert post(url, headers=pricing)[0] == status, (version, tier)
