@@ -9,10 +9,21 @@ y falls in [ŷ − q, ŷ + q] with probability ≥ coverage). ``q`` is computed 
 validation rows, stored in its registry record (``interval``) and released with it; drift breaks the guarantee,
 which is why ``loop_report`` measures the realized coverage of each month.
 
-The confidence in [0, 1] of a regression answer is 1 − q / |ŷ|, clipped to [0, 1]: the share of the answer the
-interval leaves standing (a 120 EUR quote ± 30 EUR: 0.75; an interval wider than the answer itself: 0). A coarse
-model's answer uses the coarse model's own interval; the policy's last-resort score (a constant, no model) has
-confidence 0 and no interval.
+The confidence in [0, 1] of a regression answer is **1 − 2q / spread**, clipped to [0, 1], where ``spread`` is the
+width of the label's usual range — its 5th to 95th percentile on the calibration rows, recorded with the interval:
+the share of that range the interval rules out. 0 means the interval is as wide as the labels' own range (the model
+says no more than "a usual value"); near 1, it pins the answer to a sliver of it. It is the same for every answer
+of a version: a split-conformal interval has one width, so it says nothing about one answer over another, and
+neither does its confidence (the former 1 − q/|ŷ| ranked answers by |ŷ| alone and was 0 whenever |ŷ| ≤ q — every
+answer near zero, e.g. a count of bikes at night; issue 61 item 7). A version recorded without a spread claims 0.
+
+A label's **domain** (``keel.features.spec.LabelDomain``: bounds, whole numbers) holds answers and intervals to
+values the label can take: the score clipped into it, the interval's ends clipped (and rounded inwards to whole
+numbers for an integer label) — a count's interval never goes below 0. Clipping to the domain removes only
+impossible values: the coverage is unchanged.
+
+A coarse model's answer uses the coarse model's own interval; the policy's last-resort score (a constant, no model)
+has confidence 0 and no interval.
 
 Pure numpy: the gateway, the training assets and the loop's report share it.
 """
@@ -37,11 +48,13 @@ class Interval:
     half_width: float
     calibration_rows: int
     calibrated_on: str  # the validation rows it was computed on, in words (e.g. "2016-03", "2016-05 days 1–21")
+    label_spread: float | None = None  # the calibration labels' 5th–95th percentile width (the confidence's scale)
 
     def as_metadata(self) -> dict[str, Any]:
         return {
             "coverage": self.coverage, "half_width": self.half_width, "calibration_rows": self.calibration_rows,
             "calibrated_on": self.calibrated_on, "method": "split conformal, absolute residuals",
+            "label_spread": self.label_spread,
         }  # fmt: skip
 
     @classmethod
@@ -50,7 +63,9 @@ class Interval:
         d = metadata.get(INTERVAL_KEY)
         if not d:
             return None
-        return cls(float(d["coverage"]), float(d["half_width"]), int(d["calibration_rows"]), str(d["calibrated_on"]))
+        spread = d.get("label_spread")
+        return cls(float(d["coverage"]), float(d["half_width"]), int(d["calibration_rows"]), str(d["calibrated_on"]),
+                   None if spread is None else float(spread))  # fmt: skip
 
 
 def check_coverage(coverage: float) -> float:
@@ -76,22 +91,45 @@ def conformal_half_width(residuals: np.ndarray, coverage: float) -> float:
 
 def fit(scores: np.ndarray, labels: np.ndarray, coverage: float, calibrated_on: str) -> Interval:
     """The interval of a model that scored ``scores`` on calibration rows whose labels are ``labels``."""
-    residuals = np.asarray(labels, dtype=np.float64) - np.asarray(scores, dtype=np.float64)
+    labels = np.asarray(labels, dtype=np.float64)
+    residuals = labels - np.asarray(scores, dtype=np.float64)
     return Interval(check_coverage(coverage), conformal_half_width(residuals, coverage), int(residuals.size),
-                    calibrated_on)  # fmt: skip
+                    calibrated_on, label_spread(labels))  # fmt: skip
 
 
-def bounds(scores: np.ndarray, half_width: float) -> tuple[np.ndarray, np.ndarray]:
+def label_spread(labels: np.ndarray) -> float:
+    """The width of the labels' usual range: their 95th minus their 5th percentile."""
+    lo, hi = np.quantile(np.asarray(labels, dtype=np.float64), [0.05, 0.95])
+    return float(hi - lo)
+
+
+def clip_scores(scores: np.ndarray, domain=None) -> np.ndarray:
+    """``scores`` held to the label's ``domain`` (``LabelDomain``; None: unchanged)."""
     s = np.asarray(scores, dtype=np.float64)
-    return s - half_width, s + half_width
+    if domain is None:
+        return s
+    return np.clip(
+        s, -np.inf if domain.lower is None else domain.lower, np.inf if domain.upper is None else domain.upper
+    )
 
 
-def confidence(scores: np.ndarray, half_width: float) -> np.ndarray:
-    """1 − half_width / |ŷ|, clipped to [0, 1] (module docstring); 0 where ŷ is 0."""
-    s = np.abs(np.asarray(scores, dtype=np.float64))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        c = np.where(s > 0, 1.0 - half_width / s, 0.0)
-    return np.clip(c, 0.0, 1.0)
+def bounds(scores: np.ndarray, half_width: float, domain=None) -> tuple[np.ndarray, np.ndarray]:
+    """ŷ ± half-width, held to the label's ``domain`` (its bounds; whole numbers inwards for an integer label)."""
+    s = np.asarray(scores, dtype=np.float64)
+    lo, hi = s - half_width, s + half_width
+    if domain is None:
+        return lo, hi
+    if domain.integer:
+        lo, hi = np.ceil(lo - 1e-9), np.floor(hi + 1e-9)
+    return clip_scores(lo, domain), clip_scores(hi, domain)
+
+
+def confidence(scores: np.ndarray, half_width: float, spread: float | None) -> np.ndarray:
+    """1 − 2·half_width / spread, clipped to [0, 1], for each of ``scores`` (module docstring); 0 without a spread."""
+    n = np.asarray(scores).shape
+    if spread is None or not spread > 0:
+        return np.zeros(n)
+    return np.full(n, min(1.0, max(0.0, 1.0 - 2.0 * half_width / spread)))
 
 
 def realized_coverage(scores: np.ndarray, labels: np.ndarray, half_width: float) -> float | None:

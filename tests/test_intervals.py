@@ -17,6 +17,14 @@ def test_the_half_width_is_the_ceil_n_plus_1_times_coverage_th_smallest_residual
     assert intervals.conformal_half_width(residuals, 0.5) == 8.0  # rank 10
 
 
+def test_the_rank_is_n_plus_1_not_n():
+    """At n = 20 the two ranks differ (issue 61 item 16: at n = 19 ⌈n·α⌉ = ⌈(n+1)·α⌉ for both coverages above, so
+    that test could not tell them apart): 90 % → ⌈21 · 0.9⌉ = 19, not ⌈18⌉ = 18; 50 % → ⌈10.5⌉ = 11, not 10."""
+    residuals = np.array([(-1.0) ** i * i for i in range(1, 21)])  # |r| = 1 … 20
+    assert intervals.conformal_half_width(residuals, 0.9) == 19.0
+    assert intervals.conformal_half_width(residuals, 0.5) == 11.0
+
+
 def test_too_few_rows_for_the_coverage_is_an_error_that_says_how_many():
     with pytest.raises(ValueError, match="8 calibration rows are too few for a 90% interval"):
         intervals.conformal_half_width(np.arange(8.0), 0.9)

@@ -20,6 +20,7 @@ from gpu_runtime.gateway.limits import RequestError
 from gpu_runtime.gateway.request import Answer, RequestContext
 from keel import intervals
 from keel.deploy.routing import Route
+from keel.features.spec import LabelDomain
 
 
 def answer(features: Any, ctx: RequestContext) -> Answer:
@@ -30,7 +31,9 @@ def answer(features: Any, ctx: RequestContext) -> Answer:
         route = None
     else:
         scores, route = ctx.scores, ctx.route
-    predictions = scored(features.label.task, scores, route if ctx.last_resort is None else None)
+    predictions = scored(
+        features.label.task, scores, route if ctx.last_resort is None else None, features.label.domain
+    )
     if ctx.explained is not None:
         shown = explanations(features.names, ctx.values, ctx.explained.contrib, ctx.explained.raw_score, ctx.top_k,
                              explained_units(features))  # fmt: skip
@@ -57,20 +60,25 @@ def answer(features: Any, ctx: RequestContext) -> Answer:
     return Answer(200, payload, headers)
 
 
-def scored(task: str, scores: np.ndarray, route: Route | None) -> list[dict[str, Any]]:
+def scored(
+    task: str, scores: np.ndarray, route: Route | None, domain: LabelDomain | None = None
+) -> list[dict[str, Any]]:
     """Each row's score and its confidence in [0, 1] (keel/intervals.py): a binary model's |2·p − 1|; a regression's
-    from the prediction interval its version carries (``route.interval``: coverage, half-width), which the answer
-    shows as ``interval: [lo, hi]`` at ``interval_coverage``. No model (``route`` None: the policy's last-resort
-    score), or a regression version without an interval: confidence 0, no interval."""
+    from the prediction interval its version carries (``route.interval``: coverage, half-width, the label's spread),
+    which the answer shows as ``interval: [lo, hi]`` at ``interval_coverage`` — score and interval held to the label's
+    ``domain``. No model (``route`` None: the policy's last-resort score), or a regression version without an
+    interval: confidence 0, no interval."""
+    if task == "regression":
+        scores = intervals.clip_scores(scores, domain)
     if route is None:
         return [{"score": s, "confidence_score": 0.0} for s in scores.tolist()]
     if task == "binary":
         return [{"score": s, "confidence_score": c} for s, c in zip(scores.tolist(), np.abs(2.0 * scores - 1.0).tolist(), strict=True)]  # fmt: skip
     if route.interval is None:
         return [{"score": s, "confidence_score": 0.0} for s in scores.tolist()]
-    coverage, half_width = route.interval
-    lo, hi = intervals.bounds(scores, half_width)
-    conf = intervals.confidence(scores, half_width)
+    coverage, half_width, spread = route.interval
+    lo, hi = intervals.bounds(scores, half_width, domain)
+    conf = intervals.confidence(scores, half_width, spread)
     return [{"score": s, "confidence_score": c, "interval": [a, b], "interval_coverage": coverage}
             for s, c, a, b in zip(scores.tolist(), conf.tolist(), lo.tolist(), hi.tolist(), strict=True)]  # fmt: skip
 

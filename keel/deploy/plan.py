@@ -87,11 +87,11 @@ class DeploymentPlan:
         return [{"name": t.route.name, "version": t.route.version, "weight": t.route.weight} for t in self.targets]
 
 
-def served_interval(registry: ModelRegistry, model: str, sha256: str) -> tuple[float, float] | None:
-    """(coverage, half-width) of the prediction interval in a version's registry record, which its route carries to
-    the gateway (a regression's answers; keel/intervals.py); None for a binary model."""
+def served_interval(registry: ModelRegistry, model: str, sha256: str) -> tuple[float, float, float | None] | None:
+    """(coverage, half-width, the label's spread) of the prediction interval in a version's registry record, which its
+    route carries to the gateway (a regression's answers; keel/intervals.py); None for a binary model."""
     interval = Interval.from_metadata(registry.get(model, sha256).metadata)
-    return (interval.coverage, interval.half_width) if interval else None
+    return (interval.coverage, interval.half_width, interval.label_spread) if interval else None
 
 
 def coarse_target(registry: ModelRegistry, model: str, sha256: str, release_id: str | None = None) -> Target | None:

@@ -30,12 +30,15 @@ class Route:
     sha256: str
     weight: float = 1.0
     release_id: str | None = None
-    # A regression version's prediction interval, from its registry record: (coverage, half-width) (keel/intervals.py)
-    interval: tuple[float, float] | None = None
+    # A regression version's prediction interval, from its registry record: (coverage, half-width, the label's spread
+    # or None) (keel/intervals.py)
+    interval: tuple[float, float, float | None] | None = None
 
     def __post_init__(self) -> None:
-        if self.interval is not None:  # read back from JSON as a list
-            object.__setattr__(self, "interval", (float(self.interval[0]), float(self.interval[1])))
+        if self.interval is not None:  # read back from JSON as a list (an older table's without a spread)
+            spread = self.interval[2] if len(self.interval) > 2 and self.interval[2] is not None else None
+            object.__setattr__(self, "interval", (float(self.interval[0]), float(self.interval[1]),
+                                                  None if spread is None else float(spread)))  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -20,8 +20,10 @@ from keel.registry import coarse_name
 from keel.training.model import (
     TrainingConfig,
     _xy,
+    calibration_named,
     log_loss,
     predict,
+    split_validation,
     train_model,
     training_rows,
     valid_rows_named,
@@ -73,7 +75,7 @@ def train_coarse(
 ) -> CoarseModel:
     """Train the coarse model on ``config``'s months (early-stopped as the main model is) and judge it against the
     training window's label mean on ``config``'s validation rows; a regression's interval (at ``coverage``) is
-    calibrated on the same rows."""
+    calibrated on the half of them its early stopping did not see (``split_validation``)."""
     params = config.params | {"num_leaves": spec.num_leaves, "min_data_in_leaf": max(20, spec.num_leaves * 5)}
     model = train_model(features, replace(config, num_boost_round=spec.rounds, params=params), fs)
     train, valid = training_rows(features, config, fs)
@@ -89,7 +91,11 @@ def train_coarse(
         constant_loss=_loss(task, np.full_like(labels, constant), labels),
         constant=constant,
         rows=int(labels.size),
-        interval=fit(scores, labels, coverage, valid_rows_named(config)).as_metadata()
+        interval=fit(
+            *predict(model.text, split_validation(valid, fs)[1], fs),
+            coverage,
+            calibration_named(valid_rows_named(config)),
+        ).as_metadata()
         if task == "regression"
         else None,
     )

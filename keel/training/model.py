@@ -102,9 +102,24 @@ def training_rows(
     return train, valid
 
 
+def split_validation(valid: pl.DataFrame, fs: FeatureSet) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(early-stopping rows, calibration rows) of validation rows ``valid``. A regression model early-stops on its
+    labelled validation rows of even rank in id order and its interval is calibrated on the odd ones: rows the model
+    never saw, not even to choose its number of trees — an interval calibrated on the rows early stopping chose the
+    model on is optimistic (issue 61 item 6). A binary model (no interval) early-stops on all of them."""
+    if fs.label.task != "regression":
+        return valid, valid.clear()
+    ranked = valid.filter(pl.col(fs.label.column).is_not_null()).sort(fs.entity.id_column).with_row_index("_rank")
+    return (
+        ranked.filter(pl.col("_rank") % 2 == 0).drop("_rank"),
+        ranked.filter(pl.col("_rank") % 2 == 1).drop("_rank"),
+    )
+
+
 def train_model(features: pl.DataFrame, config: TrainingConfig, fs: FeatureSet) -> TrainedModel:
     """Train on ``config.train_months`` of ``features`` (a table of ``fs``), early-stopping on
-    ``config.valid_month`` (its ``valid_days`` when set). The objective must fit the label's task."""
+    ``config.valid_month`` (its ``valid_days`` when set; a regression model on half of those rows,
+    ``split_validation``). The objective must fit the label's task."""
     objective = config.params.get("objective")
     if objective not in OBJECTIVES[fs.label.task]:
         raise ValueError(
@@ -117,7 +132,7 @@ def train_model(features: pl.DataFrame, config: TrainingConfig, fs: FeatureSet) 
             f"no rows for training months {config.train_months} or validation month {config.valid_month}"
         )
     xt, yt = _xy(train, fs)
-    xv, yv = _xy(valid, fs)
+    xv, yv = _xy(split_validation(valid, fs)[0], fs)
     names = fs.names
     weight = recency_weights(train, fs, config.half_life_days) if config.half_life_days is not None else None
     dtrain = lgb.Dataset(xt, yt, weight=weight, feature_name=list(names), params={"verbose": -1},
@@ -135,12 +150,18 @@ def train_model(features: pl.DataFrame, config: TrainingConfig, fs: FeatureSet) 
 
 
 def interval_record(text: str, valid: pl.DataFrame, fs: FeatureSet, coverage: float, on: str) -> dict[str, Any]:
-    """What a regression model's registry record adds: its split-conformal interval on its validation rows
-    ``valid`` (``on`` says which, in words; keel/intervals.py). A binary model adds nothing."""
+    """What a regression model's registry record adds: its split-conformal interval on the calibration half of its
+    validation rows ``valid`` (``split_validation``: the half early stopping did not see; ``on`` says which rows,
+    in words; keel/intervals.py). A binary model adds nothing."""
     if fs.label.task != "regression":
         return {}
-    scores, labels = predict(text, valid, fs)
-    return {intervals.INTERVAL_KEY: intervals.fit(scores, labels, coverage, on).as_metadata()}
+    scores, labels = predict(text, split_validation(valid, fs)[1], fs)
+    return {intervals.INTERVAL_KEY: intervals.fit(scores, labels, coverage, calibration_named(on)).as_metadata()}
+
+
+def calibration_named(on: str) -> str:
+    """The calibration rows of validation rows ``on``, in words."""
+    return f"{on}, odd rows in id order (early stopping saw the even ones)"
 
 
 def valid_rows_named(config: TrainingConfig) -> str:
