@@ -14,6 +14,7 @@ import pytest
 from keel.cli import main
 from keel.contracts.engine import CompiledContract
 from keel.contracts.spec import load_contract
+from keel.features.spec import LabelDomain
 
 GAP = (date(2021, 9, 10), date(2021, 9, 20))  # no row on these days
 CLOSED = "2021-04"  # the shop is closed for the month: no row at all
@@ -239,3 +240,34 @@ def test_a_small_tables_model_gets_leaves_it_can_fill(tmp_path):
         "allowed_rows: 1   # … and more than this many rows (2021-09 has 19 rows: under one row at 2%)"
         in (tmp_path / "usecases" / "small" / "contracts" / "small.yaml").read_text()
     )
+
+
+def test_the_prior_is_fitted_on_the_training_months_only_and_the_label_has_its_domain(generated):
+    """Issue 61 item 10: the prior every category's history starts from was the label's mean over the training
+    months *and* the validation month (the first model's judge): now the training months only. Item 7: the label's
+    domain from the profile is declared, so answers and intervals stay in it — here none: the planted sales go below
+    0 (their noise), and a domain is never narrower than what the table shows."""
+    root, table = generated
+    shop = _import(root).usecase
+    sales = table.with_columns(pl.col("Sales").cast(pl.Float64, strict=False)).drop_nulls("Sales")
+    month = pl.col("Day").str.slice(0, 7)
+    trained = sales.filter(month.is_in(list(shop.model.train_months)))["Sales"]
+    with_valid = sales.filter(month.is_in([*shop.model.train_months, shop.model.valid_month]))["Sales"]
+    prior = importlib.import_module("shop.features").PRIOR
+    assert prior == pytest.approx(float(trained.mean()), rel=1e-6)
+    assert abs(float(with_valid.mean()) - float(trained.mean())) > 1.0  # the two differ here: the test can tell
+    assert float(sales["Sales"].min()) < 0
+    assert shop.features.label.domain == LabelDomain(lower=None, upper=None, integer=False)
+
+
+def test_a_labels_domain_comes_from_its_nature():
+    """A count: never negative, whole numbers; a share: [0, 1]; a signed value: unbounded."""
+    from keel.new.profile import ColumnProfile
+    from keel.new.rules import label_domain
+
+    def col(kind, lo, hi):
+        return ColumnProfile("y", "y", kind, 100, 0, 50, min=lo, max=hi)
+
+    assert label_domain(col("int", 0, 977)) == ((0.0, None, True), "never negative (min 0); whole numbers only")
+    assert label_domain(col("float", 0.0, 0.93))[0] == (0.0, 1.0, False)
+    assert label_domain(col("float", -3.5, 12.0)) == ((None, None, False), "any real number")

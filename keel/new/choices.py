@@ -100,6 +100,9 @@ class Plan:
     # smallest month is under one row, one bad row would block that month
     critical_rows: int = 0
     critical_rows_why: str = ""
+    # a regression label's domain from its profile — (lower, upper, integer), and why — None for a binary label
+    label_domain: tuple[float | None, float | None, bool] | None = None
+    label_domain_why: str = ""
 
     @property
     def request_columns(self) -> tuple[str, ...]:

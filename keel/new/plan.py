@@ -48,6 +48,7 @@ from keel.new.rules import (  # the rules of one column, the time axis and the l
     categories_in,
     duplicate_rule,
     first_day,
+    label_domain,
     label_values,
     last_day,
     median_rows,
@@ -102,7 +103,9 @@ def plan(profile: TableProfile, frame, opts: Options) -> Plan:
     valid = later[0]
     first_months = [*train, valid]
     first = _month_rows(frame, time.ident, first_months)
-    y = label_values(first[label.ident], task, positive)
+    # the prior (where every category's history starts) from the training months only: the validation month is
+    # what the first model is judged on, and the gate's — its labels must not leak into a feature (issue 61 item 10)
+    y = label_values(_month_rows(frame, time.ident, train)[label.ident], task, positive)
     prior = float(y.mean()) if y.len() else 0.0
 
     defects: list[str] = []
@@ -243,6 +246,7 @@ def plan(profile: TableProfile, frame, opts: Options) -> Plan:
     # a leaf of keel's default 50 rows leaves a model of ~100 bagged training rows no split at all: a constant
     train_rows = sum(t.rows_per_month.get(x, 0) for x in train)
     leaf = max(5, min(50, train_rows // 10))
+    domain, domain_why = label_domain(label) if task == "regression" else (None, "")
     renames = {c.name: c.ident for c in profile.columns if c.name != c.ident}
     tokens = tuple(sorted({tok for c in profile.columns for tok in c.null_tokens}))
     null_columns = tuple(c.ident for c in profile.columns if c.kind != "string" or c.null_tokens)
@@ -256,7 +260,8 @@ def plan(profile: TableProfile, frame, opts: Options) -> Plan:
         train_months=tuple(train), valid_month=valid, gate_min_rows=gate_min_rows,
         rps=40.0 if median_rows(t, with_rows) >= 3000 else 5.0, ignored=ignored, null_columns=null_columns,
         drift_threshold=drift_threshold, drift_noise=round(noise, 3), month_rows=int(n), reference_rows=int(m),
-        train_rows=train_rows, min_data_in_leaf=leaf if leaf < 50 else None,
+        train_rows=train_rows, min_data_in_leaf=leaf if leaf < 50 else None, label_domain=domain,
+        label_domain_why=domain_why,
     )  # fmt: skip
 
 

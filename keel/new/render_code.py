@@ -125,6 +125,11 @@ def features_module(p: Plan, command: str) -> str:
     else:
         label = f'pl.col("{p.label}")' + (".cast(pl.Float64)" if p.task == "regression" else "")
         classes = ""
+    domain, domain_import = "", ", LabelDomain" if p.label_domain is not None else ""
+    if p.label_domain is not None:  # the label's domain from the profile: answers and intervals stay in it
+        lower, upper, integer = p.label_domain
+        domain = (f"\n        # {p.label_domain_why}\n"
+                  f"        domain=LabelDomain(lower={lower!r}, upper={upper!r}, integer={integer!r}),")  # fmt: skip
     feats = "\n".join(
         f"        Feature({json.dumps(f.name)}, {json.dumps(f.dtype)}, {f.lo!r}, {f.hi!r}, {f.default!r}, "
         f"{json.dumps(f.description)}),"
@@ -162,9 +167,9 @@ from __future__ import annotations
 import polars as pl
 
 from keel.entity_key import EntityKey
-from keel.features.spec import Entity, Feature, FeatureSet, History, Label, RequestFeatures
+from keel.features.spec import Entity, Feature, FeatureSet, History, Label{domain_import}, RequestFeatures
 
-PRIOR = {p.prior!r}  # the label's mean over the first model's months: a category with few earlier rows stays near it
+PRIOR = {p.prior!r}  # the label's mean over the training months: a category with few earlier rows stays near it
 PRIOR_WEIGHT = {PRIOR_WEIGHT!r}  # pseudo-rows of the prior
 
 ROW = Entity(
@@ -198,7 +203,7 @@ FEATURES = FeatureSet(
         LABEL,
         task="{p.task}",
         known_after="the row's day is over",
-        description={json.dumps(p.label + (" is " + p.positive if p.positive else ""))}{classes},
+        description={json.dumps(p.label + (" is " + p.positive if p.positive else ""))}{classes},{domain}
     ),
     request=(RequestFeatures("request", request),),
     histories=({hist}

@@ -61,6 +61,22 @@ def budget(share: float) -> float:
     return round(min(1.0, max(0.01, 2 * share)), 3)
 
 
+def label_domain(label: ColumnProfile) -> tuple[tuple[float | None, float | None, bool], str]:
+    """A regression label's domain from its profile, and why (issue 61 item 7): never negative → from 0; whole
+    numbers → integers; a share (never negative, never over 1) → [0, 1]. Answers and intervals are held to it."""
+    lower = 0.0 if label.min is not None and label.min >= 0 else None
+    upper = 1.0 if lower == 0.0 and label.max is not None and label.max <= 1 and label.kind == "float" else None
+    integer = label.kind == "int"
+    why = []
+    if lower is not None:
+        why.append(f"never negative (min {label.min:g})")
+    if upper is not None:
+        why.append(f"never over 1 (max {label.max:g}): a share")
+    if integer:
+        why.append("whole numbers only")
+    return (lower, upper, integer), "; ".join(why) or "any real number"
+
+
 def task_of(label: ColumnProfile, opts: Options) -> tuple[str, str | None]:
     values = [v for v, _ in label.categories]
     if opts.positive is not None:

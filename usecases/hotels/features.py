@@ -17,7 +17,7 @@ from __future__ import annotations
 import polars as pl
 
 from keel.entity_key import EntityKey
-from keel.features.spec import Entity, Feature, FeatureSet, History, Label, RequestFeatures
+from keel.features.spec import Entity, Feature, FeatureSet, History, Label, LabelDomain, RequestFeatures
 
 MAX_NIGHTS = 14  # the longest stay the model quotes (the contracts hold it)
 PRIOR_PRICE = 105.0  # smoothing prior: the table's mean nightly price, EUR
@@ -112,6 +112,7 @@ RATE_FEATURES = FeatureSet(
         task="regression",
         known_after=f"the stay is over (check-out, at most {MAX_NIGHTS} nights after arrival)",
         description="average nightly price paid, EUR",
+        domain=LabelDomain(lower=0.0),  # a price is never negative (a complimentary stay is 0)
     ),
     request=(RequestFeatures("stay", stay),),
     histories=(
