@@ -271,3 +271,26 @@ def test_a_labels_domain_comes_from_its_nature():
     assert label_domain(col("int", 0, 977)) == ((0.0, None, True), "never negative (min 0); whole numbers only")
     assert label_domain(col("float", 0.0, 0.93))[0] == (0.0, 1.0, False)
     assert label_domain(col("float", -3.5, 12.0)) == ((None, None, False), "any real number")
+
+
+@pytest.mark.parametrize(
+    ("kind", "distinct", "lo", "hi", "quantiles", "expected", "why"),
+    [
+        # an hour of the day: 24 values — [0, 23], not [0, 529] from a skew test (issue 61 item 8)
+        ("int", 24, 0, 23, (0, 0, 6, 12, 18, 23, 23), (0, 23), "an integer of 24 values"),
+        # a count label (hourly bikes): from 0 to twice its 99.9th percentile, not [0, 307000]
+        ("int", 869, 1, 977, (1, 2, 40, 142, 281, 782, 948), (0, 1900), "never negative"),
+        # a share
+        ("float", 90, 0.0, 0.97, (0.0, 0.05, 0.4, 0.6, 0.8, 0.95, 0.97), (0.0, 1.0), "a share"),
+        # a signed value: its bulk widened
+        ("float", 500, -20.0, 35.0, (-18, -10, 2, 10, 18, 30, 34), (-50.0, 70.0), "p1 -10 … p99 30 widened"),
+    ],
+)
+def test_a_range_follows_the_columns_nature(kind, distinct, lo, hi, quantiles, expected, why):
+    from keel.new.profile import QUANTILES, ColumnProfile
+    from keel.new.rules import numeric_range
+
+    c = ColumnProfile("x", "x", kind, 1000, 0, distinct, min=lo, max=hi,
+                      quantiles={f"{p:g}": float(v) for p, v in zip(QUANTILES, quantiles, strict=True)})  # fmt: skip
+    got_lo, got_hi, how = numeric_range(c)
+    assert (got_lo, got_hi) == expected and how.startswith(why), how

@@ -7,9 +7,10 @@ rows it fails and why it exists):
   row lands) and ``event_date`` from the time column; ``event_parts`` holds them to it (``timestamp_parts``).
 - **one row once**: ``unique`` over the entity columns and the day (``--entity``), else over every column (an exact
   duplicate row): quarantined.
-- **ranges**: a numeric column's range is its observed 1st–99th percentile widened by that spread on each side (in
-  log space for a positive, skewed column; from 0 for a column that is never negative) — a value past it is an entry or
-  unit error: quarantined (critical for the label, which would teach the model; warning otherwise).
+- **ranges**, from the column's nature (``keel.new.rules.numeric_range``): an integer of few values (hours,
+  weekdays) holds the values it holds; a share is [0, 1]; a column never negative runs from 0 to twice its 99.9th
+  percentile; a signed one is its 1st–99th percentile widened by that spread — a value past it is an entry or unit
+  error: quarantined (critical for the label, which would teach the model; warning otherwise).
 - **categories**: a text column with few values (≤ ``MAX_CATEGORIES``) is held to the values the first model's months
   show; a value first seen later is flagged, not dropped (the model answers it from the prior) and counted.
 - **nulls**: a column with no null is ``nullable: false`` (a null later is quarantined); a feature column with nulls

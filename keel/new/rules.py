@@ -20,25 +20,38 @@ def nice(x: float, up: bool) -> float:
     return round((math.ceil if up else math.floor)(x / scale) * scale, max(0, digits))
 
 
+FEW_VALUES = 31  # an integer column with at most this many values is an enumeration (hours, weekdays, days, months)
+
+
 def numeric_range(c: ColumnProfile) -> tuple[float, float, str]:
-    """The range a numeric column is held to, and how it was derived (see the module docstring)."""
+    """The range a numeric column is held to, and how it was derived — from the column's nature, never a skew test
+    (issue 61 item 8: an hour column got [0, 529] and a count label [0, 307000], and the gateway scored hr 100):
+
+    - an integer with few values (at most ``FEW_VALUES``: hours, weekdays, months): the values it holds — its
+      0.1st…99.9th percentile, so one absurd row does not widen it;
+    - a share (never negative, never over 1): [0, 1];
+    - a column never negative: from 0 to twice its 99.9th percentile (a busy day twice the busiest usual one is
+      plausible; ten times is an entry or unit error);
+    - a signed column: its 1st…99th percentile widened by that spread on each side.
+    """
     q01, q99 = c.q(0.01), c.q(0.99)
-    if c.kind == "int" and c.distinct <= 12:
-        return c.min, c.max, f"the {c.distinct} values seen, {c.min:g}…{c.max:g}"
-    if c.positive is not None and c.positive[1] / c.positive[0] > 10:
-        # a positive, skewed column (or one of zeros and positive values: rain, wind): its positive values' spread in
-        # log space — a heavy shower is ten times the usual, not an error; a thousand times is
-        p1, p99 = c.positive
-        lq, hq = math.log10(p1), math.log10(p99)
-        lo, hi = 10 ** (lq - (hq - lq)), 10 ** (hq + (hq - lq))
-        how = f"p1 {p1:g} … p99 {p99:g} of its positive values widened by that spread in log space"
+    lo_bulk, hi_bulk = c.q(0.001), c.q(0.999)
+    if c.kind == "int" and c.distinct <= FEW_VALUES:
+        lo, hi = math.floor(lo_bulk), math.ceil(hi_bulk)
+        return (
+            lo,
+            hi,
+            f"an integer of {c.distinct} values: the ones it holds, {lo:g}…{hi:g} (0.1st…99.9th percentile)",
+        )
+    if c.min >= 0 and c.max <= 1 and c.kind == "float":
+        return 0.0, 1.0, f"a share: never negative, never over 1 (seen {c.min:g}…{c.max:g})"
+    if c.min >= 0:
+        lo, hi = 0.0, nice(2 * hi_bulk, up=True) or 1.0
+        how = f"never negative: from 0 to twice its 99.9th percentile ({hi_bulk:g})"
     else:
         span = (q99 - q01) or abs(q99) or 1.0
-        lo, hi = q01 - span, q99 + span
+        lo, hi = nice(q01 - span, up=False), nice(q99 + span, up=True)
         how = f"p1 {q01:g} … p99 {q99:g} widened by that spread"
-    if c.min >= 0:
-        lo, how = 0.0, how + ", from 0 (never negative)"
-    lo, hi = nice(lo, up=False), nice(hi, up=True)
     if c.kind == "int":
         lo, hi = math.floor(lo), math.ceil(hi)
     return lo, hi, how
