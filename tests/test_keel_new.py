@@ -294,3 +294,36 @@ def test_a_range_follows_the_columns_nature(kind, distinct, lo, hi, quantiles, e
                       quantiles={f"{p:g}": float(v) for p, v in zip(QUANTILES, quantiles, strict=True)})  # fmt: skip
     got_lo, got_hi, how = numeric_range(c)
     assert (got_lo, got_hi) == expected and how.startswith(why), how
+
+
+def test_columns_that_give_the_label_away_are_found_named_and_never_features(tmp_path, capsys):
+    """Issue 61 item 9: two columns that sum to the label in every row became features and keel new said "defects
+    found: none". Planted beside the shop's honest columns: the sales paid in cash and by card (they add up to the
+    sales), a copy of the sales in cents, and the next row's sales. Each is refused as a feature and named with its
+    evidence; the honest columns stay features."""
+    source = tmp_path / "leaky.csv"
+    table = planted_table(source)
+    sales = pl.col("Sales").cast(pl.Float64, strict=False)
+    paid_in_cash = pl.Series(np.random.default_rng(61).uniform(0, 1, table.height))  # each sale's own split
+    table = table.with_columns(
+        (sales * paid_in_cash).round(2).alias("Cash"),
+        (sales - (sales * paid_in_cash).round(2)).round(2).alias("Card"),
+        (sales * 100).round(0).alias("Sales Cents"),
+        sales.shift(-1).alias("Next Sales"),
+    )
+    table.write_csv(source)
+    assert (
+        main(["new", "leaky", "--from", str(source), "--label", "Sales", "--time", "Day", "--root", str(tmp_path)])
+        == 0
+    )
+    out = capsys.readouterr().out
+    leaky = _import(tmp_path, "leaky").usecase
+    names = set(leaky.features.names)
+    assert not names & {"cash", "card", "sales_cents", "next_sales"}, names
+    assert {"units", "unit_price", "promo"} <= names  # the honest columns are features still
+    profile = (tmp_path / "usecases" / "leaky" / "PROFILE.md").read_text()
+    for col, evidence in (("cash", "part of the label: cash + card"), ("card", "part of the label: cash + card"),
+                          ("sales_cents", "a copy of the label: correlation +1.0000"),
+                          ("next_sales", "the label shifted: equal to sales of the row after it")):  # fmt: skip
+        assert f"{col}: gives the label away — {evidence}" in profile, col
+    assert "defects found: none" not in out

@@ -43,6 +43,7 @@ from keel.new.choices import (  # noqa: F401 - the plan's parts, imported from h
     Rule,
     SchemaColumn,
 )
+from keel.new.leakage import label_leaks
 from keel.new.profile import ColumnProfile, TableProfile
 from keel.new.rules import (  # the rules of one column, the time axis and the label
     budget,
@@ -119,6 +120,12 @@ def plan(profile: TableProfile, frame, opts: Options) -> Plan:
     ignored: dict[str, str] = {}
     critical_rows = 0
 
+    # columns that give the label away: never features, named with their evidence (keel/new/leakage.py)
+    numeric_label = (pl.col(label.ident).cast(pl.String) == positive) if positive is not None else pl.col(label.ident)
+    others = [c for c in profile.columns if c.ident not in (label.ident, time.ident, *entity)]
+    leaks = label_leaks(frame, label.ident, time.ident, others, numeric_label)
+    for col, why in leaks.items():
+        defects.append(f"{col}: gives the label away — {why}: refused as a feature")
     # time
     time_rows = time_rules(time, profile, rules, defects)
     critical_rows += time_rows
@@ -228,6 +235,11 @@ def plan(profile: TableProfile, frame, opts: Options) -> Plan:
                                            f"mean {label.ident} of earlier days' rows with the same {c.ident}"))  # fmt: skip
         elif c.temporal and not is_label:
             ignored[c.ident] = "a second date or time: not a feature (derive one in features.py)"
+    ignored |= {col: f"label leakage — {why}: not a feature" for col, why in leaks.items()}
+    features = [f for f in features if f.name not in leaks]
+    histories = [h for h in histories if h.key not in leaks]
+    categories = [c for c in categories if c not in leaks]
+    flags = [f for f in flags if f not in leaks]
     if time.kind == "datetime" or t.cadence in ("hourly", "daily", "business days"):
         features.append(FeatureChoice(_free("day_of_week", cols), "int", 'ops.as_int(ops.weekday(col("event_date")))', 1, 7, 3,
                                       "ISO weekday of the row's day"))  # fmt: skip
