@@ -327,3 +327,68 @@ def test_columns_that_give_the_label_away_are_found_named_and_never_features(tmp
                           ("next_sales", "the label shifted: equal to sales of the row after it")):  # fmt: skip
         assert f"{col}: gives the label away — {evidence}" in profile, col
     assert "defects found: none" not in out
+
+
+STUCK_DAY = "2021-03-17"  # the humidity sensor reads 0 all day
+MISSING_WEEK = (date(2021, 6, 7), date(2021, 6, 13))
+
+
+def hourly_table(path) -> pl.DataFrame:
+    """A year of hourly readings and rides (a bike-share counter): a day the humidity sensor is stuck at 0, a wind
+    sensor that reads exactly 0 when it fails (12 % of hours; otherwise it never reads under its floor, ~6), a missing week and 30
+    missing single hours."""
+    rng = np.random.default_rng(61)
+    hours = pl.datetime_range(pl.datetime(2021, 1, 1), pl.datetime(2021, 12, 31, 23), "1h", eager=True)
+    n = hours.len()
+    hour = hours.dt.hour().to_numpy()
+    temp = 12 + 10 * np.sin(np.arange(n) / n * 2 * np.pi) + 4 * np.sin(hour / 24 * 2 * np.pi) + rng.normal(0, 1, n)
+    humidity = np.clip(60 + 20 * np.sin(hour / 24 * 2 * np.pi + 1) + rng.normal(0, 5, n), 10, 100).round(1)
+    wind = np.where(rng.random(n) < 0.12, 0.0, 6 + rng.gamma(2.0, 5.0, n)).round(1)  # an anemometer's floor: ~6
+    rides = np.maximum(0, 50 + 30 * np.sin(hour / 24 * 2 * np.pi) + 3 * temp - 0.3 * wind + rng.normal(0, 8, n))
+    frame = pl.DataFrame({"ts": hours.dt.strftime("%Y-%m-%d %H:%M:%S"), "temp": temp.round(2), "humidity": humidity,
+                          "windspeed": wind, "rides": rides.round().astype(int)})  # fmt: skip
+    frame = frame.with_columns(
+        pl.when(pl.col("ts").str.starts_with(STUCK_DAY)).then(0.0).otherwise(pl.col("humidity")).alias("humidity")
+    )
+    day = pl.col("ts").str.slice(0, 10)
+    frame = frame.filter(~day.is_between(pl.lit(MISSING_WEEK[0].isoformat()), pl.lit(MISSING_WEEK[1].isoformat())))
+    dropped = set(rng.choice(np.arange(100, frame.height - 100), size=30, replace=False).tolist())
+    frame = frame.with_row_index("i").filter(~pl.col("i").is_in(list(dropped))).drop("i")
+    frame.write_csv(path)
+    return frame
+
+
+def test_a_stuck_sensor_impossible_zeros_and_missing_periods_are_found_named_and_ruled(tmp_path):
+    """Issue 61 item 11: on a real hourly table keel new said "no gaps, defects found: none" beside a day of humidity
+    0, wind readings of exactly 0 and 115 missing hours. Each is found, named in PROFILE.md with its evidence and
+    given a rule (the missing periods: named — no row to judge); every row still ends in exactly one sink."""
+    source = tmp_path / "rides.csv"
+    table = hourly_table(source)
+    assert main(["new", "rides", "--from", str(source), "--label", "rides", "--time", "ts", "--root", str(tmp_path),
+                 "--months", "0"]) == 0  # fmt: skip
+    folder = tmp_path / "usecases" / "rides"
+    profile = (folder / "PROFILE.md").read_text()
+    assert f"humidity: stuck on 1 day ({STUCK_DAY} at 0; 24 rows)" in profile
+    assert "windspeed: " in profile and "read exactly 0 while its values never come near it" in profile
+    assert "2021-06-07 … 2021-06-13" in profile  # the missing week
+    assert "ts: 30 hours without a row in an hourly table" in profile  # the single hours, besides the week
+    assert "humidity: " in profile and "temp: stuck" not in profile and "rides: stuck" not in profile
+    spec = load_contract(folder / "contracts" / "rides.yaml")
+    rules = {r.id: r for r in spec.rules}
+    assert (rules["humidity_stuck"].type, rules["humidity_stuck"].action) == ("stuck", "flag")
+    assert rules["windspeed_not_zero"].type == "condition" and "temp_not_zero" not in rules
+    # the rules as the contract runs them: the stuck day's 24 rows fail it, the zero readings fail theirs
+    contract = CompiledContract(spec)
+    uc = _import(tmp_path, "rides").usecase
+    valid, quarantined, rejected, stuck, zeros = [], [], 0, 0, 0
+    for month in uc.months:
+        result = contract.validate(uc.source("rides").read_month(month))
+        valid.append(result.valid)
+        quarantined.append(result.quarantine)
+        rejected += result.report.rejected
+        counts = {r.id: r.failed for r in result.report.rules}
+        stuck += counts.get("humidity_stuck", 0)
+        zeros += counts.get("windspeed_not_zero", 0)
+    assert stuck == 24
+    assert zeros == table.filter(pl.col("windspeed") == 0).height
+    assert sum(v.height for v in valid) + sum(q.height for q in quarantined) + rejected == table.height

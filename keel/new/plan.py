@@ -43,6 +43,7 @@ from keel.new.choices import (  # noqa: F401 - the plan's parts, imported from h
     Rule,
     SchemaColumn,
 )
+from keel.new.defects import value_defects
 from keel.new.leakage import label_leaks
 from keel.new.profile import ColumnProfile, TableProfile
 from keel.new.rules import (  # the rules of one column, the time axis and the label
@@ -236,6 +237,14 @@ def plan(profile: TableProfile, frame, opts: Options) -> Plan:
         elif c.temporal and not is_label:
             ignored[c.ident] = "a second date or time: not a feature (derive one in features.py)"
     ignored |= {col: f"label leakage — {why}: not a feature" for col, why in leaks.items()}
+    # what no single row shows: a stuck sensor's days, impossible zeros (keel/new/defects.py)
+    days = frame.with_columns(
+        (pl.col(time.ident).dt.date() if time.kind == "datetime" else pl.col(time.ident)).alias("_day")
+    )
+    found_rules, found = value_defects(days, [c for c in others if c.ident not in leaks], "_day", profile.rows)
+    rules += [Rule(r.id, r.fields | ({"per": "event_date"} if "per" in r.fields else {}), r.why, r.failing)
+              for r in found_rules]  # fmt: skip
+    defects += found
     features = [f for f in features if f.name not in leaks]
     histories = [h for h in histories if h.key not in leaks]
     categories = [c for c in categories if c not in leaks]

@@ -153,6 +153,14 @@ def time_rules(time: ColumnProfile, profile: TableProfile, rules: list[Rule], de
             f"{shown}{'; …' if len(t.gaps) > 5 else ''}) in a {t.cadence} table — no row to judge, so no rule: named "
             "here, and the first model is validated on a month without one"
         )
+    if t.missing_hours:
+        shown = "; ".join(f"{a} … {b} ({n} h)" for a, b, n in t.missing_stretches[:5])
+        more = "; …" if len(t.missing_stretches) > 5 else ""
+        defects.append(
+            f"{time.ident}: {t.missing_hours} hours without a row in an hourly table, besides the days named above "
+            f"({len(t.missing_stretches)} stretches, longest first: {shown}{more}) — missing periods: no row to "
+            "judge, so no rule: named here"
+        )
     if time.nulls:
         defects.append(f"{time.ident}: {time.nulls} rows without a time ({null_words(time)}) — no month to place them "
                        "in: the reader keeps them out of every partition (counted by `keel new`)")  # fmt: skip

@@ -27,6 +27,7 @@ from keel.contracts.rules import (
     parseable,
     range,
     regex,
+    stuck,
     timestamp_parts,
     unique,
 )
@@ -46,6 +47,7 @@ def _registry() -> dict[str, RuleType]:
         decimal.Decimal(),
         freshness.Freshness(),
         unique.Unique(),
+        stuck.Stuck(),
         condition.Condition(),
         timestamp_parts.TimestampParts(),
     ]
