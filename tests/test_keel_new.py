@@ -345,8 +345,8 @@ def hourly_table(path) -> pl.DataFrame:
     humidity = np.clip(60 + 20 * np.sin(hour / 24 * 2 * np.pi + 1) + rng.normal(0, 5, n), 10, 100).round(1)
     wind = np.where(rng.random(n) < 0.12, 0.0, 6 + rng.gamma(2.0, 5.0, n)).round(1)  # an anemometer's floor: ~6
     rides = np.maximum(0, 50 + 30 * np.sin(hour / 24 * 2 * np.pi) + 3 * temp - 0.3 * wind + rng.normal(0, 8, n))
-    frame = pl.DataFrame({"ts": hours.dt.strftime("%Y-%m-%d %H:%M:%S"), "temp": temp.round(2), "humidity": humidity,
-                          "windspeed": wind, "rides": rides.round().astype(int)})  # fmt: skip
+    frame = pl.DataFrame({"ts": hours.dt.strftime("%Y-%m-%d %H:%M:%S"), "hr": hour, "temp": temp.round(2),
+                          "humidity": humidity, "windspeed": wind, "rides": rides.round().astype(int)})  # fmt: skip
     frame = frame.with_columns(
         pl.when(pl.col("ts").str.starts_with(STUCK_DAY)).then(0.0).otherwise(pl.col("humidity")).alias("humidity")
     )
@@ -392,3 +392,28 @@ def test_a_stuck_sensor_impossible_zeros_and_missing_periods_are_found_named_and
     assert stuck == 24
     assert zeros == table.filter(pl.col("windspeed") == 0).height
     assert sum(v.height for v in valid) + sum(q.height for q in quarantined) + rejected == table.height
+
+
+def test_a_table_without_an_entity_is_keyed_by_its_time_and_a_part_of_the_time_is_held_to_it(tmp_path):
+    """Issue 61 item 12: requests were keyed by the file's row number (``row_ref``), which no caller has, and an hour
+    column of 100 was scored. An hourly table with no entity is keyed by its time; ``hr`` is the hour of ``ts`` on
+    every row, so both contracts hold it to it, and its range is the hours it holds."""
+    source = tmp_path / "rides.csv"
+    hourly_table(source)
+    assert main(["new", "rides", "--from", str(source), "--label", "rides", "--time", "ts", "--root", str(tmp_path),
+                 "--months", "0"]) == 0  # fmt: skip
+    uc = _import(tmp_path, "rides").usecase
+    entity = uc.features.entity
+    assert entity.key.columns == () and entity.key.time == "ts" and "row_ref" not in entity.request_columns
+    request = CompiledContract(load_contract(tmp_path / "usecases" / "rides" / "contracts" / "request.yaml"))
+    assert "row_ref" not in request.spec.column_names
+    [asked] = uc.replay.requests("2021-11", limit=1)
+    assert asked["ts"] == "2021-11-01 00:00:00"  # what the caller has and sends: the hour it asks about …
+    assert entity.key.of(request.validate(pl.DataFrame([asked])).valid.row(0, named=True)) == "2021-11-01T00:00:00Z"
+    assert request.validate(pl.DataFrame([asked])).valid.height == 1
+    for wrong in ({"hr": 5}, {"hr": 100}):  # another hour than its ts, an hour that is none
+        checked = request.validate(pl.DataFrame([asked | wrong]))
+        assert checked.valid.height == 0, wrong
+    rules = {r.id: r for r in request.spec.rules}
+    assert rules["hr_is_the_hour"].params["parts"] == {"hour": "hr"}
+    assert (rules["hr_range"].params["min"], rules["hr_range"].params["max"]) == (0, 23)

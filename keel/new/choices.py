@@ -103,12 +103,21 @@ class Plan:
     # a regression label's domain from its profile — (lower, upper, integer), and why — None for a binary label
     label_domain: tuple[float | None, float | None, bool] | None = None
     label_domain_why: str = ""
+    # no entity and one row per time instant: the time is the key a caller has (never the file's row number); and
+    # the columns that are a part of the time (an hour column): column → part, held to the time in both contracts
+    time_key: bool = False
+    time_parts: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def keyed_by_row(self) -> bool:
+        """Rows keyed by their number in the file: no entity, and the time is no key (several rows an instant)."""
+        return not self.entity and not self.time_key
 
     @property
     def request_columns(self) -> tuple[str, ...]:
         inputs = [c for f in self.features for c in _inputs(f.source)]
         cols = ["event_date", self.time, *self.entity, *self.categories, *inputs]
-        if not self.entity:
+        if self.keyed_by_row:
             cols.insert(2, "row_ref")
         return tuple(dict.fromkeys(cols))
 

@@ -130,9 +130,19 @@ def plan(profile: TableProfile, frame, opts: Options) -> Plan:
     # time
     time_rows = time_rules(time, profile, rules, defects)
     critical_rows += time_rows
+    # no entity: the time is the key when it names one row (its repeats are exact duplicates), never the file's row
+    # number, which no caller has (issue 61 item 12); and a column that is a part of the time is held to it
+    instants = frame[time.ident].drop_nulls()
+    time_key = not entity and instants.len() - instants.n_unique() <= profile.duplicate_rows
+    time_parts = derived_parts(frame, time, [c for c in profile.columns if c.ident != label.ident])
+    for col, part in time_parts.items():
+        rules.append(Rule(f"{col}_is_the_{part}", {"type": "timestamp_parts", "column": time.ident,
+                                                   "parts": {part: col}},
+                          f"{col} is the {part} of {time.ident} on every row of the table: a row or request whose "
+                          f"{col} disagrees with its {time.ident} is an entry error"))  # fmt: skip
     # one row once
-    dup_rule, _ = duplicate_rule(profile, frame, entity, defects)  # a warning: not in the critical budget
-    rules.append(dup_rule)
+    dup_rule, _ = duplicate_rule(profile, frame, (time.ident,) if time_key else entity, defects, keyed=time_key)
+    rules.append(dup_rule)  # a warning: not in the critical budget
 
     for c in profile.columns:
         is_label, is_time = c.ident == label.ident, c.ident == time.ident
@@ -283,8 +293,24 @@ def plan(profile: TableProfile, frame, opts: Options) -> Plan:
         rps=40.0 if median_rows(t, with_rows) >= 3000 else 5.0, ignored=ignored, null_columns=null_columns,
         drift_threshold=drift_threshold, drift_noise=round(noise, 3), month_rows=int(n), reference_rows=int(m),
         train_rows=train_rows, min_data_in_leaf=leaf if leaf < 50 else None, label_domain=domain,
-        label_domain_why=domain_why,
+        label_domain_why=domain_why, time_key=time_key, time_parts=time_parts,
     )  # fmt: skip
+
+
+def derived_parts(frame, time: ColumnProfile, columns: list[ColumnProfile]) -> dict[str, str]:
+    """column → the part of ``time`` (hour, month, day) it equals on every row where it has a value."""
+    out = {}
+    parts = (("hour", lambda t: t.dt.hour()),) if time.kind == "datetime" else ()
+    parts += (("month", lambda t: t.dt.month()), ("day", lambda t: t.dt.day()))
+    for c in columns:
+        if c.kind != "int" or c.ident == time.ident or c.distinct < 2:
+            continue
+        for part, of in parts:
+            both = frame.select(pl.col(c.ident), of(pl.col(time.ident)).alias("_p")).drop_nulls()
+            if both.height and bool((both[c.ident] == both["_p"]).all()):
+                out[c.ident] = part
+                break
+    return out
 
 
 def _free(name: str, columns) -> str:

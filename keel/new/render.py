@@ -147,6 +147,9 @@ def request_contract(p: Plan, command: str) -> str:
                 Rule(r.id, {}, f"the request's event_date is the day of its {p.time}"),
                 {"type": "timestamp_parts", "column": p.time, "parts": parts, "action": "reject"},
             )
+        elif r.fields["type"] == "timestamp_parts" and set(r.fields["parts"].values()) <= wanted:
+            f = {k: v for k, v in r.fields.items() if k in ("type", "column", "parts")} | {"action": "reject"}
+            lines += _rule_yaml(Rule(r.id, f, r.why))
         elif r.fields["type"] == "range" and r.fields["column"] in wanted and r.fields["column"] != p.label:
             f = {k: v for k, v in r.fields.items() if k in ("type", "column", "min", "max")} | {"action": "reject"}
             lines += _rule_yaml(Rule(r.id, f, f"the range of the source contract: {r.why.split(':')[0]}"))

@@ -167,11 +167,14 @@ def time_rules(time: ColumnProfile, profile: TableProfile, rules: list[Rule], de
     return time.nulls
 
 
-def duplicate_rule(profile: TableProfile, frame, entity: tuple[str, ...], defects: list[str]) -> tuple[Rule, int]:
-    if entity:
-        key = [*entity, profile.time.column]
+def duplicate_rule(
+    profile: TableProfile, frame, entity: tuple[str, ...], defects: list[str], keyed: bool = False
+) -> tuple[Rule, int]:
+    """``keyed``: ``entity`` is the time alone (a table with one row per instant)."""
+    if keyed or entity:
+        key = list(dict.fromkeys([*entity, profile.time.column]))
         dups = frame.height - frame.unique(subset=key).height
-        what = f"one row per {', '.join(entity)} and {profile.time.column}"
+        what = f"one row per {', '.join(key)}"
     else:
         key = [c.ident for c in profile.columns]
         dups = profile.duplicate_rows
