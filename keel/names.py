@@ -29,3 +29,10 @@ TENANT_ID_RULE = "1…64 characters from A–Z a–z 0–9 _ -, starting with a 
 
 def is_tenant_id(value: object) -> bool:
     return isinstance(value, str) and TENANT_ID.fullmatch(value) is not None
+
+
+def column_identifier(name: str) -> str:
+    """A column name as a keel identifier: lower case, ``_`` for anything not a letter or digit (``Water flow
+    [l/s]`` → ``water_flow_l_s``), a letter first — how ``keel new`` names a table's columns in its contracts."""
+    out = re.sub(r"[^0-9a-z]+", "_", name.strip().lower()).strip("_") or "column"
+    return out if out[0].isalpha() else f"c_{out}"

@@ -48,13 +48,15 @@ def _contracts_lint(args: argparse.Namespace) -> int:
 
 
 def _contracts_validate(args: argparse.Namespace) -> int:
+    from keel.contracts.derived import as_written, derive_missing
     from keel.contracts.engine import CompiledContract
     from keel.contracts.io import read_data_file
     from keel.contracts.spec import load_contract
     from keel.storage import write_json_atomic, write_parquet_atomic
 
     spec = load_contract(args.contract)
-    df = read_data_file(args.data)
+    df, renamed = as_written(read_data_file(args.data), spec)
+    df, derived = derive_missing(df, spec)
     partition = partition_window(args.partition) if args.partition else None
     references = {}
     for item in args.reference:
@@ -79,6 +81,10 @@ def _contracts_validate(args: argparse.Namespace) -> int:
     report = rep.to_dict() | {"contract_file": str(args.contract), "data_file": str(args.data)}
     write_json_atomic(report, out / "report.json")  # written last: its presence means the outputs are complete
     mode = "dry run: " if rep.dry_run else ""
+    if renamed:
+        print("read as the contract names them: " + ", ".join(f"{a!r} as {b}" for a, b in renamed.items()))
+    if derived:
+        print(f"derived (the file does not carry them; the contract's reader adds them): {', '.join(derived)}")
     planned = rep.planned
     print(
         f"{mode}{rep.rows_in:,} rows in → {planned['valid']:,} valid ({planned['enriched']:,} enriched), "

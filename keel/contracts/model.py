@@ -11,6 +11,7 @@ from typing import Any
 
 import polars as pl
 
+DERIVED = ("", "row_number", "timestamp_part")  # what a schema column's ``derived`` may say ("": not derived)
 DTYPES: dict[str, pl.DataType] = {
     "int8": pl.Int8(),
     "int16": pl.Int16(),
@@ -41,6 +42,10 @@ class ColumnSpec:
     format: str | None = None  # strptime format for date/datetime parsed from text
     allow_non_finite: bool = False  # NaN/inf in a float column are type violations unless allowed
     description: str = ""
+    # A column a pipeline's reader adds, which a file as delivered does not carry: ``row_number`` (the row's number in
+    # the file) or ``timestamp_part`` (a part of a timestamp, named by a timestamp_parts rule's ``parts``). Validating
+    # a file without it derives it (keel.contracts.derived) instead of failing every row.
+    derived: str | None = None
 
     @property
     def polars_dtype(self) -> pl.DataType:

@@ -13,6 +13,7 @@ from typing import Any
 
 from keel.contracts.model import (  # noqa: F401 - the contract model, read here, used by callers of spec
     ACTIONS,
+    DERIVED,
     DTYPES,
     NUMERIC,
     RULE_ID,
@@ -180,7 +181,7 @@ class _ContractReader:
             if isinstance(spec, str):
                 spec = {"type": spec}
             spec = self.mapping(spec, path)
-            self.no_unknown(spec, {"type", "nullable", "format", "allow_non_finite", "description"}, path)
+            self.no_unknown(spec, {"type", "nullable", "format", "allow_non_finite", "description", "derived"}, path)
             dtype = self.choice(spec, "type", path, tuple(DTYPES), "string")
             if "type" not in spec:
                 raise self.fail(path, "missing required field 'type'")
@@ -195,6 +196,7 @@ class _ContractReader:
                     format=fmt,
                     allow_non_finite=self.get(spec, "allow_non_finite", path, (bool,), default=False),
                     description=self.get(spec, "description", path, (str,), default=""),
+                    derived=self.choice(spec, "derived", path, DERIVED, "") or None,
                 )
             )
         if not out:

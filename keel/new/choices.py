@@ -36,6 +36,7 @@ class SchemaColumn:
     nullable: bool
     fmt: str | None = None
     description: str = ""
+    derived: str | None = None  # a column the reader adds: row_number | timestamp_part (keel.contracts.derived)
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,8 @@ from datetime import date, timedelta
 
 import polars as pl
 
+from keel.names import column_identifier
+
 NULL_TOKENS = ("NA", "N/A", "NaN", "nan", "null", "NULL", "None", "none", "-")
 DATE_FORMATS = ("%Y-%m-%d", "%Y/%m/%d", "%m/%d/%Y", "%d.%m.%Y")
 COMPACT_DATE = "%Y%m%d"  # 20130101: read as a date only in the column named as the time (elsewhere it is a number)
@@ -33,11 +35,7 @@ CADENCES = ((3600, "hourly"), (86400, "daily"), (7 * 86400, "weekly"), (28 * 864
 _INT = re.compile(r"^[+-]?\d{1,18}$")
 
 
-def identifier(name: str) -> str:
-    """A column name as a keel identifier: lower case, ``_`` for anything not a letter or digit (``Water flow
-    [l/s]`` → ``water_flow_l_s``), a letter first."""
-    out = re.sub(r"[^0-9a-z]+", "_", name.strip().lower()).strip("_") or "column"
-    return out if out[0].isalpha() else f"c_{out}"
+identifier = column_identifier  # a column name as a keel identifier (keel/names.py)
 
 
 @dataclass(frozen=True)

@@ -97,6 +97,8 @@ def source_contract(p: Plan, origin: Origin, command: str) -> str:
         spec["nullable"] = c.nullable
         if c.description:
             spec["description"] = c.description
+        if c.derived:
+            spec["derived"] = c.derived
         lines.append(f"    {(c.ident + ':').ljust(width)} {_y(spec)}")
     lines += ["", "rules:"]
     for r in p.rules:
@@ -106,12 +108,15 @@ def source_contract(p: Plan, origin: Origin, command: str) -> str:
 
 def _added(p: Plan):
     out = [
-        SchemaColumn(n, "int32", False, None, "added by the reader")
+        SchemaColumn(n, "int32", False, None, "added by the reader", "timestamp_part")
         for n in ("event_year", "event_month", "event_day")
     ]
-    out.append(SchemaColumn("event_date", "date", False, "%Y-%m-%d", "the row's day: what it is scored as of"))
+    out.append(SchemaColumn("event_date", "date", False, "%Y-%m-%d", "the row's day: what it is scored as of",
+                            "timestamp_part"))  # fmt: skip
     if not p.entity:
-        out.append(SchemaColumn("row_ref", "int64", False, None, "the row's number in the file: its id"))
+        out.append(
+            SchemaColumn("row_ref", "int64", False, None, "the row's number in the file: its id", "row_number")
+        )
     return out
 
 
