@@ -28,6 +28,10 @@ class ContractError(KeelError):
         super().__init__(f"{where}:{what} {message}".replace(": :", ":"))
 
 
+class FeatureSpecError(KeelError):
+    """A feature declaration is inconsistent (names what and where)."""
+
+
 class DataReadError(KeelError):
     """Input data could not be read at all (missing file, unknown format, not CSV/Parquet)."""
 

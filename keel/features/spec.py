@@ -12,7 +12,8 @@ A ``FeatureSet`` is made of declarations that the platform computes, each produc
   over the source table; its features are the fields themselves or a function of them like a request feature's;
 - ``History``: a smoothed mean of a value over rows of *earlier days only*, per group of key columns (a late share,
   an average price): ``(sum + prior × weight) / (n + weight)``;
-- ``Label``: the training target, a polars expression over the entity's source rows, and the task it makes.
+- ``Label``: the training target, a polars expression over the entity's source rows, and the task it makes
+  (keel/features/label.py, with its domain).
 
 Column lineage is derived from the declarations (``column_sources``): expressions name their input columns, and
 the functions are run once on ``LineageOps``, which records which columns each feature reads.
@@ -30,17 +31,13 @@ import numpy as np
 import polars as pl
 
 from keel.entity_key import EntityKey
-from keel.errors import KeelError
+from keel.errors import FeatureSpecError
+from keel.features.label import Label, LabelDomain, Task  # noqa: F401 - declared with the others, imported from here
 from keel.features.ops import DateTrace, LineageOps, NumpyOps, PolarsOps, Trace
 
 FeatureFn = Callable[[Callable[[str], Any], Any], dict[str, Any]]
-Task = Literal["binary", "regression"]
 DTYPES: dict[str, type[pl.DataType]] = {"int": pl.Int32, "float": pl.Float64}
 IDENTIFIER = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
-
-
-class FeatureSpecError(KeelError):
-    """A feature declaration is inconsistent (names what and where)."""
 
 
 @dataclass(frozen=True)
@@ -198,47 +195,6 @@ class History:
 
     def smoothed(self, total: Any, n: Any, ops: Any) -> Any:
         return (ops.fill0(total) + self.prior * self.weight) / (ops.fill0(n) + self.weight)
-
-
-@dataclass(frozen=True)
-class LabelDomain:
-    """The values a regression label can take: at least ``lower``, at most ``upper`` (None: unbounded), whole
-    numbers when ``integer`` — a count is never negative nor fractional. Answers and their intervals respect it
-    (keel/intervals.py: a count's interval never goes below 0)."""
-
-    lower: float | None = None
-    upper: float | None = None
-    integer: bool = False
-
-    def __post_init__(self) -> None:
-        if self.lower is not None and self.upper is not None and not self.lower < self.upper:
-            raise FeatureSpecError(f"label domain [{self.lower}, {self.upper}]: lower must be under upper")
-
-    def describe(self) -> str:
-        lo = "−∞" if self.lower is None else f"{self.lower:g}"
-        hi = "∞" if self.upper is None else f"{self.upper:g}"
-        return f"{'integers' if self.integer else 'values'} in [{lo}, {hi}]"
-
-
-@dataclass(frozen=True, eq=False)
-class Label:
-    """The training target: ``expr`` over the entity's source rows, stored as ``column``. ``known_after``: what a
-    reader should know about when it is realized (for docs and the UI); ``classes``: the names of 0 and 1 of a
-    binary label; ``domain``: the values a regression label can take (``LabelDomain``; None: any real number)."""
-
-    column: str
-    expr: pl.Expr
-    task: Task
-    known_after: str = ""
-    classes: tuple[str, str] = ("0", "1")  # binary: what 0 and 1 mean, for explanations
-    description: str = ""  # what the label means, shown in the feature table's schema
-    domain: LabelDomain | None = None
-
-    def __post_init__(self) -> None:
-        if self.task not in ("binary", "regression"):
-            raise FeatureSpecError(f"label {self.column}: task must be binary or regression, got {self.task!r}")
-        if self.domain is not None and self.task != "regression":
-            raise FeatureSpecError(f"label {self.column}: a domain is a regression label's (a binary one is 0 or 1)")
 
 
 @dataclass(frozen=True, eq=False)

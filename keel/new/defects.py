@@ -16,7 +16,8 @@ from __future__ import annotations
 import polars as pl
 
 from keel.new.choices import Rule
-from keel.new.profile import ColumnProfile
+from keel.new.leakage import label_leaks
+from keel.new.profile import ColumnProfile, TableProfile
 from keel.new.rules import budget, n_rows, shown_number
 
 MIN_ROWS = 4  # a day this long holding one value is stuck (a sensor reads every hour)
@@ -82,3 +83,26 @@ def value_defects(
             defects.append(f"{c.ident}: {n_rows(n)} read exactly 0 while its values never come near it (p1 {p1:g}) — "
                            f"impossible zeros, flagged (`{c.ident}_not_zero`)")  # fmt: skip
     return rules, defects
+
+
+def table_defects(
+    frame: pl.DataFrame,
+    profile: TableProfile,
+    time: ColumnProfile,
+    label: ColumnProfile,
+    positive: str | None,
+    columns: list[ColumnProfile],
+) -> tuple[dict[str, str], list[Rule], list[str]]:
+    """What ``keel new`` finds in ``columns`` (neither the label, the time nor the entity): the columns that give the
+    label away (column → why: never features), the rules for a stuck sensor and impossible zeros in the others (per
+    ``event_date``, the row's day the reader adds), and the defects' lines."""
+    numeric_label = (pl.col(label.ident).cast(pl.String) == positive) if positive is not None else pl.col(label.ident)
+    leaks = label_leaks(frame, label.ident, time.ident, columns, numeric_label)
+    defects = [f"{col}: gives the label away — {why}: refused as a feature" for col, why in leaks.items()]
+    day = pl.col(time.ident).dt.date() if time.kind == "datetime" else pl.col(time.ident)
+    found, lines = value_defects(frame.with_columns(day.alias("_day")), [c for c in columns if c.ident not in leaks],
+                                 "_day", profile.rows)  # fmt: skip
+    rules = [
+        Rule(r.id, r.fields | ({"per": "event_date"} if "per" in r.fields else {}), r.why, r.failing) for r in found
+    ]
+    return leaks, rules, defects + lines

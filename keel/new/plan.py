@@ -43,8 +43,8 @@ from keel.new.choices import (  # noqa: F401 - the plan's parts, imported from h
     Rule,
     SchemaColumn,
 )
-from keel.new.defects import value_defects
-from keel.new.leakage import label_leaks
+from keel.new.defects import table_defects
+from keel.new.keys import row_key
 from keel.new.profile import ColumnProfile, TableProfile
 from keel.new.rules import (  # the rules of one column, the time axis and the label
     budget,
@@ -121,25 +121,16 @@ def plan(profile: TableProfile, frame, opts: Options) -> Plan:
     ignored: dict[str, str] = {}
     critical_rows = 0
 
-    # columns that give the label away: never features, named with their evidence (keel/new/leakage.py)
-    numeric_label = (pl.col(label.ident).cast(pl.String) == positive) if positive is not None else pl.col(label.ident)
+    # what no single value shows: columns that give the label away (never features), a stuck sensor, impossible
+    # zeros (keel/new/leakage.py, keel/new/defects.py)
     others = [c for c in profile.columns if c.ident not in (label.ident, time.ident, *entity)]
-    leaks = label_leaks(frame, label.ident, time.ident, others, numeric_label)
-    for col, why in leaks.items():
-        defects.append(f"{col}: gives the label away — {why}: refused as a feature")
+    leaks, found_rules, found = table_defects(frame, profile, time, label, positive, others)
+    defects += found
     # time
     time_rows = time_rules(time, profile, rules, defects)
     critical_rows += time_rows
-    # no entity: the time is the key when it names one row (its repeats are exact duplicates), never the file's row
-    # number, which no caller has (issue 61 item 12); and a column that is a part of the time is held to it
-    instants = frame[time.ident].drop_nulls()
-    time_key = not entity and instants.len() - instants.n_unique() <= profile.duplicate_rows
-    time_parts = derived_parts(frame, time, [c for c in profile.columns if c.ident != label.ident])
-    for col, part in time_parts.items():
-        rules.append(Rule(f"{col}_is_the_{part}", {"type": "timestamp_parts", "column": time.ident,
-                                                   "parts": {part: col}},
-                          f"{col} is the {part} of {time.ident} on every row of the table: a row or request whose "
-                          f"{col} disagrees with its {time.ident} is an entry error"))  # fmt: skip
+    time_key, time_parts, part_rules = row_key(profile, frame, time, label, entity)  # keel/new/keys.py
+    rules += part_rules
     # one row once
     dup_rule, _ = duplicate_rule(profile, frame, (time.ident,) if time_key else entity, defects, keyed=time_key)
     rules.append(dup_rule)  # a warning: not in the critical budget
@@ -247,14 +238,7 @@ def plan(profile: TableProfile, frame, opts: Options) -> Plan:
         elif c.temporal and not is_label:
             ignored[c.ident] = "a second date or time: not a feature (derive one in features.py)"
     ignored |= {col: f"label leakage — {why}: not a feature" for col, why in leaks.items()}
-    # what no single row shows: a stuck sensor's days, impossible zeros (keel/new/defects.py)
-    days = frame.with_columns(
-        (pl.col(time.ident).dt.date() if time.kind == "datetime" else pl.col(time.ident)).alias("_day")
-    )
-    found_rules, found = value_defects(days, [c for c in others if c.ident not in leaks], "_day", profile.rows)
-    rules += [Rule(r.id, r.fields | ({"per": "event_date"} if "per" in r.fields else {}), r.why, r.failing)
-              for r in found_rules]  # fmt: skip
-    defects += found
+    rules += found_rules
     features = [f for f in features if f.name not in leaks]
     histories = [h for h in histories if h.key not in leaks]
     categories = [c for c in categories if c not in leaks]
@@ -295,22 +279,6 @@ def plan(profile: TableProfile, frame, opts: Options) -> Plan:
         train_rows=train_rows, min_data_in_leaf=leaf if leaf < 50 else None, label_domain=domain,
         label_domain_why=domain_why, time_key=time_key, time_parts=time_parts,
     )  # fmt: skip
-
-
-def derived_parts(frame, time: ColumnProfile, columns: list[ColumnProfile]) -> dict[str, str]:
-    """column → the part of ``time`` (hour, month, day) it equals on every row where it has a value."""
-    out = {}
-    parts = (("hour", lambda t: t.dt.hour()),) if time.kind == "datetime" else ()
-    parts += (("month", lambda t: t.dt.month()), ("day", lambda t: t.dt.day()))
-    for c in columns:
-        if c.kind != "int" or c.ident == time.ident or c.distinct < 2:
-            continue
-        for part, of in parts:
-            both = frame.select(pl.col(c.ident), of(pl.col(time.ident)).alias("_p")).drop_nulls()
-            if both.height and bool((both[c.ident] == both["_p"]).all()):
-                out[c.ident] = part
-                break
-    return out
 
 
 def _free(name: str, columns) -> str:
