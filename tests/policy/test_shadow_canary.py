@@ -97,6 +97,18 @@ def test_a_shadow_rolled_back_for_lack_of_labels_says_where_they_went(world, tmp
     assert "outcomes are not built yet" in late["reasons"][0]
 
 
+def a_shadow_of_the_same_answers(world, tmp_path, validated):  # noqa: F811
+    """A shadow canary started at T0 whose challenger scored 900 January flights the same as the champion; returns
+    where their outcomes are stored."""
+    store, registry, log, exposures, _ = world
+    storage, flights = january_outcomes(tmp_path, validated)
+    store.apply({"rollout": ("canary", SHADOW_CANARY)}, author="ops", reason="shadow first")
+    tick(store, registry, exposures, T0, storage_dir=storage)
+    base = float((flights["arr_delay"] > 15).mean())
+    shadowed_traffic(log, T0 + 1, flights.head(900).to_dicts(), lambda r: base, lambda r: base)
+    return storage
+
+
 def test_a_bug_in_the_evidence_code_is_no_decision_and_is_logged_with_its_traceback(
     world,
     tmp_path,
@@ -107,12 +119,8 @@ def test_a_bug_in_the_evidence_code_is_no_decision_and_is_logged_with_its_traceb
     """Issue 61 item 5: a bug while reading the evidence (here a KeyError raised where labels are read) was caught as
     "no data", and at the shadow's deadline the challenger was rolled back as lacking labels. Now the bug makes no
     decision: the canary holds where it was, the tick's problems name the error, the log holds its traceback."""
-    store, registry, log, exposures, shas = world
-    storage, flights = january_outcomes(tmp_path, validated)
-    store.apply({"rollout": ("canary", SHADOW_CANARY)}, author="ops", reason="shadow first")
-    tick(store, registry, exposures, T0, storage_dir=storage)
-    base = float((flights["arr_delay"] > 15).mean())
-    shadowed_traffic(log, T0 + 1, flights.head(900).to_dicts(), lambda r: base, lambda r: base)
+    store, registry, _, exposures, _ = world
+    storage = a_shadow_of_the_same_answers(world, tmp_path, validated)
     before = store.state()["rollout"].body["state"]
 
     def broken(*args, **kwargs):
@@ -137,12 +145,8 @@ def test_evidence_that_cannot_be_read_is_named_in_the_decisions_reason(
 ):
     """Labels that cannot be read (a file gone, OSError) are missing evidence: the decision at the deadline says which
     error, beside its reason, and the log holds the traceback."""
-    store, registry, log, exposures, shas = world
-    storage, flights = january_outcomes(tmp_path, validated)
-    store.apply({"rollout": ("canary", SHADOW_CANARY)}, author="ops", reason="shadow first")
-    tick(store, registry, exposures, T0, storage_dir=storage)
-    base = float((flights["arr_delay"] > 15).mean())
-    shadowed_traffic(log, T0 + 1, flights.head(900).to_dicts(), lambda r: base, lambda r: base)
+    store, registry, _, exposures, _ = world
+    storage = a_shadow_of_the_same_answers(world, tmp_path, validated)
 
     def gone(*args, **kwargs):
         raise FileNotFoundError("storage/flights/validated_flights/2013-01.parquet")
