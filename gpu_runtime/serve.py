@@ -26,7 +26,7 @@ from gpu_runtime.process import reap_orphan, serving_priority, start_watchdog
 from gpu_runtime.repository import ModelRepository
 from gpu_runtime.serving_parts import endpoints_record, gateway_configs, gateway_server, stop_runtime, write_endpoints
 from gpu_runtime.supervisor import TritonSupervisor, restore_routed
-from gpu_runtime.triton import ADMIN_KEY_ENV, TritonServer, free_port
+from gpu_runtime.triton import ADMIN_KEY_ENV, TritonServer, free_port, reserve_port
 from gpu_runtime.workers import default_workers, run_worker, serve_with_workers
 from keel.home import KeelHome
 from keel.signals import restore_default_signals
@@ -143,6 +143,9 @@ def main(argv: list[str] | None = None) -> int:
     endpoints = layout.endpoints
     endpoints.unlink(missing_ok=True)  # a stale file from a run that crashed must not point deployments elsewhere
     admin_key = os.environ.get(ADMIN_KEY_ENV) or secrets.token_hex(16)
+    for given in (args.gateway_port, args.triton_grpc_port):
+        if given:
+            reserve_port(given)  # not bound until Triton is up: Triton's own ports must not draw it
     server = TritonServer(
         layout.model_repository,
         layout.triton_dir,

@@ -119,10 +119,26 @@ def prepare_dist(work_dir: Path, info: RuntimeInfo) -> Path:
     return dest
 
 
+_HANDED_OUT: set[int] = set()  # ports this process handed out or was given: free_port never returns them again
+
+
+def reserve_port(port: int) -> None:
+    """A port this process will bind later (given to it, e.g. ``--gateway-port``): ``free_port`` never hands it out.
+    A CI run saw Triton's HTTP port drawn equal to the gateway's port, given by the test but not bound yet."""
+    _HANDED_OUT.add(port)
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port free now and never handed out or reserved in this process before (two draws before either
+    port is bound could otherwise return the same one)."""
+    for _ in range(100):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
+    raise RuntimeError("no free loopback port in 100 draws")
 
 
 class TritonServer:
