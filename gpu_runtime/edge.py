@@ -283,22 +283,38 @@ class EdgeFollower:
     def raise_outage(self, log) -> None:
         """The store has been unreadable for the bound: a critical incident and alert (keel/edge/outage.py)."""
         home = KeelHome.from_env()
-        summary = (f"the edge cannot read the policy store for {self.outage.bound_s:g} s: serving on policy version "
-                   f"{self.version} (the last it applied); a key revoked meanwhile is not refused until it can")  # fmt: skip
+        summary = (
+            f"the edge cannot read the policy store for {self.outage.bound_s:g} s: serving on policy version "
+            f"{self.version} (the last it applied); a key revoked meanwhile is not refused until it can"
+        )
         log(f"keel serve: CRITICAL {summary} ({self.outage.error})")
         now = datetime.now(UTC).isoformat(timespec="seconds")
         try:
             with IncidentLog(home.incidents) as incidents:
-                incidents.open_incident(self.outage_key(), "edge_policy_store", "critical", summary,
-                                        located=home.shown(self.store_path) if isinstance(self.store_path, Path)
-                                        else str(self.store_path), detected_at=now, source="edge",
-                                        details={"error": self.outage.error, "policy_version": self.version})  # fmt: skip
+                incidents.open_incident(
+                    self.outage_key(),
+                    "edge_policy_store",
+                    "critical",
+                    summary,
+                    located=home.shown(self.store_path)
+                    if isinstance(self.store_path, Path)
+                    else str(self.store_path),
+                    detected_at=now,
+                    source="edge",
+                    details={"error": self.outage.error, "policy_version": self.version},
+                )
         except Exception as exc:  # noqa: BLE001 - the incident log may share the store's fate: the alert still goes
             log(f"keel serve: the incident could not be recorded ({type(exc).__name__}: {exc})")
         try:
-            AlertSender.for_home(home).send(Alert("edge_policy_store", "critical", summary,
-                                                  {"error": self.outage.error, "policy_version": self.version},
-                                                  source="edge"))  # fmt: skip
+            AlertSender.for_home(home).send(
+                Alert(
+                    "edge_policy_store",
+                    "critical",
+                    summary,
+                    {"error": self.outage.error, "policy_version": self.version},
+                    source="edge",
+                )
+            )
         except AlertConfigError as exc:
             log(f"keel serve: the alert could not be sent: {exc}")
 
@@ -307,9 +323,13 @@ class EdgeFollower:
         try:
             with IncidentLog(KeelHome.from_env().incidents) as incidents:
                 if incidents.find(self.outage_key()) is not None:
-                    incidents.open_incident(self.outage_key(), "edge_policy_store", "critical",
-                                            f"the edge could not read the policy store for {lasted:.0f} s",
-                                            recovered_at=datetime.now(UTC).isoformat(timespec="seconds"))  # fmt: skip
+                    incidents.open_incident(
+                        self.outage_key(),
+                        "edge_policy_store",
+                        "critical",
+                        f"the edge could not read the policy store for {lasted:.0f} s",
+                        recovered_at=datetime.now(UTC).isoformat(timespec="seconds"),
+                    )
         except Exception as exc:  # noqa: BLE001 - a log that cannot be written must not stop the edge
             log(f"keel serve: the recovery could not be recorded ({type(exc).__name__}: {exc})")
 

@@ -64,8 +64,13 @@ class Interval:
         if not d:
             return None
         spread = d.get("label_spread")
-        return cls(float(d["coverage"]), float(d["half_width"]), int(d["calibration_rows"]), str(d["calibrated_on"]),
-                   None if spread is None else float(spread))  # fmt: skip
+        return cls(
+            float(d["coverage"]),
+            float(d["half_width"]),
+            int(d["calibration_rows"]),
+            str(d["calibrated_on"]),
+            None if spread is None else float(spread),
+        )
 
 
 def check_coverage(coverage: float) -> float:
@@ -93,8 +98,13 @@ def fit(scores: np.ndarray, labels: np.ndarray, coverage: float, calibrated_on: 
     """The interval of a model that scored ``scores`` on calibration rows whose labels are ``labels``."""
     labels = np.asarray(labels, dtype=np.float64)
     residuals = labels - np.asarray(scores, dtype=np.float64)
-    return Interval(check_coverage(coverage), conformal_half_width(residuals, coverage), int(residuals.size),
-                    calibrated_on, label_spread(labels))  # fmt: skip
+    return Interval(
+        check_coverage(coverage),
+        conformal_half_width(residuals, coverage),
+        int(residuals.size),
+        calibrated_on,
+        label_spread(labels),
+    )
 
 
 def label_spread(labels: np.ndarray) -> float:

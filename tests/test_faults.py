@@ -81,8 +81,11 @@ def test_a_switch_is_refused_outside_a_test_home_unless_allowed_explicitly(users
     """Issue 61 item 4: set by accident in production, a switch stops the platform instead of a decision."""
     assert not faults_allowed()
     monkeypatch.setenv("KEEL_FAULT_PROMOTION", "off")
-    with pytest.raises(FaultError, match=r"KEEL_FAULT_PROMOTION=off is set, but \$KEEL_HOME .* is not a test home.*"
-                                         r"KEEL_ALLOW_FAULTS=1"):  # fmt: skip
+    with pytest.raises(
+        FaultError,
+        match=r"KEEL_FAULT_PROMOTION=off is set, but \$KEEL_HOME .* is not a test home.*"
+        r"KEEL_ALLOW_FAULTS=1",
+    ):
         fault("KEEL_FAULT_PROMOTION")
     with pytest.raises(FaultError):
         fault_metadata()
@@ -106,8 +109,14 @@ def test_a_switch_set_is_announced_recorded_as_an_incident_and_shown_on_metadata
     with IncidentLog(KeelHome.from_env().incidents) as log:
         incident = log.get("fault:KEEL_FAULT_GATE")
     assert incident.open and incident.severity == "critical" and incident.source == "a test"
-    shown = subprocess.run([sys.executable, "-m", "keel.cli", "incidents"], capture_output=True, text=True,
-                           env=os.environ | {"KEEL_HOME": str(tmp_path)}, cwd=REPO, timeout=300)  # fmt: skip
+    shown = subprocess.run(
+        [sys.executable, "-m", "keel.cli", "incidents"],
+        capture_output=True,
+        text=True,
+        env=os.environ | {"KEEL_HOME": str(tmp_path)},
+        cwd=REPO,
+        timeout=300,
+    )
     assert "[critical] fault: fault switch KEEL_FAULT_GATE=always-pass is set" in shown.stdout, shown.stdout
 
 
@@ -115,9 +124,16 @@ def test_the_code_location_refuses_to_load_with_a_switch_outside_a_test_home(use
     """The webserver, the daemon and every run load definitions.py: a switch set where it is not allowed fails the
     load with the reason (the UI shows a code location that failed), and scripts/materialize.py stops at once."""
     env = os.environ | {"KEEL_HOME": str(users_home), "KEEL_FAULT_GATE": "always-pass"}
-    load = subprocess.run([sys.executable, "-c", "import definitions"], capture_output=True, text=True, env=env,
-                          cwd=REPO, timeout=600)  # fmt: skip
+    load = subprocess.run(
+        [sys.executable, "-c", "import definitions"], capture_output=True, text=True, env=env, cwd=REPO, timeout=600
+    )
     assert load.returncode != 0 and "KEEL_FAULT_GATE=always-pass is set, but $KEEL_HOME" in load.stderr
-    build = subprocess.run([sys.executable, "scripts/materialize.py", "--port", "1"], capture_output=True, text=True,
-                           env=env, cwd=REPO, timeout=600)  # fmt: skip
+    build = subprocess.run(
+        [sys.executable, "scripts/materialize.py", "--port", "1"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=600,
+    )
     assert build.returncode == 2 and "is not a test home" in build.stderr

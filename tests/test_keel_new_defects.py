@@ -47,8 +47,17 @@ def test_a_range_follows_the_columns_nature(kind, distinct, lo, hi, quantiles, e
     from keel.new.profile import QUANTILES, ColumnProfile
     from keel.new.rules import numeric_range
 
-    c = ColumnProfile("x", "x", kind, 1000, 0, distinct, min=lo, max=hi,
-                      quantiles={f"{p:g}": float(v) for p, v in zip(QUANTILES, quantiles, strict=True)})  # fmt: skip
+    c = ColumnProfile(
+        "x",
+        "x",
+        kind,
+        1000,
+        0,
+        distinct,
+        min=lo,
+        max=hi,
+        quantiles={f"{p:g}": float(v) for p, v in zip(QUANTILES, quantiles, strict=True)},
+    )
     got_lo, got_hi, how = numeric_range(c)
     assert (got_lo, got_hi) == expected and how.startswith(why), how
 
@@ -79,9 +88,12 @@ def test_columns_that_give_the_label_away_are_found_named_and_never_features(tmp
     assert not names & {"cash", "card", "sales_cents", "next_sales"}, names
     assert {"units", "unit_price", "promo"} <= names  # the honest columns are features still
     profile = (tmp_path / "usecases" / "leaky" / "PROFILE.md").read_text()
-    for col, evidence in (("cash", "part of the label: cash + card"), ("card", "part of the label: cash + card"),
-                          ("sales_cents", "a copy of the label: correlation +1.0000"),
-                          ("next_sales", "the label shifted: equal to sales of the row after it")):  # fmt: skip
+    for col, evidence in (
+        ("cash", "part of the label: cash + card"),
+        ("card", "part of the label: cash + card"),
+        ("sales_cents", "a copy of the label: correlation +1.0000"),
+        ("next_sales", "the label shifted: equal to sales of the row after it"),
+    ):
         assert f"{col}: gives the label away — {evidence}" in profile, col
     assert "defects found: none" not in out
 
@@ -103,8 +115,16 @@ def hourly_table(path) -> pl.DataFrame:
     humidity = np.clip(60 + 20 * np.sin(hour / 24 * 2 * np.pi + 1) + rng.normal(0, 5, n), 10, 100).round(1)
     wind = np.where(rng.random(n) < 0.12, 0.0, 6 + rng.gamma(2.0, 5.0, n)).round(1)  # an anemometer's floor: ~6
     rides = np.maximum(0, 50 + 30 * np.sin(hour / 24 * 2 * np.pi) + 3 * temp - 0.3 * wind + rng.normal(0, 8, n))
-    frame = pl.DataFrame({"ts": hours.dt.strftime("%Y-%m-%d %H:%M:%S"), "hr": hour, "temp": temp.round(2),
-                          "humidity": humidity, "windspeed": wind, "rides": rides.round().astype(int)})  # fmt: skip
+    frame = pl.DataFrame(
+        {
+            "ts": hours.dt.strftime("%Y-%m-%d %H:%M:%S"),
+            "hr": hour,
+            "temp": temp.round(2),
+            "humidity": humidity,
+            "windspeed": wind,
+            "rides": rides.round().astype(int),
+        }
+    )
     frame = frame.with_columns(
         pl.when(pl.col("ts").str.starts_with(STUCK_DAY)).then(0.0).otherwise(pl.col("humidity")).alias("humidity")
     )
@@ -122,8 +142,25 @@ def test_a_stuck_sensor_impossible_zeros_and_missing_periods_are_found_named_and
     given a rule (the missing periods: named — no row to judge); every row still ends in exactly one sink."""
     source = tmp_path / "rides.csv"
     table = hourly_table(source)
-    assert main(["new", "rides", "--from", str(source), "--label", "rides", "--time", "ts", "--root", str(tmp_path),
-                 "--months", "0"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "new",
+                "rides",
+                "--from",
+                str(source),
+                "--label",
+                "rides",
+                "--time",
+                "ts",
+                "--root",
+                str(tmp_path),
+                "--months",
+                "0",
+            ]
+        )
+        == 0
+    )
     folder = tmp_path / "usecases" / "rides"
     profile = (folder / "PROFILE.md").read_text()
     assert f"humidity: stuck on 1 day ({STUCK_DAY} at 0; 24 rows)" in profile
@@ -158,8 +195,25 @@ def test_a_table_without_an_entity_is_keyed_by_its_time_and_a_part_of_the_time_i
     every row, so both contracts hold it to it, and its range is the hours it holds."""
     source = tmp_path / "rides.csv"
     hourly_table(source)
-    assert main(["new", "rides", "--from", str(source), "--label", "rides", "--time", "ts", "--root", str(tmp_path),
-                 "--months", "0"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "new",
+                "rides",
+                "--from",
+                str(source),
+                "--label",
+                "rides",
+                "--time",
+                "ts",
+                "--root",
+                str(tmp_path),
+                "--months",
+                "0",
+            ]
+        )
+        == 0
+    )
     uc = _import(tmp_path, "rides").usecase
     entity = uc.features.entity
     assert entity.key.columns == () and entity.key.time == "ts" and "row_ref" not in entity.request_columns
@@ -188,8 +242,18 @@ def test_keel_contracts_validate_on_the_users_own_file_judges_it_as_the_pipeline
     and derived as the reader derives them: the same sinks as the pipeline's (every row in exactly one)."""
     root, table = generated
     out = tmp_path / "out"
-    code = main(["contracts", "validate", "--contract", str(root / "usecases" / "shop" / "contracts" / "shop.yaml"),
-                 "--data", str(root / "shop_sales.csv"), "--out", str(out)])  # fmt: skip
+    code = main(
+        [
+            "contracts",
+            "validate",
+            "--contract",
+            str(root / "usecases" / "shop" / "contracts" / "shop.yaml"),
+            "--data",
+            str(root / "shop_sales.csv"),
+            "--out",
+            str(out),
+        ]
+    )
     printed = capsys.readouterr().out
     assert code == 0, printed
     assert "'Unit Price' as unit_price" in printed and "derived" in printed and "row_ref" in printed

@@ -49,8 +49,10 @@ def test_a_process_of_the_sessions_home_still_alive_is_found_and_one_elsewhere_i
 def test_a_root_is_matched_whole_not_as_the_prefix_of_another_sessions(tmp_path):
     """``pytest-1`` is not a prefix of ``pytest-12``: another session's processes are not this one's."""
     (tmp_path / "pytest-12").mkdir()
-    neighbour = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"],
-                                 env=os.environ | {"KEEL_HOME": str(tmp_path / "pytest-12" / "home")})  # fmt: skip
+    neighbour = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(120)"],
+        env=os.environ | {"KEEL_HOME": str(tmp_path / "pytest-12" / "home")},
+    )
     try:
         assert neighbour.pid not in leftovers([str(tmp_path / "pytest-1")])
         assert neighbour.pid in leftovers([str(tmp_path / "pytest-12")])
@@ -68,8 +70,23 @@ def test_a_platform_on_a_home_the_run_was_handed_survives_the_test_run():
     env = os.environ | {"KEEL_HOME": str(user_home), "DAGSTER_HOME": str(user_home / "dagster_home")}
     platform = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"], env=env)
     try:
-        run = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
-                              "tests/test_faults.py"], env=env, cwd=REPO, capture_output=True, text=True, timeout=600)  # fmt: skip
+        run = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "--collect-only",
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                "tests/test_faults.py",
+            ],
+            env=env,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
         assert platform.poll() is None, f"the test run stopped the platform it was handed:\n{run.stdout[-2000:]}"
     finally:

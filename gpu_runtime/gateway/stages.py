@@ -130,8 +130,9 @@ def claim(model: Any, tenant: str, risk: int) -> None:
         follower.reload_policies(force=True)
         found = follower.tenants.get(tenant)
     if found is None:
-        raise RequestError(403, "forbidden", f"tenant {tenant} is not in force at policy version "
-                                             f"{follower.policy_version}")  # fmt: skip
+        raise RequestError(
+            403, "forbidden", f"tenant {tenant} is not in force at policy version {follower.policy_version}"
+        )
     refused = found.may_claim(model.tier(), risk)
     if refused is not None:
         raise RequestError(403, "forbidden", refused)

@@ -52,8 +52,10 @@ def derive_missing(frame: pl.DataFrame, spec: ContractSpec) -> tuple[pl.DataFram
             added.append(pl.int_range(pl.len(), dtype=pl.Int64).cast(pl.String).alias(c.name))
             continue
         if c.name not in parts:
-            raise ContractError(f"contract {spec.name}: column {c.name} is derived as a timestamp_part, but no "
-                                "timestamp_parts rule names it in its parts")  # fmt: skip
+            raise ContractError(
+                f"contract {spec.name}: column {c.name} is derived as a timestamp_part, but no "
+                "timestamp_parts rule names it in its parts"
+            )
         source, tz, part = parts[c.name]
         if source not in frame.columns:
             continue  # the timestamp itself is missing: the schema says so

@@ -37,8 +37,11 @@ class Route:
     def __post_init__(self) -> None:
         if self.interval is not None:  # read back from JSON as a list (an older table's without a spread)
             spread = self.interval[2] if len(self.interval) > 2 and self.interval[2] is not None else None
-            object.__setattr__(self, "interval", (float(self.interval[0]), float(self.interval[1]),
-                                                  None if spread is None else float(spread)))  # fmt: skip
+            object.__setattr__(
+                self,
+                "interval",
+                (float(self.interval[0]), float(self.interval[1]), None if spread is None else float(spread)),
+            )
 
 
 @dataclass(frozen=True)

@@ -65,23 +65,55 @@ def value_defects(
         if days:
             held = sum(n for _, _, n in days)
             shown = "; ".join(f"{d} at {shown_number(v)}" for d, v, _ in days[:5]) + ("; …" if len(days) > 5 else "")
-            why = (f"{c.ident} varies within a day on at least {VARIES:.0%} of the days but holds one value all day on "
-                   f"{len(days)} ({shown}): a stuck sensor — flagged; a day stuck on most of its rows is held back")  # fmt: skip
-            rules.append(Rule(f"{c.ident}_stuck", {"type": "stuck", "column": c.ident, "per": day,
-                                                   "min_rows": MIN_ROWS, "severity": "warning", "action": "flag",
-                                                   "max_failure_fraction": budget(held / rows)}, why, held))  # fmt: skip
-            defects.append(f"{c.ident}: stuck on {len(days)} day{'s' if len(days) > 1 else ''} ({shown}; "
-                           f"{n_rows(held)}) — flagged (`{c.ident}_stuck`)")  # fmt: skip
+            why = (
+                f"{c.ident} varies within a day on at least {VARIES:.0%} of the days but holds one value all day on "
+                f"{len(days)} ({shown}): a stuck sensor — flagged; a day stuck on most of its rows is held back"
+            )
+            rules.append(
+                Rule(
+                    f"{c.ident}_stuck",
+                    {
+                        "type": "stuck",
+                        "column": c.ident,
+                        "per": day,
+                        "min_rows": MIN_ROWS,
+                        "severity": "warning",
+                        "action": "flag",
+                        "max_failure_fraction": budget(held / rows),
+                    },
+                    why,
+                    held,
+                )
+            )
+            defects.append(
+                f"{c.ident}: stuck on {len(days)} day{'s' if len(days) > 1 else ''} ({shown}; "
+                f"{n_rows(held)}) — flagged (`{c.ident}_stuck`)"
+            )
         zeros = zero_readings(frame, c)
         if zeros is not None:
             n, p1, p50 = zeros
-            why = (f"{c.ident} reads exactly 0 on {n_rows(n)} ({n / rows:.1%}), but its other values never come near 0 "
-                   f"(their p1 {p1:g}, median {p50:g}): a zero is a missing reading — flagged, counted")  # fmt: skip
-            rules.append(Rule(f"{c.ident}_not_zero", {"type": "condition", "expr": f"{c.ident} is null or {c.ident} > 0",
-                                                      "severity": "warning", "action": "flag",
-                                                      "max_failure_fraction": budget(n / rows)}, why, n))  # fmt: skip
-            defects.append(f"{c.ident}: {n_rows(n)} read exactly 0 while its values never come near it (p1 {p1:g}) — "
-                           f"impossible zeros, flagged (`{c.ident}_not_zero`)")  # fmt: skip
+            why = (
+                f"{c.ident} reads exactly 0 on {n_rows(n)} ({n / rows:.1%}), but its other values never come near 0 "
+                f"(their p1 {p1:g}, median {p50:g}): a zero is a missing reading — flagged, counted"
+            )
+            rules.append(
+                Rule(
+                    f"{c.ident}_not_zero",
+                    {
+                        "type": "condition",
+                        "expr": f"{c.ident} is null or {c.ident} > 0",
+                        "severity": "warning",
+                        "action": "flag",
+                        "max_failure_fraction": budget(n / rows),
+                    },
+                    why,
+                    n,
+                )
+            )
+            defects.append(
+                f"{c.ident}: {n_rows(n)} read exactly 0 while its values never come near it (p1 {p1:g}) — "
+                f"impossible zeros, flagged (`{c.ident}_not_zero`)"
+            )
     return rules, defects
 
 
@@ -100,8 +132,9 @@ def table_defects(
     leaks = label_leaks(frame, label.ident, time.ident, columns, numeric_label)
     defects = [f"{col}: gives the label away — {why}: refused as a feature" for col, why in leaks.items()]
     day = pl.col(time.ident).dt.date() if time.kind == "datetime" else pl.col(time.ident)
-    found, lines = value_defects(frame.with_columns(day.alias("_day")), [c for c in columns if c.ident not in leaks],
-                                 "_day", profile.rows)  # fmt: skip
+    found, lines = value_defects(
+        frame.with_columns(day.alias("_day")), [c for c in columns if c.ident not in leaks], "_day", profile.rows
+    )
     rules = [
         Rule(r.id, r.fields | ({"per": "event_date"} if "per" in r.fields else {}), r.why, r.failing) for r in found
     ]

@@ -23,11 +23,14 @@ def row_key(
     time_key = not entity and instants.len() - instants.n_unique() <= profile.duplicate_rows
     parts = derived_parts(frame, time, [c for c in profile.columns if c.ident != label.ident])
     rules = [
-        Rule(f"{col}_is_the_{part}", {"type": "timestamp_parts", "column": time.ident, "parts": {part: col}},
-             f"{col} is the {part} of {time.ident} on every row of the table: a row or request whose {col} disagrees "
-             f"with its {time.ident} is an entry error")
+        Rule(
+            f"{col}_is_the_{part}",
+            {"type": "timestamp_parts", "column": time.ident, "parts": {part: col}},
+            f"{col} is the {part} of {time.ident} on every row of the table: a row or request whose {col} disagrees "
+            f"with its {time.ident} is an entry error",
+        )
         for col, part in parts.items()
-    ]  # fmt: skip
+    ]
     return time_key, parts, rules
 
 

@@ -111,8 +111,11 @@ def _added(p: Plan):
         SchemaColumn(n, "int32", False, None, "added by the reader", "timestamp_part")
         for n in ("event_year", "event_month", "event_day")
     ]
-    out.append(SchemaColumn("event_date", "date", False, "%Y-%m-%d", "the row's day: what it is scored as of",
-                            "timestamp_part"))  # fmt: skip
+    out.append(
+        SchemaColumn(
+            "event_date", "date", False, "%Y-%m-%d", "the row's day: what it is scored as of", "timestamp_part"
+        )
+    )
     if not p.entity:
         out.append(
             SchemaColumn("row_ref", "int64", False, None, "the row's number in the file: its id", "row_number")

@@ -128,8 +128,10 @@ def features_module(p: Plan, command: str) -> str:
     domain, domain_import = "", ", LabelDomain" if p.label_domain is not None else ""
     if p.label_domain is not None:  # the label's domain from the profile: answers and intervals stay in it
         lower, upper, integer = p.label_domain
-        domain = (f"\n        # {p.label_domain_why}\n"
-                  f"        domain=LabelDomain(lower={lower!r}, upper={upper!r}, integer={integer!r}),")  # fmt: skip
+        domain = (
+            f"\n        # {p.label_domain_why}\n"
+            f"        domain=LabelDomain(lower={lower!r}, upper={upper!r}, integer={integer!r}),"
+        )
     feats = "\n".join(
         f"        Feature({json.dumps(f.name)}, {json.dumps(f.dtype)}, {f.lo!r}, {f.hi!r}, {f.default!r}, "
         f"{json.dumps(f.description)}),"

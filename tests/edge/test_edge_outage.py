@@ -28,8 +28,13 @@ TOKEN = "edge-token-for-the-outage-test"
 def test_an_outage_is_raised_once_at_its_bound_and_recovered_by_a_read():
     outage = StoreOutage(bound_s=30.0)
     assert outage.read(0.0) is None  # no outage: nothing to recover
-    assert [outage.failed(t, "locked") for t in (100.0, 110.0, 129.9, 130.0, 200.0)] == [False, False, False, True,
-                                                                                          False]  # fmt: skip
+    assert [outage.failed(t, "locked") for t in (100.0, 110.0, 129.9, 130.0, 200.0)] == [
+        False,
+        False,
+        False,
+        True,
+        False,
+    ]
     assert outage.read(205.0) == 105.0 and outage.since is None
     assert outage.failed(300.0, "gone") is False and outage.read(301.0) is None  # short: never raised, nothing said
 
@@ -53,11 +58,15 @@ def follower(tmp_path, monkeypatch):
     keys = {n: new_key("2013-04-01T00:00:00+00:00") for n in ("kept", "spare")}
     store_path = KeelHome(home).policies  # the embedded default: a SQLite file
     with PolicyStore(store_path) as store:
-        store.apply({"ops": ("tenant", Tenant("ops", tuple(s for _, s in keys.values())).as_body())},
-                    author="tests", reason="the tenant")  # fmt: skip
+        store.apply(
+            {"ops": ("tenant", Tenant("ops", tuple(s for _, s in keys.values())).as_body())},
+            author="tests",
+            reason="the tenant",
+        )
     messages: list[str] = []
-    f = EdgeFollower(home / "serving" / "edge", free_port(), [worker.port], ["flight-delay"], store_path, TOKEN,
-                     EdgeLimits()).start(messages.append)  # fmt: skip
+    f = EdgeFollower(
+        home / "serving" / "edge", free_port(), [worker.port], ["flight-delay"], store_path, TOKEN, EdgeLimits()
+    ).start(messages.append)
     yield f, home, store_path, keys, messages
     f.stop()
     worker.kill()

@@ -109,8 +109,13 @@ def test_a_hostile_tenant_finds_no_way_in(served):
         assert time.monotonic() < deadline, "the edge did not take the new key"
         time.sleep(0.05)
     room = f"{url}/v1/models/room-rate/predict"
-    for headers in ({}, {"x-keel-tier": "L2"}, {"x-keel-tier": "L1"}, {"x-keel-tenant": "ops"},
-                    {"x-keel-tenant": "ops", "x-keel-edge": "forged", "x-keel-tier": "L2"}):  # fmt: skip
+    for headers in (
+        {},
+        {"x-keel-tier": "L2"},
+        {"x-keel-tier": "L1"},
+        {"x-keel-tenant": "ops"},
+        {"x-keel-tenant": "ops", "x-keel-edge": "forged", "x-keel-tier": "L2"},
+    ):
         refused = httpx.post(room, json={}, headers={"x-api-key": key, **headers}, timeout=30)
         assert refused.status_code == 403 and "tenant l2only may use tiers L2, not L1" in refused.text, headers
     # the default route is flights' (L2): in, answered by the gateway (no model is deployed in this home)

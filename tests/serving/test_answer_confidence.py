@@ -38,8 +38,16 @@ def gateway_of(
     text = small_model(n, usecase.features.label.task)
     coarse = Target(Route("coarse", 2, hashlib.sha256(text.encode()).hexdigest(), 0.0, "rel-1", interval), text)
     deployer.deploy(model, [main], coarse=coarse)
-    return Gateway(GatewayConfig(triton_url="127.0.0.1:1", routing_path=deployer.routing_path, usecase=usecase.name,
-                                 exposure_dir=tmp_path / "exposures", **config), policy)  # fmt: skip
+    return Gateway(
+        GatewayConfig(
+            triton_url="127.0.0.1:1",
+            routing_path=deployer.routing_path,
+            usecase=usecase.name,
+            exposure_dir=tmp_path / "exposures",
+            **config,
+        ),
+        policy,
+    )
 
 
 def test_a_regression_answer_carries_its_interval_and_a_confidence_in_0_1(tmp_path):
@@ -84,8 +92,9 @@ def test_a_counts_answer_and_interval_stay_in_its_domain():
     assert clip_scores(np.array([-3.0, 4.5]), count).tolist() == [0.0, 4.5]
     share = LabelDomain(lower=0, upper=1)
     assert bounds(np.array([0.95]), 0.2, share)[1].tolist() == [1.0]
-    rows = scored("regression", np.array([-3.0, 50.0]), Route("champion", 1, "a" * 64, 1.0, None, (0.9, 10.0, 80.0)),
-                  count)  # fmt: skip
+    rows = scored(
+        "regression", np.array([-3.0, 50.0]), Route("champion", 1, "a" * 64, 1.0, None, (0.9, 10.0, 80.0)), count
+    )
     assert [r["score"] for r in rows] == [0.0, 50.0] and [r["interval"] for r in rows] == [[0.0, 10.0], [40.0, 60.0]]
     with pytest.raises(FeatureSpecError, match="lower must be under upper"):
         LabelDomain(lower=1, upper=0)

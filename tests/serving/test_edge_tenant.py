@@ -72,9 +72,14 @@ def test_behind_the_edge_the_gateway_holds_the_models_tier_to_the_tenants_own(tm
 
     store_path = tmp_path / "policies.sqlite"
     with PolicyStore(store_path) as store:
-        store.apply({name: ("tenant", Tenant(name, (new_key("2016-07-01T00:00:00+00:00")[1],), tiers).as_body())
-                     for name, tiers in (("ops", ("L1", "L2")), ("pricing", ("L2", "L3")))},
-                    author="tests", reason="two tenants")  # fmt: skip
+        store.apply(
+            {
+                name: ("tenant", Tenant(name, (new_key("2016-07-01T00:00:00+00:00")[1],), tiers).as_body())
+                for name, tiers in (("ops", ("L1", "L2")), ("pricing", ("L2", "L3")))
+            },
+            author="tests",
+            reason="two tenants",
+        )
     gateway = gateway_of(tmp_path, HOTELS, (0.9, 12.5), edge_token=TOKEN, policy_store_path=store_path)
     assert gateway.default.tier() == "L1"
 

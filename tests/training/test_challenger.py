@@ -195,8 +195,14 @@ def test_a_gate_a_fault_switch_passed_says_so_on_its_materialization(home, monke
     materialization as ``fault_injected``, and the gate passed whatever its evidence said."""
     monkeypatch.setenv("KEEL_HOME", str(home.root))
     monkeypatch.setenv("KEEL_FAULT_GATE", "always-pass")
-    config = {"train_months": ["2013-02", "2013-03", "2013-04"], "gate_month": "2013-05", "gate_from_day": 22,
-              "drift_window": "2013-05", "drift_event": 7, "label_drift": False}  # fmt: skip
+    config = {
+        "train_months": ["2013-02", "2013-03", "2013-04"],
+        "gate_month": "2013-05",
+        "gate_from_day": 22,
+        "drift_window": "2013-05",
+        "drift_event": 7,
+        "label_drift": False,
+    }
     result = run(home, config)
     assert result.success
     mats = {e.asset_key.path[-1]: e.materialization.metadata for e in result.get_asset_materialization_events()}

@@ -208,8 +208,13 @@ def test_the_first_models_interval_is_calibrated_on_rows_it_never_saw(built):
     assert set(stopping[uc.features.entity.id_column]).isdisjoint(calibration[uc.features.entity.id_column])
     # the model early-stopped on the even rows alone: refitted that way, it is the same model
     config = training_config(uc)
-    features = pl.concat([pl.read_parquet(home / "storage" / "hotels" / "rate_features" / f"{m}.parquet")
-                          for m in (*config.train_months, config.valid_month)], how="diagonal_relaxed")  # fmt: skip
+    features = pl.concat(
+        [
+            pl.read_parquet(home / "storage" / "hotels" / "rate_features" / f"{m}.parquet")
+            for m in (*config.train_months, config.valid_month)
+        ],
+        how="diagonal_relaxed",
+    )
     assert train_model(features, config, uc.features).sha256 == sha256
     scores, labels = predict(text, calibration, uc.features)
     assert interval["coverage"] == 0.9 and interval["calibrated_on"].startswith("2016-10, odd rows")
