@@ -28,6 +28,7 @@ from gpu_runtime.triton import free_port
 from keel.alerts import Alert, AlertConfigError, AlertSender
 from keel.edge.envoy import EdgeSpec, bootstrap, cluster, discovery, listener
 from keel.edge.filters import EDGE_TOKEN_ENV
+from keel.edge.flood import REFUSED_COUNTERS, FloodCut, flood_cut_enabled
 from keel.edge.outage import RevokedKeys, StoreOutage, outage_bound_s
 from keel.home import KeelHome
 from keel.incidents import IncidentLog
@@ -50,8 +51,8 @@ FILTER_MODULE = Path(__file__).parent / "edge_filter" / "build" / "keel_edge.was
 
 def edge_threads() -> int:
     """Envoy's worker threads: ``$KEEL_EDGE_THREADS``, else one per core up to 2 (it shares the cores with the
-    gateway's workers and Triton)."""
-    return max(1, int(os.environ.get("KEEL_EDGE_THREADS") or min(2, os.cpu_count() or 1)))
+    gateway's workers and Triton): the cores this process may run on, not the machine's."""
+    return max(1, int(os.environ.get("KEEL_EDGE_THREADS") or min(2, len(os.sched_getaffinity(0)))))
 
 
 def edge_filter_module() -> str:
@@ -172,6 +173,31 @@ class EnvoyEdge:
                 return int(value)
         return 0
 
+    def counters_sum(self, names: tuple[str, ...]) -> int:
+        """The sum of some of Envoy's counters, in one read of the admin port."""
+        from urllib.parse import quote
+
+        pattern = "^(" + "|".join(name.replace(".", "\\.") for name in names) + ")$"
+        total = 0
+        for line in self._admin(f"/stats?filter={quote(pattern)}").splitlines():
+            key, _, value = line.partition(": ")
+            if key in names:
+                total += int(value)
+        return total
+
+    def runtime_modify(self, overrides: dict[str, str]) -> None:
+        """Envoy runtime values set now (an empty value removes one): applied by Envoy at once, no reload."""
+        from urllib.parse import urlencode
+
+        request = urllib.request.Request(f"{self.admin_url}/runtime_modify?{urlencode(overrides)}", method="POST")
+        with urllib.request.urlopen(request, timeout=2) as resp:  # noqa: S310 - loopback admin
+            resp.read()
+
+    def runtime(self) -> dict[str, str]:
+        """Envoy's runtime values set through the admin port (``runtime_modify``)."""
+        entries = json.loads(self._admin("/runtime")).get("entries", {})
+        return {k: v.get("final_value", "") for k, v in entries.items()}
+
     def log_tail(self, n: int = 20) -> str:
         path = self.dir / "envoy.log"
         return "\n".join(path.read_text(errors="replace").splitlines()[-n:]) if path.exists() else ""
@@ -218,6 +244,7 @@ class EdgeFollower:
         self._next = 0.0
         self.outage = StoreOutage(bound_s=outage_bound_s())
         self.revoked = RevokedKeys(self.dir / "revoked_keys.json")
+        self.flood = FloodCut() if flood_cut_enabled() else None  # keel/edge/flood.py
 
     def spec(self, unless: int | None = None) -> tuple[EdgeSpec, int, int] | None:
         """The edge as the store says now, its version and how many tenants it names; None when the store is still
@@ -254,7 +281,10 @@ class EdgeFollower:
     def tend(self, log) -> None:
         """From the serving process's loop: a new policy version applied to the edge."""
         now = time.monotonic()
-        if self.edge is None or now < self._next:
+        if self.edge is None:
+            return
+        self.hold_flood(now, log)  # every round (50 ms): a flood does its harm in the rounds a slower look misses
+        if now < self._next:
             return
         self._next = now + FOLLOW_INTERVAL_S
         try:
@@ -276,6 +306,32 @@ class EdgeFollower:
             self.edge.apply(spec)
             log(f"keel serve: the edge follows policy version {version} ({tenants} tenant(s))")
             self.version = version
+
+    def hold_flood(self, now: float, log) -> None:
+        """A flood of the lower tiers (Envoy's breakers refusing them) holds them to one request in flight until it
+        is over (keel/edge/flood.py); the change goes to Envoy's runtime, and a change Envoy did not take is tried
+        again at the next refusal or calm."""
+        if self.flood is None:
+            return
+        try:
+            refused = self.edge.counters_sum(REFUSED_COUNTERS)
+        except OSError:  # the admin port did not answer in time: the next round reads it
+            return
+        change = self.flood.observe(now, refused)
+        if change is None:
+            return
+        try:
+            self.edge.runtime_modify(change)
+        except OSError as exc:
+            self.flood.cut = not self.flood.cut
+            log(f"keel serve: the edge could not change its lower tiers' places ({type(exc).__name__}: {exc})")
+            return
+        log(
+            "keel serve: the edge refuses a flood of the lower tiers: one lower-tier request in flight until none "
+            "is refused for a while"
+            if self.flood.cut
+            else "keel serve: the lower tiers' flood is over: the policy's places are back at the edge"
+        )
 
     def outage_key(self) -> str:
         return f"edge-policy-store:{self.dir.parent.name}"

@@ -10,11 +10,14 @@ timeout ``CLIENT_TIMEOUT_S``):
 2. **starve**: one busy process per core (normal priority) for ``--starve-s``;
 3. **flood**: the lowest tier's model offered ``FLOOD_FACTOR`` × the rate the runtime answered it in a short
    closed-loop calibration, spread over ``FLOOD_TENANTS`` tenants (no tenant limit does the work), for
-   ``--flood-s``; the flood is sent by one process per core and its real offered rate is reported;
+   ``--flood-s``; its real offered rate is reported;
 4. **recovery** (``--recover-s``): the probe alone again; the first 5 s window with ≥ 99 % answered and p99 within 2×
    the baseline's p99 is when the service recovered.
 
-Each stream runs in a process of its own (``--stream SPEC``), so no client loop delays another's answers. The report
+Each stream runs in a process of its own (``--stream SPEC``), so no client loop delays another's answers, and every
+one on ``--client-cpus`` (default: the machine's last CPU, when it has several — the runtime keeps the others, as a
+remote client would leave it its cores; the flood is sent by one process per CPU given). ``--flood-rps`` sets the
+flood's rate instead of the calibration's multiple (bench/edge_flood.py: 2,500 req/s). The report
 (JSON, ``--out``): per phase the probe's answered share (at all, and within its tier's timeout), p50/p99, client timeouts; every refusal's code and the
 slowest refusal; the flood's offered and answered rates; when the recovery window came; and how many connections to
 the gateway were left in CLOSE-WAIT afterwards. With one model served, the flood and the probe are the same model
@@ -27,6 +30,7 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -144,14 +148,31 @@ def run_stream(spec_path: str) -> int:
     return 0
 
 
+def default_client_cpus() -> str:
+    """The last CPU this process may use, when it may use several: the load generator's own ('' with one)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    return str(cpus[-1]) if len(cpus) > 1 and shutil.which("taskset") else ""
+
+
+def cpu_list(text: str) -> set[int]:
+    """CPUs from taskset's list form (``1``, ``0,2``, ``2-3``)."""
+    out: set[int] = set()
+    for part in filter(None, text.split(",")):
+        low, _, high = part.partition("-")
+        out.update(range(int(low), int(high or low) + 1))
+    return out
+
+
 def start_stream(work: Path, name: str, url: str, route: str, bodies: list[bytes], rate: float,
-                 seconds: float, keys: dict[str, str] | None = None) -> tuple[subprocess.Popen, Path]:  # fmt: skip
+                 seconds: float, keys: dict[str, str] | None = None,
+                 cpus: str | None = None) -> tuple[subprocess.Popen, Path]:  # fmt: skip
     spec = work / f"{name}.json"
     out = work / f"{name}.out.json"
     spec.write_text(json.dumps({"url": url, "route": route, "bodies": [b.decode() for b in bodies], "rate": rate,
                                 "seconds": seconds, "out": str(out), "keys": keys or {}}))  # fmt: skip
     spec.chmod(0o600)  # (API keys)
-    return subprocess.Popen([sys.executable, "-m", "gpu_runtime.overload_drill", "--stream", str(spec)]), out
+    pin = ["taskset", "-c", cpus] if cpus else []  # the load generator on CPUs of its own (a remote client's)
+    return subprocess.Popen([*pin, sys.executable, "-m", "gpu_runtime.overload_drill", "--stream", str(spec)]), out
 
 
 def calibrate(url: str, route: str, bodies: list[bytes], seconds: float = 2.0, concurrency: int = 16,
@@ -224,7 +245,8 @@ DRILL_TENANTS = ["drill-probe", *(f"drill-flood-{i}" for i in range(FLOOD_TENANT
 
 
 def drill(url: str, port: int, baseline_s: float, starve_s: float, flood_s: float, recover_s: float,
-          progress=print, keys: dict[str, str] | None = None) -> dict:  # fmt: skip
+          progress=print, keys: dict[str, str] | None = None, flood_rps: float | None = None,
+          client_cpus: str | None = None) -> dict:  # fmt: skip
     protected, flooded, n_models = targets(url)
     probe_route, flood_route = f"/v1/models/{protected}/predict", f"/v1/models/{flooded}/predict"
     flood = flood_bodies(flooded)
@@ -237,19 +259,22 @@ def drill(url: str, port: int, baseline_s: float, starve_s: float, flood_s: floa
     with tempfile.TemporaryDirectory(prefix="keel-overload-") as tmp:
         work = Path(tmp)
         probe, probe_out = start_stream(work, "probe", url, probe_route, bodies_of(protected), PROBE_RPS, total,
-                                        keys)  # fmt: skip
+                                        keys, client_cpus)  # fmt: skip
         time.sleep(baseline_s)
-        progress(f"overload drill: starving the machine: {cores} busy processes for {starve_s:g} s")
-        busy = [subprocess.Popen([sys.executable, "-c", BUSY]) for _ in range(cores)]
-        time.sleep(starve_s)
-        for b in busy:
-            b.terminate()
-            b.wait()
-        rate = FLOOD_FACTOR * capacity
-        progress(f"overload drill: flooding {flooded} at {rate:.0f}/s over {FLOOD_TENANTS} tenants for {flood_s:g} s")
+        if starve_s > 0:
+            progress(f"overload drill: starving the machine: {cores} busy processes for {starve_s:g} s")
+            busy = [subprocess.Popen([sys.executable, "-c", BUSY]) for _ in range(cores)]
+            time.sleep(starve_s)
+            for b in busy:
+                b.terminate()
+                b.wait()
+        rate = flood_rps or FLOOD_FACTOR * capacity
+        senders = len(os.sched_getaffinity(0) if client_cpus is None else cpu_list(client_cpus))
+        progress(f"overload drill: flooding {flooded} at {rate:.0f}/s over {FLOOD_TENANTS} tenants for {flood_s:g} s"
+                 f" from {senders} process(es)" + (f" on CPU {client_cpus}" if client_cpus else ""))  # fmt: skip
         floods = [
-            start_stream(work, f"flood-{k}", url, flood_route, flood, rate / cores, flood_s, keys)
-            for k in range(cores)
+            start_stream(work, f"flood-{k}", url, flood_route, flood, rate / senders, flood_s, keys, client_cpus)
+            for k in range(senders)
         ]
         for proc, _ in floods:
             proc.wait()
@@ -274,6 +299,9 @@ def drill(url: str, port: int, baseline_s: float, starve_s: float, flood_s: floa
         "probe": {"baseline": baseline, "starve": phase_report(probe_records, t1, t2, timeout_s),
                   "flood": phase_report(probe_records, t2, t3, timeout_s),
                   "recovery": phase_report(probe_records, t3, total, timeout_s)},
+        # the probe's share answered within its timeout in each second of the flood (when the harm came)
+        "probe_in_time_by_second": [phase_report(probe_records, t, t + 1, timeout_s)["answered_in_time_share"]
+                                    for t in range(int(t2), int(t3))],
         "slowest_refusal_ms": _ms(max((r[1] for r in refusals), default=None)),
         # how late the senders wrote their requests against the schedule (their own lag, not the gateway's)
         "sender_lag_p99_ms": {"probe": _ms(pct([r[4] for r in probe_records], 0.99)),
@@ -314,6 +342,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--starve-s", type=float, default=15.0)
     parser.add_argument("--flood-s", type=float, default=10.0)
     parser.add_argument("--recover-s", type=float, default=20.0)
+    parser.add_argument(
+        "--flood-rps", type=float, help=f"the flood's rate (default: {FLOOD_FACTOR:g}× the calibration)"
+    )
+    parser.add_argument("--client-cpus", default=default_client_cpus(),
+                        help="pin the load generator to these CPUs (taskset's list: '1', '2-3'; default: the last "
+                        "CPU of several — the runtime keeps the others, as a remote client would leave them; '' "
+                        "not pinned)")  # fmt: skip
     parser.add_argument("--out", type=Path, help="write the report here (JSON)")
     args = parser.parse_args(argv)
     if args.stream:
@@ -326,7 +361,8 @@ def main(argv: list[str] | None = None) -> int:
     port = int(url.rsplit(":", 1)[1].rstrip("/"))
     keys = drill_keys(url) if args.url is None else None
     try:
-        report = drill(url, port, args.baseline_s, args.starve_s, args.flood_s, args.recover_s, keys=keys)
+        report = drill(url, port, args.baseline_s, args.starve_s, args.flood_s, args.recover_s, keys=keys,
+                       flood_rps=args.flood_rps, client_cpus=args.client_cpus or None)  # fmt: skip
     finally:
         if keys:
             from keel.home import KeelHome

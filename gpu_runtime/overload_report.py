@@ -43,6 +43,7 @@ def phase_report(records: list[list], start: float, end: float, timeout_s: float
         "answered_in_time_share": round(in_time / len(part), 4) if part and in_time is not None else None,
         "p50_ms": _ms(pct(ok, 0.5)), "p99_ms": _ms(pct(ok, 0.99)),
         "client_timeouts": sum(1 for r in part if r[2] == 0),
+        "transport_failures": _codes([r for r in part if r[2] == 0]),  # by kind: a timeout, a connection reset …
         "refusals": _codes(refusals), "slowest_refusal_ms": _ms(max((r[1] for r in refusals), default=None)),
         "refusals_slower_than_50ms": sum(1 for r in refusals if r[1] > FAST_REFUSAL_S),
     }  # fmt: skip

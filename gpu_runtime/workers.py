@@ -177,7 +177,8 @@ def serve_with_workers(args, refs, port, server, supervisor, endpoints, admin_ke
     from gpu_runtime.gateway.shared import RuntimeStatusWriter
     from gpu_runtime.serving_parts import endpoints_record, stop_runtime, write_endpoints
     from gpu_runtime.triton import free_port
-    from keel.edge.envoy import EdgeLimits, parse_peers
+    from keel.edge.envoy import LOWER_PER_HOST, EdgeLimits, parse_peers
+    from keel.edge.flood import flood_cut_enabled
     from keel.home import KeelHome
     from keel.usecase import resolve
 
@@ -197,7 +198,8 @@ def serve_with_workers(args, refs, port, server, supervisor, endpoints, admin_ke
             layout.root / "edge", port, ports, [resolve(r.strip()).model.name for r in refs], KeelHome.from_env().policies,
             os.environ[EDGE_TOKEN_ENV], EdgeLimits(max_body_bytes=args.max_body_bytes, header_timeout_s=args.header_timeout_s,
             max_connections=args.max_connections, idle_timeout_s=max(75.0, args.keepalive_s),
-            upstream_idle_s=max(0.5, args.keepalive_s - 1.0)), host=args.gateway_host,
+            upstream_idle_s=max(0.5, args.keepalive_s - 1.0),
+            lower_per_host=LOWER_PER_HOST if flood_cut_enabled() else args.max_connections), host=args.gateway_host,
             admin_port=admin_port, base=policy, peers=parse_peers(args.edge_peers or ""),
         )  # fmt: skip
     else:

@@ -78,6 +78,13 @@ ACCESS_LOG_FORMAT = {
 }
 
 
+# The lower tiers' requests in flight per worker at most, whatever the policy's caps: one Python process cannot use
+# more (at ~1 ms of its own per request, 32 are 32 ms of its queue) — the rest would wait in its waiting room and be
+# refused there, in Python, on the cores L1 needs. A flood meets the edge's breakers within milliseconds instead, and
+# the edge's flood cut (keel/edge/flood.py) sooner.
+LOWER_PER_HOST = 32
+
+
 @dataclass(frozen=True)
 class EdgeLimits:
     """What the edge accepts — the limits table of docs/serving.md, held by Envoy before the workers see a byte."""
@@ -91,6 +98,7 @@ class EdgeLimits:
     idle_timeout_s: float = 75.0
     upstream_idle_s: float = 4.0  # Envoy's own idle connections to a worker: closed before the worker's keep-alive
     connect_timeout_ms: int = 250
+    lower_per_host: int = LOWER_PER_HOST  # the lower tiers' requests in flight per worker at most
 
 
 @dataclass(frozen=True)
@@ -249,20 +257,20 @@ PENDING_PER_HOST = 4  # lower tiers' requests that may wait at the edge for a pl
 def priority_limits(spec: EdgeSpec) -> dict[str, tuple[int, int]]:
     """Envoy priority → (requests in flight to the workers, requests waiting at the edge for one): the gateways' own
     caps (the policy's ``admit_in_flight``: per process, per tier) times the hosts behind the edge — HIGH holds the
-    highest tier's, DEFAULT every lower tier's together. What a worker would admit is never refused here; a flood
-    beyond it is refused by Envoy in C++ (503 ``shed``, stage ``edge``) before a Python worker reads a byte of it.
-    A tier the policy does not cap: the connection limit."""
+    highest tier's, DEFAULT every lower tier's together, at most ``limits.lower_per_host`` a host. What a worker could
+    serve is never refused here; a flood beyond it is refused by Envoy in C++ (503 ``shed``, stage ``edge``) before a
+    Python worker reads a byte of it. A tier the policy does not cap: the connection limit."""
     hosts = len(spec.workers) + len(spec.peers)
     caps = spec.policy.admit_in_flight
     top = [t for t in spec.policy.tiers if PRIORITY.get(t) == "HIGH"]
     lower = [t for t in spec.policy.tiers if PRIORITY.get(t) != "HIGH"]
 
-    def capped(tiers: list[str]) -> int:
+    def capped(tiers: list[str], per_host: int) -> int:
         if not tiers or any(t not in caps for t in tiers):
             return spec.limits.max_connections
-        return max(1, min(spec.limits.max_connections, hosts * sum(caps[t] for t in tiers)))
+        return max(1, min(spec.limits.max_connections, hosts * min(per_host, sum(caps[t] for t in tiers))))
 
-    high, default = capped(top), capped(lower)
+    high, default = capped(top, spec.limits.max_connections), capped(lower, spec.limits.lower_per_host)
     return {"HIGH": (high, high), "DEFAULT": (default, max(1, min(default, hosts * PENDING_PER_HOST)))}
 
 
@@ -342,6 +350,9 @@ def bootstrap(admin_port: int, xds_dir: str, max_connections: int = 1024, node: 
         "node": {"id": node, "cluster": "keel"},
         "admin": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": admin_port}}},
         "dynamic_resources": {"lds_config": source("lds.json"), "cds_config": source("cds.json")},
+        # values the serving process changes through the admin port (keel/edge/flood.py: the lower tiers' places
+        # while they flood), over the configuration's
+        "layered_runtime": {"layers": [{"name": "admin", "admin_layer": {}}]},
         "overload_manager": {"resource_monitors": [{
             "name": "envoy.resource_monitors.global_downstream_max_connections",
             "typed_config": {"@type": DOWNSTREAM_CONNECTIONS, "max_active_downstream_connections": max_connections},

@@ -3,8 +3,9 @@
 
 The decision is table-tested first. Then the drill runs as an operator runs it (``keel.chaos.run_drill``) against the
 real model runtime serving two models as scripts/up does — hotels' rate quotes (L1) and flights' delays (L2), each
-trained here on its own real data, in the default worker processes — while it starves the machine and floods L2 at
-10× what the runtime answered it: every request of hotels' users gets an answer (a score or a structured refusal,
+trained here on its own real data, in the default worker processes behind the edge (Envoy, each tenant with its API
+key) — while it starves the machine and floods L2 at 10× what the runtime answered it, the load generator on a CPU of
+its own: every request of hotels' users gets an answer (a score or a structured refusal,
 never a client timeout), the flood's refusals are structured, the service comes back by itself, no connection is left in CLOSE-WAIT,
 and the gateway has recorded the overload as an incident whose alert the watchdog routes. How many were answered
 and how fast depends on the machine: those are measured (the drill's report, BENCHMARKS.md), not asserted.
@@ -26,8 +27,10 @@ from keel.home import KeelHome
 from tests.serving.conftest import MODEL, start_serve, stop_serve
 
 BUSY = Evidence(shed=120, lower_share=0.1)
-# the gateway's structured refusals under overload (a starved Triton may also be restarted: runtime_unavailable)
-STRUCTURED = {"shed", "deadline_exceeded", "overloaded", "too_many_connections", "runtime_unavailable"}
+# the gateway's and the edge's structured refusals under overload (a starved Triton may also be restarted:
+# runtime_unavailable; edge_timeout: no worker answered within twice the tier's deadline, Envoy answers for it)
+STRUCTURED = {"shed", "deadline_exceeded", "overloaded", "too_many_connections", "runtime_unavailable",
+              "rate_limited", "edge_timeout"}  # fmt: skip
 QUIET = Evidence()
 
 
@@ -119,8 +122,9 @@ def test_the_overload_drill_keeps_l1_answered_refuses_fast_and_recovers_by_itsel
         MODEL: flights_coarse(validated),
         "room-rate": hotel_coarse,
     }  # as released: each with its coarse model
-    proc, endpoints = start_serve(home, env={"KEEL_USECASES": "flights,hotels", "KEEL_GATEWAY_WORKERS": ""},
-                                  tier_timeouts=True)  # fmt: skip
+    # as scripts/up serves: the gateway's workers behind the edge (Envoy), each tenant with its API key
+    proc, endpoints = start_serve(home, env={"KEEL_USECASES": "flights,hotels", "KEEL_GATEWAY_WORKERS": "",
+                                             "KEEL_EDGE": "1"}, tier_timeouts=True)  # fmt: skip
     try:
         from gpu_runtime.triton import TritonControl
 
@@ -155,14 +159,20 @@ def test_the_overload_drill_keeps_l1_answered_refuses_fast_and_recovers_by_itsel
     print(json.dumps(m, indent=2))  # the shares and latencies are measurements (BENCHMARKS.md), not pass conditions
     assert m["protected_model"] == "room-rate" and m["flooded_model"] == MODEL and m["models"] == 2
     for phase in ("baseline", "starve", "flood", "recovery"):  # every request of hotels' users got an answer
-        p = m["probe"][phase]
+        p = m["probe"][
+            phase
+        ]  # (client_timeouts counts every transport failure too: a reset connection, a refused one)
         assert p["sent"] > 0 and p["client_timeouts"] == 0 and p["answered"] > 0, (phase, p)
-        assert set(p["refusals"]) <= STRUCTURED, (phase, p)
-    # the flood's own refusals are structured; whether every one came back before its client's 5 s timeout is
-    # measured, not asserted (on 2 cores it did not — issue 45's notes and BENCHMARKS.md)
+        assert p["transport_failures"] == {} and set(p["refusals"]) <= STRUCTURED, (phase, p)
+    # the flood's own refusals are structured; whether every one came back before its client's 5 s timeout, and the
+    # share of L1 answered within its deadline under the flood, are measured, not asserted: they are the machine's
+    # speed (bench/edge_flood.py, BENCHMARKS.md "L1 beside an L2 flood at the edge")
     assert set(m["flood"]["refusals"]) <= STRUCTURED
-    assert m["recovered_after_s"] is not None, m  # a 5 s window back to ≥ 99 % answered within 2× the baseline p99
+    # back within 10 s of the fault's end: a 5 s window of ≥ 99 % answered within 2× the baseline p99
+    assert m["recovered_after_s"] is not None and m["recovered_after_s"] <= 10, m
     assert m["close_wait"] == 0
+    served = (home / "serve.log").read_text()  # the edge held the flood to one lower-tier request, then let go
+    assert "the edge refuses a flood of the lower tiers" in served and "the policy's places are back" in served
     with IncidentLog(layout.incidents) as log:
         recorded = log.get(incident.key)
     opened, recovered = incident_alerts([recorded], {})  # what the watchdog sensor sends, routed by severity
