@@ -28,6 +28,12 @@ def test_a_labels_domain_comes_from_its_nature():
     assert label_domain(col("int", 0, 977)) == ((0.0, None, True), "never negative (min 0); whole numbers only")
     assert label_domain(col("float", 0.0, 0.93))[0] == (0.0, 1.0, False)
     assert label_domain(col("float", -3.5, 12.0)) == ((None, None, False), "any real number")
+    from keel.new.profile import QUANTILES
+
+    fahrenheit = ColumnProfile("t", "t", "float", 100, 0, 155, min=12.0, max=98.1,
+                               quantiles=dict(zip((f"{q:g}" for q in QUANTILES), (15, 20, 39, 54, 70, 86, 93),
+                                                  strict=True)))  # fmt: skip
+    assert label_domain(fahrenheit)[0] == (None, None, False)  # never negative here, but far above 0: no floor
 
 
 @pytest.mark.parametrize(
@@ -41,6 +47,14 @@ def test_a_labels_domain_comes_from_its_nature():
         ("float", 90, 0.0, 0.97, (0.0, 0.05, 0.4, 0.6, 0.8, 0.95, 0.97), (0.0, 1.0), "a share"),
         # a signed value: its bulk widened
         ("float", 500, -20.0, 35.0, (-18, -10, 2, 10, 18, 30, 34), (-50.0, 70.0), "p1 -10 … p99 30 widened"),
+        # found by the JFK weather trial (BENCHMARKS.md): rain in inches an hour, 0 … 0.66, is no share
+        ("float", 42, 0.0, 0.66, (0, 0, 0, 0, 0, 0.12, 0.4), (0.0, 0.8), "never negative"),
+        # relative humidity: a percentage, not [0, 200]
+        ("float", 1934, 15.2, 100.0, (16, 24.7, 50, 65.6, 82, 100, 100), (0.0, 100.0), "a percentage"),
+        # wind direction: an angle, not [0, 720]
+        ("float", 37, 0.0, 360.0, (0, 0, 130, 220, 280, 360, 360), (0.0, 360.0), "an angle in degrees"),
+        # °F in a year that never froze below 12: far above 0, so no floor at 0 — not [0, 190]
+        ("float", 155, 12.0, 98.1, (15, 19.94, 39, 54, 70, 86, 93), (-46.2, 153.0), "p1 19.94 … p99 86 widened"),
     ],
 )
 def test_a_range_follows_the_columns_nature(kind, distinct, lo, hi, quantiles, expected, why):

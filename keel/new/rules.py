@@ -21,6 +21,17 @@ def nice(x: float, up: bool) -> float:
 
 
 FEW_VALUES = 31  # an integer column with at most this many values is an enumeration (hours, weekdays, days, months)
+# A column never negative whose 0.1st percentile is more than this share of its median never comes near 0: zero is
+# no floor of its nature (a temperature in °F that did not freeze that year, a pressure in hPa) — its range is its
+# spread's, and a label's answers are not held at 0
+DETACHED_FROM_ZERO = 0.2
+
+
+def zero_is_near(c: ColumnProfile) -> bool:
+    """Does a column never negative come down to 0 (a count, an amount, rain), rather than sit far above it?"""
+    if not c.quantiles:
+        return True
+    return c.q(0.001) <= DETACHED_FROM_ZERO * max(c.q(0.5), 0.0)
 
 
 def numeric_range(c: ColumnProfile) -> tuple[float, float, str]:
@@ -29,10 +40,13 @@ def numeric_range(c: ColumnProfile) -> tuple[float, float, str]:
 
     - an integer with few values (at most ``FEW_VALUES``: hours, weekdays, months): the values it holds — its
       0.1st…99.9th percentile, so one absurd row does not widen it;
-    - a share (never negative, never over 1): [0, 1];
-    - a column never negative: from 0 to twice its 99.9th percentile (a busy day twice the busiest usual one is
-      plausible; ten times is an entry or unit error);
-    - a signed column: its 1st…99th percentile widened by that spread on each side.
+    - a share (never negative, never over 1, and reaching 0.9): [0, 1] — a small measure that never reached 0.9
+      (rain in inches an hour) is no share;
+    - a percentage (never negative, 100 at most and reaching it): [0, 100];
+    - an angle in degrees (never negative, 360 at most and reaching 350): [0, 360];
+    - a column never negative that comes down to 0 (``zero_is_near``): from 0 to twice its 99.9th percentile (a busy
+      day twice the busiest usual one is plausible; ten times is an entry or unit error);
+    - any other (signed, or far above 0: °F, hPa): its 1st…99th percentile widened by that spread on each side.
     """
     q01, q99 = c.q(0.01), c.q(0.99)
     lo_bulk, hi_bulk = c.q(0.001), c.q(0.999)
@@ -43,15 +57,20 @@ def numeric_range(c: ColumnProfile) -> tuple[float, float, str]:
             hi,
             f"an integer of {c.distinct} values: the ones it holds, {lo:g}…{hi:g} (0.1st…99.9th percentile)",
         )
-    if c.min >= 0 and c.max <= 1 and c.kind == "float":
+    if c.min >= 0 and c.max <= 1 and c.kind == "float" and c.max >= 0.9:
         return 0.0, 1.0, f"a share: never negative, never over 1 (seen {c.min:g}…{c.max:g})"
-    if c.min >= 0:
+    if c.min >= 0 and c.max == 100 and hi_bulk >= 90:
+        return 0.0, 100.0, f"a percentage: never negative, never over 100 (seen {c.min:g}…{c.max:g})"
+    if c.min >= 0 and 350 <= c.max <= 360 and hi_bulk >= 300:
+        return 0.0, 360.0, f"an angle in degrees: 0…360 (seen {c.min:g}…{c.max:g})"
+    if c.min >= 0 and zero_is_near(c):
         lo, hi = 0.0, nice(2 * hi_bulk, up=True) or 1.0
         how = f"never negative: from 0 to twice its 99.9th percentile ({hi_bulk:g})"
     else:
         span = (q99 - q01) or abs(q99) or 1.0
         lo, hi = nice(q01 - span, up=False), nice(q99 + span, up=True)
-        how = f"p1 {q01:g} … p99 {q99:g} widened by that spread"
+        far = " (never near 0: no floor at 0)" if c.min >= 0 else ""
+        how = f"p1 {q01:g} … p99 {q99:g} widened by that spread{far}"
     if c.kind == "int":
         lo, hi = math.floor(lo), math.ceil(hi)
     return lo, hi, how
@@ -75,9 +94,10 @@ def budget(share: float) -> float:
 
 
 def label_domain(label: ColumnProfile) -> tuple[tuple[float | None, float | None, bool], str]:
-    """A regression label's domain from its profile, and why (issue 61 item 7): never negative → from 0; whole
-    numbers → integers; a share (never negative, never over 1) → [0, 1]. Answers and intervals are held to it."""
-    lower = 0.0 if label.min is not None and label.min >= 0 else None
+    """A regression label's domain from its profile, and why (issue 61 item 7): never negative and coming down to 0
+    → from 0 (a temperature that never froze is not held at 0); whole numbers → integers; a share (never negative,
+    never over 1) → [0, 1]. Answers and intervals are held to it."""
+    lower = 0.0 if label.min is not None and label.min >= 0 and zero_is_near(label) else None
     upper = 1.0 if lower == 0.0 and label.max is not None and label.max <= 1 and label.kind == "float" else None
     integer = label.kind == "int"
     why = []
