@@ -173,7 +173,8 @@ def run_worker(args, served, refs, home, layout, device: str, policy) -> int:
 def serve_with_workers(args, refs, port, server, supervisor, endpoints, admin_key, announced, policy, watchdog,
                        layout) -> int:  # fmt: skip
     """The serving process of a gateway of several workers: Triton, its supervisor and the worker pool."""
-    from gpu_runtime.edge import EDGE_TOKEN_ENV, EdgeFollower
+    from gpu_runtime.edge import EDGE_TOKEN_ENV
+    from gpu_runtime.edge_follower import EdgeFollower
     from gpu_runtime.gateway.shared import RuntimeStatusWriter
     from gpu_runtime.serving_parts import endpoints_record, stop_runtime, write_endpoints
     from gpu_runtime.triton import free_port

@@ -14,7 +14,7 @@ a place is a flood (ordinary traffic, even a burst or a stalled worker, fits in 
 through Envoy's runtime (the admin port's ``/runtime_modify``, no configuration reloaded), the lower tiers get
 ``FLOOD_IN_FLIGHT`` request in flight (none waiting), until no lower-tier request has been refused for
 ``CALM_S``; then the policy's places come back. The decision is this module's value (``FloodCut.observe``), the action
-gpu_runtime/edge.py's.
+gpu_runtime/edge_follower.py's.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ revoked *during* the outage keeps working until the store can be read again. So 
 alert, and recovered when a read succeeds. And a key revoked in any commit the edge has seen is refused for good
 (``RevokedKeys``): a store that comes back older, or a restored copy that still holds the key, never lets it in again.
 
-Pure values; ``gpu_runtime/edge.py`` (``EdgeFollower``) acts on them.
+Pure values; ``gpu_runtime/edge_follower.py`` (``EdgeFollower``) acts on them.
 """
 
 from __future__ import annotations

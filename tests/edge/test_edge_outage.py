@@ -1,4 +1,4 @@
-"""The edge and a policy store it cannot read (keel/edge/outage.py, ``EdgeFollower`` in gpu_runtime/edge.py; issue 61
+"""The edge and a policy store it cannot read (keel/edge/outage.py, ``EdgeFollower`` in gpu_runtime/edge_follower.py; issue 61
 item 3): the last configuration stays in force, the outage is a critical incident and alert once it has lasted the
 bound and recovered when the store reads again; a key revoked in any version the edge applied is refused for good,
 even when a store restored from an older copy holds it again. The real Envoy and keel's edge filter, a real SQLite
@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from gpu_runtime.edge import EdgeFollower
+from gpu_runtime.edge_follower import EdgeFollower
 from gpu_runtime.triton import free_port
 from keel.alerts import read_alerts
 from keel.edge.envoy import EdgeLimits
