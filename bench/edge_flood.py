@@ -51,14 +51,32 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def start_runtime(home: Path, port: int, server_cpus: str, cut: bool) -> subprocess.Popen:
-    env = os.environ | {"KEEL_HOME": str(home), "KEEL_USECASES": "flights,usecases.hotels", "KEEL_EDGE": "1",
-                        "KEEL_EDGE_FLOOD_CUT": "1" if cut else "0"}  # fmt: skip
+    env = os.environ | {
+        "KEEL_HOME": str(home),
+        "KEEL_USECASES": "flights,usecases.hotels",
+        "KEEL_EDGE": "1",
+        "KEEL_EDGE_FLOOD_CUT": "1" if cut else "0",
+    }
     env.pop("KEEL_TRITON_ADMIN_KEY", None)
     return subprocess.Popen(
-        ["taskset", "-c", server_cpus, sys.executable, "-m", "gpu_runtime.serve", "--gateway-port", str(port),
-         "--policy", str(home / "policy.yaml")],
-        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=(home / "serve.log").open("w"), start_new_session=True,
-    )  # fmt: skip
+        [
+            "taskset",
+            "-c",
+            server_cpus,
+            sys.executable,
+            "-m",
+            "gpu_runtime.serve",
+            "--gateway-port",
+            str(port),
+            "--policy",
+            str(home / "policy.yaml"),
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=(home / "serve.log").open("w"),
+        start_new_session=True,
+    )
 
 
 def deploy_both(home: Path, flights_text: str, hotels_text: str) -> None:
@@ -131,8 +149,9 @@ def one_run(home: Path, server: list[int], args, cut: bool, texts: tuple[str, st
         deploy_both(home, *texts)
         wait_until(lambda: httpx.get(f"{url}/readyz", timeout=5).status_code == 200, 120, "the runtime is ready")
         keys = drill_keys(url)
-        report = drill(url, port, 5.0, 0.0, args.flood_s, 20.0, keys=keys, flood_rps=args.flood_rps,
-                       client_cpus=args.client_cpus)  # fmt: skip
+        report = drill(
+            url, port, 5.0, 0.0, args.flood_s, 20.0, keys=keys, flood_rps=args.flood_rps, client_cpus=args.client_cpus
+        )
         report["edge_counters"] = edge_counters(home)
         return report
     finally:

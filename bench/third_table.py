@@ -32,24 +32,41 @@ def table() -> pl.DataFrame:
     frame = pl.from_pandas(weather).filter(pl.col("origin") == "JFK")
     # the time in New York's own clock, as the station writes its ``hour``
     frame = frame.with_columns(
-        pl.col("time_hour").str.to_datetime("%Y-%m-%dT%H:%M:%SZ", time_zone="UTC").dt.convert_time_zone(
-            "America/New_York").dt.replace_time_zone(None))  # fmt: skip
+        pl.col("time_hour")
+        .str.to_datetime("%Y-%m-%dT%H:%M:%SZ", time_zone="UTC")
+        .dt.convert_time_zone("America/New_York")
+        .dt.replace_time_zone(None)
+    )
     day = pl.col("time_hour").dt.date()
     frame = frame.filter(~day.is_between(*MISSING))
     frame = frame.with_columns(
         pl.when(day == STUCK_DAY).then(100.0).otherwise(pl.col("humid")).alias("humid"),
         ((pl.col("temp") - 32) * 5 / 9).round(1).alias("temp_c"),
     )
-    return frame.select("time_hour", "hour", "temp", "temp_c", "dewp", "humid", "wind_dir", "wind_speed",
-                        "wind_gust", "precip", "pressure", "visib").sort("time_hour")  # fmt: skip
+    return frame.select(
+        "time_hour",
+        "hour",
+        "temp",
+        "temp_c",
+        "dewp",
+        "humid",
+        "wind_dir",
+        "wind_speed",
+        "wind_gust",
+        "precip",
+        "pressure",
+        "visib",
+    ).sort("time_hour")
 
 
 def main() -> int:
     out = Path(sys.argv[1] if len(sys.argv) > 1 else "/tmp/jfk_weather.csv")
     frame = table()
     frame.with_columns(pl.col("time_hour").dt.strftime("%Y-%m-%d %H:%M:%S")).write_csv(out)
-    print(f"{out}: {frame.height} hourly readings at JFK, 2013; planted: temp_c (the label in °C), humid stuck on "
-          f"{STUCK_DAY}, no rows {MISSING[0]}..{MISSING[1]}")  # fmt: skip
+    print(
+        f"{out}: {frame.height} hourly readings at JFK, 2013; planted: temp_c (the label in °C), humid stuck on "
+        f"{STUCK_DAY}, no rows {MISSING[0]}..{MISSING[1]}"
+    )
     return 0
 
 

@@ -31,9 +31,20 @@ class EdgeFollower:
     stays in force, a critical incident and alert after ``KEEL_EDGE_STORE_OUTAGE_S`` (keel/edge/outage.py); a key
     revoked in any version it applied stays refused."""
 
-    def __init__(self, directory: Path, port: int, workers: list[int], models: list[str], store, token: str,
-                 limits, host: str = "127.0.0.1", admin_port: int | None = None, base=None,
-                 peers: tuple[tuple[str, int], ...] = ()):  # fmt: skip
+    def __init__(
+        self,
+        directory: Path,
+        port: int,
+        workers: list[int],
+        models: list[str],
+        store,
+        token: str,
+        limits,
+        host: str = "127.0.0.1",
+        admin_port: int | None = None,
+        base=None,
+        peers: tuple[tuple[str, int], ...] = (),
+    ):
         self.dir, self.port, self.workers, self.models = Path(directory), port, tuple(workers), models
         self.store_path, self.token, self.limits, self.host = store, token, limits, host
         self.admin_port, self.base = admin_port, base  # base: the runtime's policy file, under the store's
@@ -63,18 +74,28 @@ class EdgeFollower:
         if refused:  # revoked in a version seen before: never again, whatever this state holds
             tenants = [replace(t, keys=tuple(k for k in t.keys if k.key_id not in refused)) for t in tenants]
         policy, tiers = served_tiers(state, self.models, self.base)
-        spec = EdgeSpec(port=self.port, workers=self.workers, models=tiers, policy=policy, limits=self.limits,
-                        host=self.host, wasm=edge_filter_module(),
-                        filter_config=edge_filter_config(self.token, tenants, tiers, self.models[0], version),
-                        tenant_limits=edge_limits(tenants, policy), peers=self.peers)  # fmt: skip
+        spec = EdgeSpec(
+            port=self.port,
+            workers=self.workers,
+            models=tiers,
+            policy=policy,
+            limits=self.limits,
+            host=self.host,
+            wasm=edge_filter_module(),
+            filter_config=edge_filter_config(self.token, tenants, tiers, self.models[0], version),
+            tenant_limits=edge_limits(tenants, policy),
+            peers=self.peers,
+        )
         return spec, version, len(tenants)
 
     def start(self, log) -> EdgeFollower:
         spec, self.version, tenants = self.spec()
         self.edge = EnvoyEdge(self.dir, spec, admin_port=self.admin_port, token=self.token).start()
-        log(f"keel serve: the edge (Envoy) on {self.edge.url} in front of workers {list(self.workers)}; admin "
+        log(
+            f"keel serve: the edge (Envoy) on {self.edge.url} in front of workers {list(self.workers)}; admin "
             f"{self.edge.admin_url} (loopback); {tenants} tenant(s) in force at policy version {self.version}"
-            + ("" if tenants else " — every request is refused 401 until `keel tenant add`"))  # fmt: skip
+            + ("" if tenants else " — every request is refused 401 until `keel tenant add`")
+        )
         return self
 
     def tend(self, log) -> None:

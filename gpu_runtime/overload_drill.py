@@ -51,8 +51,14 @@ FLOOD_TENANTS = 64
 BUSY = "import signal, sys; signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))\nwhile True: pass"
 
 
-def calibrate(url: str, route: str, bodies: list[bytes], seconds: float = 2.0, concurrency: int = 16,
-              keys: dict[str, str] | None = None) -> float:  # fmt: skip
+def calibrate(
+    url: str,
+    route: str,
+    bodies: list[bytes],
+    seconds: float = 2.0,
+    concurrency: int = 16,
+    keys: dict[str, str] | None = None,
+) -> float:
     """Answers per second the runtime gives the flooded model, closed loop."""
     import httpx
 
@@ -108,21 +114,33 @@ def bodies_of(model: str, n: int = 2000) -> list[bytes]:
 
     uc = next(u for u in installed().values() if u.model.name == model)
     rows = [r for month in uc.months[-2:] for r in uc.replay.requests(month)][:n]
-    return [json.dumps({"entities": [r], "tenant_id": "drill-probe", "risk_level": 2}, default=str).encode()
-            for r in rows]  # fmt: skip
+    return [
+        json.dumps({"entities": [r], "tenant_id": "drill-probe", "risk_level": 2}, default=str).encode() for r in rows
+    ]
 
 
 def flood_bodies(model: str, n: int = 2000) -> list[bytes]:
-    return [b.replace(b'"drill-probe"', f'"drill-flood-{i % FLOOD_TENANTS}"'.encode())
-            for i, b in enumerate(bodies_of(model, n))]  # fmt: skip
+    return [
+        b.replace(b'"drill-probe"', f'"drill-flood-{i % FLOOD_TENANTS}"'.encode())
+        for i, b in enumerate(bodies_of(model, n))
+    ]
 
 
 DRILL_TENANTS = ["drill-probe", *(f"drill-flood-{i}" for i in range(FLOOD_TENANTS))]
 
 
-def drill(url: str, port: int, baseline_s: float, starve_s: float, flood_s: float, recover_s: float,
-          progress=print, keys: dict[str, str] | None = None, flood_rps: float | None = None,
-          client_cpus: str | None = None) -> dict:  # fmt: skip
+def drill(
+    url: str,
+    port: int,
+    baseline_s: float,
+    starve_s: float,
+    flood_s: float,
+    recover_s: float,
+    progress=print,
+    keys: dict[str, str] | None = None,
+    flood_rps: float | None = None,
+    client_cpus: str | None = None,
+) -> dict:
     protected, flooded, n_models = targets(url)
     probe_route, flood_route = f"/v1/models/{protected}/predict", f"/v1/models/{flooded}/predict"
     flood = flood_bodies(flooded)
@@ -134,8 +152,9 @@ def drill(url: str, port: int, baseline_s: float, starve_s: float, flood_s: floa
     cores = os.cpu_count() or 1
     with tempfile.TemporaryDirectory(prefix="keel-overload-") as tmp:
         work = Path(tmp)
-        probe, probe_out = start_stream(work, "probe", url, probe_route, bodies_of(protected), PROBE_RPS, total,
-                                        keys, client_cpus)  # fmt: skip
+        probe, probe_out = start_stream(
+            work, "probe", url, probe_route, bodies_of(protected), PROBE_RPS, total, keys, client_cpus
+        )
         time.sleep(baseline_s)
         if starve_s > 0:
             progress(f"overload drill: starving the machine: {cores} busy processes for {starve_s:g} s")
@@ -146,8 +165,10 @@ def drill(url: str, port: int, baseline_s: float, starve_s: float, flood_s: floa
                 b.wait()
         rate = flood_rps or FLOOD_FACTOR * capacity
         senders = len(os.sched_getaffinity(0) if client_cpus is None else cpu_list(client_cpus))
-        progress(f"overload drill: flooding {flooded} at {rate:.0f}/s over {FLOOD_TENANTS} tenants for {flood_s:g} s"
-                 f" from {senders} process(es)" + (f" on CPU {client_cpus}" if client_cpus else ""))  # fmt: skip
+        progress(
+            f"overload drill: flooding {flooded} at {rate:.0f}/s over {FLOOD_TENANTS} tenants for {flood_s:g} s"
+            f" from {senders} process(es)" + (f" on CPU {client_cpus}" if client_cpus else "")
+        )
         floods = [
             start_stream(work, f"flood-{k}", url, flood_route, flood, rate / senders, flood_s, keys, client_cpus)
             for k in range(senders)
@@ -164,27 +185,39 @@ def drill(url: str, port: int, baseline_s: float, starve_s: float, flood_s: floa
     base_p99 = (baseline["p99_ms"] or 1.0) / 1000
     refusals = [r for r in probe_records + flood_records if r[2] not in (0, 200)]
     return {
-        "protected_model": protected, "flooded_model": flooded, "models": n_models,
-        "capacity_rps": round(capacity, 1), "flood_offered_rps": round(len(flood_records) / flood_s, 1),
+        "protected_model": protected,
+        "flooded_model": flooded,
+        "models": n_models,
+        "capacity_rps": round(capacity, 1),
+        "flood_offered_rps": round(len(flood_records) / flood_s, 1),
         "flood_answered_rps": round(sum(1 for r in flood_records if r[2] == 200) / flood_s, 1),
-        "flood": {"refusals": _codes([r for r in flood_records if r[2] not in (0, 200)]),
-                  **refusal_times([r for r in flood_records if r[2] not in (0, 200)]),
-                  "client_timeouts": sum(1 for r in flood_records if r[2] == 0),
-                  "transport_failures": _codes([r for r in flood_records if r[2] == 0])},
+        "flood": {
+            "refusals": _codes([r for r in flood_records if r[2] not in (0, 200)]),
+            **refusal_times([r for r in flood_records if r[2] not in (0, 200)]),
+            "client_timeouts": sum(1 for r in flood_records if r[2] == 0),
+            "transport_failures": _codes([r for r in flood_records if r[2] == 0]),
+        },
         "probe_timeout_ms": round(timeout_s * 1000, 1),
-        "probe": {"baseline": baseline, "starve": phase_report(probe_records, t1, t2, timeout_s),
-                  "flood": phase_report(probe_records, t2, t3, timeout_s),
-                  "recovery": phase_report(probe_records, t3, total, timeout_s)},
+        "probe": {
+            "baseline": baseline,
+            "starve": phase_report(probe_records, t1, t2, timeout_s),
+            "flood": phase_report(probe_records, t2, t3, timeout_s),
+            "recovery": phase_report(probe_records, t3, total, timeout_s),
+        },
         # the probe's share answered within its timeout in each second of the flood (when the harm came)
-        "probe_in_time_by_second": [phase_report(probe_records, t, t + 1, timeout_s)["answered_in_time_share"]
-                                    for t in range(int(t2), int(t3))],
+        "probe_in_time_by_second": [
+            phase_report(probe_records, t, t + 1, timeout_s)["answered_in_time_share"]
+            for t in range(int(t2), int(t3))
+        ],
         "slowest_refusal_ms": _ms(max((r[1] for r in refusals), default=None)),
         # how late the senders wrote their requests against the schedule (their own lag, not the gateway's)
-        "sender_lag_p99_ms": {"probe": _ms(pct([r[4] for r in probe_records], 0.99)),
-                              "flood": _ms(pct([r[4] for r in flood_records], 0.99))},
+        "sender_lag_p99_ms": {
+            "probe": _ms(pct([r[4] for r in probe_records], 0.99)),
+            "flood": _ms(pct([r[4] for r in flood_records], 0.99)),
+        },
         "recovered_after_s": recovered_at(probe_records, t3, total, base_p99),
         "close_wait": close_wait(port),
-    }  # fmt: skip
+    }
 
 
 def drill_keys(url: str) -> dict[str, str] | None:
@@ -202,8 +235,13 @@ def drill_keys(url: str) -> dict[str, str] | None:
     if not json.loads(home.replica(os.environ.get("KEEL_REPLICA")).endpoints.read_text()).get("edge_admin"):
         return None
     with PolicyStore(home.policies) as store:
-        keys = issue_keys(store, DRILL_TENANTS, datetime.now(UTC).isoformat(timespec="seconds"),
-                          "keel overload drill", "the overload drill's tenants, for the drill's run")  # fmt: skip
+        keys = issue_keys(
+            store,
+            DRILL_TENANTS,
+            datetime.now(UTC).isoformat(timespec="seconds"),
+            "keel overload drill",
+            "the overload drill's tenants, for the drill's run",
+        )
     wait_for_key(url, keys["drill-probe"])  # (one commit: the others are in force with it)
     return keys
 
@@ -220,10 +258,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--flood-rps", type=float, help=f"the flood's rate (default: {FLOOD_FACTOR:g}× the calibration)"
     )
-    parser.add_argument("--client-cpus", default=default_client_cpus(),
-                        help="pin the load generator to these CPUs (taskset's list: '1', '2-3'; default: the last "
-                        "CPU of several — the runtime keeps the others, as a remote client would leave them; '' "
-                        "not pinned)")  # fmt: skip
+    parser.add_argument(
+        "--client-cpus",
+        default=default_client_cpus(),
+        help="pin the load generator to these CPUs (taskset's list: '1', '2-3'; default: the last "
+        "CPU of several — the runtime keeps the others, as a remote client would leave them; '' "
+        "not pinned)",
+    )
     parser.add_argument("--out", type=Path, help="write the report here (JSON)")
     args = parser.parse_args(argv)
     url = args.url
@@ -234,8 +275,17 @@ def main(argv: list[str] | None = None) -> int:
     port = int(url.rsplit(":", 1)[1].rstrip("/"))
     keys = drill_keys(url) if args.url is None else None
     try:
-        report = drill(url, port, args.baseline_s, args.starve_s, args.flood_s, args.recover_s, keys=keys,
-                       flood_rps=args.flood_rps, client_cpus=args.client_cpus or None)  # fmt: skip
+        report = drill(
+            url,
+            port,
+            args.baseline_s,
+            args.starve_s,
+            args.flood_s,
+            args.recover_s,
+            keys=keys,
+            flood_rps=args.flood_rps,
+            client_cpus=args.client_cpus or None,
+        )
     finally:
         if keys:
             from keel.home import KeelHome

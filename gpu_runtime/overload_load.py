@@ -24,8 +24,9 @@ def api_key(body: bytes, keys: dict[str, str] | None) -> str | None:
     return keys.get(json.loads(body).get("tenant_id", "")) if keys else None
 
 
-async def stream(url: str, route: str, bodies: list[bytes], rate: float, seconds: float,
-                 keys: dict[str, str] | None = None) -> list[list]:  # fmt: skip
+async def stream(
+    url: str, route: str, bodies: list[bytes], rate: float, seconds: float, keys: dict[str, str] | None = None
+) -> list[list]:
     """Open loop: requests leave on schedule whatever the answers do. Per request: [sent offset s, latency s or
     None, status (0: transport failure or client timeout), error code, how late it left s].
 
@@ -134,13 +135,32 @@ def cpu_list(text: str) -> set[int]:
     return out
 
 
-def start_stream(work: Path, name: str, url: str, route: str, bodies: list[bytes], rate: float,
-                 seconds: float, keys: dict[str, str] | None = None,
-                 cpus: str | None = None) -> tuple[subprocess.Popen, Path]:  # fmt: skip
+def start_stream(
+    work: Path,
+    name: str,
+    url: str,
+    route: str,
+    bodies: list[bytes],
+    rate: float,
+    seconds: float,
+    keys: dict[str, str] | None = None,
+    cpus: str | None = None,
+) -> tuple[subprocess.Popen, Path]:
     spec = work / f"{name}.json"
     out = work / f"{name}.out.json"
-    spec.write_text(json.dumps({"url": url, "route": route, "bodies": [b.decode() for b in bodies], "rate": rate,
-                                "seconds": seconds, "out": str(out), "keys": keys or {}}))  # fmt: skip
+    spec.write_text(
+        json.dumps(
+            {
+                "url": url,
+                "route": route,
+                "bodies": [b.decode() for b in bodies],
+                "rate": rate,
+                "seconds": seconds,
+                "out": str(out),
+                "keys": keys or {},
+            }
+        )
+    )
     spec.chmod(0o600)  # (API keys)
     pin = ["taskset", "-c", cpus] if cpus else []  # the load generator on CPUs of its own (a remote client's)
     return subprocess.Popen([*pin, sys.executable, "-m", "gpu_runtime.overload_load", str(spec)]), out

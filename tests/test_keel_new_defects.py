@@ -30,9 +30,17 @@ def test_a_labels_domain_comes_from_its_nature():
     assert label_domain(col("float", -3.5, 12.0)) == ((None, None, False), "any real number")
     from keel.new.profile import QUANTILES
 
-    fahrenheit = ColumnProfile("t", "t", "float", 100, 0, 155, min=12.0, max=98.1,
-                               quantiles=dict(zip((f"{q:g}" for q in QUANTILES), (15, 20, 39, 54, 70, 86, 93),
-                                                  strict=True)))  # fmt: skip
+    fahrenheit = ColumnProfile(
+        "t",
+        "t",
+        "float",
+        100,
+        0,
+        155,
+        min=12.0,
+        max=98.1,
+        quantiles=dict(zip((f"{q:g}" for q in QUANTILES), (15, 20, 39, 54, 70, 86, 93), strict=True)),
+    )
     assert label_domain(fahrenheit)[0] == (None, None, False)  # never negative here, but far above 0: no floor
 
 
@@ -150,31 +158,19 @@ def hourly_table(path) -> pl.DataFrame:
     return frame
 
 
+def new_rides(source, root) -> int:
+    """``keel new rides`` on the hourly table, every month of it."""
+    args = ["new", "rides", "--from", str(source), "--label", "rides", "--time", "ts", "--months", "0"]
+    return main([*args, "--root", str(root)])
+
+
 def test_a_stuck_sensor_impossible_zeros_and_missing_periods_are_found_named_and_ruled(tmp_path):
     """Issue 61 item 11: on a real hourly table keel new said "no gaps, defects found: none" beside a day of humidity
     0, wind readings of exactly 0 and 115 missing hours. Each is found, named in PROFILE.md with its evidence and
     given a rule (the missing periods: named — no row to judge); every row still ends in exactly one sink."""
     source = tmp_path / "rides.csv"
     table = hourly_table(source)
-    assert (
-        main(
-            [
-                "new",
-                "rides",
-                "--from",
-                str(source),
-                "--label",
-                "rides",
-                "--time",
-                "ts",
-                "--root",
-                str(tmp_path),
-                "--months",
-                "0",
-            ]
-        )
-        == 0
-    )
+    assert new_rides(source, tmp_path) == 0
     folder = tmp_path / "usecases" / "rides"
     profile = (folder / "PROFILE.md").read_text()
     assert f"humidity: stuck on 1 day ({STUCK_DAY} at 0; 24 rows)" in profile
@@ -209,25 +205,7 @@ def test_a_table_without_an_entity_is_keyed_by_its_time_and_a_part_of_the_time_i
     every row, so both contracts hold it to it, and its range is the hours it holds."""
     source = tmp_path / "rides.csv"
     hourly_table(source)
-    assert (
-        main(
-            [
-                "new",
-                "rides",
-                "--from",
-                str(source),
-                "--label",
-                "rides",
-                "--time",
-                "ts",
-                "--root",
-                str(tmp_path),
-                "--months",
-                "0",
-            ]
-        )
-        == 0
-    )
+    assert new_rides(source, tmp_path) == 0
     uc = _import(tmp_path, "rides").usecase
     entity = uc.features.entity
     assert entity.key.columns == () and entity.key.time == "ts" and "row_ref" not in entity.request_columns

@@ -99,8 +99,9 @@ def live(year_platform):
         state = clock.state()
         return state.stepped and state.sim_anchor >= SETTLED_PAST
 
-    wait_until("the stepped span has passed the known days", past_the_known_days, WAIT_FOR_SPAN_S, 5,
-               on_timeout=platform.log)  # fmt: skip
+    wait_until(
+        "the stepped span has passed the known days", past_the_known_days, WAIT_FOR_SPAN_S, 5, on_timeout=platform.log
+    )
     platform.year.send_signal(signal.SIGINT)  # Ctrl-C: the clock pauses, the traffic stops
     assert platform.year.wait(timeout=120) == 130, platform.log(tail=3000)
     wait_until("the sensors' runs have finished", lambda: no_run_in_progress(home), 600, 3)

@@ -36,8 +36,9 @@ def burst(url: str, n: int) -> list[int]:
     """``n`` slow L2 requests at once (each held 5 s by the stand-in: all of them arrive while the first is held):
     their statuses."""
     with ThreadPoolExecutor(max_workers=n) as pool:
-        futures = [pool.submit(post, f"{url}/v1/models/flight-delay/predict?delay=5000", b"{}", 30.0)
-                   for _ in range(n)]  # fmt: skip
+        futures = [
+            pool.submit(post, f"{url}/v1/models/flight-delay/predict?delay=5000", b"{}", 30.0) for _ in range(n)
+        ]
         return [f.result()[0] for f in futures]
 
 

@@ -94,9 +94,11 @@ def test_ten_swaps_under_load_lose_no_request(runtime_home, serving_models, tmp_
     refused = [r for r in results if r["status"] == 503 and r["error"] in LOAD_REFUSALS]
     failed = [r for r in results if r["status"] != 200 and r not in refused]
     near = [r for r in refused if any(a - 1 <= r["sent_at_s"] <= b + 1 for a, b in windows)]
-    print(f"swaps (s after the load began): {[(round(a, 2), round(b, 2)) for a, b in windows]}; the load's "
-          f"refusals: {len(refused)} ({len(near)} within 1 s of a swap), at {sorted({round(r['sent_at_s'], 1) for r in refused})}; "
-          f"failed: {len(failed)}")  # fmt: skip
+    print(
+        f"swaps (s after the load began): {[(round(a, 2), round(b, 2)) for a, b in windows]}; the load's "
+        f"refusals: {len(refused)} ({len(near)} within 1 s of a swap), at {sorted({round(r['sent_at_s'], 1) for r in refused})}; "
+        f"failed: {len(failed)}"
+    )
     assert not failed, f"{len(failed)} failed requests, e.g. {failed[:3]}"
     assert len(refused) <= 0.01 * len(results), (
         f"{len(refused)} refused: the gateway sheds more than a busy machine's"

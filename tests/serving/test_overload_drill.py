@@ -28,8 +28,15 @@ from tests.serving.conftest import MODEL, start_serve, stop_serve
 BUSY = Evidence(shed=120, lower_share=0.1)
 # the gateway's and the edge's structured refusals under overload (a starved Triton may also be restarted:
 # runtime_unavailable; edge_timeout: no worker answered within twice the tier's deadline, Envoy answers for it)
-STRUCTURED = {"shed", "deadline_exceeded", "overloaded", "too_many_connections", "runtime_unavailable",
-              "rate_limited", "edge_timeout"}  # fmt: skip
+STRUCTURED = {
+    "shed",
+    "deadline_exceeded",
+    "overloaded",
+    "too_many_connections",
+    "runtime_unavailable",
+    "rate_limited",
+    "edge_timeout",
+}
 QUIET = Evidence()
 
 
@@ -124,8 +131,9 @@ def test_the_overload_drill_keeps_l1_answered_refuses_fast_and_recovers_by_itsel
     # the gateway's own workers, no edge: the edge under the same flood is bench/edge_flood.py's (through it, on a
     # machine also running a live platform, one L1 connection in a run was reset at the edge's connection cap — L1's
     # own listener is issue 61's open part)
-    proc, endpoints = start_serve(home, env={"KEEL_USECASES": "flights,hotels", "KEEL_GATEWAY_WORKERS": ""},
-                                  tier_timeouts=True)  # fmt: skip
+    proc, endpoints = start_serve(
+        home, env={"KEEL_USECASES": "flights,hotels", "KEEL_GATEWAY_WORKERS": ""}, tier_timeouts=True
+    )
     try:
         from gpu_runtime.triton import TritonControl
 
