@@ -24,7 +24,8 @@ from pathlib import Path
 
 from gpu_runtime.process import die_with_parent
 from gpu_runtime.triton import free_port
-from keel.edge.envoy import EdgeSpec, bootstrap, cluster, discovery, listener
+from keel.edge.door import listeners
+from keel.edge.envoy import EdgeSpec, bootstrap, cluster, discovery
 from keel.edge.filters import EDGE_TOKEN_ENV
 
 START_TIMEOUT_S = 60.0
@@ -74,7 +75,7 @@ class EnvoyEdge:
         self.admin_port = admin_port or free_port()
         self.version = 0
         self.proc: subprocess.Popen | None = None
-        self._written: dict[str, tuple[str, dict]] = {}  # file → (its version, its resource) as last written
+        self._written: dict[str, tuple[str, list]] = {}  # file → (its version, its resources) as last written
 
     @property
     def admin_url(self) -> str:
@@ -84,19 +85,25 @@ class EnvoyEdge:
     def url(self) -> str:
         return f"http://{self.spec.host}:{self.spec.port}"
 
+    @property
+    def priority_url(self) -> str | None:
+        """L1's own door (keel/edge/door.py), when the edge has one."""
+        port = self.spec.priority_port
+        return None if port is None else f"http://{self.spec.host}:{port}"
+
     def _write(self, spec: EdgeSpec) -> dict[str, str]:
         """Write what changed (the cluster first: the listener's routes name it), each file with a new version;
         returns the config-dump kind → version Envoy must show for it. Envoy ignores an unchanged resource (its
         version is not bumped), so an unchanged file is not written."""
         self.version += 1
         version, pending = str(self.version), {}
-        for name, kind, resource in (
-            ("cds.json", "Clusters", cluster(spec)),
-            ("lds.json", "Listeners", listener(spec)),
+        for name, kind, resources in (
+            ("cds.json", "Clusters", [cluster(spec)]),
+            ("lds.json", "Listeners", listeners(spec)),  # the main one, and L1's door (keel/edge/door.py)
         ):
-            if self._written.get(name, (None, None))[1] != resource:
-                _write_atomic(self.xds / name, discovery([resource], version))
-                self._written[name] = (version, resource)
+            if self._written.get(name, (None, None))[1] != resources:
+                _write_atomic(self.xds / name, discovery(resources, version))
+                self._written[name] = (version, resources)
                 pending[kind] = version
         return pending
 

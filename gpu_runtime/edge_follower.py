@@ -44,11 +44,13 @@ class EdgeFollower:
         admin_port: int | None = None,
         base=None,
         peers: tuple[tuple[str, int], ...] = (),
+        priority_port: int | None = None,
     ):
         self.dir, self.port, self.workers, self.models = Path(directory), port, tuple(workers), models
         self.store_path, self.token, self.limits, self.host = store, token, limits, host
         self.admin_port, self.base = admin_port, base  # base: the runtime's policy file, under the store's
         self.peers = peers  # other replicas' edges, behind this one's workers
+        self.priority_port = priority_port  # L1's own door (keel/edge/door.py)
         self.edge: EnvoyEdge | None = None
         self.version: int | None = None
         self._next = 0.0
@@ -85,6 +87,7 @@ class EdgeFollower:
             filter_config=edge_filter_config(self.token, tenants, tiers, self.models[0], version),
             tenant_limits=edge_limits(tenants, policy),
             peers=self.peers,
+            priority_port=self.priority_port,
         )
         return spec, version, len(tenants)
 
@@ -92,7 +95,9 @@ class EdgeFollower:
         spec, self.version, tenants = self.spec()
         self.edge = EnvoyEdge(self.dir, spec, admin_port=self.admin_port, token=self.token).start()
         log(
-            f"keel serve: the edge (Envoy) on {self.edge.url} in front of workers {list(self.workers)}; admin "
+            f"keel serve: the edge (Envoy) on {self.edge.url}"
+            + (f", L1's own door on {self.edge.priority_url}" if self.edge.priority_url else "")
+            + f" in front of workers {list(self.workers)}; admin "
             f"{self.edge.admin_url} (loopback); {tenants} tenant(s) in force at policy version {self.version}"
             + ("" if tenants else " — every request is refused 401 until `keel tenant add`")
         )

@@ -140,7 +140,9 @@ def drill(
     keys: dict[str, str] | None = None,
     flood_rps: float | None = None,
     client_cpus: str | None = None,
+    probe_url: str | None = None,
 ) -> dict:
+    """``probe_url``: where the L1 probe goes (L1's own door at the edge, keel/edge/door.py), else ``url``."""
     protected, flooded, n_models = targets(url)
     probe_route, flood_route = f"/v1/models/{protected}/predict", f"/v1/models/{flooded}/predict"
     flood = flood_bodies(flooded)
@@ -153,7 +155,7 @@ def drill(
     with tempfile.TemporaryDirectory(prefix="keel-overload-") as tmp:
         work = Path(tmp)
         probe, probe_out = start_stream(
-            work, "probe", url, probe_route, bodies_of(protected), PROBE_RPS, total, keys, client_cpus
+            work, "probe", probe_url or url, probe_route, bodies_of(protected), PROBE_RPS, total, keys, client_cpus
         )
         time.sleep(baseline_s)
         if starve_s > 0:
@@ -185,6 +187,7 @@ def drill(
     base_p99 = (baseline["p99_ms"] or 1.0) / 1000
     refusals = [r for r in probe_records + flood_records if r[2] not in (0, 200)]
     return {
+        "probe_url": probe_url or url,
         "protected_model": protected,
         "flooded_model": flooded,
         "models": n_models,
@@ -267,11 +270,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--out", type=Path, help="write the report here (JSON)")
     args = parser.parse_args(argv)
-    url = args.url
+    url, probe_url = args.url, None
     if url is None:
         from keel.home import KeelHome
 
-        url = "http://" + json.loads(KeelHome.from_env().serving.endpoints.read_text())["gateway"]
+        endpoints = json.loads(KeelHome.from_env().serving.endpoints.read_text())
+        url = "http://" + endpoints["gateway"]
+        probe_url = "http://" + endpoints["edge_l1"] if endpoints.get("edge_l1") else None  # L1's own door
     port = int(url.rsplit(":", 1)[1].rstrip("/"))
     keys = drill_keys(url) if args.url is None else None
     try:
@@ -285,6 +290,7 @@ def main(argv: list[str] | None = None) -> int:
             keys=keys,
             flood_rps=args.flood_rps,
             client_cpus=args.client_cpus or None,
+            probe_url=probe_url,
         )
     finally:
         if keys:

@@ -21,9 +21,14 @@ def write_endpoints(path: Path, data: dict) -> None:
     os.replace(tmp, path)
 
 
-def endpoints_record(args, server, announced: str, port: int, admin_key: str, policy, **extra) -> dict:
-    """What endpoints.json says: where Triton and the gateway are reached, the admin key, the policy served."""
+def endpoints_record(
+    args, server, announced: str, port: int, admin_key: str, policy, l1_port: int | None = None, **extra
+) -> dict:
+    """What endpoints.json says: where Triton and the gateway are reached (and L1's own door at the edge, when there
+    is one: ``edge_l1``), the admin key, the policy served."""
     host = announced if args.gateway_host in ("0.0.0.0", "::") else args.gateway_host
+    if l1_port is not None:
+        extra["edge_l1"] = f"{host}:{l1_port}"
     return {
         "pid": os.getpid(), "triton_grpc": f"{announced}:{server.grpc_port}", "triton_http": server.http_url,
         "triton_metrics": f"127.0.0.1:{server.metrics_port}", "gateway": f"{host}:{port}", "admin_key": admin_key,

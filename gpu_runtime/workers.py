@@ -202,6 +202,7 @@ def serve_with_workers(args, refs, port, server, supervisor, endpoints, admin_ke
             upstream_idle_s=max(0.5, args.keepalive_s - 1.0),
             lower_per_host=LOWER_PER_HOST if flood_cut_enabled() else args.max_connections), host=args.gateway_host,
             admin_port=admin_port, base=policy, peers=parse_peers(args.edge_peers or ""),
+            priority_port=args.edge_l1_port or free_port(),
         )  # fmt: skip
     else:
         os.environ.pop(EDGE_TOKEN_ENV, None)  # no edge: a token left in the environment must not lock callers out
@@ -227,6 +228,7 @@ def serve_with_workers(args, refs, port, server, supervisor, endpoints, admin_ke
                 policy,
                 workers=pool.pids(),
                 edge_admin=edge.edge.admin_url if edge else None,
+                l1_port=edge.priority_port if edge else None,
                 worker_ports=list(edge.workers) if edge else None,
             ),  # fmt: skip
         )

@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import os
 import sys
-from datetime import UTC, datetime
 
+from keel.clock import SimClock
 from keel.errors import KeelError
 from keel.home import KeelHome
 from keel.incidents import IncidentLog
@@ -89,8 +89,9 @@ def announce_faults(process: str) -> dict[str, str]:
     faults = active_faults()
     if not faults:
         return faults
-    now = datetime.now(UTC).isoformat(timespec="seconds")
-    with IncidentLog(KeelHome.from_env().incidents) as log:
+    home = KeelHome.from_env()
+    now = SimClock(home.clock).now().isoformat(timespec="seconds")  # the shared clock: a replay's time in a replay
+    with IncidentLog(home.incidents) as log:
         for name, value in faults.items():
             print(f"keel: FAULT INJECTED in {process}: {name}={value} — {EFFECTS[name]}", file=sys.stderr, flush=True)
             log.open_incident(

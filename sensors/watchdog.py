@@ -28,6 +28,7 @@ from keel.incidents import IncidentLog, requests_during
 from keel.policies import PolicyStore
 from keel.policies.errors import PolicyError
 from resources.home import KeelHomeResource
+from resources.simulated import SIM_TAG
 from sensors.alerting import send_alerts
 from sensors.problems import automation_problems
 
@@ -134,7 +135,11 @@ def incident_alerts(incidents, sent: dict[str, str]) -> list[Alert]:
 )
 def watchdog_sensor(context: dg.SensorEvaluationContext, keel_home: KeelHomeResource):
     home = keel_home.layout()
-    sim_now = SimClock(home.clock).now().isoformat(timespec="seconds")
+    clock = SimClock(home.clock)
+    sim_now = clock.now().isoformat(timespec="seconds")
+    # the refresh is tagged with the simulated instant only in a replay: before one starts (a fault announced as the
+    # platform comes up) its now is the wall clock's, which no replay's timeline may show as its own
+    replay = {SIM_TAG: sim_now} if clock.state() is not None else {}
     problems: list[str] = []
     try:
         check_policy_store(home, sim_now)
@@ -167,7 +172,7 @@ def watchdog_sensor(context: dg.SensorEvaluationContext, keel_home: KeelHomeReso
     requests = []
     if digest != cursor["digest"]:
         requests.append(dg.RunRequest(run_key=f"incidents:{hashlib.sha256(digest.encode()).hexdigest()[:16]}",
-                                      job_name=incidents_job.name, tags={"keel/sim_now": sim_now}))  # fmt: skip
+                                      job_name=incidents_job.name, tags=replay))  # fmt: skip
         cursor["digest"] = digest
     return dg.SensorResult(
         run_requests=requests,

@@ -137,3 +137,31 @@ def test_the_code_location_refuses_to_load_with_a_switch_outside_a_test_home(use
         timeout=600,
     )
     assert build.returncode == 2 and "is not a test home" in build.stderr
+
+
+def test_a_fault_is_dated_on_the_shared_clock_and_its_refresh_is_tagged_only_in_a_replay(tmp_path, monkeypatch):
+    """Before a replay (a fault announced as the platform comes up) the incidents' refresh carries no simulated
+    instant — a wall-clock one would show 2026 on the replay's timeline; in a replay, the incident and the refresh
+    are on the replay's clock."""
+    from datetime import UTC, datetime
+
+    import dagster as dg
+
+    from keel.clock import SimClock
+    from resources.simulated import SIM_TAG
+    from tests.test_chaos import sensor_tick
+
+    monkeypatch.setenv("KEEL_FAULT_PROMOTION", "off")
+    home = KeelHome.from_env()
+    announce_faults("a test")
+    with dg.instance_for_test() as instance:
+        [before] = sensor_tick("watchdog_sensor", tmp_path, instance).run_requests
+    assert before.job_name == "keel_incidents" and SIM_TAG not in before.tags
+    SimClock(home.clock).start(datetime(2013, 4, 1, 12, tzinfo=UTC), speed=1.0)  # a minute is plenty
+    monkeypatch.setenv("KEEL_FAULT_GATE", "always-pass")
+    announce_faults("a test")
+    with IncidentLog(home.incidents) as log:
+        assert log.get("fault:KEEL_FAULT_GATE").detected_at.startswith("2013-04-01T12:00")
+    with dg.instance_for_test() as instance:
+        [during] = sensor_tick("watchdog_sensor", tmp_path, instance).run_requests
+    assert during.tags[SIM_TAG].startswith("2013-04-01T12:00")

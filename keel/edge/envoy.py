@@ -99,6 +99,7 @@ class EdgeLimits:
     upstream_idle_s: float = 4.0  # Envoy's own idle connections to a worker: closed before the worker's keep-alive
     connect_timeout_ms: int = 250
     lower_per_host: int = LOWER_PER_HOST  # the lower tiers' requests in flight per worker at most
+    priority_connections: int = 256  # L1's own door (keel/edge/door.py): its connections, outside max_connections
 
 
 @dataclass(frozen=True)
@@ -117,6 +118,7 @@ class EdgeSpec:
     filter_config: str = ""  # its configuration: edge_filter_config(...)
     tenant_limits: dict[str, RateLimit] = field(default_factory=dict)  # tenant → its rate at this edge
     peers: tuple[tuple[str, int], ...] = ()  # other replicas' edges (host, port): the failover behind the workers
+    priority_port: int | None = None  # L1's own door (keel/edge/door.py); None: L1 comes in by ``port`` alone
 
     def __post_init__(self) -> None:
         if not self.workers:
@@ -196,12 +198,12 @@ def routes(spec: EdgeSpec) -> list[dict[str, Any]]:
     return out
 
 
-def listener(spec: EdgeSpec) -> dict[str, Any]:
-    """The edge's listener: one HTTP connection manager with the routes, the limits and the access log."""
+def connection_manager(spec: EdgeSpec, name: str, route_list: list[dict[str, Any]]) -> dict[str, Any]:
+    """A listener's HTTP connection manager: the routes, the limits, the edge filter and the access log."""
     lim = spec.limits
-    manager = {
+    return {
         "@type": HCM,
-        "stat_prefix": LISTENER_NAME,
+        "stat_prefix": name,
         "codec_type": "AUTO",
         "generate_request_id": True,
         "preserve_external_request_id": True,  # a caller's id is kept (Envoy replaces one that is not a valid id)
@@ -229,7 +231,7 @@ def listener(spec: EdgeSpec) -> dict[str, Any]:
         ],  # fmt: skip
         "route_config": {
             "name": "keel_routes",
-            "virtual_hosts": [{"name": "keel", "domains": ["*"], "routes": routes(spec)}],
+            "virtual_hosts": [{"name": "keel", "domains": ["*"], "routes": route_list}],
         },
         "http_filters": [
             *([wasm_filter(spec.wasm, spec.filter_config)] if spec.wasm else []),
@@ -241,11 +243,19 @@ def listener(spec: EdgeSpec) -> dict[str, Any]:
             {"name": "envoy.filters.http.router", "typed_config": {"@type": ROUTER}},
         ],  # fmt: skip
     }
+
+
+def listener(
+    spec: EdgeSpec, name: str = LISTENER_NAME, port: int | None = None, route_list: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """One of the edge's listeners: by default the main one, every tier's door (``spec.port``, all the routes);
+    keel/edge/door.py makes L1's own with its name, port and routes."""
+    manager = connection_manager(spec, name, routes(spec) if route_list is None else route_list)
     return {
         "@type": LISTENER,
-        "name": LISTENER_NAME,
-        "address": {"socket_address": {"address": spec.host, "port_value": spec.port}},
-        "per_connection_buffer_limit_bytes": lim.max_body_bytes + 64 * 1024,
+        "name": name,
+        "address": {"socket_address": {"address": spec.host, "port_value": spec.port if port is None else port}},
+        "per_connection_buffer_limit_bytes": spec.limits.max_body_bytes + 64 * 1024,
         "filter_chains": [{"filters": [{"name": "envoy.filters.network.http_connection_manager",
                                         "typed_config": manager}]}],
     }  # fmt: skip

@@ -9,6 +9,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
+from gpu_runtime.edge import edge_threads
 from keel.edge.flood import CALM_S, KEYS, REFUSED_COUNTERS, FloodCut, flood_overrides
 from keel.policies.gateway import GatewayPolicy, SlaTier
 from tests.edge.test_envoy import edge, post, workers  # noqa: F401 - the fixtures
@@ -60,7 +61,10 @@ def test_while_the_lower_tiers_flood_the_edge_lets_one_through_and_l1_is_served(
         l1 = post(f"{edge.url}/v1/models/room-rate/predict")
         during = flood.result()
     assert l1[0] == 200  # L1 (priority HIGH) is not held by the lower tiers' breaker
-    assert during.count(200) == 1 and during.count(503) == 19, during  # one in flight, none waiting
+    # one in flight, none waiting — "one" as Envoy counts it: each of its worker threads checks the breaker and then
+    # takes its place, so two threads may both take the last one (Envoy's breakers "can slightly exceed the limits",
+    # envoyproxy/envoy#2927); never more than a place a thread
+    assert 1 <= during.count(200) <= edge_threads() and during.count(503) == 20 - during.count(200), during
     calm = cut.observe(time.monotonic() + CALM_S, refused(edge))
     assert calm is None  # the flood's refusals are news: not calm
     restore = cut.observe(time.monotonic() + 2 * CALM_S, refused(edge))

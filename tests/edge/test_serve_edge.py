@@ -121,6 +121,20 @@ def test_a_hostile_tenant_finds_no_way_in(served):
     # the default route is flights' (L2): in, answered by the gateway (no model is deployed in this home)
     default = httpx.post(f"{url}/v1/predict", json={}, headers={"x-api-key": key}, timeout=30)
     assert (default.status_code, default.json()["error"]["code"]) == (503, "not_deployed"), default.text
+    # L1's own door (keel/edge/door.py): the L1 model refused to the L2 tenant there too, with or without a forged
+    # tier; the tenant's own L2 requests are not served there (421, by Envoy); an L1 tenant is let in
+    door = f"http://{endpoints['edge_l1']}"
+    for path, headers, status in (
+        ("/v1/models/room-rate/predict", {}, 403),
+        ("/v1/models/room-rate/predict", {"x-keel-tier": "L1"}, 403),
+        ("/v1/predict", {"x-keel-tier": "L1"}, 403),
+        ("/v1/predict", {}, 421),
+        ("/v1/models/flight-delay/predict", {}, 421),
+    ):
+        refused = httpx.post(f"{door}{path}", json={}, headers={"x-api-key": key, **headers}, timeout=30)
+        assert refused.status_code == status, (path, headers, refused.text)
+    answered = httpx.post(f"{door}/v1/models/room-rate/predict", json={}, headers={"x-api-key": ops_key}, timeout=30)
+    assert answered.status_code not in (401, 403, 421), answered.text  # the gateway's answer (no model: 503)
     dump = httpx.get(f"{endpoints['edge_admin']}/config_dump", timeout=30).text
     assert "tenant l2only L2" in dump  # the filter's configuration, as the admin endpoint shows it
     with PolicyStore(KeelHome(home).policies) as store:
