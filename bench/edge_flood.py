@@ -102,6 +102,8 @@ EDGE_COUNTERS = (  # what the edge did with the load: connections, requests, ref
     "listener.127.0.0.1_{port}.downstream_cx_overflow",
     "overload.envoy.resource_monitors.global_downstream_max_connections.pressure",
     "server.overload.global_downstream_max_connections_reached",
+    "connection_limit.keel_edge.limited_connections",  # the main listener's cap (keel/edge/door.py)
+    "connection_limit.keel_edge_l1.limited_connections",  # L1's door's
 )
 
 

@@ -52,7 +52,10 @@ async def stream(
     start = time.perf_counter()
 
     async def answer(reader: asyncio.StreamReader) -> tuple[int, bytes, bool]:
-        status = int((await reader.readline()).split()[1])
+        first = await reader.readline()
+        if not first:  # closed before an answer (a connection cap's refusal as it accepted): a transport failure
+            raise ConnectionAbortedError("the server closed the connection without an answer")
+        status = int(first.split()[1])
         length, keep = 0, True
         while (line := await reader.readline()) not in (b"\r\n", b""):
             name, _, value = line.partition(b":")

@@ -3,8 +3,9 @@
 
 The decision is table-tested first. Then the drill runs as an operator runs it (``keel.chaos.run_drill``) against the
 real model runtime serving two models as scripts/up does — hotels' rate quotes (L1) and flights' delays (L2), each
-trained here on its own real data, in the default worker processes — while it starves the machine and floods L2 at
-10× what the runtime answered it, the load generator on a CPU of its own: every request of hotels' users gets an answer (a score or a structured refusal,
+trained here on its own real data, in the default worker processes behind the edge (Envoy, each tenant with its API
+key, L1 at its own door) — while it starves the machine and floods L2 at 10× what the runtime answered it, the load
+generator on a CPU of its own: every request of hotels' users gets an answer (a score or a structured refusal,
 never a client timeout), the flood's refusals are structured, the service comes back by itself, no connection is left in CLOSE-WAIT,
 and the gateway has recorded the overload as an incident whose alert the watchdog routes. How many were answered
 and how fast depends on the machine: those are measured (the drill's report, BENCHMARKS.md), not asserted.
@@ -128,11 +129,12 @@ def test_the_overload_drill_keeps_l1_answered_refuses_fast_and_recovers_by_itsel
         MODEL: flights_coarse(validated),
         "room-rate": hotel_coarse,
     }  # as released: each with its coarse model
-    # the gateway's own workers, no edge: the edge under the same flood is bench/edge_flood.py's (through it, on a
-    # machine also running a live platform, one L1 connection in a run was reset at the edge's connection cap — L1's
-    # own listener is issue 61's open part)
+    # as scripts/up serves: the gateway's workers behind the edge (Envoy), each tenant with its API key, L1's users at
+    # L1's own door (keel/edge/door.py: connections the flood cannot take)
     proc, endpoints = start_serve(
-        home, env={"KEEL_USECASES": "flights,hotels", "KEEL_GATEWAY_WORKERS": ""}, tier_timeouts=True
+        home,
+        env={"KEEL_USECASES": "flights,hotels", "KEEL_GATEWAY_WORKERS": "", "KEEL_EDGE": "1"},
+        tier_timeouts=True,
     )
     try:
         from gpu_runtime.triton import TritonControl
@@ -167,6 +169,7 @@ def test_the_overload_drill_keeps_l1_answered_refuses_fast_and_recovers_by_itsel
     m = incident.details["measured"]
     print(json.dumps(m, indent=2))  # the shares and latencies are measurements (BENCHMARKS.md), not pass conditions
     assert m["protected_model"] == "room-rate" and m["flooded_model"] == MODEL and m["models"] == 2
+    assert m["probe_url"] == f"http://{endpoints['edge_l1']}"  # L1's users came in by their own door
     for phase in ("baseline", "starve", "flood", "recovery"):  # every request of hotels' users got an answer
         p = m["probe"][
             phase
@@ -180,6 +183,8 @@ def test_the_overload_drill_keeps_l1_answered_refuses_fast_and_recovers_by_itsel
     # back within 10 s of the fault's end: a 5 s window of ≥ 99 % answered within 2× the baseline p99
     assert m["recovered_after_s"] is not None and m["recovered_after_s"] <= 10, m
     assert m["close_wait"] == 0
+    served = (home / "serve.log").read_text()  # the edge held the flood to one lower-tier request, then let go
+    assert "the edge refuses a flood of the lower tiers" in served and "the policy's places are back" in served
     with IncidentLog(layout.incidents) as log:
         recorded = log.get(incident.key)
     opened, recovered = incident_alerts([recorded], {})  # what the watchdog sensor sends, routed by severity
