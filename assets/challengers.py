@@ -28,7 +28,7 @@ from keel.loop.shadow import ShadowPolicy
 from keel.metrics import LOSS_NAMES
 from keel.registry import CHALLENGER_GATE_KEY
 from keel.training.coarse import coarse_metadata, fit_coarse
-from keel.training.model import interval_record, predict
+from keel.training.model import TrainingConfig, interval_record, predict, train_model
 from keel.usecase import UseCase
 from resources.home import KeelHomeResource
 from resources.registry import ModelRegistryResource
@@ -288,3 +288,37 @@ def _table_row(row: dict, version: int) -> dict:
     for k in ("delta", "se", "p_value", "holm_alpha"):
         out[k] = None if row[k] is None else round(float(row[k]), 6)
     return out
+
+
+class Refits:
+    """A baseline refitted at the start of each month rows are scored as of (keel.loop.report.month_report calls it
+    with that month): the window ``window_of(month)`` gives, fitted once per window and kept for the report."""
+
+    def __init__(self, uc: UseCase, home, window_of, params: dict, none: str):
+        self.uc, self.home, self.window_of, self.params, self.none = uc, home, window_of, params, none
+        self.fitted: dict[str, tuple[str | None, str]] = {}  # scoring month → (text, how it was fitted)
+
+    def __call__(self, month: str) -> str | None:
+        if month not in self.fitted:
+            self.fitted[month] = _refit(self.uc, self.home, self.window_of(month), self.params, self.none)
+        return self.fitted[month][0]
+
+    def note(self) -> str:
+        """How each scoring month's baseline was fitted (one month: just how)."""
+        if len(self.fitted) == 1:
+            return next(iter(self.fitted.values()))[1]
+        return "; ".join(f"scored in {m}: {how}" for m, (_, how) in sorted(self.fitted.items()))
+
+
+def _refit(uc: UseCase, home, window: tuple[tuple[str, ...], str] | None, params: dict, none: str):
+    """A baseline refitted on ``window`` (fit months, early-stopping month): (its text, how it was fitted), or
+    (None, why not)."""
+    if window is None:
+        return None, none
+    fit, valid = window
+    try:
+        frames = read_months(uc, home, [*fit, valid])
+    except dg.Failure as exc:
+        return None, str(exc)
+    config = TrainingConfig(train_months=fit, valid_month=valid, params=params)
+    return train_model(frames, config, uc.features).text, f"fitted on {fit[0]}…{fit[-1]}, early-stopped on {valid}"

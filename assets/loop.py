@@ -17,25 +17,27 @@ from functools import cache
 import dagster as dg
 import polars as pl
 
-from assets.challengers import build_challenger_assets, read_months
+from assets.challengers import Refits, build_challenger_assets
 from assets.deployment import canary_decision
 from assets.drift import build_drift_assets
 from assets.features import build_feature_assets
 from assets.models import training_config
 from assets.usecase import wiring
 from keel.exposure_log import scan_exposures
+from keel.factories.checks import partitioned_check
 from keel.home import asset_file
-from keel.intervals import Interval
+from keel.intervals import COVERAGE_TOLERANCE, Interval, coverage_held
 from keel.loop.report import Promotion, Release, expanding_window, month_report, naive_window
 from keel.loop.year import on_the_months, shorten, step_words, year_rows, year_so_far
 from keel.plots import lines_svg, svg_markdown
 from keel.serving_health import DayHealth, answered_words, combined, day_health
-from keel.training.model import TrainingConfig, train_model
 from keel.usecase import UseCase
 from resources.home import KeelHomeResource
 from resources.ledger import LedgerResource
 from resources.policy import PolicyStoreResource
 from resources.registry import ModelRegistryResource
+
+COVERAGE_CHECK = "interval_coverage_held"
 
 
 @cache
@@ -60,6 +62,17 @@ def build_loop_assets(uc: UseCase) -> list[dg.AssetsDefinition]:
         # Only its month's inputs: the releases come from the ledger and the loop's actions from the instance, so an
         # unpartitioned deployment or gate built later never marks a past month's report out of date (Unsynced).
         deps=[drift_report],
+        check_specs=[
+            partitioned_check(
+                COVERAGE_CHECK,
+                asset=report_key,
+                partitions_def=w.monthly,
+                description=f"the month's served intervals covered their labels within "
+                f"{COVERAGE_TOLERANCE:.0%} of the declared {uc.model.interval_coverage:.0%} (a WARN: drift breaks it)",
+            )
+        ]
+        if fs.label.task == "regression"
+        else [],
         description=f"The year, measured: on the month's realized labels, the {' and '.join(metrics)} of what was "
         f"served (the model of the release live each day, from the ledger), of the static first model "
         f"({', '.join(first.train_months)}), of a naive "
@@ -80,7 +93,7 @@ def build_loop_assets(uc: UseCase) -> list[dg.AssetsDefinition]:
         ledger: LedgerResource,
         keel_home: KeelHomeResource,
         policies: PolicyStoreResource,
-    ) -> dg.Output[pl.DataFrame]:
+    ):
         month = context.partition_key
         with ledger.open() as led:
             entries = led.of_line(uc.training_asset)  # this model's releases (the ledger holds every model's)
@@ -135,7 +148,7 @@ def build_loop_assets(uc: UseCase) -> list[dg.AssetsDefinition]:
         def num(x: float | None) -> dg.MetadataValue:
             return dg.MetadataValue.float(_round(x)) if x is not None else dg.MetadataValue.null()
 
-        return dg.Output(
+        yield dg.Output(
             frame,
             metadata={
                 **{f"{who}_{m}": num(score.metrics[m]) for m in metrics for who, score in rows},
@@ -191,6 +204,16 @@ def build_loop_assets(uc: UseCase) -> list[dg.AssetsDefinition]:
                 ),
             },
         )
+        if fs.label.task == "regression":
+            held, why = coverage_held(report.interval_coverage, uc.model.interval_coverage)
+            yield dg.AssetCheckResult(
+                asset_key=report_key,
+                check_name=COVERAGE_CHECK,
+                passed=held,
+                severity=dg.AssetCheckSeverity.WARN,
+                description=why,
+                metadata={"interval_coverage": num(report.interval_coverage)},
+            )
 
     return [*build_challenger_assets(uc), loop_report]
 
@@ -205,40 +228,6 @@ def model_changes(entries) -> list[tuple]:
             out.append((e, sha))
         before = sha or before
     return out
-
-
-class Refits:
-    """A baseline refitted at the start of each month rows are scored as of (keel.loop.report.month_report calls it
-    with that month): the window ``window_of(month)`` gives, fitted once per window and kept for the report."""
-
-    def __init__(self, uc: UseCase, home, window_of, params: dict, none: str):
-        self.uc, self.home, self.window_of, self.params, self.none = uc, home, window_of, params, none
-        self.fitted: dict[str, tuple[str | None, str]] = {}  # scoring month → (text, how it was fitted)
-
-    def __call__(self, month: str) -> str | None:
-        if month not in self.fitted:
-            self.fitted[month] = _refit(self.uc, self.home, self.window_of(month), self.params, self.none)
-        return self.fitted[month][0]
-
-    def note(self) -> str:
-        """How each scoring month's baseline was fitted (one month: just how)."""
-        if len(self.fitted) == 1:
-            return next(iter(self.fitted.values()))[1]
-        return "; ".join(f"scored in {m}: {how}" for m, (_, how) in sorted(self.fitted.items()))
-
-
-def _refit(uc: UseCase, home, window: tuple[tuple[str, ...], str] | None, params: dict, none: str):
-    """A baseline refitted on ``window`` (fit months, early-stopping month): (its text, how it was fitted), or
-    (None, why not)."""
-    if window is None:
-        return None, none
-    fit, valid = window
-    try:
-        frames = read_months(uc, home, [*fit, valid])
-    except dg.Failure as exc:
-        return None, str(exc)
-    config = TrainingConfig(train_months=fit, valid_month=valid, params=params)
-    return train_model(frames, config, uc.features).text, f"fitted on {fit[0]}…{fit[-1]}, early-stopped on {valid}"
 
 
 def report_schema(metrics: tuple[str, ...]) -> dg.TableSchema:

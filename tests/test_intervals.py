@@ -52,3 +52,17 @@ def test_an_interval_round_trips_through_a_registry_record():
     record = {intervals.INTERVAL_KEY: fitted.as_metadata()}
     assert intervals.Interval.from_metadata(record) == fitted
     assert intervals.Interval.from_metadata({}) is None
+
+
+def test_a_months_coverage_is_held_within_3_points_of_the_declared_and_a_miss_says_which_way():
+    from keel.intervals import COVERAGE_TOLERANCE, coverage_held
+
+    assert COVERAGE_TOLERANCE == 0.03
+    held, why = coverage_held(0.885, 0.9)
+    assert held and why.startswith("88.5% of the month's labels fell inside") and "declared 90%" in why
+    assert coverage_held(0.93, 0.9)[0] and coverage_held(0.87, 0.9)[0]  # the bounds are held
+    low, why = coverage_held(0.441, 0.9)  # the third table's served months (BENCHMARKS.md "Interval coverage")
+    assert not low and "45.9 points below: the interval promised more than it held" in why
+    high, why = coverage_held(0.993, 0.9)
+    assert not high and "9.3 points above: it was wider than it needed" in why
+    assert coverage_held(None, 0.9) == (True, "no labelled answer carried an interval this month")

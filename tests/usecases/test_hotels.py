@@ -163,7 +163,8 @@ def test_november_drifts_from_the_summer_it_was_trained_on_and_the_loop_reports_
             {"model": {"hash": "h", "parts": {"sha256": sha.metadata["sha256"].value, "asset": "hotels/rate_model"}}},
             datetime(2016, 11, 1, tzinfo=UTC),
         )
-    loop = run(["loop_report"], "2016-11").get_asset_materialization_events()[0].materialization.metadata
+    looped = run(["loop_report"], "2016-11")
+    loop = looped.get_asset_materialization_events()[0].materialization.metadata
     november = pl.read_parquet(home / "storage" / "hotels" / "rate_features" / "2016-11.parquet")
     # judged: the bookings quoted while the release served (from 2016-11-01; earlier quotes had no model)
     assert loop["labelled_bookings"].value == november.filter(pl.col("quoted_on") >= date(2016, 11, 1)).height
@@ -182,6 +183,11 @@ def test_november_drifts_from_the_summer_it_was_trained_on_and_the_loop_reports_
         float(np.mean(np.abs(labels - scores) <= half_width)), abs=1e-4
     )
     assert loop["interval_declared_coverage"].value == 0.9
+    # and the check says whether the month held it: within 3 points of 90 % (November, drifted: it did not)
+    [check] = [c for c in looped.get_asset_check_evaluations() if c.check_name == "interval_coverage_held"]
+    realized = loop["interval_coverage"].value
+    assert check.passed == (abs(realized - 0.9) <= 0.03) and check.severity.value == "WARN"
+    assert f"{realized:.1%} of the month's labels fell inside" in check.description
     # the served and static rows are the one release's model on the judged bookings: RMSE and MAE recomputed here
     errors = labels - scores
     for who in ("served", "static"):
