@@ -24,7 +24,7 @@ from pathlib import Path
 
 from gpu_runtime.process import die_with_parent
 from gpu_runtime.triton import free_port
-from keel.edge.door import listeners
+from keel.edge.door import global_connections, listeners
 from keel.edge.envoy import EdgeSpec, bootstrap, cluster, discovery
 from keel.edge.filters import EDGE_TOKEN_ENV
 
@@ -124,7 +124,7 @@ class EnvoyEdge:
     def start(self) -> EnvoyEdge:
         self.xds.mkdir(parents=True, exist_ok=True)
         pending = self._write(self.spec)
-        start_file = bootstrap(self.admin_port, str(self.xds), self.spec.limits.max_connections)
+        start_file = bootstrap(self.admin_port, str(self.xds), global_connections(self.spec))
         (self.dir / "bootstrap.json").write_text(json.dumps(start_file, indent=1))
         log = open(self.dir / "envoy.log", "ab")  # noqa: SIM115 - the child's stdout, closed with it
         self.proc = subprocess.Popen(

@@ -305,7 +305,7 @@ def test_every_materialization_of_the_replay_says_when_in_the_year_it_happened(l
     home = live
     missing, seen = [], 0
     with instance_of(home) as instance:
-        runs = {r.run_id: r for r in instance.get_run_records(RunsFilter())}
+        runs = {r.dagster_run.run_id: r for r in instance.get_run_records(RunsFilter())}
         began = min(
             r.create_timestamp for r in runs.values() if r.dagster_run.tags.get(SIM_TAG, "").startswith("2013-")
         )

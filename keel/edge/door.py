@@ -9,12 +9,12 @@ met the cap and was reset (bench/edge_flood.py: one in a run beside a live platf
 listener cannot help there: the connection is refused before a request exists.
 
 So L1 comes in by a listener of its own (``EdgeSpec.priority_port``) with connections reserved for it: the main
-listener holds at most ``max_connections - priority_connections - HEADROOM`` (Envoy's connection-limit network
-filter: one more is closed as it is accepted), L1's door at most ``priority_connections``, and together they stay
-within the global cap — so the flood's connections can never take the ones L1's door holds. (Envoy's
-``ignore_global_conn_limit`` would have put the door outside the global cap instead; in the pinned Envoy a closed
-connection of such a listener is taken off the global count it was never on, so every L1 connection that closed
-gave the flood one more — tests/edge/test_edge_door.py shows the reservation holds.) Its routes are the top tier's
+listener holds at most ``max_connections`` (Envoy's connection-limit network filter: one more is closed as it is
+accepted), L1's door at most ``priority_connections``, and the global cap is their sum and ``HEADROOM`` — so the
+flood's connections can never take the ones L1's door holds. (Envoy's ``ignore_global_conn_limit`` would have put
+the door outside the global cap instead; in the pinned Envoy a closed connection of such a listener is taken off
+the global count it was never on, so every L1 connection that closed gave the flood one more —
+tests/edge/test_edge_door.py shows the reservation holds.) Its routes are the top tier's
 alone — the top tier's models, and ``/v1/predict`` when the edge filter set ``x-keel-tier: L1`` (its tenant was
 given L1; the filter refuses a forged tier with 403 before routing). Anything else is answered ``421 wrong_door`` by
 Envoy itself, never forwarded: the lower tiers cannot borrow L1's door for a request the workers would serve. The
@@ -92,16 +92,19 @@ def priority_listener(spec: EdgeSpec) -> dict[str, Any]:
 
 
 def listeners(spec: EdgeSpec) -> list[dict[str, Any]]:
-    """The edge's listeners: the main one, and — when the spec has its port — L1's door, with its connections
-    reserved within the global cap (the main one holds the rest)."""
+    """The edge's listeners: the main one, and — when the spec has its port — L1's door, each within its own cap
+    (the main one ``limits.max_connections``, the door ``limits.priority_connections``), both within the global
+    one (``global_connections``)."""
     if spec.priority_port is None:
         return [listener(spec)]
-    lim = spec.limits
-    main_connections = lim.max_connections - lim.priority_connections - HEADROOM
-    if lim.priority_connections < 1 or main_connections < 1:
-        raise ValueError(
-            f"L1's door holds {lim.priority_connections} of the edge's {lim.max_connections} connections and "
-            f"{HEADROOM} stay free: the door needs at least one, and the other tiers at least one"
-        )
-    main = limited(listener(spec), LISTENER_NAME, main_connections)
+    if spec.limits.priority_connections < 1:
+        raise ValueError(f"L1's door holds {spec.limits.priority_connections} connections: it needs at least one")
+    main = limited(listener(spec), LISTENER_NAME, spec.limits.max_connections)
     return [main, priority_listener(spec)]
+
+
+def global_connections(spec: EdgeSpec) -> int:
+    """Envoy's global cap over its listeners (the overload manager's): the main listener's connections, and with
+    L1's door its own and ``HEADROOM`` more — so the lower tiers' connections never take the door's."""
+    lim = spec.limits
+    return lim.max_connections + (lim.priority_connections + HEADROOM if spec.priority_port is not None else 0)

@@ -12,11 +12,11 @@ import pytest
 
 from gpu_runtime.edge import EnvoyEdge
 from gpu_runtime.triton import free_port
-from keel.edge.door import HEADROOM, PRIORITY_LISTENER_NAME, door_routes, listeners
+from keel.edge.door import HEADROOM, PRIORITY_LISTENER_NAME, door_routes, global_connections, listeners
 from keel.edge.envoy import LISTENER_NAME, EdgeLimits, EdgeSpec
 from tests.edge.test_envoy import MODELS, post, workers  # noqa: F401 - the fixtures
 
-LIMITS = EdgeLimits(max_connections=24, priority_connections=4)  # the main listener: 24 - 4 - 16 (HEADROOM) = 4
+LIMITS = EdgeLimits(max_connections=4, priority_connections=4)  # the main listener's 4, the door's 4 more
 
 
 def test_the_door_routes_the_top_tier_and_answers_everything_else_itself():
@@ -30,11 +30,13 @@ def test_the_door_routes_the_top_tier_and_answers_everything_else_itself():
     main, door = listeners(spec)
     assert (main["name"], door["name"]) == (LISTENER_NAME, PRIORITY_LISTENER_NAME)
     cap = {x["name"]: x["filter_chains"][0]["filters"][0]["typed_config"]["max_connections"] for x in (main, door)}
-    # L1's connections reserved within the global cap, the rest the main listener's, some kept free
-    assert cap == {LISTENER_NAME: 1024 - 256 - HEADROOM, PRIORITY_LISTENER_NAME: 256}
-    assert [x["name"] for x in listeners(replace(spec, priority_port=None))] == [LISTENER_NAME]  # no door, no cap
-    with pytest.raises(ValueError, match="the door needs at least one, and the other tiers at least one"):
-        listeners(replace(spec, limits=EdgeLimits(max_connections=256 + HEADROOM)))
+    assert cap == {LISTENER_NAME: 1024, PRIORITY_LISTENER_NAME: 256}  # each listener within its own cap …
+    assert global_connections(spec) == 1024 + 256 + HEADROOM  # … and the global one over both, with room to spare
+    alone = replace(spec, priority_port=None)
+    assert [x["name"] for x in listeners(alone)] == [LISTENER_NAME]  # no door: the global cap alone, as before
+    assert "connection_limit" not in str(listeners(alone)) and global_connections(alone) == 1024
+    with pytest.raises(ValueError, match="L1's door holds 0 connections: it needs at least one"):
+        listeners(replace(spec, limits=EdgeLimits(priority_connections=0)))
 
 
 def refused_at_accept(port: int) -> bool:
@@ -62,7 +64,7 @@ def test_l1_is_served_at_its_door_while_the_lower_tiers_hold_every_connection_th
         # the lower tiers' connections, idle, until the next one is refused at accept (a connection Envoy is still
         # closing counts a moment longer: hold one more until the cap refuses)
         while not refused_at_accept(door_edge.spec.port):
-            assert len(held) < LIMITS.max_connections, "the main listener's cap never refused a connection"
+            assert len(held) < 4 * LIMITS.max_connections, "the main listener's cap never refused a connection"
             held.append(socket.create_connection(("127.0.0.1", door_edge.spec.port), timeout=5))
             time.sleep(0.05)
         assert door_edge.counter("connection_limit.keel_edge.limited_connections") >= 1  # the main listener's cap
