@@ -75,8 +75,12 @@ def month_row(uc, features: pl.DataFrame, months: list[str], served: str, covera
     same_month = intervals.realized_coverage(cs[1::2], cl[1::2], half.half_width)
     numeric, categorical = uc.monitored
     reference = build_reference(valid, window=months[i - 1], numeric=numeric, categorical=categorical)
-    drift = compare(reference, month_of(features, served, fs), window=served,
-                    config=DriftConfig(thresholds=dict(uc.monitoring.thresholds)))  # fmt: skip
+    drift = compare(
+        reference,
+        month_of(features, served, fs),
+        window=served,
+        config=DriftConfig(thresholds=dict(uc.monitoring.thresholds)),
+    )
     return {
         "month": served,
         "rows": int(labels.size),

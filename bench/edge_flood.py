@@ -153,9 +153,17 @@ def one_run(home: Path, server: list[int], args, cut: bool, texts: tuple[str, st
         keys = drill_keys(url)
         door = json.loads(endpoints.read_text()).get("edge_l1") if args.l1_door else None
         report = drill(
-            url, port, 5.0, 0.0, args.flood_s, 20.0, keys=keys, flood_rps=args.flood_rps, client_cpus=args.client_cpus,
+            url,
+            port,
+            5.0,
+            0.0,
+            args.flood_s,
+            20.0,
+            keys=keys,
+            flood_rps=args.flood_rps,
+            client_cpus=args.client_cpus,
             probe_url=f"http://{door}" if door else None,
-        )  # fmt: skip
+        )
         report["edge_counters"] = edge_counters(home)
         return report
     finally:
@@ -174,9 +182,11 @@ def main() -> int:
     parser.add_argument("--server-cpus", help="the runtime's CPUs (default: every other one; 'all': not pinned)")
     parser.add_argument("--out", type=Path, help="write the drills' reports here (JSON)")
     parser.add_argument(
-        "--l1-door", action=argparse.BooleanOptionalAction, default=True,
+        "--l1-door",
+        action=argparse.BooleanOptionalAction,
+        default=True,
         help="L1 probed at its own door (keel/edge/door.py; default), or at the main port with the flood",
-    )  # fmt: skip
+    )
     args = parser.parse_args()
     from gpu_runtime.overload_drill import cpu_list
 

@@ -89,10 +89,12 @@ def main(argv: list[str] | None = None) -> int:
         "traffic as its workers fail (outlier detection over the replicas)",
     )  # fmt: skip
     parser.add_argument(
-        "--edge-l1-port", type=int, default=int(os.environ.get("KEEL_EDGE_L1_PORT", "0")),
-        help="L1's own door at the edge: a listener for the L1 tier's requests alone, outside the connection cap "
-        "the other tiers share ($KEEL_EDGE_L1_PORT; default a free port, named in endpoints.json as edge_l1)",
-    )  # fmt: skip
+        "--edge-l1-port",
+        type=int,
+        default=int(os.environ.get("KEEL_EDGE_L1_PORT", "0")),
+        help="L1's own door at the edge: a listener for the L1 tier's requests alone, with connections of its own "
+        "beside the cap the other tiers share ($KEEL_EDGE_L1_PORT; default a free port, named in endpoints.json as edge_l1)",
+    )
     parser.add_argument("--worker-index", type=int, help=argparse.SUPPRESS)  # a worker's own command line
     parser.add_argument("--worker-ports", help=argparse.SUPPRESS)  # behind the edge: each worker's own port
     parser.add_argument("--edge-admin", help=argparse.SUPPRESS)  # behind the edge: Envoy's admin (its stats)

@@ -171,8 +171,13 @@ def watchdog_sensor(context: dg.SensorEvaluationContext, keel_home: KeelHomeReso
                          for i in incidents])  # fmt: skip
     requests = []
     if digest != cursor["digest"]:
-        requests.append(dg.RunRequest(run_key=f"incidents:{hashlib.sha256(digest.encode()).hexdigest()[:16]}",
-                                      job_name=incidents_job.name, tags=replay))  # fmt: skip
+        requests.append(
+            dg.RunRequest(
+                run_key=f"incidents:{hashlib.sha256(digest.encode()).hexdigest()[:16]}",
+                job_name=incidents_job.name,
+                tags=replay,
+            )
+        )
         cursor["digest"] = digest
     return dg.SensorResult(
         run_requests=requests,

@@ -78,8 +78,9 @@ def limited(resource: dict[str, Any], name: str, max_connections: int) -> dict[s
     """``resource`` (a listener) with Envoy's connection-limit filter first in its filter chain."""
     limit = {"@type": CONNECTION_LIMIT, "stat_prefix": name, "max_connections": max_connections}
     [chain] = resource["filter_chains"]
-    chain = chain | {"filters": [{"name": "envoy.filters.network.connection_limit", "typed_config": limit},
-                                 *chain["filters"]]}  # fmt: skip
+    chain = chain | {
+        "filters": [{"name": "envoy.filters.network.connection_limit", "typed_config": limit}, *chain["filters"]]
+    }
     return resource | {"filter_chains": [chain]}
 
 

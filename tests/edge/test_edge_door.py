@@ -51,8 +51,13 @@ def refused_at_accept(port: int) -> bool:
 
 @pytest.fixture
 def door_edge(tmp_path, workers):  # noqa: F811
-    spec = EdgeSpec(port=free_port(), workers=tuple(w.port for w in workers), models=MODELS,
-                    limits=LIMITS, priority_port=free_port())  # fmt: skip
+    spec = EdgeSpec(
+        port=free_port(),
+        workers=tuple(w.port for w in workers),
+        models=MODELS,
+        limits=LIMITS,
+        priority_port=free_port(),
+    )
     with EnvoyEdge(tmp_path, spec) as e:
         yield e
 
