@@ -14,10 +14,24 @@ from keel.home import is_test_home, mark_test_home
 from tests import REPO
 from tests.control_plane import CONTROL_PLANES, TEST_KEY, fresh_location
 from tests.leftovers import kill_all, restore_default_signals, wait_for_leftovers
+from tests.parallel import add_option, give_the_worker_its_own_home, select_phase
 
 # Signals the session was started ignoring get their defaults back, so no process a test starts inherits them
 # (tests/leftovers.py); the session fails if any process of its homes is still alive at its end.
 RESTORED_SIGNALS = restore_default_signals()
+
+
+def pytest_addoption(parser):
+    add_option(parser)
+
+
+def pytest_configure(config):
+    give_the_worker_its_own_home(config)
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
+def pytest_collection_modifyitems(config, items):
+    select_phase(config, items)
 
 
 def pytest_sessionstart(session):

@@ -9,10 +9,14 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
+import pytest
+
 from gpu_runtime.edge import edge_threads
 from keel.edge.flood import CALM_S, KEYS, REFUSED_COUNTERS, FloodCut, flood_overrides
 from keel.policies.gateway import GatewayPolicy, SlaTier
 from tests.edge.test_envoy import edge, post, workers  # noqa: F401 - the fixtures
+
+pytestmark = pytest.mark.alone  # a flood (tests/parallel.py)
 
 SLOW = SlaTier(p99_ms=50.0, availability=0.995, timeout_ms=20_000.0)
 

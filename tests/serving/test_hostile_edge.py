@@ -40,7 +40,7 @@ from tests.serving.test_hostile_clients import (  # noqa: F401 - the tests (and 
     test_time_hour_and_the_types_of_numbers_are_the_contracts,
 )
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.alone]  # floods and starves the machine (tests/parallel.py)
 
 
 def behind_the_edge(home, serving_models, env: dict[str, str]):

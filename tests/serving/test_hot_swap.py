@@ -17,7 +17,7 @@ from keel.exposure_log import read_exposures
 from tests import REPO
 from tests.serving.conftest import MODEL, PATIENT, Runtime, start_serve, stop_serve
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.alone]  # its load judges the swaps (tests/parallel.py)
 
 RPS, SECONDS = 200, 60
 LOAD_REFUSALS = {"shed", "overloaded"}  # the gateway's admission refusing under load (docs/serving.md)

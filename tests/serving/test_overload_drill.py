@@ -26,6 +26,8 @@ from keel.deploy.routing import Route, Target
 from keel.home import KeelHome
 from tests.serving.conftest import MODEL, start_serve, stop_serve
 
+pytestmark = pytest.mark.alone  # it starves the machine and floods it (tests/parallel.py)
+
 BUSY = Evidence(shed=120, lower_share=0.1)
 # the gateway's and the edge's structured refusals under overload (a starved Triton may also be restarted:
 # runtime_unavailable; edge_timeout: no worker answered within twice the tier's deadline, Envoy answers for it)

@@ -15,7 +15,8 @@ from tests import REPO
 from tests.dagster_support import graphql, metadata
 from usecases.flights.features import FLIGHT_FEATURES
 
-pytestmark = pytest.mark.slow
+# the folder's platform is built in the first test's set-up, beside the other worker's tests (tests/parallel.py)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
 
 def test_asset_graph_and_checks(dagster_dev):
