@@ -1,0 +1,266 @@
+"""Quality before the labels: what a serving arm's answers are worth, estimated from its own scores (issue 62).
+
+A flight's label lands the next day, a booking's months later; a canary judged only on labels waits for them. The
+estimate judges sooner, from what each answer already says:
+
+- **binary** (confidence-based performance estimation, NannyML's CBPE): a calibrated probability q says the label is
+  1 with probability q. The served score s is first mapped through the calibration fitted on the model's reference
+  rows (``Calibration``: isotonic, pool-adjacent-violators). Over a window of answers, if the labels fall as the
+  q say, the expected log-loss of the served scores is the mean cross-entropy −[q log s + (1 − q) log(1 − s)], and
+  the expected AUC the chance that a positive outranks a negative, each row weighted by how likely it is to be each:
+  Σ_{i≠j} q_i (1 − q_j) [s_i > s_j] / Σ_{i≠j} q_i (1 − q_j) (ties count a half).
+- **regression** (direct loss estimation, NannyML's DLE): a model of each answer's absolute and squared error, fitted
+  on the reference rows from the features and the prediction (``ErrorModel``), predicts them for the new answers:
+  their mean is the expected MAE, the square root of the squared ones' mean the expected RMSE.
+
+Each ``Estimate`` carries a standard error — how far the realized value may fall from the expectation when the
+labels land: for log-loss the Bernoulli variance of each row's loss, for AUC Hanley & McNeil's, for a regression
+the reference rows' spread of the realized error around the predicted one. Rows are taken as independent given
+their scores; a day whose errors move together makes the error wider than this says.
+
+What it cannot see: a change in how the label follows the features that leaves the scores where they were (concept
+drift). The estimate is as good as the calibration — it judges a canary's step early, and keel's outcome gate still
+judges the promotion on realized labels. Pure numpy (LightGBM for the error model); the estimator is measured
+against the realized value once labels land (the loop's ``quality_estimates``).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import asdict, dataclass
+
+import numpy as np
+from scipy.stats import norm
+
+from keel.metrics import EPS, SUMMARY, summary
+
+MIN_ROWS = 30  # fewer answers estimate nothing
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """An expected metric over a window of answers, and the standard error of the realized value around it."""
+
+    metric: str  # "auc", "log_loss", "rmse" or "mae"
+    value: float
+    se: float
+    rows: int
+
+    def as_metadata(self) -> dict:
+        return asdict(self)
+
+
+# -- binary: the calibration and CBPE ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """A monotone map from a served score to the probability the label is 1, fitted on reference rows (isotonic
+    regression by pool-adjacent-violators; linear between the blocks' mean scores, flat beyond them)."""
+
+    knots: tuple[float, ...]  # each block's mean score, increasing
+    values: tuple[float, ...]  # each block's share of positives, non-decreasing
+
+    @classmethod
+    def fit(cls, scores: np.ndarray, labels: np.ndarray) -> Calibration:
+        s = np.asarray(scores, dtype=np.float64)
+        y = np.asarray(labels, dtype=np.float64)
+        if s.size < MIN_ROWS or s.shape != y.shape:
+            raise ValueError(f"a calibration needs at least {MIN_ROWS} scored and labelled rows, got {s.size}")
+        _, inverse = np.unique(s, return_inverse=True)
+        weight = np.bincount(inverse).astype(np.float64)
+        total = np.bincount(inverse, weights=y)
+        score_sum = np.bincount(inverse, weights=s)
+        # blocks as [sum of labels, rows, sum of scores]; merge a block into the one before while it is lower
+        blocks: list[list[float]] = []
+        for t, w, ss in zip(total, weight, score_sum, strict=True):
+            blocks.append([t, w, ss])
+            while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] >= blocks[-1][0] / blocks[-1][1]:
+                t2, w2, s2 = blocks.pop()
+                blocks[-1] = [blocks[-1][0] + t2, blocks[-1][1] + w2, blocks[-1][2] + s2]
+        return cls(tuple(b[2] / b[1] for b in blocks), tuple(b[0] / b[1] for b in blocks))
+
+    def __call__(self, scores: np.ndarray) -> np.ndarray:
+        q = np.interp(np.asarray(scores, dtype=np.float64), self.knots, self.values)
+        return np.clip(q, EPS, 1 - EPS)
+
+    def as_metadata(self) -> dict:
+        return {"knots": list(self.knots), "values": list(self.values)}
+
+
+def expected_auc(scores: np.ndarray, q: np.ndarray) -> tuple[float, float]:
+    """(expected AUC of ``scores`` when row i is positive with probability ``q[i]``, Hanley–McNeil standard error)."""
+    s = np.asarray(scores, dtype=np.float64)
+    q = np.asarray(q, dtype=np.float64)
+    groups, inverse = np.unique(s, return_inverse=True)  # equal scores tie: half a win
+    pos = np.bincount(inverse, weights=q, minlength=groups.size)
+    neg = np.bincount(inverse, weights=1 - q, minlength=groups.size)
+    neg_below = np.concatenate(([0.0], np.cumsum(neg)[:-1]))
+    self_pairs = float(np.sum(q * (1 - q)))
+    wins = float(np.sum(pos * neg_below) + 0.5 * (np.sum(pos * neg) - self_pairs))
+    pairs = float(pos.sum() * neg.sum() - self_pairs)
+    if pairs <= 0:
+        return float("nan"), float("nan")
+    a = wins / pairs
+    n1, n0 = max(float(pos.sum()), 1.0), max(float(neg.sum()), 1.0)
+    q1, q2 = a / (2 - a), 2 * a * a / (1 + a)
+    var = (a * (1 - a) + (n1 - 1) * (q1 - a * a) + (n0 - 1) * (q2 - a * a)) / (n1 * n0)
+    return a, math.sqrt(max(var, 0.0))
+
+
+def expected_log_loss(scores: np.ndarray, q: np.ndarray) -> tuple[float, float]:
+    """(expected mean log-loss of the served ``scores`` when row i is positive with probability ``q[i]``, its
+    standard error: each row's loss is −log s with probability q, −log(1 − s) otherwise)."""
+    s = np.clip(np.asarray(scores, dtype=np.float64), EPS, 1 - EPS)
+    q = np.asarray(q, dtype=np.float64)
+    loss = -(q * np.log(s) + (1 - q) * np.log(1 - s))
+    var = q * (1 - q) * np.log(s / (1 - s)) ** 2
+    return float(loss.mean()), float(math.sqrt(var.sum()) / s.size)
+
+
+def estimate_binary(scores: np.ndarray, calibration: Calibration) -> dict[str, Estimate]:
+    """The expected AUC and log-loss of a window of served binary scores (CBPE)."""
+    s = np.asarray(scores, dtype=np.float64)
+    if s.size < MIN_ROWS:
+        return {}
+    q = calibration(s)
+    auc, auc_se = expected_auc(s, q)
+    loss, loss_se = expected_log_loss(s, q)
+    return {"auc": Estimate("auc", auc, auc_se, s.size), "log_loss": Estimate("log_loss", loss, loss_se, s.size)}
+
+
+# -- regression: DLE --------------------------------------------------------------------------------------------------
+
+ERROR_MODEL_PARAMS = {
+    "objective": "regression",
+    "learning_rate": 0.05,
+    "num_leaves": 15,
+    "min_data_in_leaf": 50,
+    "verbose": -1,
+    "num_threads": 1,
+    "seed": 7,
+    "deterministic": True,
+}
+ERROR_MODEL_ROUNDS = 200
+
+
+@dataclass(frozen=True)
+class ErrorModel:
+    """Each answer's absolute and squared error predicted from its features and prediction (two LightGBM models
+    fitted on the reference rows, kept as text), and how far the realized errors fell from the predicted ones there
+    (the standard deviation per row, for the estimate's standard error)."""
+
+    absolute: str  # LightGBM model text
+    squared: str
+    absolute_sd: float
+    squared_sd: float
+
+    @classmethod
+    def fit(cls, features: np.ndarray, predictions: np.ndarray, labels: np.ndarray) -> ErrorModel:
+        import lightgbm as lgb
+
+        x = _design(features, predictions)
+        residual = np.asarray(labels, dtype=np.float64) - np.asarray(predictions, dtype=np.float64)
+        if x.shape[0] < MIN_ROWS:
+            raise ValueError(f"an error model needs at least {MIN_ROWS} labelled rows, got {x.shape[0]}")
+        texts, sds = [], []
+        for target in (np.abs(residual), residual**2):
+            booster = lgb.train(ERROR_MODEL_PARAMS, lgb.Dataset(x, target), num_boost_round=ERROR_MODEL_ROUNDS)
+            texts.append(booster.model_to_string())
+            sds.append(float(np.std(target - booster.predict(x))))
+        return cls(texts[0], texts[1], sds[0], sds[1])
+
+    def predict(self, features: np.ndarray, predictions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(predicted absolute error, predicted squared error) of each answer, neither below 0."""
+        x = _design(features, predictions)
+        absolute, squared = _booster(self.absolute).predict(x), _booster(self.squared).predict(x)
+        return np.maximum(absolute, 0.0), np.maximum(squared, 0.0)
+
+
+@functools.lru_cache(maxsize=16)
+def _booster(text: str):
+    """A LightGBM model from its text, parsed once per process (every tick estimates with the same few)."""
+    import lightgbm as lgb
+
+    return lgb.Booster(model_str=text)
+
+
+def _design(features: np.ndarray, predictions: np.ndarray) -> np.ndarray:
+    f = np.asarray(features, dtype=np.float64)
+    f = f.reshape(-1, 1) if f.ndim == 1 else f
+    return np.column_stack([f, np.asarray(predictions, dtype=np.float64)])
+
+
+def estimate_regression(features: np.ndarray, predictions: np.ndarray, model: ErrorModel) -> dict[str, Estimate]:
+    """The expected RMSE and MAE of a window of served regression answers (DLE)."""
+    n = np.asarray(predictions).size
+    if n < MIN_ROWS:
+        return {}
+    absolute, squared = model.predict(features, predictions)
+    mae, mse = float(absolute.mean()), float(squared.mean())
+    rmse = math.sqrt(mse)
+    rmse_se = model.squared_sd / math.sqrt(n) / (2 * rmse) if rmse > 0 else float("nan")
+    return {
+        "rmse": Estimate("rmse", rmse, rmse_se, n),
+        "mae": Estimate("mae", mae, model.absolute_sd / math.sqrt(n), n),
+    }
+
+
+# -- judging two arms on their estimates ------------------------------------------------------------------------------
+
+HIGHER_IS_BETTER = {"auc": True, "log_loss": False, "rmse": False, "mae": False}
+
+
+@dataclass(frozen=True)
+class EstimateVerdict:
+    """A challenger's arm against the champion's on their estimates: ``worse`` when the challenger is surely worse
+    by more than ``margin`` (one-sided p < alpha), ``not_worse`` when it is surely no worse than ``margin`` below;
+    neither while the estimates cannot tell."""
+
+    metric: str
+    challenger: float
+    champion: float
+    delta: float  # challenger − champion, in the direction "positive is worse"
+    se: float
+    p_worse: float  # one-sided: H0 the challenger is no worse than margin
+    p_not_worse: float  # one-sided: H0 the challenger is worse by margin or more
+    worse: bool
+    not_worse: bool
+
+    def as_metadata(self) -> dict:
+        return asdict(self)
+
+
+def compare(challenger: Estimate, champion: Estimate, margin: float, alpha: float = 0.01) -> EstimateVerdict:
+    """Judge ``challenger`` against ``champion`` (same metric) on their estimates; ``margin`` in the metric's units."""
+    if challenger.metric != champion.metric:
+        raise ValueError(f"cannot compare {challenger.metric} with {champion.metric}")
+    sign = -1.0 if HIGHER_IS_BETTER[challenger.metric] else 1.0
+    delta = sign * (challenger.value - champion.value)
+    se = math.hypot(challenger.se, champion.se)
+    if not (math.isfinite(delta) and math.isfinite(se)) or se <= 0:
+        return EstimateVerdict(challenger.metric, challenger.value, champion.value, delta, se, 1.0, 1.0, False, False)
+    p_worse = float(norm.sf((delta - margin) / se))
+    p_not_worse = float(norm.cdf((delta - margin) / se))
+    return EstimateVerdict(
+        challenger.metric,
+        challenger.value,
+        champion.value,
+        delta,
+        se,
+        p_worse,
+        p_not_worse,
+        p_worse < alpha,
+        p_not_worse < alpha,
+    )
+
+
+def primary_metric(task: str) -> str:
+    """The metric a canary's step is judged on before labels: the task's first summary metric."""
+    return SUMMARY[task][0]
+
+
+def realized(task: str, scores: np.ndarray, labels: np.ndarray) -> dict[str, float]:
+    """The realized values of the estimated metrics, for the record beside the estimate."""
+    return {k: v for k, v in summary(task, scores, labels).items() if v is not None}
