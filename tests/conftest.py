@@ -14,7 +14,7 @@ from keel.home import is_test_home, mark_test_home
 from tests import REPO
 from tests.control_plane import CONTROL_PLANES, TEST_KEY, fresh_location
 from tests.leftovers import kill_all, restore_default_signals, wait_for_leftovers
-from tests.parallel import add_option, give_the_worker_its_own_home, select_phase
+from tests.parallel import add_option, give_the_worker_its_own_home, make_scheduler, select_phase
 
 # Signals the session was started ignoring get their defaults back, so no process a test starts inherits them
 # (tests/leftovers.py); the session fails if any process of its homes is still alive at its end.
@@ -29,9 +29,12 @@ def pytest_configure(config):
     give_the_worker_its_own_home(config)
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(config, items):
     select_phase(config, items)
+
+
+def pytest_xdist_make_scheduler(config, log):
+    return make_scheduler(config, log)
 
 
 def pytest_sessionstart(session):

@@ -7,7 +7,7 @@ of it). So scripts/test runs it in two phases:
 - ``alone``: the tests marked ``alone`` (they flood or starve the machine on purpose, or judge what a tier gets
   under that load), one after another, with nothing beside them — their load generator is pinned to a core of its
   own, and a neighbour's work on the server's core would be measured as the server's;
-- ``shared``: everything else on two pytest-xdist workers (``-n 2 --dist loadgroup``). Tests that share a running
+- ``shared``: everything else on two pytest-xdist workers (``-n 2``, scheduled by ``GroupScheduling``). Tests that share a running
   platform stay on one worker, in their order: the session's live platform (the chaos drills, then the live year) and
   the webserver folder's platform are a group each, handed out first (they are the longest); every other module is a
   group of its own, so its module fixtures are built once.
@@ -23,6 +23,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from xdist.scheduler import LoadScopeScheduling
 
 from keel.home import mark_test_home
 from tests import REPO
@@ -73,8 +74,8 @@ def group_of(nodeid: str) -> str:
 
 
 def select_phase(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Keep the phase's tests (``--keel-phase``), deselect the others; on an xdist worker, put each test in its
-    group and the shared platforms' groups first."""
+    """Keep the phase's tests (``--keel-phase``), deselect the others; on an xdist worker, order the collection
+    with the shared platforms' groups first (``GroupScheduling`` hands the groups out in that order)."""
     phase = config.getoption("--keel-phase")
     if phase != "all":
         keep = [i for i in items if (i.get_closest_marker("alone") is not None) == (phase == "alone")]
@@ -84,7 +85,25 @@ def select_phase(config: pytest.Config, items: list[pytest.Item]) -> None:
             config.hook.pytest_deselected(items=dropped)
         items[:] = keep
     if worker_id(config) is not None:
-        for item in items:
-            item.add_marker(pytest.mark.xdist_group(group_of(item.nodeid)))
         shared = set(SHARED_PLATFORMS.values())
         items.sort(key=lambda i: group_of(i.nodeid) not in shared)  # stable: each group's order kept
+
+
+class GroupScheduling(LoadScopeScheduling):
+    """xdist's scope scheduling with ``group_of`` as the scope: a group's tests go to one worker, in their order,
+    and groups go out in the order of the (sorted) collection — shared platforms first.
+
+    Not ``--dist loadgroup``: xdist 3.8 marks a group by appending ``@group`` to ``item._nodeid``, which pytest 9 no
+    longer reads (a node's id is ``_id``), so every test silently became a group of its own and a module's ordered
+    tests ran on both workers."""
+
+    def _split_scope(self, nodeid: str) -> str:
+        return group_of(nodeid)
+
+
+def make_scheduler(config: pytest.Config, log) -> GroupScheduling | None:
+    """The controller's scheduler for the shared phase (``-n``); None leaves xdist's own."""
+    if config.getoption("--keel-phase") != "shared":
+        return None
+    config.option.loadscopereorder = False  # keep the collection's order of groups: the shared platforms first
+    return GroupScheduling(config, log)
