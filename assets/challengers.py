@@ -22,6 +22,7 @@ from assets.usecase import wiring
 from keel.faults import fault_metadata, gate_verdict
 from keel.home import KeelHome, asset_file
 from keel.loop.candidates import candidate_specs, choose_candidate
+from keel.loop.estimate import estimator_record
 from keel.loop.fit import FitError, candidate_training, fit_candidate, gate_rows, labelled_days, newest_rows
 from keel.loop.gate import DEFAULT_GATE
 from keel.loop.shadow import ShadowPolicy
@@ -107,6 +108,7 @@ def build_challenger_assets(uc: UseCase) -> list[dg.AssetsDefinition]:
         run_id = run_id_of(context)
         rows, coarse, fitted = [], None, {}
         newest = newest_rows(uc, features, config)  # early stopping's days: each candidate's interval is fitted there
+        newest_named = f"{config.gate_month} days 1–{config.gate_from_day - 1}"
         with registry.open() as reg:
             for spec in specs:
                 try:
@@ -119,8 +121,8 @@ def build_challenger_assets(uc: UseCase) -> list[dg.AssetsDefinition]:
                            "trigger": {"drift_window": config.drift_window, "drift_event": config.drift_event},
                            "gate_month": config.gate_month, "gate_from_day": config.gate_from_day,
                            "feature_code_version": feature_code_version(uc),
-                           **interval_record(text, newest, fs, uc.model.interval_coverage,
-                                             f"{config.gate_month} days 1–{config.gate_from_day - 1}")}  # fmt: skip
+                           **interval_record(text, newest, fs, uc.model.interval_coverage, newest_named),
+                           **estimator_record(text, newest, fs, newest_named)}  # fmt: skip
                 sha = reg.register(name, text, record).sha256
                 if coarse is None:  # one coarse model for the decision (the first candidate's), linked to each
                     coarse = fit_coarse(reg, name, uc.model.coarse, features, candidate_training(spec, config, first.params, uc),

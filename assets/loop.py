@@ -20,6 +20,7 @@ import polars as pl
 from assets.challengers import Refits, build_challenger_assets
 from assets.deployment import canary_decision
 from assets.drift import build_drift_assets
+from assets.estimates import estimate_check, estimate_check_spec, estimates_table
 from assets.features import build_feature_assets
 from assets.models import training_config
 from assets.usecase import wiring
@@ -27,6 +28,7 @@ from keel.exposure_log import scan_exposures
 from keel.factories.checks import partitioned_check
 from keel.home import asset_file
 from keel.intervals import COVERAGE_TOLERANCE, Interval, coverage_held
+from keel.loop.estimate import Estimator
 from keel.loop.report import Promotion, Release, expanding_window, month_report, naive_window
 from keel.loop.year import on_the_months, shorten, step_words, year_rows, year_so_far
 from keel.plots import lines_svg, svg_markdown
@@ -62,17 +64,20 @@ def build_loop_assets(uc: UseCase) -> list[dg.AssetsDefinition]:
         # Only its month's inputs: the releases come from the ledger and the loop's actions from the instance, so an
         # unpartitioned deployment or gate built later never marks a past month's report out of date (Unsynced).
         deps=[drift_report],
-        check_specs=[
-            partitioned_check(
-                COVERAGE_CHECK,
-                asset=report_key,
-                partitions_def=w.monthly,
-                description=f"the month's served intervals covered their labels within "
-                f"{COVERAGE_TOLERANCE:.0%} of the declared {uc.model.interval_coverage:.0%} (a WARN: drift breaks it)",
-            )
-        ]
-        if fs.label.task == "regression"
-        else [],
+        check_specs=[estimate_check_spec(report_key, w.monthly, fs.label.task)]
+        + (
+            [
+                partitioned_check(
+                    COVERAGE_CHECK,
+                    asset=report_key,
+                    partitions_def=w.monthly,
+                    description=f"the month's served intervals covered their labels within {COVERAGE_TOLERANCE:.0%} "
+                    f"of the declared {uc.model.interval_coverage:.0%} (a WARN: drift breaks it)",
+                )
+            ]
+            if fs.label.task == "regression"
+            else []
+        ),
         description=f"The year, measured: on the month's realized labels, the {' and '.join(metrics)} of what was "
         f"served (the model of the release live each day, from the ledger), of the static first model "
         f"({', '.join(first.train_months)}), of a naive "
@@ -105,10 +110,20 @@ def build_loop_assets(uc: UseCase) -> list[dg.AssetsDefinition]:
         if not releases:
             raise dg.Failure("the ledger has no release: nothing has served yet (deploy the first model)")
         home = keel_home.layout()
-        naive = Refits(uc, home, lambda m: naive_window(m, months=uc.months), first.params,
-                       "the year does not go back two months: the static model")  # fmt: skip
-        expanding = Refits(uc, home, lambda m: expanding_window(m, uc.months), first.params,
-                           "fewer than two months before it: the static model")  # fmt: skip
+        naive = Refits(
+            uc,
+            home,
+            lambda m: naive_window(m, months=uc.months),
+            first.params,
+            "the year does not go back two months: the static model",
+        )
+        expanding = Refits(
+            uc,
+            home,
+            lambda m: expanding_window(m, uc.months),
+            first.params,
+            "fewer than two months before it: the static model",
+        )
         with registry.open() as reg:
             static_text = reg.load(releases[0].model_sha)
 
@@ -116,15 +131,21 @@ def build_loop_assets(uc: UseCase) -> list[dg.AssetsDefinition]:
                 interval = Interval.from_metadata(reg.get(name, sha).metadata)
                 return interval.half_width if interval else None
 
-            report = month_report(month, features, releases, reg.load, static_text, naive, fs, expanding, half_width)
+            def estimator(sha: str) -> Estimator | None:
+                return Estimator.from_metadata(reg.get(name, sha).metadata)
+
+            report = month_report(
+                month, features, releases, reg.load, static_text, naive, fs, expanding, half_width, estimator
+            )
             versions = {sha: reg.version(name, sha) for sha in report.served_by}
+            estimates = [(versions[sha], e) for sha, e in report.estimates.items()]
             changes = [
                 Promotion(
                     e.live_from,
                     e.release_id,
                     reg.version(name, sha),
                     (reg.get(name, sha).metadata.get("trigger") or {}).get("drift_window"),
-                )  # fmt: skip
+                )
                 for e, sha in model_changes(entries)
             ]
         promotions = [p for p in changes if p.live_from.strftime("%Y-%m") == month]
@@ -133,8 +154,12 @@ def build_loop_assets(uc: UseCase) -> list[dg.AssetsDefinition]:
         with policies.open() as store:
             year_actions = _loop_actions(context.instance, month, challenger_key, name, store, after=last)
         actions = [a for a in year_actions if a["simulated"][:7] == month or (last and a["simulated"][:7] > month)]
-        rows = [("served", report.served), ("static", report.static), ("naive", report.naive),
-                ("expanding", report.expanding)]  # fmt: skip
+        rows = [
+            ("served", report.served),
+            ("static", report.static),
+            ("naive", report.naive),
+            ("expanding", report.expanding),
+        ]
         frame = pl.DataFrame(
             {"month": [month] * len(rows), "model": [r[0] for r in rows]}
             | {m: [r[1].metrics[m] for r in rows] for m in metrics},
@@ -177,12 +202,12 @@ def build_loop_assets(uc: UseCase) -> list[dg.AssetsDefinition]:
                         for p in promotions
                     ],
                     schema=PROMOTIONS_SCHEMA,
-                ),  # fmt: skip
+                ),
                 "promotion_delay_days": num(
                     max(p.delay_days for p in promotions if p.delay_days is not None)
                     if any(p.delay_days is not None for p in promotions)
                     else None
-                ),  # fmt: skip
+                ),
                 "scores": dg.MetadataValue.table(
                     records=[
                         dg.TableRecord({"model": n} | {m: _round(sc.metrics[m]) for m in metrics}) for n, sc in rows
@@ -193,6 +218,7 @@ def build_loop_assets(uc: UseCase) -> list[dg.AssetsDefinition]:
                     records=[dg.TableRecord(a) for a in actions], schema=ACTIONS_SCHEMA
                 ),
                 "action_count": len(actions),
+                "estimates": estimates_table(estimates),
                 **year,
                 **(
                     {
@@ -204,6 +230,7 @@ def build_loop_assets(uc: UseCase) -> list[dg.AssetsDefinition]:
                 ),
             },
         )
+        yield estimate_check(report_key, estimates)
         if fs.label.task == "regression":
             held, why = coverage_held(report.interval_coverage, uc.model.interval_coverage)
             yield dg.AssetCheckResult(
@@ -284,16 +311,30 @@ def what_answered(home, model: str, month: str) -> DayHealth:
     return combined(day_health(records), model, month)
 
 
-def year_at_a_glance(home, key: dg.AssetKey, months, month: str, frame: pl.DataFrame, head: str,
-                     changes: list[Promotion], actions: list[dict]) -> dict:  # fmt: skip
+def year_at_a_glance(
+    home,
+    key: dg.AssetKey,
+    months,
+    month: str,
+    frame: pl.DataFrame,
+    head: str,
+    changes: list[Promotion],
+    actions: list[dict],
+) -> dict:
     """The year so far (keel/loop/year.py): every built month's report up to ``month`` (this one's ``frame``) as a
     table and a chart of ``head``, with the model changes and the canaries' decisions on their months."""
-    earlier = [pl.read_parquet(p) for m in months if m < month and (p := asset_file(home.storage, list(key.path), m))
-               .exists()]  # fmt: skip
+    earlier = [
+        pl.read_parquet(p)
+        for m in months
+        if m < month and (p := asset_file(home.storage, list(key.path), m)).exists()
+    ]
     xs, series = year_so_far(pl.concat([*earlier, frame], how="vertical_relaxed"), head)
     marks = [(p.live_from.strftime("%Y-%m"), f"v{p.version} live {p.live_from:%m-%d}") for p in changes]
-    marks += [(a["simulated"][:7], f"{a['action']} {a['simulated'][5:10]}") for a in actions
-              if a["action"] in ("canary rollback", "canary promote")]  # fmt: skip
+    marks += [
+        (a["simulated"][:7], f"{a['action']} {a['simulated'][5:10]}")
+        for a in actions
+        if a["action"] in ("canary rollback", "canary promote")
+    ]
     marks = on_the_months(marks, xs)
     notes: dict[str, list[str]] = {}
     for x, text in marks:
@@ -310,8 +351,9 @@ def year_at_a_glance(home, key: dg.AssetKey, months, month: str, frame: pl.DataF
     }
 
 
-def _loop_actions(instance: dg.DagsterInstance, month: str, challenger: dg.AssetKey, model: str, store,
-                  after: bool = False) -> list[dict]:  # fmt: skip
+def _loop_actions(
+    instance: dg.DagsterInstance, month: str, challenger: dg.AssetKey, model: str, store, after: bool = False
+) -> list[dict]:
     """The loop's runs whose simulated time falls in ``month`` or before it (``after``: or after it): challengers trained (runs configuring
     the ``challenger`` asset's op), canary decisions deployed (of canaries of ``model``: ``<model>.<tag>-v<version>``),
     each with its reason (a canary's from the policy commit it carried out, in ``store``)."""
@@ -325,8 +367,9 @@ def _loop_actions(instance: dg.DagsterInstance, month: str, challenger: dg.Asset
             reason = run.tags.get("keel/reason", "")
         elif "keel/canary_action" in run.tags and run.tags.get("keel/canary", "").startswith(f"{model}."):
             action = f"canary {run.tags['keel/canary_action']}"
-            detail = f"{run.tags.get('keel/canary')}: " + step_words(run.tags["keel/canary_action"],
-                                                                     run.tags.get("keel/canary_percent"))  # fmt: skip
+            detail = f"{run.tags.get('keel/canary')}: " + step_words(
+                run.tags["keel/canary_action"], run.tags.get("keel/canary_percent")
+            )
             reason = commit_reasons(store, run.tags.get("keel/policy_version"))
         else:
             continue

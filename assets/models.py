@@ -26,6 +26,7 @@ from assets.features import feature_code_version
 from assets.usecase import wiring
 from keel.contracts.spec import load_contract
 from keel.factories.markdown import frame_to_markdown
+from keel.loop.estimate import estimator_record
 from keel.registry import QUALITY_GATE_KEY
 from keel.release import infra_snapshot, release_manifest
 from keel.training.coarse import coarse_metadata, fit_coarse
@@ -150,7 +151,10 @@ def build_model_assets(
                         fs,
                         uc.model.interval_coverage,
                         valid_rows_named(config),
-                    ),  # fmt: skip
+                    ),
+                    **estimator_record(
+                        model.text, training_rows(features, config, fs)[1], fs, valid_rows_named(config)
+                    ),
                 },
             )
             coarse = fit_coarse(reg, model_name, uc.model.coarse, features, config, fs, model.sha256,

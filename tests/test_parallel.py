@@ -52,8 +52,12 @@ def test_a_modules_tests_run_on_one_worker_in_their_order_and_the_shared_platfor
     env.pop("PYTEST_XDIST_WORKER", None)
     out = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "--keel-phase=shared", "tests"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     ran = [line.split() for line in record.read_text().splitlines()]
     assert len(ran) == 20

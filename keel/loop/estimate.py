@@ -5,7 +5,7 @@ estimate judges sooner, from what each answer already says:
 
 - **binary** (confidence-based performance estimation, NannyML's CBPE): a calibrated probability q says the label is
   1 with probability q. The served score s is first mapped through the calibration fitted on the model's reference
-  rows (``Calibration``: isotonic, pool-adjacent-violators). Over a window of answers, if the labels fall as the
+  rows (``Calibration``: Platt scaling on the log-odds). Over a window of answers, if the labels fall as the
   q say, the expected log-loss of the served scores is the mean cross-entropy −[q log s + (1 − q) log(1 − s)], and
   the expected AUC the chance that a positive outranks a negative, each row weighted by how likely it is to be each:
   Σ_{i≠j} q_i (1 − q_j) [s_i > s_j] / Σ_{i≠j} q_i (1 − q_j) (ties count a half).
@@ -31,9 +31,12 @@ import math
 from dataclasses import asdict, dataclass
 
 import numpy as np
+import polars as pl
 from scipy.stats import norm
 
+from keel.features.spec import FeatureSet
 from keel.metrics import EPS, SUMMARY, summary
+from keel.training.model import calibration_named, feature_matrix, predict, split_validation
 
 MIN_ROWS = 30  # fewer answers estimate nothing
 
@@ -56,37 +59,43 @@ class Estimate:
 
 @dataclass(frozen=True)
 class Calibration:
-    """A monotone map from a served score to the probability the label is 1, fitted on reference rows (isotonic
-    regression by pool-adjacent-violators; linear between the blocks' mean scores, flat beyond them)."""
+    """The probability the label is 1 given a served score: Platt scaling on the score's log-odds,
+    q = sigmoid(slope · logit(s) + intercept), fitted by maximum likelihood on reference rows. Two numbers: it cannot
+    learn the reference rows' labels by heart (an isotonic map fitted on the rows it then judges spreads its
+    probabilities and overstates the AUC it expects), and a LightGBM model's miscalibration is mostly a log-odds
+    scale and shift."""
 
-    knots: tuple[float, ...]  # each block's mean score, increasing
-    values: tuple[float, ...]  # each block's share of positives, non-decreasing
+    slope: float
+    intercept: float
 
     @classmethod
-    def fit(cls, scores: np.ndarray, labels: np.ndarray) -> Calibration:
+    def fit(cls, scores: np.ndarray, labels: np.ndarray, iterations: int = 50) -> Calibration:
         s = np.asarray(scores, dtype=np.float64)
         y = np.asarray(labels, dtype=np.float64)
         if s.size < MIN_ROWS or s.shape != y.shape:
             raise ValueError(f"a calibration needs at least {MIN_ROWS} scored and labelled rows, got {s.size}")
-        _, inverse = np.unique(s, return_inverse=True)
-        weight = np.bincount(inverse).astype(np.float64)
-        total = np.bincount(inverse, weights=y)
-        score_sum = np.bincount(inverse, weights=s)
-        # blocks as [sum of labels, rows, sum of scores]; merge a block into the one before while it is lower
-        blocks: list[list[float]] = []
-        for t, w, ss in zip(total, weight, score_sum, strict=True):
-            blocks.append([t, w, ss])
-            while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] >= blocks[-1][0] / blocks[-1][1]:
-                t2, w2, s2 = blocks.pop()
-                blocks[-1] = [blocks[-1][0] + t2, blocks[-1][1] + w2, blocks[-1][2] + s2]
-        return cls(tuple(b[2] / b[1] for b in blocks), tuple(b[0] / b[1] for b in blocks))
+        x = np.column_stack([_logit(s), np.ones_like(s)])
+        w = np.array([1.0, 0.0])
+        for _ in range(iterations):  # Newton's method on the log-likelihood (a tiny ridge keeps it defined)
+            q = 1 / (1 + np.exp(-(x @ w)))
+            hessian = (x * (q * (1 - q))[:, None]).T @ x + 1e-9 * np.eye(2)
+            step = np.linalg.solve(hessian, x.T @ (y - q))
+            w = w + step
+            if np.max(np.abs(step)) < 1e-10:
+                break
+        return cls(float(w[0]), float(w[1]))
 
     def __call__(self, scores: np.ndarray) -> np.ndarray:
-        q = np.interp(np.asarray(scores, dtype=np.float64), self.knots, self.values)
-        return np.clip(q, EPS, 1 - EPS)
+        z = self.slope * _logit(np.asarray(scores, dtype=np.float64)) + self.intercept
+        return np.clip(1 / (1 + np.exp(-z)), EPS, 1 - EPS)
 
     def as_metadata(self) -> dict:
-        return {"knots": list(self.knots), "values": list(self.values)}
+        return {"slope": self.slope, "intercept": self.intercept}
+
+
+def _logit(s: np.ndarray) -> np.ndarray:
+    p = np.clip(s, 1e-9, 1 - 1e-9)
+    return np.log(p / (1 - p))
 
 
 def expected_auc(scores: np.ndarray, q: np.ndarray) -> tuple[float, float]:
@@ -134,15 +143,15 @@ def estimate_binary(scores: np.ndarray, calibration: Calibration) -> dict[str, E
 
 ERROR_MODEL_PARAMS = {
     "objective": "regression",
-    "learning_rate": 0.05,
-    "num_leaves": 15,
+    "learning_rate": 0.1,
+    "num_leaves": 7,
     "min_data_in_leaf": 50,
     "verbose": -1,
     "num_threads": 1,
     "seed": 7,
     "deterministic": True,
 }
-ERROR_MODEL_ROUNDS = 200
+ERROR_MODEL_ROUNDS = 100  # small trees, few: a record keeps them as text
 
 
 @dataclass(frozen=True)
@@ -205,6 +214,89 @@ def estimate_regression(features: np.ndarray, predictions: np.ndarray, model: Er
         "rmse": Estimate("rmse", rmse, rmse_se, n),
         "mae": Estimate("mae", mae, model.absolute_sd / math.sqrt(n), n),
     }
+
+
+# -- a model's estimator, as its registry record keeps it ------------------------------------------------------------
+
+ESTIMATOR_KEY = "estimator"  # where a registry record keeps its estimator
+# How far an estimate may miss the realized value before the month's report says the estimator missed (concept drift:
+# the labels moved where the scores did not): AUC by 0.01, RMSE by 10 %.
+TOLERANCE = {"auc": 0.01, "rmse": 0.10}
+
+
+@dataclass(frozen=True)
+class Estimator:
+    """What estimates one model's quality from its answers: a binary model's calibration, a regression model's error
+    model — fitted on reference rows when it was trained (``fitted_on`` says which) and kept in its registry record."""
+
+    task: str
+    fitted_on: str
+    rows: int
+    calibration: Calibration | None = None
+    error_model: ErrorModel | None = None
+
+    @classmethod
+    def fit(cls, task: str, scores, labels, features=None, fitted_on: str = "") -> Estimator:
+        if task == "binary":
+            return cls(task, fitted_on, len(scores), calibration=Calibration.fit(scores, labels))
+        if features is None:
+            raise ValueError("a regression's estimator needs the reference rows' features")
+        return cls(task, fitted_on, len(scores), error_model=ErrorModel.fit(features, scores, labels))
+
+    def estimate(self, scores, features=None) -> dict[str, Estimate]:
+        if self.calibration is not None:
+            return estimate_binary(scores, self.calibration)
+        if self.error_model is None or features is None:
+            return {}
+        return estimate_regression(features, scores, self.error_model)
+
+    def as_metadata(self) -> dict:
+        return {
+            "task": self.task,
+            "fitted_on": self.fitted_on,
+            "rows": self.rows,
+            "calibration": self.calibration.as_metadata() if self.calibration else None,
+            "error_model": asdict(self.error_model) if self.error_model else None,
+        }
+
+    @classmethod
+    def from_metadata(cls, metadata: dict) -> Estimator | None:
+        """The estimator a registry record keeps (None: the model was trained before records kept one)."""
+        d = metadata.get(ESTIMATOR_KEY)
+        if not d:
+            return None
+        cal = d.get("calibration")
+        err = d.get("error_model")
+        return cls(
+            d["task"],
+            d.get("fitted_on", ""),
+            int(d.get("rows", 0)),
+            Calibration(cal["slope"], cal["intercept"]) if cal else None,
+            ErrorModel(**err) if err else None,
+        )
+
+
+def estimator_record(text: str, valid: pl.DataFrame, fs: FeatureSet, on: str) -> dict:
+    """What every model's registry record adds: the estimator of its quality before the labels,
+    fitted on its validation rows ``valid`` (``on`` says which, in words) — a regression's error model on the half
+    early stopping did not see (as its interval), a binary model's calibration on all of them (early stopping chose
+    the number of trees there, not the scores' meaning). Too few labelled rows: nothing."""
+    rows = split_validation(valid, fs)[1] if fs.label.task == "regression" else valid
+    scores, labels = predict(text, rows, fs)
+    if labels.size < MIN_ROWS:
+        return {}
+    named = calibration_named(on) if fs.label.task == "regression" else on
+    estimator = Estimator.fit(fs.label.task, scores, labels, feature_matrix(rows, fs), fitted_on=named)
+    return {ESTIMATOR_KEY: estimator.as_metadata()}
+
+
+def estimation_error(metric: str, estimated: float, realized: float) -> tuple[float, bool]:
+    """(the estimate's error — absolute for AUC, relative for RMSE/MAE —, whether it is within ``TOLERANCE``)."""
+    if metric == "auc":
+        err = estimated - realized
+        return err, abs(err) <= TOLERANCE["auc"]
+    err = estimated / realized - 1 if realized else float("inf")
+    return err, abs(err) <= TOLERANCE["rmse"]
 
 
 # -- judging two arms on their estimates ------------------------------------------------------------------------------

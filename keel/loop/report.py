@@ -34,8 +34,9 @@ import numpy as np
 import polars as pl
 
 from keel.features.spec import FeatureSet
+from keel.loop.estimate import Estimator, estimation_error
 from keel.metrics import SUMMARY, auc, summary
-from keel.training.model import predict
+from keel.training.model import feature_matrix, predict
 
 NOON = time(12, 0, tzinfo=UTC)
 
@@ -76,6 +77,35 @@ class MonthReport:
     # A regression's served answers: the share whose label fell inside the prediction interval the serving version
     # carried (keel/intervals.py); None for a binary model or when no served version has an interval.
     interval_coverage: float | None = None
+    # Each served version's quality as its estimator said it from the scores alone (keel/loop/estimate.py) beside the
+    # realized value on the same rows: model sha → ``EstimateRecord``; versions with no estimator are left out.
+    estimates: dict[str, EstimateRecord] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class EstimateRecord:
+    metric: str  # the task's headline: AUC, RMSE
+    estimated: float
+    se: float
+    realized: float
+    error: float  # estimated − realized for AUC, estimated / realized − 1 for RMSE
+    held: bool  # within keel.loop.estimate.TOLERANCE
+    rows: int
+
+
+def estimate_record(estimator: Estimator, task: str, parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]]):
+    """The estimate from the scores (and features) of one version's rows, beside the realized value; None when
+    there are too few rows to estimate."""
+    s = np.concatenate([p[0] for p in parts])
+    y = np.concatenate([p[1] for p in parts])
+    x = np.concatenate([p[2] for p in parts])
+    metric = SUMMARY[task][0]
+    estimate = estimator.estimate(s, x).get(metric)
+    realized = summary(task, s, y).get(metric)
+    if estimate is None or realized is None or not np.isfinite(realized):
+        return None
+    error, held = estimation_error(metric, estimate.value, realized)
+    return EstimateRecord(metric, estimate.value, estimate.se, float(realized), error, held, int(y.size))
 
 
 def champion_at(releases: list[Release], when: datetime) -> Release | None:
@@ -141,14 +171,17 @@ def month_report(
     fs: FeatureSet,
     expanding: Baseline | None = None,
     half_width: Callable[[str], float | None] = lambda sha: None,
+    estimator: Callable[[str], Estimator | None] = lambda sha: None,
 ) -> MonthReport:
     """The models on the same rows — those a release served — in the same serving periods, by the metrics of the
     task of ``fs``'s label; the baselines refitted at the start of each row's scoring month (module docstring).
     ``half_width``: a version's prediction-interval half-width by sha256 (None: it has none), for the realized
-    coverage of what was served."""
+    coverage of what was served; ``estimator``: a version's quality estimator by sha256 (None: it has none), for the
+    estimate of what was served beside its realized value."""
     task = fs.label.task
     parts = segments(frame, releases, fs)
     served, static, naive_parts, reference_parts, counts, covered = [], [], [], [], {}, []
+    estimated: dict[str, list] = {}
     for sha, part in parts:
         served.append(predict(load(sha), part, fs))
         static.append(predict(static_text, part, fs))
@@ -160,12 +193,15 @@ def month_report(
         if (q := half_width(sha)) is not None and served[-1][1].size:
             scores, labels = served[-1]
             covered.append((int(np.sum(np.abs(labels - scores) <= q)), int(labels.size)))
+        if estimator(sha) is not None:
+            estimated.setdefault(sha, []).append((*served[-1], feature_matrix(part, fs)))
     rows = sum(int(y.size) for _, y in served)
     naive_score = segment_score(naive_parts, task) if naive else Score.empty(task)
     reference = segment_score(reference_parts, task) if expanding else Score.empty(task)
     coverage = sum(c for c, _ in covered) / sum(n for _, n in covered) if covered else None
+    estimates = {sha: estimate_record(estimator(sha), task, p) for sha, p in estimated.items()}
     return MonthReport(month, rows, segment_score(served, task), segment_score(static, task), naive_score, counts,
-                       reference, coverage)  # fmt: skip
+                       reference, coverage, {sha: e for sha, e in estimates.items() if e is not None})  # fmt: skip
 
 
 def expanding_window(month: str, months: tuple[str, ...]) -> tuple[tuple[str, ...], str] | None:

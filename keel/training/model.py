@@ -177,6 +177,11 @@ def predict(model_text: str, frame: pl.DataFrame, fs: FeatureSet) -> tuple[np.nd
     return booster.predict(x), y
 
 
+def feature_matrix(frame: pl.DataFrame, fs: FeatureSet) -> np.ndarray:
+    """The features of the labelled rows of ``frame``, in id order (``predict``'s rows)."""
+    return _xy(frame, fs)[0]
+
+
 def log_loss(scores: np.ndarray, labels: np.ndarray, eps: float = 1e-15) -> float:
     p = np.clip(scores, eps, 1 - eps)
     return float(-np.mean(labels * np.log(p) + (1 - labels) * np.log(1 - p)))

@@ -35,13 +35,13 @@ def world(n: int, spread: float, slope: float = 2.0, seed: int = 1):
     return x, sigmoid(2 * x), y
 
 
-def test_the_calibration_is_monotone_and_recovers_the_probability_a_miscalibrated_score_means():
+def test_the_calibration_recovers_the_probability_a_miscalibrated_score_means():
     x, _, y = world(50_000, 1.0)
     overconfident = sigmoid(4 * x)  # ranks right, says 0.98 where the truth is 0.88
     cal = Calibration.fit(overconfident, y)
-    assert all(b >= a for a, b in zip(cal.values, cal.values[1:], strict=False))
+    assert cal.slope == pytest.approx(0.5, abs=0.03) and cal.intercept == pytest.approx(0.0, abs=0.03)
     probe = sigmoid(4 * np.array([-1.0, 0.0, 0.5, 1.0]))
-    np.testing.assert_allclose(cal(probe), sigmoid(2 * np.array([-1.0, 0.0, 0.5, 1.0])), atol=0.03)
+    np.testing.assert_allclose(cal(probe), sigmoid(2 * np.array([-1.0, 0.0, 0.5, 1.0])), atol=0.01)
     with pytest.raises(ValueError, match="at least 30"):
         Calibration.fit(np.array([0.1, 0.2]), np.array([0.0, 1.0]))
 
@@ -128,4 +128,4 @@ def test_an_arm_the_estimates_cannot_tell_apart_is_neither_worse_nor_surely_not_
     assert compare(Estimate("auc", 0.72, 0.002, 9000), Estimate("auc", 0.71, 0.002, 9000), 0.0).not_worse
     with pytest.raises(ValueError, match="cannot compare"):
         compare(a, Estimate("log_loss", 0.5, 0.01, 500), 0.0)
-    assert estimate_binary(np.array([0.2] * 10), Calibration((0.0, 1.0), (0.0, 1.0))) == {}
+    assert estimate_binary(np.array([0.2] * 10), Calibration(1.0, 0.0)) == {}

@@ -88,8 +88,10 @@ def test_the_report_is_what_the_ledger_and_the_labels_say(home):
         context = dg.build_asset_context(
             partition_key="2013-05", resources=keel_resources(home.root), instance=instance
         )
-        [out] = loop_report(context, features=may)  # flights' (binary): its Output alone, no coverage check
+        out, estimate = loop_report(context, features=may)  # flights' (binary): no coverage check
     meta = {k: v.value for k, v in out.metadata.items()}
+    # these versions were registered with no estimator: nothing to measure it by, said so
+    assert estimate.check_name == "estimate_held" and estimate.passed and "no served version" in estimate.description
 
     # which release served each day, by the ledger's own query (noon UTC of the flight's day); the serving periods
     ledger, registry = Ledger(home.ledger), ModelRegistry(home.registry)
@@ -185,3 +187,42 @@ def test_each_row_is_scored_by_the_baseline_of_the_month_it_was_scored_as_of(fea
     y = np.concatenate([in_april["label_late15"].to_numpy(), in_may["label_late15"].to_numpy()])
     assert report.naive.log_loss == pytest.approx(log_loss_of(s, y), abs=1e-6)
     assert report.naive.log_loss != pytest.approx(report.static.log_loss, abs=1e-4)  # April's model did score April
+
+
+@pytest.mark.parametrize("concept_shift", [False, True])
+def test_the_estimate_of_what_served_stands_beside_its_realized_value_and_a_miss_is_a_warning(
+    home, feature_months, concept_shift
+):
+    """v1 registered with its estimator (its calibration, fitted on its validation month): May's report shows what
+    the estimate said from the scores alone beside the realized AUC on the same flights, within 0.01 on real May.
+    With May's labels shuffled among its flights (the labels no longer follow the features: a concept shift the
+    scores cannot show) the estimate misses, and the WARN check says so."""
+    from keel.loop.estimate import estimator_record
+
+    with ModelRegistry(home.registry) as reg:
+        static_sha = Ledger(home.ledger).log()[0].manifest["model"]["parts"]["sha256"]
+        february = month_of(feature_months, "2013-02", FLIGHT_FEATURES)
+        reg.register("flight-delay", reg.load(static_sha), estimator_record(reg.load(static_sha), february,
+                                                                            FLIGHT_FEATURES, "2013-02"))  # fmt: skip
+    may = labelled(pl.read_parquet(home.asset_file("flights/flight_features", "2013-05")))
+    if concept_shift:
+        may = may.with_columns(pl.col("label_late15").shuffle(seed=62))
+    with dg.instance_for_test() as instance:
+        context = dg.build_asset_context(
+            partition_key="2013-05", resources=keel_resources(home.root), instance=instance
+        )
+        out, check = loop_report(context, features=may)
+    [row] = [r.data for r in out.metadata["estimates"].value.records]  # v2 has no estimator: left out
+    first_half = may.filter(pl.col("sched_date").dt.day() < 15)
+    realized = auc_of(scores(model_text_of(home, static_sha), first_half), first_half["label_late15"].to_numpy())
+    assert row["version"] == 1 and row["metric"] == "auc" and row["rows"] == first_half.height
+    assert row["realized"] == pytest.approx(realized, abs=1e-4)
+    if concept_shift:
+        assert row["estimated"] - row["realized"] > 0.1 and not row["held"]
+        assert not check.passed and check.severity == dg.AssetCheckSeverity.WARN and "v1: auc" in check.description
+    else:
+        assert abs(row["estimated"] - row["realized"]) <= 0.01 and row["held"] and check.passed
+
+
+def model_text_of(home, sha: str) -> str:
+    return ModelRegistry(home.registry).load(sha)

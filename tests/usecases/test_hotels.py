@@ -190,6 +190,14 @@ def test_november_drifts_from_the_summer_it_was_trained_on_and_the_loop_reports_
     assert f"{realized:.1%} of the month's labels fell inside" in check.description
     # the served and static rows are the one release's model on the judged bookings: RMSE and MAE recomputed here
     errors = labels - scores
+    # what the estimator (the error model in the record, fitted on October's unseen half) said of November from the
+    # answers and their features alone, beside the realized RMSE on the same bookings (issue 62)
+    [row] = [r.data for r in loop["estimates"].value.records]
+    assert row["metric"] == "rmse" and row["rows"] == labels.size
+    assert row["realized"] == pytest.approx(float(np.sqrt(np.mean(errors**2))), abs=1e-3)
+    assert record.metadata["estimator"]["fitted_on"].startswith("2016-10, odd rows")
+    [estimated] = [c for c in looped.get_asset_check_evaluations() if c.check_name == "estimate_held"]
+    assert estimated.passed == row["held"] == (abs(row["estimated"] / row["realized"] - 1) <= 0.10)
     for who in ("served", "static"):
         assert loop[f"{who}_rmse"].value == pytest.approx(float(np.sqrt(np.mean(errors**2))), abs=1e-3), who
         assert loop[f"{who}_mae"].value == pytest.approx(float(np.mean(np.abs(errors))), abs=1e-3), who
