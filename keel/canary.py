@@ -14,7 +14,8 @@ The three checks, each on the exposures of the current step only:
   objective's 1 % (× ``latency_ratio``) with confidence, and above ``latency_ratio`` (1.2) × the champion's share in
   the same window with confidence (``latency_rate_breach``: exact binomial tests, as the error check): when both arms
   miss the target together, the machine is slow, not the challenger (a busy host would otherwise roll back every
-  canary). Evidence with p99s only (no per-request latencies) compares the p99s under the same two conditions;
+  canary); at the last step, where the champion answers nothing, its answers in the window before the step stand
+  in. Evidence with p99s only (no per-request latencies) compares the p99s under the same two conditions;
 - **quality** — on requests whose outcome is in, the challenger's loss (log-loss for a binary label) above the champion's by more than
   ``max_log_loss_increase`` with confidence: a one-sided Welch z-test of the mean per-request log-loss difference
   (H0: Δ ≤ max_log_loss_increase), p < ``alpha`` — a few unlucky labels do not roll a good model back.
@@ -53,11 +54,15 @@ from keel.loop.shadow import ShadowVerdict, worse_pvalue
 OBJECTIVE_SLOW_SHARE = 0.01  # a p99 target: at most 1 % of the answers slower than it
 
 
-def latency_rate_breach(plan: CanaryPlan, challenger: ArmStats, champion: ArmStats, evidence: dict) -> list[str]:
+def latency_rate_breach(
+    plan: CanaryPlan, challenger: ArmStats, champion: ArmStats, evidence: dict, reference: str = "the champion's"
+) -> list[str]:
     """Slower than the SLA target, as a rate (exact tests, as the error check): the challenger breaches only when
     its share of answers slower than the target is above the objective's 1 % with confidence *and* above
     ``latency_ratio`` × the champion's share in the same window with confidence (when the champion answered) — a
-    busy host slows both arms alike, and a p99 of a few dozen requests is their slowest one, not a rate."""
+    busy host slows both arms alike, and a p99 of a few dozen requests is their slowest one, not a rate. A step
+    where the champion has no answers (the last, at 100 %) passes ``champion`` as its answers in the window before
+    the step (``reference`` says so): the same host's recent latency, not the objective alone."""
     c_slow, c_n, h_slow, h_n = challenger.slow or 0, challenger.answered, champion.slow or 0, champion.answered
     if c_n < plan.min_samples:
         return []
@@ -70,11 +75,11 @@ def latency_rate_breach(plan: CanaryPlan, challenger: ArmStats, champion: ArmSta
     if p_objective >= plan.alpha or p_champion >= plan.alpha:
         if p_objective < plan.alpha:
             evidence["latency_note"] = (
-                f"both arms slower than the SLA target {plan.p99_target_ms} ms ({c_slow}/{c_n} vs {h_slow}/{h_n}): "
-                "the host, not the challenger"
+                f"the challenger and {reference} answers slower than the SLA target {plan.p99_target_ms} ms "
+                f"({c_slow}/{c_n} vs {h_slow}/{h_n}): the host, not the challenger"
             )
         return []
-    versus = f" and above {plan.latency_ratio}× the champion's {h_slow}/{h_n} (p = {p_champion:.3g})" if h_n else ""
+    versus = f" and above {plan.latency_ratio}× {reference} {h_slow}/{h_n} (p = {p_champion:.3g})" if h_n else ""
     return [
         f"{c_slow}/{c_n} answers slower than the SLA target {plan.p99_target_ms} ms: above the objective's "
         f"{plan.latency_ratio * OBJECTIVE_SLOW_SHARE:.1%} with p = {p_objective:.3g} < α = {plan.alpha}{versus}"
@@ -182,14 +187,22 @@ def paired_quality(plan: CanaryPlan, paired: ShadowVerdict | None, evidence: dic
 
 
 def decide(
-    plan: CanaryPlan, state: CanaryState, challenger: ArmStats | None, champion: ArmStats | None, now: float,
-    shadow: ShadowVerdict | None = None, paired: ShadowVerdict | None = None, first_answer: float | None = None,
-) -> Decision:  # fmt: skip
+    plan: CanaryPlan,
+    state: CanaryState,
+    challenger: ArmStats | None,
+    champion: ArmStats | None,
+    now: float,
+    shadow: ShadowVerdict | None = None,
+    paired: ShadowVerdict | None = None,
+    first_answer: float | None = None,
+    champion_before: ArmStats | None = None,
+) -> Decision:
     """The decision for one tick. In the shadow step (``plan.in_shadow``) ``shadow`` — the paired verdict on the
     requests both scored — decides (``decide_shadow``); every other step is judged on its arms' exposures, and its
     quality — for a ``paired`` plan — on ``paired``, the champion's answers the challenger scored in shadow.
     ``first_answer``: when the challenger first answered or scored in shadow in this rollout (from the exposure log;
-    ``state.armed_at`` once recorded): the rollout's clocks start there."""
+    ``state.armed_at`` once recorded): the rollout's clocks start there. ``champion_before``: the champion's answers in
+    the window before this step — the latency reference of a step where the champion answers nothing."""
     pct = state.percent(plan)
     if state.status in FINISHED:
         return Decision("none", state, pct, (f"rollout already {state.status}",))
@@ -232,7 +245,11 @@ def decide(
                 )
             # latency against the SLA tier
             if plan.p99_target_ms is not None and challenger.slow is not None and challenger.answered:
-                breaches += latency_rate_breach(plan, challenger, champion, evidence)
+                reference, whose = champion, "the champion's"
+                if not champion.answered and champion_before is not None and champion_before.answered:
+                    reference, whose = champion_before, "the champion's before this step"
+                    evidence["champion_before"] = asdict(champion_before)
+                breaches += latency_rate_breach(plan, challenger, reference, evidence, whose)
             elif plan.p99_target_ms is not None:  # only p99s known (no per-request latencies): compare those
                 if _finite(challenger.p99_ms):
                     slow = challenger.requests >= plan.min_samples and challenger.p99_ms > plan.p99_target_ms

@@ -134,26 +134,35 @@ def evidence_for(
     storage_dir: Path | None = None,
     problems: list[str] | None = None,
     slow_over_ms: float | None = None,
-) -> tuple[ArmStats | None, ArmStats | None]:
+    before_s: float = 0.0,
+) -> tuple[ArmStats | None, ArmStats | None, ArmStats | None]:
+    """The step's two arms (challenger, champion) from the exposure log and the realized labels, and — with
+    ``before_s`` — the champion's answers in the ``before_s`` seconds before the step: the same host's recent latency,
+    for a step where the champion answers nothing. None for what could not be read."""
+    start = state.step_started_at - before_s
     try:
-        frame, scan = read_exposure_scan(exposures_dir, since=state.step_started_at)
+        frame, scan = read_exposure_scan(exposures_dir, since=start)
         # the runtime's log holds every model's requests: the canary's evidence is its model's
-        frame = frame.filter((pl.col("ts") >= state.step_started_at) & (pl.col("model") == body["model"]))
+        frame = frame.filter((pl.col("ts") >= start) & (pl.col("model") == body["model"]))
         if scan.skipped and problems is not None:
             problems.append(f"exposure log: {scan.skipped} lines were not whole records, e.g. {scan.examples[0]}")
         uc = by_model(body["model"])
         labels = realized_labels(uc.features, frame["entity_key"], storage_dir and Path(storage_dir) / uc.name)
     except UNREADABLE as exc:
         unreadable("the exposure log or the realized labels", exc, problems)
-        return None, None
-    since = state.step_started_at
+        return None, None, None
+    since, champion = state.step_started_at, body["champion_version"]
+    before = (
+        arm_stats(frame, champion, since=start, until=since, task=uc.task, slow_over_ms=slow_over_ms)
+        if before_s > 0
+        else None
+    )
     return (
         arm_stats(
             frame, body["challenger_version"], since=since, labels=labels, task=uc.task, slow_over_ms=slow_over_ms
         ),
-        arm_stats(
-            frame, body["champion_version"], since=since, labels=labels, task=uc.task, slow_over_ms=slow_over_ms
-        ),
+        arm_stats(frame, champion, since=since, labels=labels, task=uc.task, slow_over_ms=slow_over_ms),
+        before,
     )
 
 
@@ -210,13 +219,18 @@ def _tick_one(policies, registry, current, name, body, exposures_dir, now, stora
             shadow = shadow_evidence(body, plan, state, exposures_dir, storage_dir, problems=unread)
             d = decide(plan, state, None, None, now, shadow, first_answer=first)
         else:
-            challenger, champion = evidence_for(body, state, exposures_dir, storage_dir, unread, plan.p99_target_ms)
+            last = state.step + 1 >= len(plan.steps)  # the champion answers nothing: its answers before the step
+            challenger, champion, before = evidence_for(
+                body, state, exposures_dir, storage_dir, unread, plan.p99_target_ms, plan.interval_s if last else 0.0
+            )
             paired = (
                 shadow_evidence(body, plan, state, exposures_dir, storage_dir, 3600.0, problems=unread)
                 if plan.paired
                 else None
             )
-            d = decide(plan, state, challenger, champion, now, paired=paired, first_answer=first)
+            d = decide(
+                plan, state, challenger, champion, now, paired=paired, first_answer=first, champion_before=before
+            )
         if unread:
             d = replace(d, reasons=(*d.reasons, *unread))
             if problems is not None:
