@@ -49,6 +49,7 @@ from keel.canary_plan import (
     CanaryState,
     Decision,
 )
+from keel.loop.estimate import EstimateVerdict
 from keel.loop.shadow import ShadowVerdict, worse_pvalue
 
 OBJECTIVE_SLOW_SHARE = 0.01  # a p99 target: at most 1 % of the answers slower than it
@@ -196,18 +197,32 @@ def decide(
     paired: ShadowVerdict | None = None,
     first_answer: float | None = None,
     champion_before: ArmStats | None = None,
+    estimate: EstimateVerdict | None = None,
 ) -> Decision:
     """The decision for one tick. In the shadow step (``plan.in_shadow``) ``shadow`` — the paired verdict on the
     requests both scored — decides (``decide_shadow``); every other step is judged on its arms' exposures, and its
     quality — for a ``paired`` plan — on ``paired``, the champion's answers the challenger scored in shadow.
     ``first_answer``: when the challenger first answered or scored in shadow in this rollout (from the exposure log;
     ``state.armed_at`` once recorded): the rollout's clocks start there. ``champion_before``: the champion's answers in
-    the window before this step — the latency reference of a step where the champion answers nothing."""
+    the window before this step — the latency reference of a step where the champion answers nothing.
+    ``estimate``: the two arms judged on their estimated quality (keel/loop/estimate.py) — acted on only when the
+    plan says so (``plan.estimate``): surely worse rolls the step back before any label."""
     pct = state.percent(plan)
     if state.status in FINISHED:
         return Decision("none", state, pct, (f"rollout already {state.status}",))
     if state.status == PAUSED:
         return Decision("none", state, pct, ("rollout paused: an operator resumes or rolls back",))
+    if plan.estimate and estimate is not None and estimate.worse:
+        e = estimate
+        why = (
+            f"estimated {e.metric} surely worse before its labels: {e.challenger:.4f} vs the champion's "
+            f"{e.champion:.4f}, worse by {e.delta:+.4f} beyond the margin {plan.estimate['margin']} (p = "
+            f"{e.p_worse:.3g}; trusted: {plan.estimate.get('trust', 'by the policy')})"
+        )
+        evidence = {"step": state.step, "percent": pct, "estimate": e.as_metadata()}
+        if plan.on_breach == "pause":
+            return Decision("pause", replace(state, status=PAUSED), pct, (why,), evidence)
+        return Decision("rollback", replace(state, status=ROLLED_BACK), 0.0, (why,), evidence)
     armed_at = state.armed_at if state.armed_at is not None else first_answer
     if plan.in_shadow(state):
         return decide_shadow(plan, state, shadow, now, armed_at)

@@ -23,6 +23,7 @@ from keel.canary import decide
 from keel.canary_plan import FINISHED, PROMOTED, RUNNING, ArmStats, CanaryPlan, CanaryState
 from keel.exposures import UNREADABLE, arm_stats, read_exposure_scan, realized_labels
 from keel.faults import fault
+from keel.loop.estimate import CANARY_METRIC, MIN_ROWS, EstimateVerdict, Estimator, compare
 from keel.loop.shadow import ShadowPolicy, ShadowVerdict, shadow_verdict
 from keel.serving_health import tier_for
 from keel.usecase import by_model
@@ -56,6 +57,18 @@ def split_for(body: dict, percent: float, salt: str, shadow: bool = False) -> di
     }
 
 
+def shadowed(frame: pl.DataFrame, body: dict, since: float) -> pl.DataFrame:
+    """The canary's pairs since ``since``: the champion's answers that the challenger scored in shadow."""
+    return frame.filter(
+        (pl.col("ts") >= since)
+        & (pl.col("model") == body["model"])
+        & (pl.col("model_version") == body["champion_version"])
+        & (pl.col("shadow_version") == body["challenger_version"])
+        & pl.col("score").is_not_null()
+        & pl.col("shadow_score").is_not_null()
+    )
+
+
 def shadow_evidence(
     body: dict, plan: CanaryPlan, state: CanaryState, exposures_dir, storage_dir: Path | None = None,
     cluster_s: float = 86400.0, problems: list[str] | None = None,
@@ -69,12 +82,7 @@ def shadow_evidence(
         uc = by_model(body["model"])
         if "shadow_score" not in frame.columns:
             return shadow_verdict(np.array([]), np.array([]), np.array([]), np.array([]), plan.shadow, uc.task)
-        both = frame.filter(
-            (pl.col("ts") >= state.step_started_at) & (pl.col("model") == body["model"])
-            & (pl.col("model_version") == body["champion_version"])
-            & (pl.col("shadow_version") == body["challenger_version"])
-            & pl.col("score").is_not_null() & pl.col("shadow_score").is_not_null()
-        )  # fmt: skip
+        both = shadowed(frame, body, state.step_started_at)
         labels = realized_labels(uc.features, both["entity_key"], storage_dir and Path(storage_dir) / uc.name)
     except UNREADABLE as exc:
         unreadable("the shadow's exposure log or labels", exc, problems)
@@ -87,6 +95,45 @@ def shadow_evidence(
     verdict = shadow_verdict(y, both["score"].to_numpy(), both["shadow_score"].to_numpy(), clusters, policy, uc.task)
     span = float((clusters.max() - clusters.min() + 1) * cluster_s) if clusters.size else 0.0
     return replace(verdict, labelled_span_s=span, reason=verdict.reason + missing_labels(verdict, pairs, policy))
+
+
+def estimate_evidence(
+    body: dict, plan: CanaryPlan, state: CanaryState, exposures_dir, registry, problems: list[str] | None = None
+) -> EstimateVerdict | None:
+    """The two arms judged on their quality estimated from their scores since the step began, before any label
+    (keel/loop/estimate.py): on the same requests where the challenger scored the champion's in shadow (the shadow
+    step, a paired plan), else each arm on its own answers. None when there is nothing to estimate with: a version
+    whose registry record keeps no estimator, a regression (its error model needs the features the exposure log does
+    not keep), fewer than ``MIN_ROWS`` scored answers an arm, or a log that cannot be read."""
+    try:
+        frame, _ = read_exposure_scan(exposures_dir, since=state.step_started_at)
+    except UNREADABLE as exc:
+        unreadable("the exposure log (for the estimates)", exc, problems)
+        return None
+    champion, challenger = body["champion_version"], body["challenger_version"]
+    frame = frame.filter(
+        (pl.col("ts") >= state.step_started_at) & (pl.col("model") == body["model"]) & (pl.col("status") == 200)
+    )
+    pairs = shadowed(frame, body, state.step_started_at)
+    if plan.in_shadow(state) or plan.paired:
+        arms = {champion: pairs["score"].to_numpy(), challenger: pairs["shadow_score"].to_numpy()}
+    else:
+        scored = frame.filter(pl.col("score").is_not_null())
+        arms = {v: scored.filter(pl.col("model_version") == v)["score"].to_numpy() for v in (champion, challenger)}
+    metric = (plan.estimate or {}).get("metric") or CANARY_METRIC[by_model(body["model"]).task]
+    estimates = {}
+    for version, scores in arms.items():
+        estimator = Estimator.from_metadata(
+            registry.get(body["model"], registry.sha_of_version(body["model"], version)).metadata
+        )
+        if estimator is None or scores.size < MIN_ROWS:
+            return None
+        estimates[version] = estimator.estimate(scores).get(metric)
+        if estimates[version] is None:
+            return None
+    margin = (plan.estimate or {}).get("margin", plan.max_log_loss_increase)
+    alpha = (plan.estimate or {}).get("alpha", 0.01)
+    return compare(estimates[challenger], estimates[champion], margin, alpha)
 
 
 def missing_labels(verdict: ShadowVerdict, pairs: int, policy: ShadowPolicy) -> str:
@@ -215,9 +262,10 @@ def _tick_one(policies, registry, current, name, body, exposures_dir, now, stora
         plan = CanaryPlan.from_policy(body, p99_target_ms=sla_p99_target(current, body["model"]))
         unread: list[str] = []  # evidence this tick could not read: in the problems and the decision's reasons
         first = state.armed_at if state.armed_at is not None else first_answer(body, state, exposures_dir, unread)
+        estimate = estimate_evidence(body, plan, state, exposures_dir, registry, unread)
         if plan.in_shadow(state):
             shadow = shadow_evidence(body, plan, state, exposures_dir, storage_dir, problems=unread)
-            d = decide(plan, state, None, None, now, shadow, first_answer=first)
+            d = decide(plan, state, None, None, now, shadow, first_answer=first, estimate=estimate)
         else:
             last = state.step + 1 >= len(plan.steps)  # the champion answers nothing: its answers before the step
             challenger, champion, before = evidence_for(
@@ -229,8 +277,18 @@ def _tick_one(policies, registry, current, name, body, exposures_dir, now, stora
                 else None
             )
             d = decide(
-                plan, state, challenger, champion, now, paired=paired, first_answer=first, champion_before=before
+                plan,
+                state,
+                challenger,
+                champion,
+                now,
+                paired=paired,
+                first_answer=first,
+                champion_before=before,
+                estimate=estimate,
             )
+        if estimate is not None:  # recorded beside every decision, acted on only where the plan says
+            d = replace(d, evidence={**d.evidence, "estimate": estimate.as_metadata()})
         if unread:
             d = replace(d, reasons=(*d.reasons, *unread))
             if problems is not None:

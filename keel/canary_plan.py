@@ -36,6 +36,10 @@ class CanaryPlan:
     # Paired quality: the challenger scores the champion's requests in shadow during every step, and the quality
     # guard compares their losses on the same requests (clustered by hour) instead of the arms' disjoint samples.
     paired: bool = False
+    # Quality before the labels (keel/loop/estimate.py): {"metric", "margin", "alpha", "trust"} — a step (the shadow
+    # step too) whose challenger's estimate is surely worse than the champion's by more than ``margin`` is rolled
+    # back at once, before any label. None: the estimate is only recorded in the evidence.
+    estimate: dict[str, Any] | None = None
 
     @classmethod
     def from_policy(cls, body: dict[str, Any], p99_target_ms: float | None = None) -> CanaryPlan:

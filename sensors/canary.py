@@ -17,7 +17,8 @@ from keel.alerts import Alert
 from keel.canary_control import tick
 from keel.clock import SimClock
 from keel.faults import fault, injected
-from keel.loop.promote import LOOP_AUTHOR, GateResult, StartCanary, start_canary
+from keel.loop.estimate import canary_estimate
+from keel.loop.promote import LOOP_AUTHOR, LOOP_CANARY, GateResult, StartCanary, start_canary
 from keel.metrics import LOSS_NAMES
 from keel.usecase import UseCase, plays
 from resources.home import KeelHomeResource
@@ -32,7 +33,7 @@ def build_canary_sensor(uc: UseCase, jobs: UseCaseJobs) -> dg.SensorDefinition:
     """``<use case>_canary_sensor``: the canaries of the use case's model, one decision per tick, each carried out by
     a run of the use case's ``<use case>_deploy`` job (assets/jobs.py)."""
     w = wiring(uc)
-    deployment, evaluation = w.key("model_deployment"), w.key("challenger_evaluation")
+    deployment, evaluation, report = w.key("model_deployment"), w.key("challenger_evaluation"), w.key("loop_report")
     name = f"{uc.name}_canary_sensor"
 
     @dg.sensor(
@@ -49,25 +50,54 @@ def build_canary_sensor(uc: UseCase, jobs: UseCaseJobs) -> dg.SensorDefinition:
         registry: ModelRegistryResource,
         keel_home: KeelHomeResource,
     ):
-        return stepped_tick(context, name, uc.name, keel_home, lambda: canary_tick(
-            context, uc.model.name, deployment, evaluation, name, policies, registry, keel_home, usecase=uc.name,
-            label_delay_s=uc.loop.label_delay.total_seconds(), loss=LOSS_NAMES[uc.task].replace("_", "-"),
-            job=jobs.deploy.name,
-        ))  # fmt: skip
+        return stepped_tick(
+            context,
+            name,
+            uc.name,
+            keel_home,
+            lambda: canary_tick(
+                context,
+                uc.model.name,
+                deployment,
+                evaluation,
+                name,
+                policies,
+                registry,
+                keel_home,
+                usecase=uc.name,
+                label_delay_s=uc.loop.label_delay.total_seconds(),
+                loss=LOSS_NAMES[uc.task].replace("_", "-"),
+                job=jobs.deploy.name,
+                trust=lambda: canary_estimate(
+                    uc.task, LOOP_CANARY["max_log_loss_increase"], estimates_held(context.instance, report)
+                ),
+            ),
+        )
 
     return _sensor
 
 
 def canary_tick(
-    context, model: str, deployment, evaluation, name: str, policies, registry, keel_home, usecase: str | None = None,
-    label_delay_s: float = 0.0, loss: str = "log-loss", job: str | None = None,
-):  # fmt: skip
+    context,
+    model: str,
+    deployment,
+    evaluation,
+    name: str,
+    policies,
+    registry,
+    keel_home,
+    usecase: str | None = None,
+    label_delay_s: float = 0.0,
+    loss: str = "log-loss",
+    job: str | None = None,
+    trust=None,
+):
     problems: list[str] = []
     home = keel_home.layout()
     sim = SimClock(home.clock, usecase).now()  # the use case's own time span on a shared live clock
     now, sim_now = sim.timestamp(), sim.isoformat(timespec="seconds")
     with policies.open() as store, registry.open() as reg:
-        started = start_loop_canary(context, store, reg, model, evaluation, label_delay_s, loss)
+        started = start_loop_canary(context, store, reg, model, evaluation, label_delay_s, loss, trust)
         acted = tick(
             store,
             reg,
@@ -148,24 +178,33 @@ def start_loop_canary(
     evaluation: dg.AssetKey,
     label_delay_s: float = 0.0,
     loss: str = "log-loss",
+    trust=None,
 ) -> str | None:
     """Commit the loop's canary for a challenger that passed its gate (the decision: keel.loop.promote); its name,
-    or None when there is nothing to start."""
+    or None when there is nothing to start. ``trust()``: whether and how the canary acts on estimated quality
+    (``keel.loop.estimate.canary_estimate``), asked only when a canary starts."""
     champion = reg.alias(model, "champion")
     canaries = {name: dict(p.body) for name, p in store.state().items() if p.type == "canary"}
-    decision = start_canary(
-        latest_gate(context.instance, evaluation),
-        model,
-        reg.version(model, champion) if champion else None,
-        canaries,
-        label_delay_s,
-        loss,
-    )
+    gate, version = latest_gate(context.instance, evaluation), reg.version(model, champion) if champion else None
+    decision = start_canary(gate, model, version, canaries, label_delay_s, loss)
     if not isinstance(decision, StartCanary):
         return None
+    if trust is not None and (estimate := trust()):
+        decision = start_canary(gate, model, version, canaries, label_delay_s, loss, estimate)
     store.apply({decision.name: ("canary", decision.body)}, author=LOOP_AUTHOR, reason=decision.reason)
     context.log.info(f"started canary {decision.name}: {decision.reason}")
     return decision.name
+
+
+def estimates_held(instance: dg.DagsterInstance, report: dg.AssetKey) -> list[list[bool]]:
+    """Whether each served version's estimate held, per month the loop reported (oldest first; a month reported again
+    counts its newest report): what ``canary_estimate`` trusts."""
+    newest: dict[str, list[bool]] = {}
+    for record in instance.fetch_materializations(report, limit=60).records:  # newest first
+        month, table = record.asset_materialization.partition, record.asset_materialization.metadata.get("estimates")
+        if month and month not in newest and isinstance(table, dg.TableMetadataValue):
+            newest[month] = [bool(r.data.get("held")) for r in table.records]
+    return [newest[m] for m in sorted(newest)]
 
 
 def record_incidents(home, acted: list[dict], sim_now: str, source: str = "canary_sensor") -> None:

@@ -356,3 +356,26 @@ def primary_metric(task: str) -> str:
 def realized(task: str, scores: np.ndarray, labels: np.ndarray) -> dict[str, float]:
     """The realized values of the estimated metrics, for the record beside the estimate."""
     return {k: v for k, v in summary(task, scores, labels).items() if v is not None}
+
+
+# -- when a canary may act on estimates ------------------------------------------------------------------------------
+
+TRUST_MONTHS = 3  # the estimate acts on a canary only after it held on this many reported months in a row
+CANARY_METRIC = {"binary": "log_loss", "regression": "rmse"}  # the canary's own loss, estimated
+
+
+def canary_estimate(task: str, margin: float, held: list[list[bool]], need: int = TRUST_MONTHS) -> dict | None:
+    """The ``estimate`` setting of a loop canary (keel/canary.py rolls a step back on a surely-worse estimate), or
+    None while the estimates have not earned it: ``held`` is, newest month last, whether each served version's
+    estimate held in the loop report (``estimate_held``) — the last ``need`` months each with an estimate, all held.
+    Measured on flights 2013 (docs/live.md), CBPE misses by far more than its tolerance — labels clustered by day
+    and a base rate that moves every month — so flights' canaries never act on it; a use case whose estimates hold
+    earns it. Binary models only: a regression's estimate needs each answer's features, which a canary's evidence
+    (the exposure log) does not keep."""
+    recent = held[-need:]
+    if task != "binary":  # a regression's error model needs each answer's features, which the exposure log lacks
+        return None
+    if len(recent) < need or not all(months and all(months) for months in recent):
+        return None
+    trust = f"the estimates held in each of the last {need} reported months"
+    return {"metric": CANARY_METRIC[task], "margin": margin, "alpha": 0.01, "trust": trust}

@@ -70,12 +70,15 @@ def start_canary(
     canaries: dict[str, dict[str, Any]],
     label_delay_s: float = 0.0,
     loss: str = "log-loss",
+    estimate: dict[str, Any] | None = None,
 ) -> StartCanary | NoCanary:
     """``canaries``: the canary policies in the store (name → body). A canary starts only for a passed gate whose
     champion is still the champion, when no canary of the model is unfinished and none was ever made for this
     challenger (a duplicate tick, a restarted daemon, a rolled-back challenger: never twice). ``label_delay_s``: how
     long the model's labels take to come in (its use case's ``Monitoring.label_delay``), added to the progress
-    deadline — quality is judged on realized labels, and a canary must not run out of time waiting for them."""
+    deadline — quality is judged on realized labels, and a canary must not run out of time waiting for them.
+    ``estimate``: the canary's setting for acting on estimated quality (``keel.loop.estimate.canary_estimate``; None
+    while the use case's estimates have not earned it)."""
     if gate is None:
         return NoCanary("no challenger has been judged")
     if not gate.passed:
@@ -109,6 +112,8 @@ def start_canary(
         "shadow_max_s": LOOP_CANARY["shadow_max_s"] + label_delay_s,  # the shadow is judged on realized labels too
         "loss": loss,  # the model's per-request loss, as the canary's quality check names it
         "origin": origin,
+        # quality before the labels, acted on only once the use case's estimates earned it (keel/loop/estimate.py)
+        **({"estimate": estimate} if estimate else {}),
     }
     reason = (
         f"challenger v{gate.challenger_version} passed its gate on {gate.gate_month} ({gate.reason}); "

@@ -92,6 +92,7 @@ class Canary(PolicyType):
                 "shadow",
                 "shadow_max_s",
                 "paired",
+                "estimate",
             },
         )
         model = body.get("model")
@@ -127,6 +128,20 @@ class Canary(PolicyType):
             if steps[0] != 0:
                 raise PolicyValidationError(name, "shadow_step", f"a shadow canary's first step is 0, got {steps!r}")
             number(name, "shadow_max", body, "shadow_max_s", lo=0, lo_open=True, required=False)
+        estimate = body.get("estimate")
+        if estimate is not None and (
+            not isinstance(estimate, dict)
+            or estimate.get("metric") not in ("auc", "log_loss", "rmse", "mae")
+            or set(estimate) - {"metric", "margin", "alpha", "trust"}
+        ):
+            raise PolicyValidationError(
+                name,
+                "estimate_shape",
+                f"'estimate' holds metric (auc|log_loss|rmse|mae), margin, alpha, trust: {estimate!r}",
+            )
+        if estimate is not None:
+            number(name, "estimate_margin", estimate, "margin", lo=0)
+            number(name, "estimate_alpha", estimate, "alpha", lo=0, hi=0.5, lo_open=True)
         if any(b <= a for a, b in zip(steps, steps[1:], strict=False)):
             raise PolicyValidationError(name, "steps_increasing", f"steps must increase, got {steps!r}")
         if steps[-1] != 100:

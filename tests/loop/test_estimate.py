@@ -129,3 +129,16 @@ def test_an_arm_the_estimates_cannot_tell_apart_is_neither_worse_nor_surely_not_
     with pytest.raises(ValueError, match="cannot compare"):
         compare(a, Estimate("log_loss", 0.5, 0.01, 500), 0.0)
     assert estimate_binary(np.array([0.2] * 10), Calibration(1.0, 0.0)) == {}
+
+
+def test_a_canary_acts_on_estimates_only_once_they_held_three_reported_months_in_a_row():
+    from keel.loop.estimate import canary_estimate
+
+    held = [[True], [True, True], [True]]
+    setting = canary_estimate("binary", 0.02, held)
+    assert setting is not None and (setting["metric"], setting["margin"]) == ("log_loss", 0.02)
+    assert canary_estimate("binary", 0.02, [[False], *held]) is not None  # an old miss, three held since
+    assert canary_estimate("binary", 0.02, [*held[:2], [True, False]]) is None  # one version missed last month
+    assert canary_estimate("binary", 0.02, held[:2]) is None  # two months: not yet
+    assert canary_estimate("binary", 0.02, [[True], [], [True]]) is None  # a month with no estimate breaks the run
+    assert canary_estimate("regression", 0.02, held) is None  # its error model needs features the log lacks

@@ -310,3 +310,41 @@ def test_a_paired_plan_judges_quality_on_the_same_requests():
     assert d.action == "advance" and d.evidence["log_loss_pvalue"] > 0.05  # not surely worse by more than 0.02
     few = ShadowVerdict(False, "few", 12, 2, "log_loss", 0.9, 0.05, 0.99, 1.0)
     assert decide(plan, state, *arms, 20.0, paired=few).action == "hold"  # 12 pairs: neither breach nor judged
+
+
+def test_a_surely_worse_estimate_rolls_a_step_back_before_any_label_only_when_the_plan_trusts_it():
+    from keel.loop.estimate import Estimate, compare
+    from keel.loop.shadow import ShadowPolicy
+
+    trusting = replace(PLAN, estimate={"metric": "log_loss", "margin": 0.02, "alpha": 0.01, "trust": "held 3 months"})
+    no_labels = replace(GOOD, labelled=0, log_loss=None, log_loss_var=None)
+    champ = replace(CHAMP, labelled=0, log_loss=None, log_loss_var=None)
+    worse = compare(Estimate("log_loss", 0.62, 0.005, 400), Estimate("log_loss", 0.50, 0.002, 4000), 0.02)
+    same = compare(Estimate("log_loss", 0.505, 0.005, 400), Estimate("log_loss", 0.50, 0.002, 4000), 0.02)
+    assert worse.worse and not same.worse
+    d = decide(trusting, state(step=1), no_labels, champ, T0, estimate=worse)
+    assert d.action == "rollback" and d.reasons[0].startswith("estimated log_loss surely worse before its labels")
+    assert d.evidence["estimate"]["challenger"] == pytest.approx(0.62)
+    assert decide(PLAN, state(step=1), no_labels, champ, T0, estimate=worse).action == "advance"  # not trusted
+    assert decide(trusting, state(step=1), no_labels, champ, T0, estimate=same).action == "advance"
+    shadow = replace(trusting, steps=(0, 100), shadow=ShadowPolicy())
+    assert decide(shadow, state(step=0), None, None, T0, estimate=worse).action == "rollback"  # in shadow too
+
+
+def test_a_canarys_estimate_setting_is_validated_when_committed():
+    from keel.policies import PolicyValidationError
+
+    body = {"model": "m", "champion_version": 1, "challenger_version": 2, "interval_s": 30}
+    good = {"metric": "log_loss", "margin": 0.02, "alpha": 0.01, "trust": "held 3 months"}
+    validate_policy("c", "canary", body | {"estimate": good}, lambda model: {1, 2})
+    assert CanaryPlan.from_policy(body | {"estimate": good}).estimate == good
+    for bad, rule in (
+        ({**good, "metric": "accuracy"}, "estimate_shape"),
+        ({**good, "extra": 1}, "estimate_shape"),
+        ({**good, "margin": -1}, "estimate_margin"),
+        ({**good, "alpha": 0.9}, "estimate_alpha"),
+        ("log_loss", "estimate_shape"),
+    ):
+        with pytest.raises(PolicyValidationError) as err:
+            validate_policy("c", "canary", body | {"estimate": bad}, lambda model: {1, 2})
+        assert err.value.rule.startswith(rule), (bad, err.value.rule)
