@@ -9,8 +9,10 @@ turns the loop's decisions into actions:
   a clean report unfreezes; a promoted model that learned from the drifted month clears the freeze
   (``freezes_to_clear``, checked every tick). Freezes are recorded in the online store's log and observed on the
   ``feature_freezes`` asset;
-- **retrain** (keel.loop.retrain.plan_retrain), in a live replay only: the newest drift report that asks for
-  retraining leads to at most one challenger — a ``<use case>_challenger`` run on the plan's months, whose run key is the
+- **retrain** (keel.loop.retrain.plan_retrain), in a live replay only: the newest drift report — one that asks
+  for retraining (trigger ``drift``) or, every month, one that does not (trigger ``monthly``: a challenger is
+  considered on schedule as well as on drift, the expanding refit among its candidates) — leads to at most one
+  challenger — a ``<use case>_challenger`` run on the plan's months, whose run key is the
   plan's key (the same data never trains twice), none while a challenger trains or waits for its canary, none while
   a canary runs. Outside a live replay (the set-up's backfill) no challenger is trained: the platform runs once.
 
@@ -164,8 +166,9 @@ def drift_tick(context, t: DriftTargets, online_store, registry, policies, keel_
                     f"drift report {window} (event {record.storage_id}) skipped: {type(exc).__name__}: {exc}"
                 )
                 continue
-            if ask:
-                asks.append((window, record.storage_id, ask, label_drifted(record, t.uc.features.label.column)))
+            trigger = "drift" if ask else "monthly"  # every month's report considers a challenger, drift or not
+            ask = ask or f"monthly: no drift in {window}; a challenger is considered every month"
+            asks.append((window, record.storage_id, ask, label_drifted(record, t.uc.features.label.column), trigger))
         for feature, why in freezes_to_clear(cursor.active(), now, champion_months).items():
             if feature in store.frozen():
                 store.unfreeze(feature, why, at=now)
@@ -188,7 +191,8 @@ def drift_tick(context, t: DriftTargets, online_store, registry, policies, keel_
                     Alert(
                         "challenger_requested",
                         "info",
-                        f"drift in {request.tags['keel/drift_window']}: challenger {request.tags['keel/plan']}",
+                        f"{request.tags['keel/trigger']} ({request.tags['keel/drift_window']}): challenger "
+                        f"{request.tags['keel/plan']}",
                         {"reason": request.tags["keel/reason"], "model": t.model},
                         source=t.sensor_name,
                     )
@@ -326,20 +330,24 @@ def passed_without_canary(instance: dg.DagsterInstance, policy_state: dict, t: D
 def challenger_request(
     context, t: DriftTargets, ask, home, champion_months, policies, now: datetime
 ) -> dg.RunRequest | None:
-    window, event, why, label_drift = ask
+    window, event, why, label_drift, trigger = ask
     state = loop_state(context.instance, t, home, champion_months, policies)
     plan = plan_retrain(window, state, RetrainPolicy(gate_from_day=t.uc.loop.gate_from_day))
     if isinstance(plan, NoRetrain):
-        context.log.info(f"drift in {window} ({why}): no challenger — {plan.reason}")
+        context.log.info(f"{window} ({why}): no challenger — {plan.reason}")
         return None
-    context.log.info(
-        f"drift in {window} ({why}): challenger on {', '.join(plan.train_months)}, gate {plan.gate_month}"
-    )
-    return challenger_run_request(t, plan, event, why, now, label_drift)
+    context.log.info(f"{window} ({why}): challenger on {', '.join(plan.train_months)}, gate {plan.gate_month}")
+    return challenger_run_request(t, plan, event, why, now, label_drift, trigger)
 
 
 def challenger_run_request(
-    t: DriftTargets, plan: RetrainPlan, event: int, why: str, now: datetime, label_drift: bool = False
+    t: DriftTargets,
+    plan: RetrainPlan,
+    event: int,
+    why: str,
+    now: datetime,
+    label_drift: bool = False,
+    trigger: str = "drift",
 ) -> dg.RunRequest:
     config = {
         "train_months": list(plan.train_months),
@@ -354,7 +362,7 @@ def challenger_run_request(
         job_name=t.challenger_job.name,
         run_config={"ops": {op: {"config": config} for op in t.challenger_ops}},
         tags={
-            "keel/trigger": "drift",
+            "keel/trigger": trigger,  # drift, or monthly: the month's report considered one without drift
             "keel/drift_window": plan.drifted_window,
             "keel/drift_event": str(event),
             "keel/plan": plan.key,

@@ -201,6 +201,18 @@ def test_live_drift_asks_for_one_challenger_on_the_recent_months(home, instance)
     assert [r.run_key for r in tick(instance, home, first.cursor).run_requests] == [request.run_key]
 
 
+def test_a_month_without_drift_still_considers_a_challenger_on_schedule(home, instance):
+    """Every month's report considers a challenger, drift or not (issue 62: the expanding refit is among the
+    candidates every month): a clean June asks for one on the newest labelled months, its trigger ``monthly``."""
+    champion(home, ["2013-01", "2013-02"], "2013-03")
+    live_at(home, instance, datetime(2013, 7, 2, 13, tzinfo=UTC), complete_through=6)
+    report(instance, "2013-06", {"temp": feat(False, "none", 0.01), "label_late15": feat(False, "none", 0.01)})
+    [request] = tick(instance, home).run_requests
+    assert request.run_key == "challenger:2013-03..2013-05|2013-06"
+    assert request.tags["keel/trigger"] == "monthly" and request.tags["keel/reason"].startswith("monthly: no drift")
+    assert frozen(home) == {}  # no drift: nothing frozen
+
+
 def test_no_second_challenger_while_one_trains_or_a_canary_runs(home, instance):
     champion(home, ["2013-01", "2013-02"], "2013-03")
     live_at(home, instance, datetime(2013, 7, 2, 13, tzinfo=UTC), complete_through=6)
