@@ -29,7 +29,7 @@ from keel.factories.checks import partitioned_check
 from keel.home import asset_file
 from keel.intervals import COVERAGE_TOLERANCE, Interval, coverage_held
 from keel.loop.estimate import Estimator
-from keel.loop.report import Promotion, Release, expanding_window, month_report, naive_window
+from keel.loop.report import Promotion, Release, days_after, expanding_window, month_report, naive_window
 from keel.loop.year import on_the_months, shorten, step_words, year_rows, year_so_far
 from keel.plots import lines_svg, svg_markdown
 from keel.serving_health import DayHealth, answered_words, combined, day_health
@@ -291,6 +291,11 @@ ACTIONS_SCHEMA = dg.TableSchema(
             "reason", "string", description="why: the drift decision's, or the canary decision's evidence"
         ),
         dg.TableColumn("status", "string"),
+        dg.TableColumn(
+            "days_after_labels",
+            "float",
+            description="days from the end of the month whose labels it rests on (the gate month) to the decision",
+        ),
     ]
 )
 
@@ -357,20 +362,22 @@ def _loop_actions(
     """The loop's runs whose simulated time falls in ``month`` or before it (``after``: or after it): challengers trained (runs configuring
     the ``challenger`` asset's op), canary decisions deployed (of canaries of ``model``: ``<model>.<tag>-v<version>``),
     each with its reason (a canary's from the policy commit it carried out, in ``store``)."""
-    out = []
+    out, policies = [], store.state()
     for run in instance.get_runs(limit=5000):
         sim = run.tags.get("keel/sim_now", "")
         if not sim or (sim[:7] > month and not after):
             continue
         if challenger.to_python_identifier() in (run.run_config or {}).get("ops", {}):  # its config is required
             action, detail = "challenger", f"plan {run.tags.get('keel/plan')}"
-            reason = run.tags.get("keel/reason", "")
+            reason, gate = run.tags.get("keel/reason", ""), run.tags.get("keel/plan", "").rpartition("|")[2]
         elif "keel/canary_action" in run.tags and run.tags.get("keel/canary", "").startswith(f"{model}."):
             action = f"canary {run.tags['keel/canary_action']}"
             detail = f"{run.tags.get('keel/canary')}: " + step_words(
                 run.tags["keel/canary_action"], run.tags.get("keel/canary_percent")
             )
             reason = commit_reasons(store, run.tags.get("keel/policy_version"))
+            canary = policies.get(run.tags.get("keel/canary", ""))
+            gate = ((canary.body.get("origin") or {}) if canary else {}).get("gate_month")
         else:
             continue
         wall = instance.get_run_record_by_id(run.run_id).create_timestamp
@@ -382,6 +389,7 @@ def _loop_actions(
                 "detail": detail,
                 "reason": shorten(reason),
                 "status": run.status.value,
+                "days_after_labels": days_after(gate, sim),
             }
         )
     return sorted(out, key=lambda a: a["simulated"])

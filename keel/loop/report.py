@@ -219,6 +219,14 @@ def month_end(month: str) -> datetime:
     return datetime(year + (m == 12), m % 12 + 1, 1, tzinfo=UTC)
 
 
+def days_after(month: str | None, simulated: str) -> float | None:
+    """Days from the end of ``month`` (the month whose labels a decision rests on: its gate month) to the decision's
+    simulated time (ISO); None when either is unknown."""
+    if not month or not simulated:
+        return None
+    return round((datetime.fromisoformat(simulated) - month_end(month)).total_seconds() / 86400, 1)
+
+
 @dataclass(frozen=True)
 class Promotion:
     """A release that put a loop-trained model live, and the drift that caused it."""

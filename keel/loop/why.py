@@ -102,9 +102,22 @@ def explain(
             what = f"{d['action']} at {d.get('percent')} %: " + "; ".join(d.get("reasons", []))
         else:
             what = "; ".join(d.get("reasons", []))
+        what += estimate_said((d.get("evidence") or {}).get("estimate"))
         chain.append(Link(f"policy v{version}", at, f"{author}: {what}"))
     chain.append(Link("ledger", live_from, f"release {release_id} live, serving v{model_version}"))
     return chain
+
+
+def estimate_said(estimate: dict | None) -> str:
+    """What a canary decision's estimate said (keel/loop/estimate.py: both arms' quality before the labels), for
+    its line in the chain: the step it advanced or stopped names it."""
+    if not estimate:
+        return ""
+    verdict = "surely worse" if estimate.get("worse") else "not worse" if estimate.get("not_worse") else "undecided"
+    return (
+        f" [estimate before the labels: {estimate.get('metric')} {estimate.get('challenger', float('nan')):.4f} vs "
+        f"the champion's {estimate.get('champion', float('nan')):.4f}, {verdict}]"
+    )
 
 
 def from_loop(model_metadata: dict[str, Any]) -> bool:

@@ -56,3 +56,21 @@ def test_why_names_a_recalibration_and_the_candidate_choice():
         "v9 is the mean of v1 (first model), v4 (previous expanding refit), v7 (this decision's expanding refit)"
         in explain("r", "t", 9, committee, [])[1].detail
     )
+
+
+def test_why_names_the_estimate_that_stopped_or_went_with_a_canary_step():
+    """Each canary decision's evidence carries both arms' estimated quality (keel/canary_control.py): the chain says
+    what it was beside the decision."""
+    import json
+
+    worse = {"metric": "log_loss", "challenger": 0.62, "champion": 0.5, "worse": True, "not_worse": False}
+    better = {**worse, "challenger": 0.49, "worse": False, "not_worse": True}
+    rollback = {"action": "rollback", "reasons": ["estimated log_loss surely worse"], "evidence": {"estimate": worse}}
+    advance = {"action": "advance", "reasons": ["better in shadow"], "evidence": {"estimate": better}}
+    commits = [
+        (7, "t", "canary-controller", json.dumps(advance)),
+        (8, "t", "canary-controller", json.dumps(rollback)),
+    ]
+    chain = explain("rel-x", "2013-07-20T10:00:00+00:00", 3, {}, commits)
+    assert "[estimate before the labels: log_loss 0.4900 vs the champion's 0.5000, not worse]" in chain[0].detail
+    assert "log_loss 0.6200 vs the champion's 0.5000, surely worse]" in chain[1].detail

@@ -226,3 +226,13 @@ def test_the_estimate_of_what_served_stands_beside_its_realized_value_and_a_miss
 
 def model_text_of(home, sha: str) -> str:
     return ModelRegistry(home.registry).load(sha)
+
+
+def test_each_decision_says_how_many_days_after_its_labels_it_came():
+    """The actions table's ``days_after_labels``: from the end of the gate month (the labels a decision rests on) to
+    the decision, simulated — what "decide in days" is measured by."""
+    from keel.loop.report import days_after
+
+    assert days_after("2013-06", "2013-07-11T12:00:00+00:00") == 10.5
+    assert days_after("2013-12", "2014-01-01T00:00:00+00:00") == 0.0
+    assert days_after(None, "2013-07-11T12:00:00+00:00") is None and days_after("2013-06", "") is None
