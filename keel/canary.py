@@ -25,8 +25,9 @@ No data, too few samples, NaN → hold (never promote). A step advances only aft
 before the challenger gets all the traffic: a step on fewer than ``min_labelled`` realized labels per arm may
 advance on errors and latency, but the move to the last step (where no champion traffic is left to compare with)
 and the promotion wait — hold — until some step's quality verdict, on enough labels, found no breach
-(``quality_judged``; a clock that runs ahead of the labels otherwise promotes a model nobody has judged). Past ``progress_deadline_s``
-without finishing → roll back. ``on_breach: pause`` pauses instead of rolling back. A finished rollout (promoted,
+(``quality_judged``; a clock that runs ahead of the labels otherwise promotes a model nobody has judged). A step
+that has not passed ``progress_deadline_s`` after it began (the first: after the challenger first answered) → roll
+back. ``on_breach: pause`` pauses instead of rolling back. A finished rollout (promoted,
 rolled back) never changes again, so a duplicate tick or a replayed one cannot roll back twice or promote after a
 breach.
 """
@@ -316,9 +317,15 @@ def decide(
         if plan.on_breach == "pause":
             return Decision("pause", replace(state, status=PAUSED), pct, tuple(breaches), evidence)
         return Decision("rollback", replace(state, status=ROLLED_BACK), 0.0, tuple(breaches), evidence)
-    since = "the start" if armed_at is None else "the challenger first answered"
-    if now - max(state.started_at, armed_at or 0.0) > plan.progress_deadline_s:
-        reason = f"progress deadline: not finished {plan.progress_deadline_s:g} s after {since}"
+    # the deadline is on progress: from the step's start (the challenger's first answer, in the first step) — a step
+    # just earned must not be rolled back for the time the steps before it took
+    since = (
+        "the challenger first answered"
+        if armed_at is not None and armed_at >= state.step_started_at
+        else ("the start" if state.step == 0 else f"step {state.step} began")
+    )
+    if now - max(state.started_at, armed_at or 0.0, state.step_started_at) > plan.progress_deadline_s:
+        reason = f"progress deadline: no step passed in {plan.progress_deadline_s:g} s since {since}"
         return Decision("rollback", replace(state, status=ROLLED_BACK), 0.0, (reason,), evidence)
     held_for = now - state.step_started_at
     if held_for < plan.interval_s:

@@ -28,7 +28,7 @@ LOOP_CANARY: dict[str, Any] = {
     "min_samples": 30,  # challenger requests per step (25 % of the replay's 175 a day: 44)
     "min_labelled": 200,
     "max_log_loss_increase": 0.02,
-    "progress_deadline_s": 45 * 86400.0,  # simulated: a rollout that has not finished in 45 days is rolled back
+    "progress_deadline_s": 45 * 86400.0,  # simulated: a step not passed in 45 days is rolled back
 }
 
 

@@ -145,8 +145,14 @@ def test_the_quality_test_is_welchs_z_and_holds_its_level():
 
 
 def test_progress_deadline_rolls_back_and_pause_is_an_alternative():
-    late = decide(PLAN, state(started=T0 - 4000), ArmStats(0, 0), CHAMP, T0)
+    late = decide(PLAN, state(started=T0 - 4000, held=4000), ArmStats(0, 0), CHAMP, T0)
     assert late.action == "rollback" and "progress deadline" in late.reasons[0]
+    # a deadline on progress: a step earned just now is not rolled back for the time the steps before it took
+    # (a live year rolled back a challenger one tick after its shadow found it surely better)
+    just_earned = decide(PLAN, state(step=1, started=T0 - 4000, held=30), ArmStats(0, 0), CHAMP, T0)
+    assert just_earned.action == "hold"
+    stuck = decide(PLAN, state(step=1, started=T0 - 8000, held=3700), ArmStats(0, 0), CHAMP, T0)
+    assert stuck.action == "rollback" and "no step passed in 3600 s since step 1 began" in stuck.reasons[0]
     plan = replace(PLAN, on_breach="pause")
     d = decide(plan, state(), replace(GOOD, errors=40), CHAMP, T0)
     assert d.action == "pause" and d.state.status == PAUSED and d.percent == 1
