@@ -1,6 +1,7 @@
 """The live replay's traffic (``python -m gpu_runtime.replay --live``, gpu_runtime/replay.py): requests about the
 entities of the simulated day, sent while the clock (``$KEEL_HOME/clock.json``) runs — open loop at ``rps``, none
-while it is paused, until it ends — or, on a stepped clock, ``per_day`` of each step's day in its traffic phase. The
+while it is paused, until it ends — or, on a stepped clock, ``per_day`` of each step's day in its traffic phase, each
+asked again after a load refusal (``LOAD_REFUSALS``) so that a step's traffic is the same however busy the machine. The
 running totals (``LiveTotals``: sent, ok, failed by status, error and simulated month, versions seen) are rewritten
 every few seconds to ``$KEEL_HOME/serving/live_traffic/<use case>.json`` for the platform's summary."""
 
@@ -12,6 +13,11 @@ import signal
 import time
 
 KEYS_ENV = "KEEL_REPLAY_KEYS"  # tenant=API key pairs, comma-separated: the replay behind the edge (never in argv)
+# On a stepped clock a step's traffic must not depend on how busy the machine is: a request the gateway refused
+# before doing any work (503 shed / overloaded, with Retry-After) is asked again after the Retry-After, as a patient
+# client does, up to PATIENT_TRIES times; only its last answer counts (``retried`` says how many were asked again).
+LOAD_REFUSALS = ("shed", "overloaded")
+PATIENT_TRIES = 30
 
 
 def key_headers(tenants: tuple[str, ...]) -> dict[str, dict[str, str]]:
@@ -76,6 +82,7 @@ class LiveTotals:
         self.started = time.time()
         self.sending_s = 0.0  # wall seconds the clock was running (the rate is over these)
         self.step: int | None = None
+        self.retried = 0  # a stepped replay's requests asked again after a load refusal (LOAD_REFUSALS)
 
     def add(self, month: str, status: int, version, error: str | None, degraded) -> None:
         self.ok += status == 200
@@ -101,6 +108,7 @@ class LiveTotals:
             "answered": answered,
             "ok": self.ok,
             "failed": self.failed,
+            "retried": self.retried,
             "by_status": self.by_status,
             "by_error": self.by_error,
             "degraded_answers": self.degraded,
@@ -143,13 +151,20 @@ async def live(
     sim_now = ""
     async with aiohttp.ClientSession(base_url=url, connector=connector, timeout=timeout) as client:
 
-        async def one(entity: dict, month: str, tenant: str) -> None:
+        async def one(entity: dict, month: str, tenant: str, patient: bool = False) -> None:
             body = {"entities": [entity], "tenant_id": tenant, "risk_level": 2, "unit_id": uc.replay.unit_of(entity)}
             try:
-                async with client.post(route, json=body, headers=headers[tenant]) as resp:
-                    payload = await resp.json()
-                    error = (payload.get("error") or {}).get("code")
+                for attempt in range(PATIENT_TRIES if patient else 1):
+                    async with client.post(route, json=body, headers=headers[tenant]) as resp:
+                        payload = await resp.json()
+                        error = (payload.get("error") or {}).get("code")
+                        wait = float(resp.headers.get("Retry-After") or 1.0)
+                    if resp.status == 503 and error in LOAD_REFUSALS and attempt + 1 < PATIENT_TRIES and patient:
+                        totals.retried += 1
+                        await asyncio.sleep(min(max(wait, 0.05), 5.0))
+                        continue
                     totals.add(month, resp.status, answered_by(payload), error, payload.get("degraded"))
+                    break
             except Exception as exc:  # noqa: BLE001 - a transport failure is a failed request, counted
                 totals.add(month, 0, None, type(exc).__name__, None)
             finally:
@@ -174,7 +189,8 @@ async def live(
                     for entity in day_sample(days.get(f"{now:%Y-%m-%d}", []), per_day):
                         await sem.acquire()
                         totals.sent += 1
-                        task = asyncio.create_task(one(entity, f"{now:%Y-%m}", tenants[totals.sent % len(tenants)]))
+                        tenant = tenants[totals.sent % len(tenants)]
+                        task = asyncio.create_task(one(entity, f"{now:%Y-%m}", tenant, patient=True))
                         tasks.add(task)
                         task.add_done_callback(tasks.discard)
                     if tasks:
