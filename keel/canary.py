@@ -226,7 +226,18 @@ def decide(
         return Decision("rollback", replace(state, status=ROLLED_BACK), 0.0, (why,), evidence)
     armed_at = state.armed_at if state.armed_at is not None else first_answer
     if plan.in_shadow(state):
-        return decide_shadow(plan, state, shadow, now, armed_at)
+        d = decide_shadow(plan, state, shadow, now, armed_at)
+        if d.action == "hold" and plan.estimate and estimate is not None and estimate.not_worse:
+            # trusted and surely not worse: served to the next step before its labels, which judge it there (the
+            # move to the last step waits for them: quality_judged stays False)
+            e, nxt = estimate, replace(state, armed_at=armed_at, step=1, step_started_at=now)
+            why = (
+                f"estimated {e.metric} not worse before its labels: {e.challenger:.4f} vs the champion's "
+                f"{e.champion:.4f} (p = {e.p_not_worse:.3g}; trusted: {plan.estimate.get('trust', 'by the policy')}); "
+                "its realized labels judge the next step"
+            )
+            return Decision("advance", nxt, plan.steps[1], (why,), {**d.evidence, "estimate": e.as_metadata()})
+        return d
     state = replace(state, armed_at=armed_at)
 
     evidence: dict[str, Any] = {"step": state.step, "percent": pct}

@@ -333,8 +333,13 @@ def test_a_surely_worse_estimate_rolls_a_step_back_before_any_label_only_when_th
     assert d.evidence["estimate"]["challenger"] == pytest.approx(0.62)
     assert decide(PLAN, state(step=1), no_labels, champ, T0, estimate=worse).action == "advance"  # not trusted
     assert decide(trusting, state(step=1), no_labels, champ, T0, estimate=same).action == "advance"
-    shadow = replace(trusting, steps=(0, 100), shadow=ShadowPolicy())
+    shadow = replace(trusting, steps=(0, 25, 100), shadow=ShadowPolicy())
     assert decide(shadow, state(step=0), None, None, T0, estimate=worse).action == "rollback"  # in shadow too
+    sure = compare(Estimate("log_loss", 0.48, 0.003, 400), Estimate("log_loss", 0.50, 0.002, 4000), 0.02)
+    early = decide(shadow, state(step=0), None, None, T0, estimate=sure)  # no label yet: the shadow alone would hold
+    assert early.action == "advance" and early.percent == 25 and not early.state.quality_judged
+    assert early.reasons[0].startswith("estimated log_loss not worse before its labels")
+    assert decide(replace(shadow, estimate=None), state(step=0), None, None, T0, estimate=sure).action == "hold"
 
 
 def test_a_canarys_estimate_setting_is_validated_when_committed():
