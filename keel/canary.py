@@ -40,6 +40,7 @@ from typing import Any
 
 from scipy.stats import binom
 
+from keel.canary_estimate import early_on_an_estimate, on_a_worse_estimate
 from keel.canary_plan import (
     FINISHED,
     PAUSED,
@@ -213,31 +214,12 @@ def decide(
         return Decision("none", state, pct, (f"rollout already {state.status}",))
     if state.status == PAUSED:
         return Decision("none", state, pct, ("rollout paused: an operator resumes or rolls back",))
-    if plan.estimate and estimate is not None and estimate.worse:
-        e = estimate
-        why = (
-            f"estimated {e.metric} surely worse before its labels: {e.challenger:.4f} vs the champion's "
-            f"{e.champion:.4f}, worse by {e.delta:+.4f} beyond the margin {plan.estimate['margin']} (p = "
-            f"{e.p_worse:.3g}; trusted: {plan.estimate.get('trust', 'by the policy')})"
-        )
-        evidence = {"step": state.step, "percent": pct, "estimate": e.as_metadata()}
-        if plan.on_breach == "pause":
-            return Decision("pause", replace(state, status=PAUSED), pct, (why,), evidence)
-        return Decision("rollback", replace(state, status=ROLLED_BACK), 0.0, (why,), evidence)
+    if (stop := on_a_worse_estimate(plan, state, estimate)) is not None:
+        return stop
     armed_at = state.armed_at if state.armed_at is not None else first_answer
     if plan.in_shadow(state):
         d = decide_shadow(plan, state, shadow, now, armed_at)
-        if d.action == "hold" and plan.estimate and estimate is not None and estimate.not_worse:
-            # trusted and surely not worse: served to the next step before its labels, which judge it there (the
-            # move to the last step waits for them: quality_judged stays False)
-            e, nxt = estimate, replace(state, armed_at=armed_at, step=1, step_started_at=now)
-            why = (
-                f"estimated {e.metric} not worse before its labels: {e.challenger:.4f} vs the champion's "
-                f"{e.champion:.4f} (p = {e.p_not_worse:.3g}; trusted: {plan.estimate.get('trust', 'by the policy')}); "
-                "its realized labels judge the next step"
-            )
-            return Decision("advance", nxt, plan.steps[1], (why,), {**d.evidence, "estimate": e.as_metadata()})
-        return d
+        return early_on_an_estimate(plan, state, d, estimate, now, armed_at) if d.action == "hold" else d
     state = replace(state, armed_at=armed_at)
 
     evidence: dict[str, Any] = {"step": state.step, "percent": pct}
