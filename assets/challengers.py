@@ -116,13 +116,18 @@ def build_challenger_assets(uc: UseCase) -> list[dg.AssetsDefinition]:
                 except FitError as exc:  # the run fails with the reason in the UI, not a traceback
                     raise dg.Failure(f"candidate {spec.name}: {exc}") from exc
                 fitted[spec] = text
-                record |= {"candidate": spec.name, "candidate_of": spec.describe(), "run_id": run_id,
-                           "window": "expanding" if spec.expanding else None,
-                           "trigger": {"drift_window": config.drift_window, "drift_event": config.drift_event},
-                           "gate_month": config.gate_month, "gate_from_day": config.gate_from_day,
-                           "feature_code_version": feature_code_version(uc),
-                           **interval_record(text, newest, fs, uc.model.interval_coverage, newest_named),
-                           **estimator_record(text, newest, fs, newest_named)}  # fmt: skip
+                record |= {
+                    "candidate": spec.name,
+                    "candidate_of": spec.describe(),
+                    "run_id": run_id,
+                    "window": "expanding" if spec.expanding else None,
+                    "trigger": {"drift_window": config.drift_window, "drift_event": config.drift_event},
+                    "gate_month": config.gate_month,
+                    "gate_from_day": config.gate_from_day,
+                    "feature_code_version": feature_code_version(uc),
+                    **interval_record(text, newest, fs, uc.model.interval_coverage, newest_named),
+                    **estimator_record(text, newest, fs, newest_named),
+                }
                 sha = reg.register(name, text, record).sha256
                 if coarse is None:  # one coarse model for the decision (the first candidate's), linked to each
                     coarse = fit_coarse(reg, name, uc.model.coarse, features, candidate_training(spec, config, first.params, uc),

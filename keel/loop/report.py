@@ -200,8 +200,17 @@ def month_report(
     reference = segment_score(reference_parts, task) if expanding else Score.empty(task)
     coverage = sum(c for c, _ in covered) / sum(n for _, n in covered) if covered else None
     estimates = {sha: estimate_record(estimator(sha), task, p) for sha, p in estimated.items()}
-    return MonthReport(month, rows, segment_score(served, task), segment_score(static, task), naive_score, counts,
-                       reference, coverage, {sha: e for sha, e in estimates.items() if e is not None})  # fmt: skip
+    return MonthReport(
+        month,
+        rows,
+        segment_score(served, task),
+        segment_score(static, task),
+        naive_score,
+        counts,
+        reference,
+        coverage,
+        {sha: e for sha, e in estimates.items() if e is not None},
+    )
 
 
 def expanding_window(month: str, months: tuple[str, ...]) -> tuple[tuple[str, ...], str] | None:

@@ -202,8 +202,8 @@ def test_the_estimate_of_what_served_stands_beside_its_realized_value_and_a_miss
     with ModelRegistry(home.registry) as reg:
         static_sha = Ledger(home.ledger).log()[0].manifest["model"]["parts"]["sha256"]
         february = month_of(feature_months, "2013-02", FLIGHT_FEATURES)
-        reg.register("flight-delay", reg.load(static_sha), estimator_record(reg.load(static_sha), february,
-                                                                            FLIGHT_FEATURES, "2013-02"))  # fmt: skip
+        text = reg.load(static_sha)
+        reg.register("flight-delay", text, estimator_record(text, february, FLIGHT_FEATURES, "2013-02"))
     may = labelled(pl.read_parquet(home.asset_file("flights/flight_features", "2013-05")))
     if concept_shift:
         may = may.with_columns(pl.col("label_late15").shuffle(seed=62))
