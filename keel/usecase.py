@@ -188,6 +188,11 @@ class UseCase:
                 f"use case {self.name}: experiments or streaming read {unknown_tables}, not among its validated monthly "
                 f"sources ({', '.join(sorted(validated)) or 'none'}: a monthly source with a contract of its name)"
             )
+        if "robust" in self.loop.candidates and self.features.label.task != "regression":
+            raise UseCaseError(
+                f"use case {self.name}: loop candidate 'robust' fits the median of a regression label; "
+                f"{self.features.label.column} is {self.features.label.task}"
+            )
         allowed = METRICS[self.features.label.task]
         if not self.metrics:
             object.__setattr__(self, "metrics", allowed)

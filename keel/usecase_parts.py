@@ -116,7 +116,10 @@ def warn_flags_as_numbers(usecase: str, features, numeric) -> None:
 # The names of the candidate recipes a drift decision can train (keel/loop/candidates.py builds them): the words a
 # declaration's ``Loop.candidates`` is checked against here, without the statistics (scipy) the recipes import — the
 # Flink environment imports use cases and has none.
-RECIPES = ("rolling", "expanding", "recency", "committee", "recalibrated")
+RECIPES = ("rolling", "expanding", "recency", "committee", "recalibrated", "robust")
+# what a use case trains unless it lists its own: every recipe a label of either task can have (``robust`` fits the
+# median: a regression's only)
+DEFAULT_RECIPES = ("rolling", "expanding", "recency", "committee", "recalibrated")
 
 
 @dataclass(frozen=True)
@@ -133,7 +136,9 @@ class Loop:
     - ``candidates``: the recipes a drift decision trains (``RECIPES`` below; keel/loop/candidates.py builds them): all of them by
       default; a use case leaves out those that cannot serve it — hotels, whose quotes are for stays up to a year
       ahead, leaves out the windows of recent months only (a rolling window of three winter months prices next
-      summer from winter) and the recalibration (one month's bias applied to quotes of every season);
+      summer from winter) and the recalibration (one month's bias applied to quotes of every season), and adds
+      ``robust`` (a regression's only: the expanding window fitted to the median, LightGBM's L1 loss — a few very
+      dear stays pull every answer of a squared-error fit towards them);
     - ``early_stopping_rounds``: a candidate fits up to 200 trees and keeps the best number on the newest labelled
       month's days before ``gate_from_day``, stopping once this many rounds brought no improvement. Flights judges
       on ~10,000 flights: 20 rounds. On a small hotel's ~400 bookings the validation loss is noisy and 20 rounds
@@ -146,7 +151,7 @@ class Loop:
     gate_from_day: int = 22
     gate_min_rows: int = 1000
     label_delay: timedelta = timedelta(0)
-    candidates: tuple[str, ...] = RECIPES
+    candidates: tuple[str, ...] = DEFAULT_RECIPES
     early_stopping_rounds: int = 20
     committee_previous: bool = True
 

@@ -14,7 +14,9 @@ quoted from the first release on (2016-11-15). docs/live.md quotes its output.
   month's, when the use case's ``Loop.committee_previous``; keel/loop/committee.py), as the loop's committee averages
   them;
 - ``recalibrated``: the static model with a bias fitted on month − 1's arrivals of days 1–14 (keel/loop/recalibrate.py,
-  the loop's recalibrated candidate of the champion).
+  the loop's recalibrated candidate of the champion);
+- ``robust``: the expanding window fitted to the median (LightGBM's L1 loss), early-stopped the same way — the loop's
+  robust candidate.
 
 Usage: .venv/bin/python scripts/hotel_policies.py   (about a minute; reads the package's bookings)
 """
@@ -32,6 +34,7 @@ import numpy as np  # noqa: E402
 import polars as pl  # noqa: E402
 
 from keel.features.offline import offline_features  # noqa: E402
+from keel.loop.candidates import ROBUST_OBJECTIVE  # noqa: E402
 from keel.loop.committee import committee_model_text  # noqa: E402
 from keel.loop.recalibrate import affine_model_text, fit_recalibration  # noqa: E402
 from keel.loop.report import naive_window  # noqa: E402
@@ -58,16 +61,21 @@ def main() -> int:
     feats = offline_features(fs, valid, {}, valid)
     print(f"{feats.height:,} bookings with features", flush=True)
 
-    def fit(train: tuple[str, ...], valid_month: str, days: tuple[int, int] | None = None, patience: int = 20) -> str:
-        config = TrainingConfig(train_months=train, valid_month=valid_month, valid_days=days, params=params,
-                                early_stopping_rounds=patience)  # fmt: skip
+    def fit(train: tuple[str, ...], valid_month: str, days=None, patience: int = 20, objective=None) -> str:
+        config = TrainingConfig(
+            train_months=train,
+            valid_month=valid_month,
+            valid_days=days,
+            params=params | {"objective": objective} if objective else params,
+            early_stopping_rounds=patience,
+        )
         return train_model(feats, config, fs).text
 
     static = fit(uc.model.train_months, uc.model.valid_month)  # the first model and naive: 20 rounds of patience
     patience = uc.loop.early_stopping_rounds
     quote_months = sorted({m for m in months if m >= FIRST_RELEASE.strftime("%Y-%m")} | set(ARRIVALS))
     policies: dict[str, dict[str, str]] = {
-        p: {} for p in ("naive", "rolling", "expanding", "committee", "recalibrated")
+        p: {} for p in ("naive", "rolling", "expanding", "committee", "recalibrated", "robust")
     }
     for q in quote_months:
         newest = month_before(q)  # the newest labelled arrival month at q's start
@@ -76,6 +84,7 @@ def main() -> int:
         policies["naive"][q] = fit(*window) if window else static
         policies["rolling"][q] = fit(history[-3:], newest, (1, 14), patience)
         policies["expanding"][q] = fit(history, newest, (1, 14), patience)
+        policies["robust"][q] = fit(history, newest, (1, 14), patience, ROBUST_OBJECTIVE)
         before = policies["expanding"].get(month_before(q)) if uc.loop.committee_previous else None
         members = [static, policies["expanding"][q]] + ([before] if before else [])
         policies["committee"][q] = committee_model_text(members, [1 / len(members)] * len(members))

@@ -1,7 +1,8 @@
 """Which of several candidates, if any, replaces the champion (issue 32: better candidates).
 
 A drift decision trains more than one candidate (a rolling window, the expanding window of all labelled history, one
-with recency weights, a committee of the first model and the newest expanding refits, a recalibrated champion). Each is compared with the champion on the same labelled rows by the
+with recency weights, a committee of the first model and the newest expanding refits, a recalibrated champion, and for
+a regression label the expanding window fitted to the median: ``robust``). Each is compared with the champion on the same labelled rows by the
 shadow verdict's paired, cluster-robust test (keel/loop/shadow.py). Comparing k candidates and keeping the best is k
 chances to be fooled, so the family is corrected with Holm's step-down method: sort the one-sided p-values, accept
 the i-th smallest as "surely better" only while p_(i) ≤ α / (k − i + 1). Among the candidates that remain surely
@@ -28,9 +29,12 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from keel.loop.shadow import DEFAULT_SHADOW, ShadowPolicy, ShadowVerdict, shadow_verdict
-from keel.usecase_parts import RECIPES
+from keel.usecase_parts import DEFAULT_RECIPES
 
 RECENCY_HALF_LIFE_DAYS = 60.0  # the recency-weighted candidate: a row two months older counts half
+ROBUST_OBJECTIVE = (
+    "regression_l1"  # the robust candidate's loss: LightGBM's absolute error, whose best answer is the median
+)
 PREFER = ("committee",)  # among surely-better candidates, these first (in this order); then the lowest difference
 
 
@@ -39,7 +43,8 @@ class CandidateSpec:
     """One candidate a drift decision trains: a window of months (with recency weights when ``half_life_days``;
     ``expanding`` when it is all labelled history), or — ``recalibrate`` — the champion's own trees with their output
     refitted to the newest labelled days, or — ``committee`` — the mean raw score of the use case's own trained model
-    and the expanding refits of this decision and the one before (keel/loop/committee.py)."""
+    and the expanding refits of this decision and the one before (keel/loop/committee.py); ``objective``: a LightGBM
+    objective in place of the use case's (the robust candidate's)."""
 
     name: str
     train_months: tuple[str, ...] = ()
@@ -47,6 +52,7 @@ class CandidateSpec:
     recalibrate: bool = False
     expanding: bool = False
     committee: bool = False
+    objective: str | None = None
 
     def describe(self) -> str:
         if self.recalibrate:
@@ -56,17 +62,20 @@ class CandidateSpec:
         window = f"{self.train_months[0]}…{self.train_months[-1]}" if len(self.train_months) > 1 else \
             self.train_months[0]  # fmt: skip
         weights = f", recency weights (half-life {self.half_life_days:g} days)" if self.half_life_days else ""
-        return f"fitted on {window}{weights}"
+        loss = ", to the median (absolute error)" if self.objective == ROBUST_OBJECTIVE else ""
+        return f"fitted on {window}{weights}{loss}"
 
 
 def candidate_specs(
-    rolling: tuple[str, ...], period: tuple[str, ...], label_drift: bool, recipes: tuple[str, ...] = RECIPES
+    rolling: tuple[str, ...], period: tuple[str, ...], label_drift: bool, recipes: tuple[str, ...] = DEFAULT_RECIPES
 ) -> list[CandidateSpec]:
     """The candidates of one drift decision: ``rolling`` (the plan's window of recent months), ``expanding`` (every
     month of the use case's ``period`` from its first through the rolling window's last: all labelled history),
     ``recency`` (the expanding window, newer rows weighing more), ``committee`` (the first model and the expanding
-    refits averaged: fitted after the others, from them) and, when the drift report found the label drifted,
-    ``recalibrated`` (the champion with its output refitted: cheap, and right when only the base rate moved). The
+    refits averaged: fitted after the others, from them), when the drift report found the label drifted,
+    ``recalibrated`` (the champion with its output refitted: cheap, and right when only the base rate moved) and
+    ``robust`` (the expanding window fitted to the median: a regression's few very large labels do not pull every
+    answer towards them — the use case lists it only for a regression label, keel/usecase.py checks). The
     candidate fitted on the expanding window is marked ``expanding`` (the rolling one when the two windows are the
     same): the committee's member, now and at the next decision. Only the ``recipes`` the use case lists (its
     ``Loop.candidates``) are trained."""
@@ -84,6 +93,8 @@ def candidate_specs(
         specs.append(CandidateSpec("committee", expanding, committee=True))
     if label_drift and "recalibrated" in recipes:
         specs.append(CandidateSpec("recalibrated", recalibrate=True))
+    if "robust" in recipes:
+        specs.append(CandidateSpec("robust", expanding, objective=ROBUST_OBJECTIVE))
     return specs
 
 

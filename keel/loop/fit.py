@@ -66,7 +66,7 @@ def candidate_training(spec: CandidateSpec, config, params: dict, uc: UseCase) -
         train_months=spec.train_months or tuple(config.train_months),
         valid_month=config.gate_month,
         valid_days=(1, config.gate_from_day - 1),
-        params=params,
+        params=params | {"objective": spec.objective} if spec.objective else params,
         half_life_days=spec.half_life_days,
         early_stopping_rounds=uc.loop.early_stopping_rounds,
     )

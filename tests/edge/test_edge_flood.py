@@ -76,7 +76,11 @@ def test_while_the_lower_tiers_flood_the_edge_lets_one_through_and_l1_is_served(
     edge.runtime_modify(restore)
     assert not set(KEYS) & set(edge.runtime())
     after = burst(edge.url, 20)
-    assert after.count(200) >= 12, after  # the policy's places are back
+    # the policy's places are back: more than the cut lets through, at least the 6 in flight. Not always all 12 (6 in
+    # flight and 6 waiting) as on the fresh edge above: each Envoy worker thread has its own pool of connections to
+    # the workers, and the flood left idle ones on one thread that count against the connection breaker, so a
+    # request on the other thread may wait for a place it could have had (seen once in CI: 11)
+    assert after.count(200) >= max(6, edge_threads() + 1), after
     refusals = before.count(503) + during.count(503) + after.count(503)
     assert refused(edge) == refusals  # every refusal was the breakers', and counted where it looks
 

@@ -119,3 +119,25 @@ def test_a_loop_whose_early_stopping_cannot_happen_is_refused(rounds):
 
     with pytest.raises(UseCaseError, match=f"early_stopping_rounds must be 1…200.*got {rounds}"):
         Loop(early_stopping_rounds=rounds)
+
+
+def test_a_regression_use_case_may_also_fit_the_expanding_window_to_the_median():
+    period = ("2016-07", "2016-08", "2016-09", "2016-10", "2016-11")
+    specs = candidate_specs(("2016-08", "2016-09", "2016-10"), period, False, ("expanding", "robust"))
+    assert [(s.name, s.expanding, s.objective) for s in specs] == [
+        ("expanding", True, None),
+        ("robust", False, "regression_l1"),  # not the committee's member: that stays the squared-error refit
+    ]
+    assert specs[1].train_months == specs[0].train_months == period[:4]
+    assert "to the median" in specs[1].describe()
+    assert "robust" not in [s.name for s in candidate_specs(("2016-08",), period, True)]  # listed, not by default
+
+
+def test_a_binary_use_case_listing_the_median_fit_is_refused_by_name():
+    import dataclasses
+
+    from keel.usecase import UseCaseError
+    from usecases.flights import usecase as flights
+
+    with pytest.raises(UseCaseError, match=r"use case flights: loop candidate 'robust' fits the median.*is binary"):
+        dataclasses.replace(flights, loop=dataclasses.replace(flights.loop, candidates=("expanding", "robust")))

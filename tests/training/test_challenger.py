@@ -209,3 +209,26 @@ def test_a_gate_a_fault_switch_passed_says_so_on_its_materialization(home, monke
     evaluation = mats["challenger_evaluation"]
     assert evaluation["passed"].value is True
     assert evaluation["fault_injected"].value.startswith("KEEL_FAULT_GATE=always-pass: the challenger gate passes")
+
+
+def test_the_robust_candidate_is_fitted_to_the_median_and_the_use_cases_own_recipe_is_untouched():
+    """Hotels' ``robust`` candidate: the expanding window with LightGBM's absolute-error loss in place of the use
+    case's squared error — in what it trains with, in the model text it registers and serves."""
+    from keel.features.offline import offline_features
+    from keel.loop.candidates import candidate_specs
+    from usecases.hotels import replay
+    from usecases.hotels import usecase as hotels
+
+    train = ("2016-07", "2016-08", "2016-09")
+    config = ChallengerConfig(train_months=list(train), gate_month="2016-10", gate_from_day=15)
+    specs = {s.name: s for s in candidate_specs(train, hotels.months, False, hotels.loop.candidates)}
+    assert set(specs) == {"expanding", "robust"}
+    valid = replay.valid_bookings()
+    features = offline_features(hotels.features, valid, {}, valid)
+    fitted = {}
+    for name, spec in specs.items():
+        training = candidate_training(spec, config, hotels.model.params, hotels)
+        assert training.train_months == train and training.valid_days == (1, 14)
+        fitted[name] = train_model(features, training, hotels.features).text
+    assert hotels.model.params["objective"] == "regression"  # the use case's recipe is not changed by the candidate
+    assert "objective=regression\n" in fitted["expanding"] and "objective=regression_l1\n" in fitted["robust"]
