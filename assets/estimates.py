@@ -1,7 +1,8 @@
 """The loop report's record of the estimator (keel/loop/estimate.py): each served version's quality as estimated from
 its scores alone, beside the realized value on the same rows once the labels are in — the estimator measured month
-by month, and a WARN check (``estimate_held``) when it missed: a change of how the label follows the features
-(concept drift) is invisible to an estimate made from the scores, and the outcome gate still decides on labels."""
+by month, and a WARN check (``estimate_held``) when it missed, saying whether the labels show concept drift (a change
+of how the label follows the features, keel/loop/concept.py: invisible to an estimate made from the scores) or not
+(the estimator's own error); the outcome gate still decides on labels."""
 
 from __future__ import annotations
 
@@ -21,6 +22,12 @@ ESTIMATES_SCHEMA = dg.TableSchema(
         dg.TableColumn("error", "float", description="estimated − realized (AUC), estimated / realized − 1 (RMSE)"),
         dg.TableColumn("held", "bool", description="within the tolerance"),
         dg.TableColumn("rows", "int"),
+        dg.TableColumn(
+            "concept_drift",
+            "bool",
+            description="the labels show the estimator's assumption broke (empty: too few days)",
+        ),
+        dg.TableColumn("concept", "string", description="the test on the labels (keel/loop/concept.py), in words"),
     ]
 )
 
@@ -49,6 +56,8 @@ def estimates_table(estimates: list[tuple[int, EstimateRecord]]) -> dg.MetadataV
                     "error": round(e.error, 4),
                     "held": e.held,
                     "rows": e.rows,
+                    "concept_drift": e.concept.drifted if e.concept else None,
+                    "concept": e.concept.describe() if e.concept else "too few days to judge",
                 }
             )
             for v, e in estimates
@@ -61,15 +70,21 @@ def estimate_check(key: dg.AssetKey, estimates: list[tuple[int, EstimateRecord]]
     """``estimate_held``: every served version's estimate within its tolerance of the realized value; which missed,
     and by how much, when one did."""
     missed = [
-        f"v{v}: {e.metric} estimated {e.estimated:.4f}, realized {e.realized:.4f}" for v, e in estimates if not e.held
+        f"v{v}: {e.metric} estimated {e.estimated:.4f}, realized {e.realized:.4f} — "
+        + (e.concept.describe() if e.concept else "too few days to say whether it was concept drift")
+        for v, e in estimates
+        if not e.held
     ]
+    unexplained = [v for v, e in estimates if not e.held and not (e.concept and e.concept.drifted)]
     if not estimates:
         why = "no served version of the month has an estimator (trained before models kept one) or enough rows"
     elif missed:
-        why = (
-            "the estimate missed — the labels moved where the scores did not (concept drift?); the outcome gate "
-            "decides on labels: " + "; ".join(missed)
+        cause = (
+            f"the estimator's own error on v{', v'.join(map(str, unexplained))} (no concept drift found)"
+            if unexplained
+            else "concept drift: the labels moved where the scores did not"
         )
+        why = f"the estimate missed — {cause}; the outcome gate decides on labels: " + "; ".join(missed)
     else:
         why = "every served version's estimate held: " + ", ".join(
             f"v{v} {e.metric} {e.estimated:.4f} vs {e.realized:.4f}" for v, e in estimates

@@ -164,6 +164,7 @@ class ErrorModel:
     squared: str
     absolute_sd: float
     squared_sd: float
+    bias: float = 0.0  # the mean residual (label − prediction) on the reference rows (keel/loop/concept.py's level)
 
     @classmethod
     def fit(cls, features: np.ndarray, predictions: np.ndarray, labels: np.ndarray) -> ErrorModel:
@@ -178,7 +179,7 @@ class ErrorModel:
             booster = lgb.train(ERROR_MODEL_PARAMS, lgb.Dataset(x, target), num_boost_round=ERROR_MODEL_ROUNDS)
             texts.append(booster.model_to_string())
             sds.append(float(np.std(target - booster.predict(x))))
-        return cls(texts[0], texts[1], sds[0], sds[1])
+        return cls(texts[0], texts[1], sds[0], sds[1], float(residual.mean()))
 
     def predict(self, features: np.ndarray, predictions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(predicted absolute error, predicted squared error) of each answer, neither below 0."""

@@ -20,6 +20,7 @@ from keel.loop.candidates import CandidateSpec
 from keel.loop.committee import committee_model_text
 from keel.loop.recalibrate import affine_model_text, fit_recalibration
 from keel.training.model import TrainingConfig, _xy, month_of, train_model
+from keel.training.model import labelled_days as days_of
 from keel.usecase import UseCase
 
 
@@ -42,9 +43,7 @@ def newest_rows(uc: UseCase, frame: pl.DataFrame, config) -> pl.DataFrame:
 
 def labelled_days(frame: pl.DataFrame, uc: UseCase) -> np.ndarray:
     """Each labelled row's day (as ``predict`` orders its rows): the clusters of the paired comparison."""
-    fs = uc.features
-    labelled = frame.filter(pl.col(fs.label.column).is_not_null()).sort(fs.entity.id_column)
-    return labelled.select(fs.entity.partition_day.dt.strftime("%Y-%m-%d").alias("d"))["d"].to_numpy()
+    return days_of(frame, uc.features)
 
 
 def recalibrated(uc: UseCase, champion_text: str, newest: pl.DataFrame) -> tuple[str, dict]:

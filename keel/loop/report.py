@@ -34,9 +34,10 @@ import numpy as np
 import polars as pl
 
 from keel.features.spec import FeatureSet
+from keel.loop.concept import ConceptDrift, concept_drift
 from keel.loop.estimate import Estimator, estimation_error
 from keel.metrics import SUMMARY, auc, summary
-from keel.training.model import feature_matrix, predict
+from keel.training.model import feature_matrix, labelled_days, predict
 
 NOON = time(12, 0, tzinfo=UTC)
 
@@ -91,21 +92,23 @@ class EstimateRecord:
     error: float  # estimated − realized for AUC, estimated / realized − 1 for RMSE
     held: bool  # within keel.loop.estimate.TOLERANCE
     rows: int
+    # whether the estimator's assumption held on these rows' labels (keel/loop/concept.py): a miss with concept drift
+    # is what no estimate before the labels can see; None: too few days to judge
+    concept: ConceptDrift | None = None
 
 
-def estimate_record(estimator: Estimator, task: str, parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]]):
-    """The estimate from the scores (and features) of one version's rows, beside the realized value; None when
-    there are too few rows to estimate."""
-    s = np.concatenate([p[0] for p in parts])
-    y = np.concatenate([p[1] for p in parts])
-    x = np.concatenate([p[2] for p in parts])
+def estimate_record(estimator: Estimator, task: str, parts: list[tuple[np.ndarray, ...]]):
+    """The estimate from the scores (and features) of one version's rows, beside the realized value and the verdict
+    on concept drift (``parts``: scores, labels, features, days); None when there are too few rows to estimate."""
+    s, y, x, days = (np.concatenate([p[k] for p in parts]) for k in range(4))
     metric = SUMMARY[task][0]
     estimate = estimator.estimate(s, x).get(metric)
     realized = summary(task, s, y).get(metric)
     if estimate is None or realized is None or not np.isfinite(realized):
         return None
     error, held = estimation_error(metric, estimate.value, realized)
-    return EstimateRecord(metric, estimate.value, estimate.se, float(realized), error, held, int(y.size))
+    concept = concept_drift(estimator, s, y, days, x)
+    return EstimateRecord(metric, estimate.value, estimate.se, float(realized), error, held, int(y.size), concept)
 
 
 def champion_at(releases: list[Release], when: datetime) -> Release | None:
@@ -194,7 +197,7 @@ def month_report(
             scores, labels = served[-1]
             covered.append((int(np.sum(np.abs(labels - scores) <= q)), int(labels.size)))
         if estimator(sha) is not None:
-            estimated.setdefault(sha, []).append((*served[-1], feature_matrix(part, fs)))
+            estimated.setdefault(sha, []).append((*served[-1], feature_matrix(part, fs), labelled_days(part, fs)))
     rows = sum(int(y.size) for _, y in served)
     naive_score = segment_score(naive_parts, task) if naive else Score.empty(task)
     reference = segment_score(reference_parts, task) if expanding else Score.empty(task)

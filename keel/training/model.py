@@ -182,6 +182,13 @@ def feature_matrix(frame: pl.DataFrame, fs: FeatureSet) -> np.ndarray:
     return _xy(frame, fs)[0]
 
 
+def labelled_days(frame: pl.DataFrame, fs: FeatureSet) -> np.ndarray:
+    """Each labelled row's day (its partition day, ``YYYY-MM-DD``), in id order (``predict``'s rows): the clusters of a
+    paired or clustered comparison."""
+    labelled = frame.filter(pl.col(fs.label.column).is_not_null()).sort(fs.entity.id_column)
+    return labelled.select(fs.entity.partition_day.dt.strftime("%Y-%m-%d").alias("d"))["d"].to_numpy()
+
+
 def log_loss(scores: np.ndarray, labels: np.ndarray, eps: float = 1e-15) -> float:
     p = np.clip(scores, eps, 1 - eps)
     return float(-np.mean(labels * np.log(p) + (1 - labels) * np.log(1 - p)))

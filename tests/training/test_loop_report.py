@@ -220,6 +220,10 @@ def test_the_estimate_of_what_served_stands_beside_its_realized_value_and_a_miss
     if concept_shift:
         assert row["estimated"] - row["realized"] > 0.1 and not row["held"]
         assert not check.passed and check.severity == dg.AssetCheckSeverity.WARN and "v1: auc" in check.description
+        # and the labels say why: the calibration's slope fell to about 0 (keel/loop/concept.py) — concept drift
+        slope = float(row["concept"].split("slope ")[1].split(" ")[0])
+        assert row["concept_drift"] and row["concept"].startswith("concept drift") and abs(slope) < 0.2
+        assert "the estimate missed — concept drift: the labels moved where the scores did not" in check.description
     else:
         assert abs(row["estimated"] - row["realized"]) <= 0.01 and row["held"] and check.passed
 
