@@ -323,7 +323,7 @@ def decide(
     held_for = now - state.step_started_at
     if held_for < plan.interval_s:
         inconclusive.append(f"step held {held_for:.0f} s of {plan.interval_s:g} s")
-    judged = state.quality_judged or judged_now
+    judged = state.quality_judged or judged_now or plan.gate_judged
     evidence["quality_judged"] = judged
     if not judged and state.step + 2 >= len(plan.steps):
         inconclusive.append(

@@ -40,6 +40,10 @@ class CanaryPlan:
     # step too) whose challenger's estimate is surely worse than the champion's by more than ``margin`` is rolled
     # back at once, before any label. None: the estimate is only recorded in the evidence.
     estimate: dict[str, Any] | None = None
+    # The loop's gate judged the challenger's quality on realized labels before the canary (the newest labelled
+    # month's held-out days): the last step does not wait for labels of the steps' own requests — a use case whose
+    # labels take weeks (keel.usecase.Loop.shadow False). The paired guard still rolls back on labels that land.
+    gate_judged: bool = False
 
     @classmethod
     def from_policy(cls, body: dict[str, Any], p99_target_ms: float | None = None) -> CanaryPlan:

@@ -146,7 +146,13 @@ class Loop:
       hotels looks at all 200;
     - ``committee_previous``: the committee averages the first model, this decision's expanding refit and — when
       True — the previous decision's, which may be months old (hotels: False; the first model keeps last summer's
-      prices, the newest refit the rest — scripts/hotel_policies.py)."""
+      prices, the newest refit the rest — scripts/hotel_policies.py);
+    - ``shadow``: the loop's canary begins in shadow — the challenger scores the champion's requests, unserved, until
+      their realized labels say it is surely better (flights: labels the next day, one to three weeks). False for a
+      use case whose labels take longer than a decision may wait (hotels: a quote's price lands weeks to months
+      later — a shadow would wait weeks for them): the canary starts at its first served step, its quality the
+      gate's (realized labels of the newest month, never trained on) and the paired guard's on the steps' requests as
+      their labels land; a decision then comes days after the gate month's labels, not months."""
 
     gate_from_day: int = 22
     gate_min_rows: int = 1000
@@ -154,6 +160,7 @@ class Loop:
     candidates: tuple[str, ...] = DEFAULT_RECIPES
     early_stopping_rounds: int = 20
     committee_previous: bool = True
+    shadow: bool = True
 
     def __post_init__(self) -> None:
         if not 2 <= self.gate_from_day <= 28:

@@ -66,6 +66,7 @@ def build_canary_sensor(uc: UseCase, jobs: UseCaseJobs) -> dg.SensorDefinition:
                 keel_home,
                 usecase=uc.name,
                 label_delay_s=uc.loop.label_delay.total_seconds(),
+                shadow=uc.loop.shadow,
                 loss=LOSS_NAMES[uc.task].replace("_", "-"),
                 job=jobs.deploy.name,
                 trust=lambda: canary_estimate(
@@ -91,13 +92,14 @@ def canary_tick(
     loss: str = "log-loss",
     job: str | None = None,
     trust=None,
+    shadow: bool = True,
 ):
     problems: list[str] = []
     home = keel_home.layout()
     sim = SimClock(home.clock, usecase).now()  # the use case's own time span on a shared live clock
     now, sim_now = sim.timestamp(), sim.isoformat(timespec="seconds")
     with policies.open() as store, registry.open() as reg:
-        started = start_loop_canary(context, store, reg, model, evaluation, label_delay_s, loss, trust)
+        started = start_loop_canary(context, store, reg, model, evaluation, label_delay_s, loss, trust, shadow)
         acted = tick(
             store,
             reg,
@@ -179,6 +181,7 @@ def start_loop_canary(
     label_delay_s: float = 0.0,
     loss: str = "log-loss",
     trust=None,
+    shadow: bool = True,
 ) -> str | None:
     """Commit the loop's canary for a challenger that passed its gate (the decision: keel.loop.promote); its name,
     or None when there is nothing to start. ``trust()``: whether and how the canary acts on estimated quality
@@ -186,11 +189,11 @@ def start_loop_canary(
     champion = reg.alias(model, "champion")
     canaries = {name: dict(p.body) for name, p in store.state().items() if p.type == "canary"}
     gate, version = latest_gate(context.instance, evaluation), reg.version(model, champion) if champion else None
-    decision = start_canary(gate, model, version, canaries, label_delay_s, loss)
+    decision = start_canary(gate, model, version, canaries, label_delay_s, loss, shadow=shadow)
     if not isinstance(decision, StartCanary):
         return None
     if trust is not None and (estimate := trust()):
-        decision = start_canary(gate, model, version, canaries, label_delay_s, loss, estimate)
+        decision = start_canary(gate, model, version, canaries, label_delay_s, loss, estimate, shadow)
     store.apply({decision.name: ("canary", decision.body)}, author=LOOP_AUTHOR, reason=decision.reason)
     context.log.info(f"started canary {decision.name}: {decision.reason}")
     return decision.name

@@ -71,6 +71,7 @@ def start_canary(
     label_delay_s: float = 0.0,
     loss: str = "log-loss",
     estimate: dict[str, Any] | None = None,
+    shadow: bool = True,
 ) -> StartCanary | NoCanary:
     """``canaries``: the canary policies in the store (name → body). A canary starts only for a passed gate whose
     champion is still the champion, when no canary of the model is unfinished and none was ever made for this
@@ -78,7 +79,9 @@ def start_canary(
     long the model's labels take to come in (its use case's ``Monitoring.label_delay``), added to the progress
     deadline — quality is judged on realized labels, and a canary must not run out of time waiting for them.
     ``estimate``: the canary's setting for acting on estimated quality (``keel.loop.estimate.canary_estimate``; None
-    while the use case's estimates have not earned it)."""
+    while the use case's estimates have not earned it). ``shadow``: whether the canary begins in shadow (its use
+    case's ``Loop.shadow``); False — labels too slow to judge a shadow in days — starts at the first served step,
+    its quality the gate's realized labels and, through the steps, the paired guard's as labels land."""
     if gate is None:
         return NoCanary("no challenger has been judged")
     if not gate.passed:
@@ -115,6 +118,9 @@ def start_canary(
         # quality before the labels, acted on only once the use case's estimates earned it (keel/loop/estimate.py)
         **({"estimate": estimate} if estimate else {}),
     }
+    if not shadow:  # served from the first step; its quality is the gate's, on realized labels it never trained on
+        body = {k: v for k, v in body.items() if k not in ("shadow", "shadow_max_s")}
+        body |= {"steps": [s for s in LOOP_CANARY["steps"] if s > 0], "gate_judged": True}
     reason = (
         f"challenger v{gate.challenger_version} passed its gate on {gate.gate_month} ({gate.reason}); "
         f"drift in {gate.drift_window}: canary started"

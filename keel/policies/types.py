@@ -93,6 +93,7 @@ class Canary(PolicyType):
                 "shadow_max_s",
                 "paired",
                 "estimate",
+                "gate_judged",
             },
         )
         model = body.get("model")
@@ -117,8 +118,11 @@ class Canary(PolicyType):
                 name, "steps_percentages",
                 f"steps are percentages in (0, 100] (a first 0: the shadow step, with 'shadow'), got {steps!r}",
             )  # fmt: skip
-        if not isinstance(body.get("paired", False), bool):
-            raise PolicyValidationError(name, "paired_bool", f"'paired' is true or false, got {body.get('paired')!r}")
+        for flag in ("paired", "gate_judged"):
+            if not isinstance(body.get(flag, False), bool):
+                raise PolicyValidationError(
+                    name, f"{flag}_bool", f"'{flag}' is true or false, got {body.get(flag)!r}"
+                )
         if shadow is not None:
             allowed = {"margin", "alpha", "min_labelled", "min_clusters"}
             if not isinstance(shadow, dict) or set(shadow) - allowed:

@@ -291,3 +291,45 @@ def test_a_month_is_labelled_for_the_loop_only_once_its_features_are_built_from_
     from keel.loop.arrivals import Landed, built_whole
 
     assert built_whole("2013-06", Landed((30, 30)), built_key) is whole
+
+
+def test_a_use_case_whose_labels_are_slow_starts_its_canary_serving_not_in_shadow():
+    """Hotels (``Loop(shadow=False)``): a quote's price lands weeks later, so a shadow judged on its requests' labels
+    would hold the better model back for weeks; its canary starts at 25 % (health, then the paired guard as labels
+    land), its quality the gate's. Flights' begins in shadow."""
+    from keel.canary_plan import CanaryPlan, CanaryState
+    from usecases.flights import usecase as flights
+    from usecases.hotels import usecase as hotels
+
+    gate = GateResult(True, 2, 1, "2016-11", "better")
+    assert flights.loop.shadow and not hotels.loop.shadow
+    for uc, first in ((flights, 0.0), (hotels, 25.0)):
+        decision = start_canary(gate, uc.model.name, 1, {}, shadow=uc.loop.shadow)
+        plan = CanaryPlan.from_policy(decision.body)
+        assert plan.steps[-1] == 100.0 and plan.paired  # the steps still score the champion's requests in shadow
+        assert CanaryState().percent(plan) == first and plan.in_shadow(CanaryState()) is (first == 0.0), uc.name
+        validate_policy(decision.name, "canary", decision.body, lambda m: [1, 2])  # the policy store accepts it
+
+
+def test_a_canary_whose_quality_the_gate_judged_promotes_on_healthy_answers_before_their_labels():
+    """Hotels' canary: 30 healthy answers at 25 % and 30 at 100 %, none labelled yet, and it is promoted — the
+    gate judged its quality on realized labels. The same canary without ``gate_judged`` holds at 25 % until the
+    steps' own requests have 200 labels in each arm (for a rate quote: weeks)."""
+    from keel.canary import decide
+    from keel.canary_plan import ArmStats, CanaryPlan, CanaryState
+
+    gate = GateResult(True, 2, 1, "2016-11", "better")
+    body = start_canary(gate, "room-rate", 1, {}, loss="squared-error", shadow=False).body
+    healthy, champion = ArmStats(requests=30, errors=0), ArmStats(requests=90, errors=0)
+    for judged, expected in ((True, ["advance", "promote"]), (False, ["hold"])):
+        plan = CanaryPlan.from_policy({**body, "gate_judged": judged})  # paired, as the loop commits it
+        state, actions, now = CanaryState(started_at=0.0, step_started_at=0.0, armed_at=0.0), [], 86400.0
+        for _ in range(2):
+            d = decide(plan, state, healthy, champion, now)
+            actions.append(d.action)
+            if d.action != "advance":
+                break
+            state, now = d.state, now + 86400.0
+        assert actions == expected, (judged, d.reasons)
+        if not judged:
+            assert "quality not judged yet" in " ".join(d.reasons)

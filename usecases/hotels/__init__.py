@@ -52,6 +52,7 @@ LOOP = Loop(
     candidates=("expanding", "robust"),
     early_stopping_rounds=200,
     committee_previous=False,  # were the committee listed: the first model and the newest refit only (docs/live.md)
+    shadow=False,  # a quote's price lands weeks to months later: the gate's labels judge, the steps' guard watches
 )
 
 usecase = UseCase(
