@@ -20,6 +20,9 @@ class Injection:
     details: dict[str, Any] = field(default_factory=dict)
 
 
+TRAFFIC_WAIT_S = 300.0  # how long a drill's report waits for the live traffic to meet it after recovery
+
+
 def traffic(home, usecase: str | None = None) -> dict | None:
     """The live traffic's running totals (gpu_runtime.replay --live, one per use case): ``usecase``'s, or every use
     case's added up; None when none is sent."""
@@ -117,9 +120,18 @@ def watch(home, injection: Injection, timeout_s: float, before: dict | None, pro
                 break
         time.sleep(0.5)
     waited = time.monotonic() - start
-    if incident is not None and not incident.open:
-        time.sleep(6)  # the traffic's totals are rewritten every 5 s: let them cover the recovery
     delta = traffic_delta(before, traffic(home))
+    if incident is not None and not incident.open:
+        # the traffic's totals are rewritten every 5 s: let them cover the recovery — at least 6 s, and until the
+        # replay has answered a request since the drill began (a busy machine holds the clock, and its traffic, while
+        # the pipeline catches up: a drill over in a second may otherwise meet no request), up to TRAFFIC_WAIT_S
+        covered, deadline = time.monotonic() + 6, time.monotonic() + TRAFFIC_WAIT_S
+        while True:
+            delta = traffic_delta(before, traffic(home))
+            now = time.monotonic()
+            if now > deadline or (now >= covered and (delta is None or delta["answered"] > 0)):
+                break
+            time.sleep(0.5)
     if incident is not None:
         with IncidentLog(home.incidents) as log:
             measured = json.loads(report.read_text()) if report is not None and report.exists() else None

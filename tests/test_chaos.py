@@ -7,6 +7,7 @@ when the upstream delivers it again; the incidents asset shows the timeline."""
 from __future__ import annotations
 
 import json
+import time
 from datetime import UTC, date, datetime
 from pathlib import Path
 
@@ -304,3 +305,30 @@ def test_the_runtime_drills_traffic_check_fails_on_a_drill_that_met_no_traffic_o
     genuine = {"answered": 400, "failed": 0, "by_status": {"200": 400}, "by_error": {},
                "by_degraded": {"runtime_unavailable": 20, "coarse_fallback": 20}}  # fmt: skip
     assert_served_through_the_outage(genuine, "runtime_unavailable")
+
+
+def test_a_drill_over_in_a_moment_waits_for_the_live_traffic_to_meet_it(tmp_path):
+    """A busy machine holds the clock, and the replay's traffic, while the pipeline catches up: a drill recovered in
+    under a second may find the traffic's totals unchanged. Its report waits (bounded) until the replay has answered
+    a request since the drill began — the event, not a fixed sleep — so the traffic it reports met the drill."""
+    import threading
+
+    from keel.chaos_watch import Injection, watch
+    from keel.home import KeelHome
+    from keel.incidents import IncidentLog
+
+    home = KeelHome.of(tmp_path)
+    totals = home.serving.live_traffic("flights")
+    totals.parent.mkdir(parents=True, exist_ok=True)
+    before = {"answered": 500, "failed": 0, "by_status": {"200": 500}}
+    totals.write_text(json.dumps(before))
+    with IncidentLog(home.incidents) as log:  # the platform recovered at once
+        log.open_incident("drill:x", "runtime_crash", "critical", "a drill", acted_at="t", recovered_at="t")
+
+    def the_replay_resumes():  # 10 s after the drill: later than the 6 s a report used to wait
+        time.sleep(10)
+        totals.write_text(json.dumps({"answered": 530, "failed": 0, "by_status": {"200": 530}}))
+
+    threading.Thread(target=the_replay_resumes, daemon=True).start()
+    result = watch(home, Injection("x", "drill:x", "a drill", "2013-04-02T00:00:00"), 60, before)
+    assert result.traffic["answered"] == 30 and result.traffic["failed"] == 0
