@@ -23,13 +23,13 @@ from keel.faults import fault_metadata, gate_verdict
 from keel.home import KeelHome, asset_file
 from keel.loop.candidates import candidate_specs, choose_candidate
 from keel.loop.estimate import estimator_record
-from keel.loop.fit import FitError, candidate_training, fit_candidate, gate_rows, labelled_days, newest_rows
+from keel.loop.fit import FitError, candidate_training, fit_candidate, gate_rows, newest_rows
 from keel.loop.gate import DEFAULT_GATE
 from keel.loop.shadow import ShadowPolicy
 from keel.metrics import LOSS_NAMES
 from keel.registry import CHALLENGER_GATE_KEY
 from keel.training.coarse import coarse_metadata, fit_coarse
-from keel.training.model import TrainingConfig, interval_record, predict, train_model
+from keel.training.model import TrainingConfig, interval_record, labelled_days, predict, train_model
 from keel.usecase import UseCase
 from resources.home import KeelHomeResource
 from resources.registry import ModelRegistryResource
@@ -195,7 +195,7 @@ def build_challenger_assets(uc: UseCase) -> list[dg.AssetsDefinition]:
         model: pl.DataFrame,
     ):
         frame = gate_rows(uc, read_months(uc, keel_home.layout(), [config.gate_month]), config)
-        days = labelled_days(frame, uc)
+        days = labelled_days(frame, uc.features)
         candidates = {r["candidate"]: r for r in model.iter_rows(named=True)}
         with registry.open() as reg:
             champion = reg.alias(name, "champion")

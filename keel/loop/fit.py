@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 
 import lightgbm as lgb
-import numpy as np
 import polars as pl
 
 from keel.errors import KeelError
@@ -20,7 +19,6 @@ from keel.loop.candidates import CandidateSpec
 from keel.loop.committee import committee_model_text
 from keel.loop.recalibrate import affine_model_text, fit_recalibration
 from keel.training.model import TrainingConfig, _xy, month_of, train_model
-from keel.training.model import labelled_days as days_of
 from keel.usecase import UseCase
 
 
@@ -39,11 +37,6 @@ def newest_rows(uc: UseCase, frame: pl.DataFrame, config) -> pl.DataFrame:
     and a recalibration's)."""
     fs = uc.features
     return month_of(frame, config.gate_month, fs).filter(fs.entity.partition_day.dt.day() < config.gate_from_day)
-
-
-def labelled_days(frame: pl.DataFrame, uc: UseCase) -> np.ndarray:
-    """Each labelled row's day (as ``predict`` orders its rows): the clusters of the paired comparison."""
-    return days_of(frame, uc.features)
 
 
 def recalibrated(uc: UseCase, champion_text: str, newest: pl.DataFrame) -> tuple[str, dict]:
