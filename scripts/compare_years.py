@@ -152,9 +152,7 @@ def bar(year: Year) -> list[str]:
     failures: list[str] = []
     for uc, reports in sorted(year.reports.items()):
         span, means = span_means(reports)
-        metrics = (
-            [k.removeprefix("served_") for k in sorted(reports[span[0]]) if k.startswith("served_")] if span else []
-        )
+        metrics = [k.removeprefix("served_") for k in reports[span[0]] if k.startswith("served_")] if span else []
         if not metrics:
             failures.append(f"{uc}: no month of the live span has a served score")
             continue
