@@ -88,11 +88,6 @@ def report_values(latest: dict[str, dict], uc: UseCase) -> dict[str, dict[str, f
     return {m: {k: meta[k].value for k in keys if k in meta} for m, meta in latest.items()}
 
 
-def monthly_reports(home: KeelHome, uc: UseCase) -> dict[str, dict[str, float | None]]:
-    """month → ``<row>_<metric>`` → value of the month's latest loop_report."""
-    return report_values(latest_reports(home, uc), uc)
-
-
 def decisions(reports: dict[str, dict]) -> list[Decision]:
     """Every canary promotion and rollback in the months' ``actions`` tables (a run that did not succeed left out;
     one decision reported by two months counted once), in simulated order."""
