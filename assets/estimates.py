@@ -28,6 +28,14 @@ ESTIMATES_SCHEMA = dg.TableSchema(
             description="the labels show the estimator's assumption broke (empty: too few days)",
         ),
         dg.TableColumn("concept", "string", description="the test on the labels (keel/loop/concept.py), in words"),
+        dg.TableColumn(
+            "realized_se",
+            "float",
+            description="the realized value's own standard error on these rows, clustered by day (RMSE; empty: AUC)",
+        ),
+        dg.TableColumn(
+            "within_noise", "bool", description="the estimate inside the realized value's own 95 % interval"
+        ),
     ]
 )
 
@@ -58,6 +66,8 @@ def estimates_table(estimates: list[tuple[int, EstimateRecord]]) -> dg.MetadataV
                     "rows": e.rows,
                     "concept_drift": e.concept.drifted if e.concept else None,
                     "concept": e.concept.describe() if e.concept else "too few days to judge",
+                    "realized_se": round(e.realized_se, 4) if e.realized_se is not None else None,
+                    "within_noise": e.within_noise,
                 }
             )
             for v, e in estimates
@@ -75,15 +85,21 @@ def estimate_check(key: dg.AssetKey, estimates: list[tuple[int, EstimateRecord]]
         for v, e in estimates
         if not e.held
     ]
-    unexplained = [v for v, e in estimates if not e.held and not (e.concept and e.concept.drifted)]
+    unexplained = [(v, e) for v, e in estimates if not e.held and not (e.concept and e.concept.drifted)]
+    noise = [v for v, e in unexplained if e.within_noise]
+    own = [v for v, e in unexplained if not e.within_noise]
     if not estimates:
         why = "no served version of the month has an estimator (trained before models kept one) or enough rows"
     elif missed:
-        cause = (
-            f"the estimator's own error on v{', v'.join(map(str, unexplained))} (no concept drift found)"
-            if unexplained
-            else "concept drift: the labels moved where the scores did not"
-        )
+        causes = []
+        if own:
+            causes.append(f"the estimator's own error on v{', v'.join(map(str, own))} (no concept drift found)")
+        if noise:
+            causes.append(
+                f"on v{', v'.join(map(str, noise))} no concept drift found and the miss inside the realized value's "
+                "own 95 % interval: these rows cannot tell it from their sampling noise"
+            )
+        cause = "; ".join(causes) or "concept drift: the labels moved where the scores did not"
         why = f"the estimate missed — {cause}; the outcome gate decides on labels: " + "; ".join(missed)
     else:
         why = "every served version's estimate held: " + ", ".join(

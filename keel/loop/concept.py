@@ -10,9 +10,10 @@ the labels can see it. On realized labels it can be seen:
   recalibration, P(y = 1) = sigmoid(a + b · logit(q)). The calibration held when a = 0 (the level: as many
   positives as the probabilities said) and b = 1 (the spread: the scores separate as sharply as they did); a
   two-degree-of-freedom Wald test.
-- **regression** (DLE's error model): the level — the mean residual against the reference rows' — and the spread —
-  the realized absolute error against what the error model predicted for the same answers; a z-test each, held to
-  half the level (Bonferroni).
+- **regression** (DLE's error model): the level — the mean residual against the reference rows' —, the spread —
+  the realized absolute error against what the error model predicted for the same answers — and the tail — the
+  realized squared error against the predicted one (the RMSE's own assumption: a few larger errors move it where the
+  absolute errors hardly move); a z-test each, held to a third of the level (Bonferroni).
 
 Rows are not independent: the flights of one day share its weather, the stays of one arrival day its season and
 events — the covariances are clustered by day (on 2013's flights an i.i.d. test would find drift in any month of
@@ -43,7 +44,8 @@ MIN_CLUSTERS = 5  # fewer days than this judge nothing
 class ConceptDrift:
     """The verdict on one version's month: ``drifted`` when the estimator's assumption broke at ``CONCEPT_ALPHA``.
     ``level`` and ``spread``: binary — Cox's intercept (0 when held) and slope (1 when held); regression — the mean
-    residual's move from the reference's and the realized minus the predicted mean absolute error (0 when held)."""
+    residual's move from the reference's and the realized minus the predicted mean absolute error (0 when held);
+    ``tail`` (regression): the realized mean squared error over the predicted one (1 when held)."""
 
     drifted: bool
     p_value: float
@@ -51,6 +53,7 @@ class ConceptDrift:
     spread: float
     days: int
     task: str
+    tail: float | None = None
 
     def describe(self) -> str:
         if self.task == "binary":
@@ -59,6 +62,7 @@ class ConceptDrift:
             what = (
                 f"the mean residual {self.level:+.2f} from the reference rows', the mean absolute error "
                 f"{self.spread:+.2f} from the error model's"
+                + (f", the mean squared error ×{self.tail:.2f} the error model's" if self.tail is not None else "")
             )
         verdict = "concept drift" if self.drifted else "no concept drift"
         return f"{verdict}: {what}; p = {self.p_value:.3g} over {self.days} days"
@@ -106,13 +110,18 @@ def concept_drift(
         return ConceptDrift(bool(p < alpha), p, a, b, g, "binary")
     if estimator.error_model is None or features is None:
         return None
-    predicted_abs, _ = estimator.error_model.predict(features, s)
+    predicted_abs, predicted_sq = estimator.error_model.predict(features, s)
     residual = y - s
     level, level_se, g = clustered_mean_se(residual - estimator.error_model.bias, days)
     spread, spread_se, _ = clustered_mean_se(np.abs(residual) - predicted_abs, days)
-    ps = [
-        2 * norm.sf(abs(m) / se) if se > 0 and math.isfinite(se) else 1.0
-        for m, se in ((level, level_se), (spread, spread_se))
-    ]
-    p = min(1.0, 2 * min(ps))  # Bonferroni over the two
-    return ConceptDrift(bool(p < alpha), p, level, spread, g, "regression")
+    excess, excess_se, _ = clustered_mean_se(residual**2 - predicted_sq, days)
+    # the error model's own uncertainty: its predictions are means of the reference rows' errors, ``rows`` of them
+    ref = max(estimator.rows, 1)
+    spread_se = math.hypot(spread_se, estimator.error_model.absolute_sd / math.sqrt(ref))
+    excess_se = math.hypot(excess_se, estimator.error_model.squared_sd / math.sqrt(ref))
+    tests = ((level, level_se), (spread, spread_se), (excess, excess_se))
+    ps = [2 * norm.sf(abs(m) / se) if se > 0 and math.isfinite(se) else 1.0 for m, se in tests]
+    p = min(1.0, len(ps) * min(ps))  # Bonferroni over the three
+    expected_sq = float(predicted_sq.mean())
+    tail = 1.0 + excess / expected_sq if expected_sq > 0 else float("nan")
+    return ConceptDrift(bool(p < alpha), p, level, spread, g, "regression", tail)

@@ -36,6 +36,7 @@ import polars as pl
 from keel.features.spec import FeatureSet
 from keel.loop.concept import ConceptDrift, concept_drift
 from keel.loop.estimate import Estimator, estimation_error
+from keel.loop.shadow import clustered_mean_se
 from keel.metrics import SUMMARY, auc, summary
 from keel.training.model import feature_matrix, labelled_days, predict
 
@@ -95,6 +96,15 @@ class EstimateRecord:
     # whether the estimator's assumption held on these rows' labels (keel/loop/concept.py): a miss with concept drift
     # is what no estimate before the labels can see; None: too few days to judge
     concept: ConceptDrift | None = None
+    # how well these rows know the realized value itself: its standard error, clustered by day (a regression's RMSE;
+    # None for AUC) — a month of few stays measures its RMSE to ±30 % and cannot tell a 10 % miss from its own noise
+    realized_se: float | None = None
+
+    @property
+    def within_noise(self) -> bool:
+        """Whether the estimate lies inside the realized value's own 95 % interval (the month cannot tell the miss
+        from its sampling noise)."""
+        return self.realized_se is not None and abs(self.estimated - self.realized) <= 1.96 * self.realized_se
 
 
 def estimate_record(estimator: Estimator, task: str, parts: list[tuple[np.ndarray, ...]]):
@@ -108,7 +118,19 @@ def estimate_record(estimator: Estimator, task: str, parts: list[tuple[np.ndarra
         return None
     error, held = estimation_error(metric, estimate.value, realized)
     concept = concept_drift(estimator, s, y, days, x)
-    return EstimateRecord(metric, estimate.value, estimate.se, float(realized), error, held, int(y.size), concept)
+    noise = realized_rmse_se(s, y, days) if metric == "rmse" else None
+    return EstimateRecord(
+        metric, estimate.value, estimate.se, float(realized), error, held, int(y.size), concept, noise
+    )
+
+
+def realized_rmse_se(scores: np.ndarray, labels: np.ndarray, days: np.ndarray) -> float | None:
+    """The realized RMSE's standard error over these rows, clustered by day (the delta method on the mean squared
+    error: se(RMSE) = se(MSE) / 2·RMSE); None with fewer than two days."""
+    mse, se, g = clustered_mean_se((np.asarray(labels, float) - np.asarray(scores, float)) ** 2, days)
+    if g < 2 or not np.isfinite(se) or mse <= 0:
+        return None
+    return float(se / (2 * np.sqrt(mse)))
 
 
 def champion_at(releases: list[Release], when: datetime) -> Release | None:

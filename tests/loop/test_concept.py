@@ -108,3 +108,29 @@ def test_a_regressions_level_or_spread_moving_is_concept_drift(regression_estima
     estimated = estimate_regression(x, predicted, regression_estimator.error_model)["rmse"].value
     realized = float(np.sqrt(np.mean((y - predicted) ** 2)))
     assert (abs(estimated / realized - 1) > 0.10) is drifted  # the estimate misses exactly where the concept moved
+
+
+def test_a_regressions_tail_growing_is_concept_drift_though_its_absolute_errors_stay(regression_estimator):
+    """Three stays in a hundred now miss by N(0, 80) and the rest by N(0, 7.84): the mean absolute error is the
+    reference's (0.798 · (0.97 · 7.84 + 0.03 · 80) = 7.98) and so is the level, but the RMSE is 15.9 where the error
+    model says 10 — the estimate misses by a third, and only the squared errors show why (the level and the absolute
+    errors alone call 0 of 20 such months drifted, measured with seeds 3–22)."""
+    rng = np.random.default_rng(3)
+    n = 3_000
+    x = rng.normal(0, 1, (n, 2))
+    predicted = 100 + 30 * x[:, 0] - 20 * x[:, 1]
+    wide = rng.random(n) < 0.03
+    y = predicted + np.where(wide, rng.normal(0, 80, n), rng.normal(0, 7.6 / 0.97, n))
+    day = rng.integers(0, 30, n)
+    verdict = concept_drift(regression_estimator, predicted, y, day, x)
+    assert abs(verdict.spread) < 1.0  # the absolute errors are where the error model put them
+    assert verdict.tail > 2.0 and verdict.drifted
+    estimated = estimate_regression(x, predicted, regression_estimator.error_model)["rmse"].value
+    realized = float(np.sqrt(np.mean((y - predicted) ** 2)))
+    assert estimated / realized - 1 < -0.25
+
+
+def test_a_regressions_tail_as_on_the_reference_is_not_drift(regression_estimator):
+    x, predicted, y, day = prices(3_000, seed=4)
+    verdict = concept_drift(regression_estimator, predicted, y, day, x)
+    assert not verdict.drifted and verdict.tail == pytest.approx(1.0, abs=0.15)
