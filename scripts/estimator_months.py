@@ -24,9 +24,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import dagster as dg  # noqa: E402
 import polars as pl  # noqa: E402
 
+from assets.challengers import read_months  # noqa: E402
 from assets.models import training_config  # noqa: E402
+from keel.home import KeelHome  # noqa: E402
+from keel.ledger import Ledger  # noqa: E402
 from keel.loop.concept import concept_drift  # noqa: E402
 from keel.loop.estimate import (  # noqa: E402
     Calibration,
@@ -35,7 +39,9 @@ from keel.loop.estimate import (  # noqa: E402
     estimation_error,
     estimator_record,
 )
+from keel.loop.report import Release, month_report  # noqa: E402
 from keel.metrics import SUMMARY, summary  # noqa: E402
+from keel.registry import ModelRegistry  # noqa: E402
 from keel.training.model import (  # noqa: E402
     feature_matrix,
     labelled_days,
@@ -88,12 +94,6 @@ def months_of(name: str, own_calibration: bool) -> list[dict]:
 def home_months(name: str, root: str) -> list[tuple[str, int, object]]:
     """(month, version, EstimateRecord) of each served version with an estimator, month by month, in the home
     ``root`` — the months whose feature partitions are stored and whose labels are in."""
-    from assets.challengers import read_months
-    from keel.home import KeelHome
-    from keel.ledger import Ledger
-    from keel.loop.report import Release, month_report
-    from keel.registry import ModelRegistry
-
     uc = get(name)
     fs, home = uc.features, KeelHome.of(root)
     entries = Ledger(home.ledger).of_line(uc.training_asset)
@@ -108,7 +108,7 @@ def home_months(name: str, root: str) -> list[tuple[str, int, object]]:
         for month in uc.months:
             try:
                 frame = read_months(uc, home, [month])
-            except Exception:  # not landed yet (dg.Failure names the partition): the year has not got there
+            except dg.Failure:  # the month's features are not stored yet: the year has not got there
                 continue
             report = month_report(
                 month,
